@@ -1,0 +1,600 @@
+//! Gap analysis over a store and a time window.
+//!
+//! Per stream, with Holistic Trace Analysis' definitions: a gap is the idle time before a GPU op
+//! on its stream and is charged to that op. It is `host_wait` when the op's launching call began
+//! after the previous op on the stream ended, `kernel_wait` when it is not and is shorter than
+//! the threshold (30 µs), `other` otherwise. Beyond HTA, each gap gets a reason where the trace
+//! shows one (the host was blocked in a sync, a cross-stream wait, a CUDA graph) and two stacks:
+//! the launch stack of the op that ends it and what the CPU was doing during it.
+//!
+//! Per device, the idle time is the time no stream of the device runs anything.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use super::store::{ApiKind, GpuOp, NameId, Ns, StackId, Store};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum Category {
+    HostWait,
+    KernelWait,
+    Other,
+}
+
+impl Category {
+    pub const ALL: [Category; 3] = [Category::HostWait, Category::KernelWait, Category::Other];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Category::HostWait => "host_wait",
+            Category::KernelWait => "kernel_wait",
+            Category::Other => "other",
+        }
+    }
+}
+
+/// Why a gap happened, where the trace shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reason {
+    /// The host was busy before launching (Python, framework, launch overhead).
+    Launch,
+    /// The launching thread was blocked in a synchronizing call that returned during the gap.
+    Sync,
+    /// A cross-stream or event wait preceded the launch.
+    EventWait,
+    /// Inside a CUDA graph replay: no host launch between the two ops.
+    Graph,
+    /// The op's launching call is not in the trace.
+    Unknown,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Launch => "launch",
+            Reason::Sync => "sync",
+            Reason::EventWait => "event_wait",
+            Reason::Graph => "graph",
+            Reason::Unknown => "unknown",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Gaps shorter than this that are not host_wait are kernel_wait.
+    pub kernel_wait_ns: Ns,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            kernel_wait_ns: 30_000,
+        }
+    }
+}
+
+/// One idle interval on one stream, charged to the op that ends it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Gap {
+    pub lane: usize,
+    /// Start and end, clipped to the window.
+    pub start: Ns,
+    pub end: Ns,
+    /// Index in the lane of the op before and after (the op it is charged to).
+    pub prev: usize,
+    pub next: usize,
+    pub category: Category,
+    pub reason: Reason,
+    /// Stack of the launching call (0 if unknown), its API name and the op's name.
+    pub stack: StackId,
+    pub api: NameId,
+    pub op_name: NameId,
+    /// What the launching thread was doing at the gap's midpoint (0 if unknown).
+    pub cpu_stack: StackId,
+    /// Launch latency: API start to op start (ns), -1 if unknown.
+    pub launch_latency: Ns,
+}
+
+impl Gap {
+    pub fn dur(&self) -> Ns {
+        self.end - self.start
+    }
+}
+
+/// A time window [from, to); `None` bounds are open.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Window {
+    pub from: Option<Ns>,
+    pub to: Option<Ns>,
+}
+
+impl Window {
+    pub fn all() -> Self {
+        Window::default()
+    }
+    pub fn new(from: Ns, to: Ns) -> Self {
+        Window {
+            from: Some(from),
+            to: Some(to),
+        }
+    }
+    pub fn lo(&self) -> Ns {
+        self.from.unwrap_or(Ns::MIN)
+    }
+    pub fn hi(&self) -> Ns {
+        self.to.unwrap_or(Ns::MAX)
+    }
+}
+
+/// Classifies the gap before `lane.ops[next]`, given the previous op. `None` if no gap.
+pub fn classify(store: &Store, lane: usize, prev: usize, next: usize, cfg: &Config) -> Option<Gap> {
+    let ops = &store.lanes[lane].ops;
+    let p: &GpuOp = &ops[prev];
+    let n: &GpuOp = &ops[next];
+    if n.start <= p.end {
+        return None;
+    }
+    let proc = &store.procs[store.lanes[lane].key.proc as usize];
+    let api = proc.api_by_corr(n.corr);
+    let dur = n.start - p.end;
+    let (category, mut reason) = match api {
+        Some(a) if a.start > p.end => (Category::HostWait, Reason::Launch),
+        Some(_) if dur < cfg.kernel_wait_ns => (Category::KernelWait, Reason::Launch),
+        Some(_) => (Category::Other, Reason::Launch),
+        None if dur < cfg.kernel_wait_ns => (Category::KernelWait, Reason::Unknown),
+        None => (Category::Other, Reason::Unknown),
+    };
+    let mut cpu_stack = 0;
+    if let Some(a) = api {
+        if a.kind == ApiKind::GraphLaunch && n.graph != 0 && p.graph == n.graph {
+            reason = Reason::Graph;
+        } else if category == Category::HostWait
+            && proc
+                .blocking_in(a.tid, p.end, a.start, ApiKind::Sync)
+                .is_some()
+        {
+            reason = Reason::Sync;
+        } else if category != Category::HostWait {
+            let prev_launch = proc.api_by_corr(p.corr).map(|x| x.start).unwrap_or(p.start);
+            if proc
+                .blocking_in(a.tid, prev_launch, a.start, ApiKind::Wait)
+                .is_some()
+            {
+                reason = Reason::EventWait;
+            }
+        }
+        cpu_stack = proc.span_stack_at(a.tid, p.end + dur / 2);
+    } else if n.graph != 0 && p.graph == n.graph {
+        reason = Reason::Graph;
+    }
+    Some(Gap {
+        lane,
+        start: p.end,
+        end: n.start,
+        prev,
+        next,
+        category,
+        reason,
+        stack: api.map(|a| a.stack).unwrap_or(0),
+        api: api.map(|a| a.name).unwrap_or(0),
+        op_name: n.name,
+        cpu_stack,
+        launch_latency: api.map(|a| n.start - a.start).unwrap_or(-1),
+    })
+}
+
+/// Calls `f` for each gap of `lane` that overlaps the window, clipped to it, in time order.
+pub fn lane_gaps(store: &Store, lane: usize, w: Window, cfg: &Config, mut f: impl FnMut(Gap)) {
+    let ops = &store.lanes[lane].ops;
+    if ops.len() < 2 {
+        return;
+    }
+    // First candidate: the op before the first op starting at or after the window start.
+    let first = store.lanes[lane].lower_bound(w.lo()).max(1);
+    let mut max_end = ops[first - 1].end;
+    let mut prev = first - 1;
+    for (next, n) in ops.iter().enumerate().skip(first) {
+        if max_end >= w.hi() {
+            break;
+        }
+        if n.start > max_end {
+            // The previous op whose end is the running max: that is `prev` when lanes do not
+            // overlap, which CUDA streams guarantee.
+            if let Some(mut g) = classify(store, lane, prev, next, cfg) {
+                g.start = g.start.max(max_end).max(w.lo());
+                g.end = g.end.min(w.hi());
+                if g.end > g.start {
+                    f(g);
+                }
+            }
+        }
+        if n.end >= max_end {
+            max_end = n.end;
+            prev = next;
+        }
+    }
+}
+
+/// Device-level idle: intervals inside `[lo, hi)` where no lane of the device runs anything.
+pub fn device_idle(store: &Store, lanes: &[usize], lo: Ns, hi: Ns, mut f: impl FnMut(Ns, Ns)) {
+    // k-way merge of the lanes' ops by start.
+    let mut idx: Vec<usize> = lanes
+        .iter()
+        .map(|&l| store.lanes[l].lower_bound(lo).saturating_sub(1))
+        .collect();
+    let mut cursor = lo;
+    loop {
+        let mut best: Option<(Ns, usize)> = None;
+        for (k, &l) in lanes.iter().enumerate() {
+            if let Some(o) = store.lanes[l].ops.get(idx[k]) {
+                if best.is_none_or(|(s, _)| o.start < s) {
+                    best = Some((o.start, k));
+                }
+            }
+        }
+        let Some((_, k)) = best else { break };
+        let o = store.lanes[lanes[k]].ops[idx[k]];
+        idx[k] += 1;
+        if o.start >= hi {
+            break;
+        }
+        if o.start > cursor {
+            f(cursor, o.start.min(hi));
+        }
+        cursor = cursor.max(o.end);
+        if cursor >= hi {
+            return;
+        }
+    }
+    if cursor < hi && hi != Ns::MAX {
+        f(cursor, hi);
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct Bucket {
+    pub count: u64,
+    pub total_ns: Ns,
+}
+
+/// One call-tree node: a frame, with inclusive totals.
+#[derive(Clone, Debug, Default)]
+pub struct TreeNode {
+    pub frame: NameId,
+    pub parent: usize,
+    pub children: Vec<usize>,
+    pub gap_ns: Ns,
+    pub gaps: u64,
+    pub launches: u64,
+    pub kernel_ns: Ns,
+}
+
+/// Call tree of gap time. Node 0 is the root. Built top-down from the gaps' stacks
+/// (launch stack + API + op name); [`CallTree::inverted`] builds the bottom-up view.
+#[derive(Clone, Debug)]
+pub struct CallTree {
+    pub nodes: Vec<TreeNode>,
+    index: HashMap<(usize, NameId), usize>,
+    leaf_cache: HashMap<(StackId, NameId, NameId), usize>,
+}
+
+impl Default for CallTree {
+    fn default() -> Self {
+        CallTree {
+            nodes: vec![TreeNode {
+                parent: usize::MAX,
+                ..Default::default()
+            }],
+            index: HashMap::new(),
+            leaf_cache: HashMap::new(),
+        }
+    }
+}
+
+impl CallTree {
+    fn child(&mut self, parent: usize, frame: NameId) -> usize {
+        if let Some(&c) = self.index.get(&(parent, frame)) {
+            return c;
+        }
+        let id = self.nodes.len();
+        self.nodes.push(TreeNode {
+            frame,
+            parent,
+            ..Default::default()
+        });
+        self.nodes[parent].children.push(id);
+        self.index.insert((parent, frame), id);
+        id
+    }
+
+    /// Path of frames for a gap key: stack frames, then the API, then the op name.
+    fn path(store: &Store, stack: StackId, api: NameId, op: NameId) -> Vec<NameId> {
+        let mut v = store.stacks.frames(stack);
+        if api != 0 {
+            v.push(api);
+        }
+        v.push(op);
+        v
+    }
+
+    fn leaf(&mut self, store: &Store, stack: StackId, api: NameId, op: NameId) -> usize {
+        if let Some(&n) = self.leaf_cache.get(&(stack, api, op)) {
+            return n;
+        }
+        let mut n = 0;
+        for f in Self::path(store, stack, api, op) {
+            n = self.child(n, f);
+        }
+        self.leaf_cache.insert((stack, api, op), n);
+        n
+    }
+
+    /// Adds values to a leaf and all its ancestors.
+    fn add(&mut self, mut n: usize, gap_ns: Ns, gaps: u64, launches: u64, kernel_ns: Ns) {
+        loop {
+            let node = &mut self.nodes[n];
+            node.gap_ns += gap_ns;
+            node.gaps += gaps;
+            node.launches += launches;
+            node.kernel_ns += kernel_ns;
+            if n == 0 {
+                break;
+            }
+            n = node.parent;
+        }
+    }
+
+    pub fn add_gap(&mut self, store: &Store, g: &Gap) {
+        let n = self.leaf(store, g.stack, g.api, g.op_name);
+        self.add(n, g.dur(), 1, 0, 0);
+    }
+
+    pub fn add_op(&mut self, store: &Store, stack: StackId, api: NameId, op: &GpuOp, clip: Ns) {
+        let n = self.leaf(store, stack, api, op.name);
+        self.add(n, 0, 0, 1, clip);
+    }
+
+    /// Leaf node for a gap (to highlight its path).
+    pub fn node_of(&self, stack: StackId, api: NameId, op: NameId) -> Option<usize> {
+        self.leaf_cache.get(&(stack, api, op)).copied()
+    }
+
+    /// Frames from the root to `n` (exclusive of the root).
+    pub fn path_to(&self, mut n: usize) -> Vec<usize> {
+        let mut v = Vec::new();
+        while n != 0 && n < self.nodes.len() {
+            v.push(n);
+            n = self.nodes[n].parent;
+        }
+        v.reverse();
+        v
+    }
+
+    /// Self values (exclusive) of each node: inclusive minus children.
+    fn self_values(&self, n: usize) -> (Ns, u64, u64, Ns) {
+        let node = &self.nodes[n];
+        let mut v = (node.gap_ns, node.gaps, node.launches, node.kernel_ns);
+        for &c in &node.children {
+            let cn = &self.nodes[c];
+            v.0 -= cn.gap_ns;
+            v.1 -= cn.gaps;
+            v.2 -= cn.launches;
+            v.3 -= cn.kernel_ns;
+        }
+        v
+    }
+
+    /// The bottom-up view: roots are the innermost frames (op names), children their callers.
+    pub fn inverted(&self) -> CallTree {
+        let mut t = CallTree::default();
+        for n in 1..self.nodes.len() {
+            let (g, c, l, k) = self.self_values(n);
+            if g == 0 && c == 0 && l == 0 && k == 0 {
+                continue;
+            }
+            let mut path = self.path_to(n);
+            path.reverse();
+            let mut cur = 0;
+            for m in path {
+                cur = t.child(cur, self.nodes[m].frame);
+            }
+            t.add(cur, g, c, l, k);
+        }
+        t
+    }
+
+    /// Children of a node sorted by gap time, largest first.
+    pub fn sorted_children(&self, n: usize) -> Vec<usize> {
+        let mut v = self.nodes[n].children.clone();
+        v.sort_by(|&a, &b| {
+            self.nodes[b]
+                .gap_ns
+                .cmp(&self.nodes[a].gap_ns)
+                .then(self.nodes[b].kernel_ns.cmp(&self.nodes[a].kernel_ns))
+                .then(a.cmp(&b))
+        });
+        v
+    }
+}
+
+/// Aggregates for a window.
+#[derive(Clone, Debug)]
+pub struct Summary {
+    pub lo: Ns,
+    pub hi: Ns,
+    pub gpu_ops: u64,
+    pub kernels: u64,
+    /// Per-device union busy time, summed over devices.
+    pub busy_ns: Ns,
+    pub kernel_ns: Ns,
+    /// Time no stream of a device ran anything, summed over devices.
+    pub device_idle_ns: Ns,
+    pub idle: [Bucket; 3],
+    pub reasons: HashMap<Reason, Bucket>,
+    pub tree: CallTree,
+    /// Longest gaps, longest first.
+    pub top_gaps: Vec<Gap>,
+    pub gap_hist: hdrhistogram::Histogram<u64>,
+    pub kernel_hist: hdrhistogram::Histogram<u64>,
+    /// Per (stack, api, op) leaf: (gaps, gap_ns).
+    pub stacks: HashMap<(StackId, NameId, NameId), (u64, Ns)>,
+}
+
+impl Summary {
+    pub fn idle(&self, c: Category) -> Bucket {
+        self.idle[c as usize]
+    }
+    pub fn total_gap_ns(&self) -> Ns {
+        self.idle.iter().map(|b| b.total_ns).sum()
+    }
+}
+
+fn hist() -> hdrhistogram::Histogram<u64> {
+    hdrhistogram::Histogram::new_with_bounds(1, 1_000_000_000_000, 3).expect("valid bounds")
+}
+
+/// Computes everything the report and the panes show for a window.
+pub fn summarize(store: &Store, w: Window, cfg: &Config, top_n: usize) -> Summary {
+    let (span_lo, span_hi) = store.span().unwrap_or((0, 0));
+    let lo = w.lo().max(span_lo);
+    let hi = w.hi().min(span_hi).max(lo);
+    let mut s = Summary {
+        lo,
+        hi,
+        gpu_ops: 0,
+        kernels: 0,
+        busy_ns: 0,
+        kernel_ns: 0,
+        device_idle_ns: 0,
+        idle: [Bucket::default(); 3],
+        reasons: HashMap::new(),
+        tree: CallTree::default(),
+        top_gaps: Vec::new(),
+        gap_hist: hist(),
+        kernel_hist: hist(),
+        stacks: HashMap::new(),
+    };
+    let win = Window::new(lo, hi);
+    let mut top: std::collections::BinaryHeap<std::cmp::Reverse<(Ns, Ns, usize, usize)>> =
+        Default::default();
+    for lane in 0..store.lanes.len() {
+        let l = &store.lanes[lane];
+        // Ops overlapping the window.
+        let a = l.lower_bound(lo).saturating_sub(1);
+        let b = l.lower_bound(hi);
+        let proc = &store.procs[l.key.proc as usize];
+        for op in l.ops.range(a..b) {
+            let clip = op.end.min(hi) - op.start.max(lo);
+            if clip < 0 || (clip == 0 && op.start < lo) {
+                continue;
+            }
+            s.gpu_ops += 1;
+            if op.kind == super::store::OpKind::Kernel {
+                s.kernels += 1;
+                s.kernel_ns += clip;
+                let _ = s.kernel_hist.record(op.dur().max(1) as u64);
+            }
+            let api = proc.api_by_corr(op.corr);
+            s.tree.add_op(
+                store,
+                api.map(|a| a.stack).unwrap_or(0),
+                api.map(|a| a.name).unwrap_or(0),
+                op,
+                clip,
+            );
+        }
+        lane_gaps(store, lane, win, cfg, |g| {
+            let d = g.dur();
+            let b = &mut s.idle[g.category as usize];
+            b.count += 1;
+            b.total_ns += d;
+            let r = s.reasons.entry(g.reason).or_default();
+            r.count += 1;
+            r.total_ns += d;
+            let _ = s.gap_hist.record(d.max(1) as u64);
+            s.tree.add_gap(store, &g);
+            let e = s.stacks.entry((g.stack, g.api, g.op_name)).or_default();
+            e.0 += 1;
+            e.1 += d;
+            if top_n > 0 {
+                let key = std::cmp::Reverse((d, -g.start, g.lane, g.next));
+                if top.len() < top_n {
+                    top.push(key);
+                } else if top.peek().is_some_and(|m| key < *m) {
+                    top.pop();
+                    top.push(key);
+                }
+            }
+        });
+    }
+    let mut tops: Vec<_> = top.into_iter().map(|r| r.0).collect();
+    tops.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)));
+    for (_, _, lane, next) in tops {
+        let l = &store.lanes[lane];
+        // Re-derive the gap (the prev index is the op before `next` with the max end).
+        let mut prev = next - 1;
+        let mut max_end = l.ops[prev].end;
+        for k in (next.saturating_sub(8)..next).rev() {
+            if l.ops[k].end > max_end {
+                max_end = l.ops[k].end;
+                prev = k;
+            }
+        }
+        if let Some(mut g) = classify(store, lane, prev, next, cfg) {
+            g.start = g.start.max(lo);
+            g.end = g.end.min(hi);
+            s.top_gaps.push(g);
+        }
+    }
+    for (_, lanes) in store.devices() {
+        let mut idle = 0;
+        device_idle(store, &lanes, lo, hi, |a, b| idle += b - a);
+        s.device_idle_ns += idle;
+        s.busy_ns += (hi - lo) - idle;
+    }
+    s
+}
+
+/// Launch rate and busy fraction over time.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RateBin {
+    pub start: Ns,
+    pub ops: u64,
+    /// Busy fraction of the busiest device in the bin, 0..1.
+    pub busy: f64,
+}
+
+/// Splits [lo, hi) into `n` bins and counts ops started and busy time in each. Costs
+/// O(n · lanes · log ops).
+pub fn rate_bins(store: &Store, lo: Ns, hi: Ns, n: usize) -> Vec<RateBin> {
+    if n == 0 || hi <= lo {
+        return Vec::new();
+    }
+    let width = ((hi - lo) as f64 / n as f64).max(1.0);
+    let devices = store.devices();
+    (0..n)
+        .map(|i| {
+            let a = lo + (i as f64 * width) as Ns;
+            let b = lo + ((i + 1) as f64 * width) as Ns;
+            let mut ops = 0;
+            let mut busy = 0f64;
+            for (_, lanes) in &devices {
+                let mut dev_busy = 0;
+                for &l in lanes {
+                    let lane = &store.lanes[l];
+                    ops += (lane.lower_bound(b) - lane.lower_bound(a)) as u64;
+                    dev_busy += lane.busy_in(a, b);
+                }
+                busy = busy.max((dev_busy as f64 / (b - a).max(1) as f64).min(1.0));
+            }
+            RateBin {
+                start: a,
+                ops,
+                busy,
+            }
+        })
+        .collect()
+}

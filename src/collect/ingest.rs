@@ -1,0 +1,172 @@
+//! Turns wire frames from collector connections into store records.
+//!
+//! Each connection (one profiled process) has its own name and stack id spaces; this maps them
+//! onto the store's shared interner and stack table.
+
+use std::collections::HashMap;
+
+use gaptop_wire::{Frame, OP_MEMCPY, OP_MEMSET};
+
+use super::kineto::is_comm_kernel;
+use super::store::{ApiCall, ApiKind, GpuOp, LaneKey, NameId, OpKind, StackId, Store, FLAG_COMM};
+
+#[derive(Default)]
+struct Conn {
+    proc: Option<u32>,
+    names: HashMap<u32, NameId>,
+    stacks: HashMap<u32, StackId>,
+    comm: HashMap<u32, bool>,
+}
+
+#[derive(Default)]
+pub struct Ingest {
+    conns: HashMap<u32, Conn>,
+}
+
+/// Demangles C++ kernel names; anything else is kept as is.
+pub fn demangle(name: &str) -> String {
+    if name.starts_with("_Z") {
+        if let Ok(sym) = cpp_demangle::Symbol::new(name) {
+            if let Ok(s) = sym.demangle() {
+                return s;
+            }
+        }
+    }
+    name.to_string()
+}
+
+impl Ingest {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The store process of a connection, once its hello arrived.
+    pub fn proc_of(&self, conn: u32) -> Option<u32> {
+        self.conns.get(&conn).and_then(|c| c.proc)
+    }
+
+    /// Applies one frame. Frames that reference unknown ids are kept with placeholders and
+    /// counted under `store.skipped`.
+    pub fn apply(&mut self, store: &mut Store, conn: u32, f: Frame) {
+        let c = self.conns.entry(conn).or_default();
+        let proc = match (&f, c.proc) {
+            (Frame::Hello(h), None) => {
+                let p = store.add_process(h.pid, h.rank, &h.label);
+                c.proc = Some(p);
+                return;
+            }
+            (Frame::Hello(_), Some(_)) => {
+                store.skip("repeated hello");
+                return;
+            }
+            (_, Some(p)) => p,
+            (_, None) => {
+                store.skip("frame before hello");
+                return;
+            }
+        };
+        match f {
+            Frame::Hello(_) => {}
+            Frame::Name { id, text } => {
+                let d = demangle(&text);
+                c.comm.insert(id, is_comm_kernel(&d));
+                let n = store.names.intern(&d);
+                c.names.insert(id, n);
+            }
+            Frame::Stack { id, parent, frame } => {
+                let p = if parent == 0 {
+                    0
+                } else {
+                    match c.stacks.get(&parent) {
+                        Some(&p) => p,
+                        None => {
+                            store.skip("unknown parent stack");
+                            0
+                        }
+                    }
+                };
+                let fr = c.names.get(&frame).copied().unwrap_or(0);
+                let s = store.stacks.intern(p, fr);
+                c.stacks.insert(id, s);
+            }
+            Frame::Ops(ops) => {
+                for o in ops {
+                    let kind = match o.kind {
+                        OP_MEMCPY => OpKind::Memcpy,
+                        OP_MEMSET => OpKind::Memset,
+                        _ => OpKind::Kernel,
+                    };
+                    let name = match c.names.get(&o.name) {
+                        Some(&n) => n,
+                        None => {
+                            if o.name != 0 {
+                                store.skip("unknown name id");
+                            }
+                            store.names.intern(kind.as_str())
+                        }
+                    };
+                    let start = o.start.min(i64::MAX as u64) as i64;
+                    let end = o.end.min(i64::MAX as u64) as i64;
+                    let mut op = GpuOp::new(start, end, kind, name, o.corr);
+                    op.graph = o.graph;
+                    if c.comm.get(&o.name).copied().unwrap_or(false) {
+                        op.flags |= FLAG_COMM;
+                    }
+                    let lane = store.lane_id(LaneKey {
+                        proc,
+                        device: o.device as u32,
+                        stream: o.stream,
+                    });
+                    store.add_op(lane, op);
+                }
+            }
+            Frame::Apis(apis) => {
+                for a in apis {
+                    let name = c.names.get(&a.name).copied().unwrap_or(0);
+                    let stack = if a.stack == 0 {
+                        0
+                    } else {
+                        c.stacks.get(&a.stack).copied().unwrap_or(0)
+                    };
+                    let mut kind = ApiKind::from_wire(a.kind);
+                    if kind == ApiKind::Other && name != 0 {
+                        kind = ApiKind::classify(store.names.get(name));
+                    }
+                    store.add_api(
+                        proc,
+                        ApiCall {
+                            start: a.start.min(i64::MAX as u64) as i64,
+                            end: a.end.min(i64::MAX as u64) as i64,
+                            corr: a.corr,
+                            tid: a.tid,
+                            name,
+                            stack,
+                            kind,
+                        },
+                    );
+                }
+            }
+            Frame::Stats(s) => {
+                store.procs[proc as usize].stats = s;
+                store.dropped = store
+                    .procs
+                    .iter()
+                    .map(|p| p.stats.collector_dropped + p.stats.cupti_dropped)
+                    .sum();
+                store.generation += 1;
+            }
+            Frame::Bye { .. } => {
+                store.procs[proc as usize].ended = true;
+                store.generation += 1;
+            }
+        }
+    }
+
+    /// Marks a connection's process as ended (its socket closed).
+    pub fn close(&mut self, store: &mut Store, conn: u32) {
+        if let Some(p) = self.proc_of(conn) {
+            store.procs[p as usize].ended = true;
+            store.generation += 1;
+        }
+    }
+}

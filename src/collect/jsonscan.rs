@@ -1,0 +1,422 @@
+//! A streaming splitter for Chrome-trace JSON.
+//!
+//! Traces are far larger than memory should be (torch.profiler with stacks writes gigabytes), so
+//! the file is never held whole. This reads the top level itself — either `{ ..., "traceEvents":
+//! [ ... ], ... }` or a bare `[ ... ]` — and hands each event object, as a byte slice, to a
+//! callback that parses it with serde. Only the current chunk lives in memory.
+
+use std::io::Read;
+
+/// Errors carry the byte offset where the problem was seen.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ScanError {
+    Io(String),
+    Truncated(u64),
+    Syntax { at: u64, what: &'static str },
+    NoEvents,
+    TooLarge(u64),
+}
+
+impl std::fmt::Display for ScanError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ScanError::Io(e) => write!(f, "read error: {e}"),
+            ScanError::Truncated(at) => write!(f, "truncated: input ends inside JSON at byte {at}"),
+            ScanError::Syntax { at, what } => write!(f, "invalid JSON at byte {at}: {what}"),
+            ScanError::NoEvents => write!(f, "not a trace: no \"traceEvents\" array"),
+            ScanError::TooLarge(at) => write!(f, "a single event at byte {at} exceeds 256 MiB"),
+        }
+    }
+}
+
+const CHUNK: usize = 4 << 20;
+const MAX_VALUE: usize = 256 << 20;
+
+pub struct Scanner<R: Read> {
+    r: R,
+    buf: Vec<u8>,
+    pos: usize,
+    eof: bool,
+    /// Bytes dropped from the front of `buf` so far.
+    base: u64,
+}
+
+/// Outcome of looking for the end of a value inside the buffer.
+enum End {
+    At(usize),
+    NeedMore,
+}
+
+impl<R: Read> Scanner<R> {
+    pub fn new(r: R) -> Self {
+        Scanner {
+            r,
+            buf: Vec::with_capacity(CHUNK),
+            pos: 0,
+            eof: false,
+            base: 0,
+        }
+    }
+
+    /// Bytes consumed so far (uncompressed).
+    pub fn offset(&self) -> u64 {
+        self.base + self.pos as u64
+    }
+
+    /// Reads more input; returns false at end of input.
+    fn fill(&mut self, min_extra: usize) -> Result<bool, ScanError> {
+        if self.eof {
+            return Ok(false);
+        }
+        if self.pos > 0 {
+            self.buf.drain(..self.pos);
+            self.base += self.pos as u64;
+            self.pos = 0;
+        }
+        let want = self.buf.len() + min_extra.max(CHUNK);
+        let mut got_any = false;
+        while self.buf.len() < want {
+            let old = self.buf.len();
+            self.buf.resize(want, 0);
+            match self.r.read(&mut self.buf[old..]) {
+                Ok(0) => {
+                    self.buf.truncate(old);
+                    self.eof = true;
+                    break;
+                }
+                Ok(n) => {
+                    self.buf.truncate(old + n);
+                    got_any = true;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
+                    self.buf.truncate(old);
+                }
+                Err(e) => {
+                    self.buf.truncate(old);
+                    let at = self.base + self.buf.len() as u64;
+                    return Err(match e.kind() {
+                        std::io::ErrorKind::UnexpectedEof => ScanError::Truncated(at),
+                        _ => ScanError::Io(format!("{e} (near byte {at})")),
+                    });
+                }
+            }
+        }
+        Ok(got_any)
+    }
+
+    fn syntax(&self, what: &'static str) -> ScanError {
+        ScanError::Syntax {
+            at: self.offset(),
+            what,
+        }
+    }
+
+    /// Next non-whitespace byte without consuming it.
+    fn peek(&mut self) -> Result<Option<u8>, ScanError> {
+        loop {
+            while self.pos < self.buf.len() {
+                let b = self.buf[self.pos];
+                if matches!(b, b' ' | b'\n' | b'\r' | b'\t') {
+                    self.pos += 1;
+                } else {
+                    return Ok(Some(b));
+                }
+            }
+            if !self.fill(0)? {
+                return Ok(None);
+            }
+        }
+    }
+
+    fn expect_more(&mut self) -> Result<u8, ScanError> {
+        self.peek()?.ok_or(ScanError::Truncated(self.offset()))
+    }
+
+    /// Finds the end (exclusive) of the value starting at `buf[start]`.
+    fn value_end(buf: &[u8], start: usize) -> Result<End, &'static str> {
+        let first = buf[start];
+        match first {
+            b'{' | b'[' => {
+                let mut depth = 0usize;
+                let mut i = start;
+                while i < buf.len() {
+                    match buf[i] {
+                        b'"' => match Self::string_end(buf, i) {
+                            Some(e) => {
+                                i = e;
+                                continue;
+                            }
+                            None => return Ok(End::NeedMore),
+                        },
+                        b'{' | b'[' => depth += 1,
+                        b'}' | b']' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                return Ok(End::At(i + 1));
+                            }
+                        }
+                        _ => {}
+                    }
+                    i += 1;
+                }
+                Ok(End::NeedMore)
+            }
+            b'"' => Ok(match Self::string_end(buf, start) {
+                Some(e) => End::At(e),
+                None => End::NeedMore,
+            }),
+            b'-' | b'0'..=b'9' | b't' | b'f' | b'n' => {
+                let mut i = start;
+                while i < buf.len() {
+                    if matches!(buf[i], b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t') {
+                        return Ok(End::At(i));
+                    }
+                    i += 1;
+                }
+                Ok(End::NeedMore)
+            }
+            _ => Err("expected a value"),
+        }
+    }
+
+    /// End (exclusive) of the string whose opening quote is at `start`.
+    fn string_end(buf: &[u8], start: usize) -> Option<usize> {
+        let mut i = start + 1;
+        while i < buf.len() {
+            match buf[i] {
+                b'"' => return Some(i + 1),
+                b'\\' => i += 2,
+                _ => i += 1,
+            }
+        }
+        None
+    }
+
+    /// Takes the next whole value and returns its byte range in `buf`.
+    fn take_value(&mut self) -> Result<(usize, usize), ScanError> {
+        self.expect_more()?;
+        loop {
+            match Self::value_end(&self.buf, self.pos) {
+                Err(what) => return Err(self.syntax(what)),
+                Ok(End::At(e)) => {
+                    let s = self.pos;
+                    self.pos = e;
+                    return Ok((s, e));
+                }
+                Ok(End::NeedMore) => {
+                    let have = self.buf.len() - self.pos;
+                    if have > MAX_VALUE {
+                        return Err(ScanError::TooLarge(self.offset()));
+                    }
+                    let at_eof = self.eof;
+                    if !self.fill(have)? || at_eof {
+                        // A number may end exactly at end of input.
+                        if matches!(self.buf.get(self.pos), Some(b'-' | b'0'..=b'9')) && self.eof {
+                            let s = self.pos;
+                            self.pos = self.buf.len();
+                            return Ok((s, self.pos));
+                        }
+                        return Err(ScanError::Truncated(self.base + self.buf.len() as u64));
+                    }
+                }
+            }
+        }
+    }
+
+    fn eat(&mut self, b: u8, what: &'static str) -> Result<(), ScanError> {
+        if self.expect_more()? == b {
+            self.pos += 1;
+            Ok(())
+        } else {
+            Err(self.syntax(what))
+        }
+    }
+
+    /// Walks the document and calls `f` with each event object's bytes. Returns the number of
+    /// events seen.
+    pub fn for_each_event(
+        mut self,
+        mut f: impl FnMut(&[u8], u64) -> Result<(), String>,
+    ) -> Result<u64, ScanErrorOr> {
+        let mut count = 0u64;
+        match self.peek().map_err(ScanErrorOr::Scan)? {
+            None => return Err(ScanErrorOr::Scan(ScanError::Truncated(0))),
+            Some(b'[') => {
+                self.events_array(&mut f, &mut count)?;
+            }
+            Some(b'{') => {
+                self.pos += 1;
+                let mut found = false;
+                loop {
+                    let b = self.expect_more()?;
+                    if b == b'}' {
+                        self.pos += 1;
+                        break;
+                    }
+                    if b != b'"' {
+                        return Err(self.syntax("expected a key").into());
+                    }
+                    let (ks, ke) = self.take_value()?;
+                    let is_events = &self.buf[ks..ke] == b"\"traceEvents\"";
+                    self.eat(b':', "expected ':'")?;
+                    if is_events {
+                        found = true;
+                        self.events_array(&mut f, &mut count)?;
+                    } else {
+                        self.take_value()?;
+                    }
+                    match self.expect_more()? {
+                        b',' => self.pos += 1,
+                        b'}' => {
+                            self.pos += 1;
+                            break;
+                        }
+                        _ => return Err(self.syntax("expected ',' or '}'").into()),
+                    }
+                }
+                if !found {
+                    return Err(ScanError::NoEvents.into());
+                }
+            }
+            Some(_) => return Err(self.syntax("not JSON: expected '{' or '['").into()),
+        }
+        if let Some(_b) = self.peek()? {
+            return Err(self.syntax("trailing data after the trace").into());
+        }
+        Ok(count)
+    }
+
+    fn events_array(
+        &mut self,
+        f: &mut impl FnMut(&[u8], u64) -> Result<(), String>,
+        count: &mut u64,
+    ) -> Result<(), ScanErrorOr> {
+        self.eat(b'[', "expected '[' for traceEvents")?;
+        if self.expect_more()? == b']' {
+            self.pos += 1;
+            return Ok(());
+        }
+        loop {
+            if self.expect_more()? != b'{' {
+                return Err(self.syntax("expected an event object").into());
+            }
+            let at = self.offset();
+            let (s, e) = self.take_value()?;
+            f(&self.buf[s..e], at).map_err(|m| ScanErrorOr::Event { at, msg: m })?;
+            *count += 1;
+            match self.expect_more()? {
+                b',' => self.pos += 1,
+                b']' => {
+                    self.pos += 1;
+                    return Ok(());
+                }
+                _ => return Err(self.syntax("expected ',' or ']' after an event").into()),
+            }
+        }
+    }
+}
+
+/// A scan error, or an error the event callback raised.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ScanErrorOr {
+    Scan(ScanError),
+    Event { at: u64, msg: String },
+}
+
+impl From<ScanError> for ScanErrorOr {
+    fn from(e: ScanError) -> Self {
+        ScanErrorOr::Scan(e)
+    }
+}
+
+impl std::fmt::Display for ScanErrorOr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ScanErrorOr::Scan(e) => e.fmt(f),
+            ScanErrorOr::Event { at, msg } => write!(f, "event at byte {at}: {msg}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn events(doc: &str) -> Result<Vec<String>, ScanErrorOr> {
+        let mut v = Vec::new();
+        Scanner::new(doc.as_bytes()).for_each_event(|b, _| {
+            v.push(String::from_utf8(b.to_vec()).unwrap());
+            Ok(())
+        })?;
+        Ok(v)
+    }
+
+    #[test]
+    fn object_and_array_forms() {
+        let doc =
+            r#"{"a": {"x": [1, "}"]}, "traceEvents": [ {"n": "a\"}"}, {"n": 2} ], "z": -1.5e3}"#;
+        assert_eq!(
+            events(doc).unwrap(),
+            vec![r#"{"n": "a\"}"}"#, r#"{"n": 2}"#]
+        );
+        assert_eq!(events("[{\"a\":1}]").unwrap(), vec!["{\"a\":1}"]);
+        assert_eq!(
+            events("{\"traceEvents\": []}").unwrap(),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn errors_name_the_problem() {
+        assert_eq!(
+            events("{\"traceEvents\": [{\"a\": 1}, {\"b\""),
+            Err(ScanErrorOr::Scan(ScanError::Truncated(31)))
+        );
+        assert_eq!(
+            events("{\"other\": 1}"),
+            Err(ScanErrorOr::Scan(ScanError::NoEvents))
+        );
+        assert!(matches!(
+            events("hello"),
+            Err(ScanErrorOr::Scan(ScanError::Syntax { .. }))
+        ));
+        assert!(matches!(
+            events(""),
+            Err(ScanErrorOr::Scan(ScanError::Truncated(0)))
+        ));
+        assert!(matches!(
+            events("{\"traceEvents\": [{\"a\": 1} {\"b\": 2}]}"),
+            Err(ScanErrorOr::Scan(ScanError::Syntax { .. }))
+        ));
+        assert!(matches!(
+            events("[{\"a\":1}] trailing"),
+            Err(ScanErrorOr::Scan(ScanError::Syntax { .. }))
+        ));
+    }
+
+    #[test]
+    fn values_split_across_reads() {
+        // A reader that returns one byte at a time exercises every refill path.
+        struct OneByte<'a>(&'a [u8]);
+        impl Read for OneByte<'_> {
+            fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+                if self.0.is_empty() || out.is_empty() {
+                    return Ok(0);
+                }
+                out[0] = self.0[0];
+                self.0 = &self.0[1..];
+                Ok(1)
+            }
+        }
+        let doc = r#"{"traceEvents": [{"name": "k\\", "ts": 1.5}, {"x": [[]]}], "n": 12}"#;
+        let mut v = Vec::new();
+        let n = Scanner::new(OneByte(doc.as_bytes()))
+            .for_each_event(|b, _| {
+                v.push(b.len());
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(n, 2);
+        assert_eq!(v, vec![26, 11]);
+    }
+}

@@ -1,0 +1,28 @@
+//! Sources and the model: the event store, gap analysis, trace and recording readers, the live
+//! socket.
+
+pub mod analysis;
+pub mod ingest;
+pub mod jsonscan;
+pub mod kineto;
+pub mod recording;
+pub mod store;
+
+use std::io::Read;
+use std::path::Path;
+
+use anyhow::Context;
+
+/// Loads any file gaptop reads: a recording (`gaptop record`), or Chrome-trace JSON (Kineto or a
+/// gaptop export), plain or gzipped. Errors are one line and name the file.
+pub fn load_path(path: &Path, budget: usize) -> anyhow::Result<store::Store> {
+    let shown = path.display();
+    let mut head = [0u8; 8];
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| f.read(&mut head))
+        .with_context(|| format!("{shown}: cannot open"))?;
+    if n == 8 && &head == gaptop_wire::RECORDING_MAGIC {
+        return recording::load(path, budget).map_err(|e| anyhow::anyhow!("{shown}: {e:#}"));
+    }
+    kineto::load(path, budget).map_err(|e| anyhow::anyhow!("{shown}: {e:#}"))
+}

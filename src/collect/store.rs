@@ -1,0 +1,772 @@
+//! The event store: GPU ops per lane (process, device, stream), host API calls per process, and
+//! the interned names and stacks they point at.
+//!
+//! Every source (Kineto JSON, recordings, the live socket) fills the same store, and every view
+//! and report reads it. Ops in a lane stay sorted by start time so a time window is two binary
+//! searches, and each op carries the lane's cumulative busy time before it, so the busy time of
+//! any range is a subtraction: drawing costs grow with the screen, not with the trace.
+//!
+//! Memory is bounded by a budget: when the estimate passes it, the oldest ops and API calls leave
+//! first and are counted in [`Store::evicted_ops`] / [`Store::evicted_apis`].
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+/// Nanoseconds on the source's clock.
+pub type Ns = i64;
+
+/// Interned string id; 0 is the empty string.
+pub type NameId = u32;
+/// Interned stack id; 0 is the empty stack.
+pub type StackId = u32;
+
+#[derive(Default, Clone)]
+pub struct Interner {
+    map: HashMap<Arc<str>, NameId>,
+    strs: Vec<Arc<str>>,
+}
+
+impl Interner {
+    pub fn new() -> Self {
+        let mut i = Interner::default();
+        i.intern("");
+        i
+    }
+    pub fn intern(&mut self, s: &str) -> NameId {
+        if let Some(&id) = self.map.get(s) {
+            return id;
+        }
+        let a: Arc<str> = Arc::from(s);
+        let id = self.strs.len() as NameId;
+        self.strs.push(a.clone());
+        self.map.insert(a, id);
+        id
+    }
+    pub fn get(&self, id: NameId) -> &str {
+        self.strs.get(id as usize).map(|s| &**s).unwrap_or("?")
+    }
+    pub fn lookup(&self, s: &str) -> Option<NameId> {
+        self.map.get(s).copied()
+    }
+    pub fn len(&self) -> usize {
+        self.strs.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.strs.len() <= 1
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StackNode {
+    pub parent: StackId,
+    pub frame: NameId,
+    pub depth: u32,
+}
+
+/// Stacks as a prefix tree: a stack is its innermost node, and shares its outer frames with
+/// every other stack that has them.
+#[derive(Clone)]
+pub struct StackTable {
+    nodes: Vec<StackNode>,
+    map: HashMap<(StackId, NameId), StackId>,
+}
+
+impl Default for StackTable {
+    fn default() -> Self {
+        StackTable {
+            nodes: vec![StackNode {
+                parent: 0,
+                frame: 0,
+                depth: 0,
+            }],
+            map: HashMap::new(),
+        }
+    }
+}
+
+impl StackTable {
+    pub fn intern(&mut self, parent: StackId, frame: NameId) -> StackId {
+        if let Some(&id) = self.map.get(&(parent, frame)) {
+            return id;
+        }
+        let depth = self.node(parent).depth + 1;
+        let id = self.nodes.len() as StackId;
+        self.nodes.push(StackNode {
+            parent,
+            frame,
+            depth,
+        });
+        self.map.insert((parent, frame), id);
+        id
+    }
+    pub fn node(&self, id: StackId) -> StackNode {
+        self.nodes
+            .get(id as usize)
+            .copied()
+            .unwrap_or(self.nodes[0])
+    }
+    /// Frame name ids, outermost first.
+    pub fn frames(&self, mut id: StackId) -> Vec<NameId> {
+        let mut v = Vec::with_capacity(self.node(id).depth as usize);
+        while id != 0 && (id as usize) < self.nodes.len() {
+            let n = self.nodes[id as usize];
+            v.push(n.frame);
+            id = n.parent;
+        }
+        v.reverse();
+        v
+    }
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.nodes.len() <= 1
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum OpKind {
+    Kernel,
+    Memcpy,
+    Memset,
+}
+
+impl OpKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OpKind::Kernel => "kernel",
+            OpKind::Memcpy => "memcpy",
+            OpKind::Memset => "memset",
+        }
+    }
+}
+
+/// Op flag: a communication kernel (NCCL).
+pub const FLAG_COMM: u8 = 1;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GpuOp {
+    pub start: Ns,
+    pub end: Ns,
+    /// Busy time of the lane (union of op intervals) before this op starts contributing.
+    pub busy_before: Ns,
+    pub name: NameId,
+    pub corr: u32,
+    pub graph: u32,
+    pub kind: OpKind,
+    pub flags: u8,
+}
+
+impl GpuOp {
+    pub fn new(start: Ns, end: Ns, kind: OpKind, name: NameId, corr: u32) -> Self {
+        GpuOp {
+            start,
+            end: end.max(start),
+            busy_before: 0,
+            name,
+            corr,
+            graph: 0,
+            kind,
+            flags: 0,
+        }
+    }
+    pub fn dur(&self) -> Ns {
+        self.end - self.start
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LaneKey {
+    pub proc: u32,
+    pub device: u32,
+    pub stream: u32,
+}
+
+#[derive(Clone, Debug)]
+pub struct Lane {
+    pub key: LaneKey,
+    pub ops: VecDeque<GpuOp>,
+    /// Latest end seen in the lane (for appends).
+    pub max_end: Ns,
+}
+
+impl Lane {
+    /// Busy ns contributed by ops[i] given the running max end before it.
+    fn contrib(prev_max_end: Ns, op: &GpuOp) -> Ns {
+        (op.end - op.start.max(prev_max_end)).max(0)
+    }
+
+    /// Recomputes busy_before over the whole lane (after an out-of-order insert or a sort).
+    fn recompute(&mut self) {
+        let mut busy = 0;
+        let mut max_end = Ns::MIN;
+        for o in self.ops.iter_mut() {
+            o.busy_before = busy;
+            busy += Self::contrib(max_end, o);
+            max_end = max_end.max(o.end);
+        }
+        self.max_end = max_end;
+    }
+
+    /// Index of the first op whose start is >= t.
+    pub fn lower_bound(&self, t: Ns) -> usize {
+        self.ops.partition_point(|o| o.start < t)
+    }
+
+    /// Busy ns of the lane inside [t0, t1), clipped, in O(log n).
+    pub fn busy_in(&self, t0: Ns, t1: Ns) -> Ns {
+        if t1 <= t0 || self.ops.is_empty() {
+            return 0;
+        }
+        self.busy_until(t1) - self.busy_until(t0)
+    }
+
+    /// Busy ns of the lane before time t.
+    pub fn busy_until(&self, t: Ns) -> Ns {
+        let i = self.lower_bound(t);
+        if i == 0 {
+            return 0;
+        }
+        let p = &self.ops[i - 1];
+        // Ops before p are fully before t unless they overlap; p may straddle t.
+        let full_end = p.busy_before;
+        let part = (p.end.min(t) - p.start).max(0);
+        // If an earlier op extends past p's start, busy_before already counted up to its end;
+        // keep the estimate monotone and never above t's share.
+        full_end + part
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ApiKind {
+    Launch,
+    GraphLaunch,
+    Copy,
+    Sync,
+    Wait,
+    Other,
+}
+
+impl ApiKind {
+    /// Classifies a runtime or driver API name (CUPTI's `_v7000`/`_ptsz` suffixes allowed).
+    pub fn classify(name: &str) -> ApiKind {
+        let base = name.split("_v").next().unwrap_or(name);
+        let base = base.trim_end_matches("_ptsz").trim_end_matches("_ptds");
+        match base {
+            "cudaLaunchKernel"
+            | "cudaLaunchKernelExC"
+            | "cudaLaunchCooperativeKernel"
+            | "cudaLaunchCooperativeKernelMultiDevice"
+            | "cuLaunchKernel"
+            | "cuLaunchKernelEx"
+            | "cuLaunchCooperativeKernel"
+            | "cuLaunchGrid"
+            | "cuLaunchGridAsync"
+            | "cudaLaunch" => ApiKind::Launch,
+            "cudaGraphLaunch" | "cuGraphLaunch" => ApiKind::GraphLaunch,
+            "cudaDeviceSynchronize"
+            | "cudaStreamSynchronize"
+            | "cudaEventSynchronize"
+            | "cuCtxSynchronize"
+            | "cuStreamSynchronize"
+            | "cuEventSynchronize"
+            | "cudaThreadSynchronize"
+            | "cudaMemcpy"
+            | "cudaMemcpy2D"
+            | "cudaMemcpyToSymbol"
+            | "cudaMemcpyFromSymbol"
+            | "cudaMemset"
+            | "cuMemcpyDtoH"
+            | "cuMemcpyHtoD"
+            | "cuMemcpy"
+            | "cuMemcpyDtoD" => ApiKind::Sync,
+            "cudaStreamWaitEvent" | "cuStreamWaitEvent" => ApiKind::Wait,
+            b if b.starts_with("cudaMemcpy")
+                || b.starts_with("cudaMemset")
+                || b.starts_with("cuMemcpy")
+                || b.starts_with("cuMemset") =>
+            {
+                ApiKind::Copy
+            }
+            _ => ApiKind::Other,
+        }
+    }
+    pub fn from_wire(k: u8) -> ApiKind {
+        match k {
+            gaptop_wire::API_LAUNCH => ApiKind::Launch,
+            gaptop_wire::API_GRAPH_LAUNCH => ApiKind::GraphLaunch,
+            gaptop_wire::API_COPY => ApiKind::Copy,
+            gaptop_wire::API_SYNC => ApiKind::Sync,
+            gaptop_wire::API_WAIT => ApiKind::Wait,
+            _ => ApiKind::Other,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ApiCall {
+    pub start: Ns,
+    pub end: Ns,
+    pub corr: u32,
+    pub tid: u32,
+    pub name: NameId,
+    /// Stack of the calling thread at the call (without the API frame itself).
+    pub stack: StackId,
+    pub kind: ApiKind,
+}
+
+/// A CPU span from a trace (python_function, cpu_op, user_annotation), with its nesting.
+#[derive(Clone, Copy, Debug)]
+pub struct Span {
+    pub start: Ns,
+    pub end: Ns,
+    /// Stack id that ends with this span's own frame.
+    pub stack: StackId,
+    /// Index of the enclosing span in the same thread, or u32::MAX.
+    pub parent: u32,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Process {
+    pub pid: u32,
+    pub rank: i32,
+    pub label: String,
+    apis: VecDeque<ApiCall>,
+    api_base: u64,
+    by_corr: HashMap<u32, u64>,
+    /// Sync and wait calls sorted by end (they explain gaps).
+    pub blocking: Vec<ApiCall>,
+    /// CPU spans per thread, sorted by start (from traces).
+    pub spans: HashMap<u32, Vec<Span>>,
+    pub ended: bool,
+    /// Collector statistics as last reported.
+    pub stats: gaptop_wire::Stats,
+}
+
+impl Process {
+    pub fn api_by_corr(&self, corr: u32) -> Option<&ApiCall> {
+        let seq = *self.by_corr.get(&corr)?;
+        let i = seq.checked_sub(self.api_base)? as usize;
+        self.apis.get(i)
+    }
+    pub fn apis(&self) -> impl Iterator<Item = &ApiCall> {
+        self.apis.iter()
+    }
+    pub fn api_count(&self) -> usize {
+        self.apis.len()
+    }
+
+    /// Innermost CPU span stack on thread `tid` at time `t` (0 when none).
+    pub fn span_stack_at(&self, tid: u32, t: Ns) -> StackId {
+        let Some(spans) = self.spans.get(&tid) else {
+            return 0;
+        };
+        let i = spans.partition_point(|s| s.start <= t);
+        if i == 0 {
+            return 0;
+        }
+        let mut j = (i - 1) as u32;
+        let mut guard = 0;
+        while j != u32::MAX && guard < 4096 {
+            let s = &spans[j as usize];
+            if s.end >= t {
+                return s.stack;
+            }
+            j = s.parent;
+            guard += 1;
+        }
+        0
+    }
+
+    /// The latest blocking call (sync or wait) of `tid` that ended inside [t0, t1].
+    pub fn blocking_in(&self, tid: u32, t0: Ns, t1: Ns, kind: ApiKind) -> Option<&ApiCall> {
+        let hi = self.blocking.partition_point(|a| a.end <= t1);
+        self.blocking[..hi]
+            .iter()
+            .rev()
+            .take_while(|a| a.end >= t0)
+            .find(|a| a.tid == tid && a.kind == kind)
+    }
+}
+
+/// Bytes the store charges per op and per API call (with index overhead).
+pub const OP_BYTES: usize = std::mem::size_of::<GpuOp>();
+pub const API_BYTES: usize = std::mem::size_of::<ApiCall>() + 24;
+
+pub struct Store {
+    pub names: Interner,
+    pub stacks: StackTable,
+    pub lanes: Vec<Lane>,
+    lane_index: HashMap<LaneKey, usize>,
+    pub procs: Vec<Process>,
+    /// Memory budget in bytes for ops and API calls.
+    pub budget: usize,
+    bytes: usize,
+    pub evicted_ops: u64,
+    pub evicted_apis: u64,
+    /// Records the sources could not keep (collector queue, CUPTI, socket errors).
+    pub dropped: u64,
+    /// Events a source skipped as unknown or irrelevant, by reason.
+    pub skipped: std::collections::BTreeMap<String, u64>,
+    /// Total ops ever added.
+    pub total_ops: u64,
+    /// Bumped on every change; views use it to invalidate caches.
+    pub generation: u64,
+    /// Source description for status lines.
+    pub source: String,
+}
+
+impl Default for Store {
+    fn default() -> Self {
+        Self::new(usize::MAX)
+    }
+}
+
+impl Store {
+    pub fn new(budget: usize) -> Self {
+        Store {
+            names: Interner::new(),
+            stacks: StackTable::default(),
+            lanes: Vec::new(),
+            lane_index: HashMap::new(),
+            procs: Vec::new(),
+            budget,
+            bytes: 0,
+            evicted_ops: 0,
+            evicted_apis: 0,
+            dropped: 0,
+            skipped: Default::default(),
+            total_ops: 0,
+            generation: 0,
+            source: String::new(),
+        }
+    }
+
+    pub fn add_process(&mut self, pid: u32, rank: i32, label: &str) -> u32 {
+        self.procs.push(Process {
+            pid,
+            rank,
+            label: label.to_string(),
+            ..Default::default()
+        });
+        (self.procs.len() - 1) as u32
+    }
+
+    pub fn lane_id(&mut self, key: LaneKey) -> usize {
+        if let Some(&i) = self.lane_index.get(&key) {
+            return i;
+        }
+        let i = self.lanes.len();
+        self.lanes.push(Lane {
+            key,
+            ops: VecDeque::new(),
+            max_end: Ns::MIN,
+        });
+        self.lane_index.insert(key, i);
+        i
+    }
+
+    pub fn lane_label(&self, lane: usize) -> String {
+        let k = self.lanes[lane].key;
+        let p = &self.procs[k.proc as usize];
+        let who = if p.rank >= 0 {
+            format!("r{}", p.rank)
+        } else if self.procs.len() > 1 {
+            format!("p{}", p.pid)
+        } else {
+            String::new()
+        };
+        if who.is_empty() {
+            format!("gpu{} s{}", k.device, k.stream)
+        } else {
+            format!("{who} gpu{} s{}", k.device, k.stream)
+        }
+    }
+
+    /// Appends an op, keeping the lane sorted (an out-of-order op is inserted in place).
+    pub fn add_op(&mut self, lane: usize, mut op: GpuOp) {
+        let l = &mut self.lanes[lane];
+        let in_order = l.ops.back().is_none_or(|b| b.start <= op.start);
+        if in_order {
+            op.busy_before = match l.ops.back() {
+                Some(b) => b.busy_before + Lane::contrib(Self::max_end_before_last(l), b),
+                None => 0,
+            };
+            l.max_end = l.max_end.max(op.end);
+            l.ops.push_back(op);
+        } else {
+            let i = l.lower_bound(op.start + 1);
+            l.ops.insert(i, op);
+            l.recompute();
+        }
+        self.total_ops += 1;
+        self.bytes += OP_BYTES;
+        self.generation += 1;
+        self.enforce_budget();
+    }
+
+    fn max_end_before_last(l: &Lane) -> Ns {
+        // The lane's running max end before its last op. Lanes almost never overlap, so the
+        // op before the last is the answer; that is exact whenever the lane has no overlap.
+        let n = l.ops.len();
+        if n >= 2 {
+            l.ops[n - 2].end
+        } else {
+            Ns::MIN
+        }
+    }
+
+    /// Adds ops in bulk without per-op bookkeeping; call [`Store::finish_bulk`] afterwards.
+    pub fn push_op_unsorted(&mut self, lane: usize, op: GpuOp) {
+        self.lanes[lane].ops.push_back(op);
+        self.total_ops += 1;
+        self.bytes += OP_BYTES;
+    }
+
+    pub fn add_api(&mut self, proc: u32, api: ApiCall) {
+        let p = &mut self.procs[proc as usize];
+        let seq = p.api_base + p.apis.len() as u64;
+        if api.corr != 0 {
+            p.by_corr.insert(api.corr, seq);
+        }
+        if matches!(api.kind, ApiKind::Sync | ApiKind::Wait) {
+            let i = p.blocking.partition_point(|a| a.end <= api.end);
+            p.blocking.insert(i, api);
+        }
+        p.apis.push_back(api);
+        self.bytes += API_BYTES;
+        self.generation += 1;
+        self.enforce_budget();
+    }
+
+    /// Sorts lanes and blocking calls after a bulk load and recomputes the running sums.
+    pub fn finish_bulk(&mut self) {
+        for l in &mut self.lanes {
+            l.ops
+                .make_contiguous()
+                .sort_by_key(|o| (o.start, o.end, o.corr));
+            l.recompute();
+        }
+        for p in &mut self.procs {
+            p.blocking.sort_by_key(|a| a.end);
+        }
+        self.generation += 1;
+        self.enforce_budget();
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    pub fn op_count(&self) -> usize {
+        self.lanes.iter().map(|l| l.ops.len()).sum()
+    }
+
+    fn enforce_budget(&mut self) {
+        while self.bytes > self.budget {
+            // Oldest first: compare the oldest op front with the oldest API front.
+            let lane = self
+                .lanes
+                .iter()
+                .enumerate()
+                .filter_map(|(i, l)| l.ops.front().map(|o| (o.start, i)))
+                .min();
+            let api = self
+                .procs
+                .iter()
+                .enumerate()
+                .filter_map(|(i, p)| p.apis.front().map(|a| (a.start, i)))
+                .min();
+            match (lane, api) {
+                (Some((to, li)), Some((ta, _))) if to <= ta => self.evict_op(li),
+                (_, Some((_, pi))) => self.evict_api(pi),
+                (Some((_, li)), None) => self.evict_op(li),
+                (None, None) => break,
+            }
+        }
+    }
+
+    fn evict_op(&mut self, lane: usize) {
+        if self.lanes[lane].ops.pop_front().is_some() {
+            self.bytes -= OP_BYTES;
+            self.evicted_ops += 1;
+        }
+    }
+
+    fn evict_api(&mut self, proc: usize) {
+        let p = &mut self.procs[proc];
+        if let Some(a) = p.apis.pop_front() {
+            if p.by_corr.get(&a.corr) == Some(&p.api_base) {
+                p.by_corr.remove(&a.corr);
+            }
+            p.api_base += 1;
+            if matches!(a.kind, ApiKind::Sync | ApiKind::Wait) {
+                if let Some(i) = p.blocking.iter().position(|b| *b == a) {
+                    p.blocking.remove(i);
+                }
+            }
+            self.bytes -= API_BYTES;
+            self.evicted_apis += 1;
+        }
+    }
+
+    /// Time span covered by the ops in the store: (first start, last end).
+    pub fn span(&self) -> Option<(Ns, Ns)> {
+        let mut lo = Ns::MAX;
+        let mut hi = Ns::MIN;
+        for l in &self.lanes {
+            if let (Some(f), Some(_)) = (l.ops.front(), l.ops.back()) {
+                lo = lo.min(f.start);
+                hi = hi.max(l.max_end);
+            }
+        }
+        (lo <= hi).then_some((lo, hi))
+    }
+
+    /// The API call that launched an op in this lane, if known.
+    pub fn api_of(&self, lane: usize, op: &GpuOp) -> Option<&ApiCall> {
+        let p = &self.procs[self.lanes[lane].key.proc as usize];
+        p.api_by_corr(op.corr)
+    }
+
+    pub fn skip(&mut self, why: &str) {
+        *self.skipped.entry(why.to_string()).or_insert(0) += 1;
+    }
+
+    /// Devices as (proc, device) pairs with their lanes, sorted.
+    pub fn devices(&self) -> Vec<((u32, u32), Vec<usize>)> {
+        let mut m: std::collections::BTreeMap<(u32, u32), Vec<usize>> = Default::default();
+        for (i, l) in self.lanes.iter().enumerate() {
+            m.entry((l.key.proc, l.key.device)).or_default().push(i);
+        }
+        m.into_iter().collect()
+    }
+
+    /// Lanes in display order: by process, device, stream.
+    pub fn lane_order(&self) -> Vec<usize> {
+        let mut v: Vec<usize> = (0..self.lanes.len()).collect();
+        v.sort_by_key(|&i| self.lanes[i].key);
+        v
+    }
+
+    /// Frame strings of a stack, outermost first.
+    pub fn frame_strings(&self, stack: StackId) -> Vec<String> {
+        self.stacks
+            .frames(stack)
+            .into_iter()
+            .map(|f| self.names.get(f).to_string())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(s: Ns, e: Ns) -> GpuOp {
+        GpuOp::new(s, e, OpKind::Kernel, 0, 0)
+    }
+
+    #[test]
+    fn busy_prefix_sums_clip_windows() {
+        let mut st = Store::default();
+        st.add_process(1, -1, "p");
+        let l = st.lane_id(LaneKey {
+            proc: 0,
+            device: 0,
+            stream: 7,
+        });
+        for (s, e) in [(0, 10), (20, 30), (40, 45)] {
+            st.add_op(l, op(s, e));
+        }
+        let lane = &st.lanes[l];
+        assert_eq!(lane.busy_in(0, 100), 25);
+        assert_eq!(lane.busy_in(5, 25), 10);
+        assert_eq!(lane.busy_in(10, 20), 0);
+        assert_eq!(lane.busy_in(42, 44), 2);
+    }
+
+    #[test]
+    fn out_of_order_insert_keeps_sums() {
+        let mut st = Store::default();
+        st.add_process(1, -1, "p");
+        let l = st.lane_id(LaneKey {
+            proc: 0,
+            device: 0,
+            stream: 0,
+        });
+        st.add_op(l, op(20, 30));
+        st.add_op(l, op(0, 10));
+        st.add_op(l, op(40, 41));
+        let starts: Vec<_> = st.lanes[l].ops.iter().map(|o| o.start).collect();
+        assert_eq!(starts, vec![0, 20, 40]);
+        let bb: Vec<_> = st.lanes[l].ops.iter().map(|o| o.busy_before).collect();
+        assert_eq!(bb, vec![0, 10, 20]);
+    }
+
+    #[test]
+    fn budget_evicts_oldest_and_counts() {
+        let mut st = Store::new(OP_BYTES * 3);
+        st.add_process(1, -1, "p");
+        let l = st.lane_id(LaneKey {
+            proc: 0,
+            device: 0,
+            stream: 0,
+        });
+        for i in 0..10 {
+            st.add_op(l, op(i * 10, i * 10 + 5));
+        }
+        assert_eq!(st.op_count(), 3);
+        assert_eq!(st.evicted_ops, 7);
+        assert_eq!(st.lanes[l].ops.front().unwrap().start, 70);
+        assert_eq!(st.total_ops, 10);
+    }
+
+    #[test]
+    fn classify_api_names() {
+        assert_eq!(ApiKind::classify("cudaLaunchKernel"), ApiKind::Launch);
+        assert_eq!(ApiKind::classify("cudaLaunchKernel_v7000"), ApiKind::Launch);
+        assert_eq!(ApiKind::classify("cuLaunchKernelEx"), ApiKind::Launch);
+        assert_eq!(
+            ApiKind::classify("cudaGraphLaunch_v10000"),
+            ApiKind::GraphLaunch
+        );
+        assert_eq!(ApiKind::classify("cudaStreamSynchronize"), ApiKind::Sync);
+        assert_eq!(ApiKind::classify("cudaMemcpy"), ApiKind::Sync);
+        assert_eq!(ApiKind::classify("cudaMemcpyAsync"), ApiKind::Copy);
+        assert_eq!(ApiKind::classify("cudaStreamWaitEvent"), ApiKind::Wait);
+        assert_eq!(ApiKind::classify("cudaMalloc"), ApiKind::Other);
+    }
+
+    #[test]
+    fn span_stack_lookup_walks_parents() {
+        let mut st = Store::default();
+        let p = st.add_process(1, -1, "p");
+        let a = st.names.intern("a");
+        let b = st.names.intern("b");
+        let sa = st.stacks.intern(0, a);
+        let sb = st.stacks.intern(sa, b);
+        st.procs[p as usize].spans.insert(
+            1,
+            vec![
+                Span {
+                    start: 0,
+                    end: 100,
+                    stack: sa,
+                    parent: u32::MAX,
+                },
+                Span {
+                    start: 10,
+                    end: 20,
+                    stack: sb,
+                    parent: 0,
+                },
+            ],
+        );
+        let pr = &st.procs[0];
+        assert_eq!(pr.span_stack_at(1, 15), sb);
+        assert_eq!(pr.span_stack_at(1, 50), sa);
+        assert_eq!(pr.span_stack_at(1, 150), 0);
+        assert_eq!(pr.span_stack_at(2, 15), 0);
+    }
+}

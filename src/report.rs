@@ -1,0 +1,325 @@
+//! `gaptop report`: the headless summary, as text or JSON.
+
+use serde::Serialize;
+
+use crate::collect::analysis::{self, Category, Config, Gap, Reason, Summary, Window};
+use crate::collect::store::{Ns, Store};
+use crate::units::fmt_ns;
+
+#[derive(Serialize)]
+pub struct JsonBucket {
+    pub count: u64,
+    pub total_ns: Ns,
+}
+
+#[derive(Serialize)]
+pub struct JsonStack {
+    pub frames: Vec<String>,
+    pub gaps: u64,
+    pub gap_ns: Ns,
+}
+
+#[derive(Serialize)]
+pub struct JsonGap {
+    /// Relative to the start of the capture.
+    pub start_ns: Ns,
+    pub duration_ns: Ns,
+    pub cause: &'static str,
+    pub reason: &'static str,
+    pub device: u32,
+    pub stream: u32,
+    pub pid: u32,
+    pub prev_op: String,
+    pub next_op: String,
+    pub launch_latency_ns: Ns,
+    pub frames: Vec<String>,
+    pub cpu_frames: Vec<String>,
+}
+
+#[derive(Serialize)]
+pub struct Percentiles {
+    pub p50: u64,
+    pub p90: u64,
+    pub p99: u64,
+    pub max: u64,
+}
+
+#[derive(Serialize)]
+pub struct JsonReport {
+    pub source: String,
+    /// Absolute time of the capture start on the source's clock; all other times are relative.
+    pub origin_ns: Ns,
+    pub window: JsonWindow,
+    pub gpu_ops: u64,
+    pub kernels: u64,
+    pub busy_ns: Ns,
+    pub kernel_ns: Ns,
+    pub device_idle_ns: Ns,
+    pub idle: std::collections::BTreeMap<&'static str, JsonBucket>,
+    pub reasons: std::collections::BTreeMap<&'static str, JsonBucket>,
+    pub gap_percentiles_ns: Percentiles,
+    pub kernel_percentiles_ns: Percentiles,
+    pub top_stacks: Vec<JsonStack>,
+    pub top_gaps: Vec<JsonGap>,
+    pub dropped: u64,
+    pub evicted_ops: u64,
+    pub skipped: std::collections::BTreeMap<String, u64>,
+}
+
+#[derive(Serialize)]
+pub struct JsonWindow {
+    pub from_ns: Ns,
+    pub to_ns: Ns,
+}
+
+fn pct(h: &hdrhistogram::Histogram<u64>) -> Percentiles {
+    if h.is_empty() {
+        return Percentiles {
+            p50: 0,
+            p90: 0,
+            p99: 0,
+            max: 0,
+        };
+    }
+    Percentiles {
+        p50: h.value_at_quantile(0.5),
+        p90: h.value_at_quantile(0.9),
+        p99: h.value_at_quantile(0.99),
+        max: h.max(),
+    }
+}
+
+pub fn gap_json(store: &Store, g: &Gap, origin: Ns) -> JsonGap {
+    let l = &store.lanes[g.lane];
+    let name = |i: usize| store.names.get(l.ops[i].name).to_string();
+    let mut frames = store.frame_strings(g.stack);
+    if g.api != 0 {
+        frames.push(store.names.get(g.api).to_string());
+    }
+    frames.push(store.names.get(g.op_name).to_string());
+    JsonGap {
+        start_ns: g.start - origin,
+        duration_ns: g.dur(),
+        cause: g.category.as_str(),
+        reason: g.reason.as_str(),
+        device: l.key.device,
+        stream: l.key.stream,
+        pid: store.procs[l.key.proc as usize].pid,
+        prev_op: name(g.prev),
+        next_op: name(g.next),
+        launch_latency_ns: g.launch_latency,
+        frames,
+        cpu_frames: store.frame_strings(g.cpu_stack),
+    }
+}
+
+/// Top stacks by gap time: (frames, gaps, gap_ns).
+pub fn top_stacks(store: &Store, s: &Summary, n: usize) -> Vec<JsonStack> {
+    let mut v: Vec<_> = s.stacks.iter().collect();
+    v.sort_by(|a, b| b.1 .1.cmp(&a.1 .1).then(a.0.cmp(b.0)));
+    v.into_iter()
+        .take(n)
+        .map(|(&(stack, api, op), &(gaps, gap_ns))| {
+            let mut frames = store.frame_strings(stack);
+            if api != 0 {
+                frames.push(store.names.get(api).to_string());
+            }
+            frames.push(store.names.get(op).to_string());
+            JsonStack {
+                frames,
+                gaps,
+                gap_ns,
+            }
+        })
+        .collect()
+}
+
+pub fn build(store: &Store, w: Window, cfg: &Config, top: usize) -> (Summary, JsonReport) {
+    let origin = store.span().map(|s| s.0).unwrap_or(0);
+    let abs = Window {
+        from: w.from.map(|f| f + origin),
+        to: w.to.map(|t| t + origin),
+    };
+    let s = analysis::summarize(store, abs, cfg, top);
+    let mut idle = std::collections::BTreeMap::new();
+    for c in Category::ALL {
+        let b = s.idle(c);
+        idle.insert(
+            c.as_str(),
+            JsonBucket {
+                count: b.count,
+                total_ns: b.total_ns,
+            },
+        );
+    }
+    let mut reasons = std::collections::BTreeMap::new();
+    for r in [
+        Reason::Launch,
+        Reason::Sync,
+        Reason::EventWait,
+        Reason::Graph,
+        Reason::Unknown,
+    ] {
+        let b = s.reasons.get(&r).copied().unwrap_or_default();
+        reasons.insert(
+            r.as_str(),
+            JsonBucket {
+                count: b.count,
+                total_ns: b.total_ns,
+            },
+        );
+    }
+    let j = JsonReport {
+        source: store.source.clone(),
+        origin_ns: origin,
+        window: JsonWindow {
+            from_ns: s.lo - origin,
+            to_ns: s.hi - origin,
+        },
+        gpu_ops: s.gpu_ops,
+        kernels: s.kernels,
+        busy_ns: s.busy_ns,
+        kernel_ns: s.kernel_ns,
+        device_idle_ns: s.device_idle_ns,
+        idle,
+        reasons,
+        gap_percentiles_ns: pct(&s.gap_hist),
+        kernel_percentiles_ns: pct(&s.kernel_hist),
+        top_stacks: top_stacks(store, &s, 20),
+        top_gaps: s
+            .top_gaps
+            .iter()
+            .map(|g| gap_json(store, g, origin))
+            .collect(),
+        dropped: store.dropped,
+        evicted_ops: store.evicted_ops,
+        skipped: store.skipped.clone(),
+    };
+    (s, j)
+}
+
+fn short(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        let t: String = s.chars().take(n.saturating_sub(1)).collect();
+        format!("{t}…")
+    }
+}
+
+/// The text form: a concise summary that fits a terminal.
+pub fn text(j: &JsonReport) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let span = j.window.to_ns - j.window.from_ns;
+    let _ = writeln!(
+        o,
+        "gaptop report: {}  window {} .. {} ({})",
+        j.source,
+        fmt_ns(j.window.from_ns),
+        fmt_ns(j.window.to_ns),
+        fmt_ns(span)
+    );
+    let pctf = |a: Ns, b: Ns| {
+        if b > 0 {
+            100.0 * a as f64 / b as f64
+        } else {
+            0.0
+        }
+    };
+    let _ = writeln!(
+        o,
+        "GPU ops {}  kernels {}  busy {} ({:.1}%)  device idle {} ({:.1}%)",
+        j.gpu_ops,
+        j.kernels,
+        fmt_ns(j.busy_ns),
+        pctf(j.busy_ns, j.busy_ns + j.device_idle_ns),
+        fmt_ns(j.device_idle_ns),
+        pctf(j.device_idle_ns, j.busy_ns + j.device_idle_ns),
+    );
+    if j.dropped > 0 || j.evicted_ops > 0 {
+        let _ = writeln!(
+            o,
+            "DROPPED records {}  evicted ops {}",
+            j.dropped, j.evicted_ops
+        );
+    }
+    let _ = writeln!(o, "\nIdle per stream (HTA categories)");
+    let total: Ns = j.idle.values().map(|b| b.total_ns).sum();
+    for c in ["host_wait", "kernel_wait", "other"] {
+        let b = &j.idle[c];
+        let _ = writeln!(
+            o,
+            "  {:<12} {:>8} gaps  {:>12}  {:5.1}%",
+            c,
+            b.count,
+            fmt_ns(b.total_ns),
+            pctf(b.total_ns, total)
+        );
+    }
+    let reasons: Vec<String> = j
+        .reasons
+        .iter()
+        .filter(|(_, b)| b.count > 0)
+        .map(|(k, b)| format!("{k} {} ({})", b.count, fmt_ns(b.total_ns)))
+        .collect();
+    let _ = writeln!(o, "  why: {}", reasons.join(", "));
+    let g = &j.gap_percentiles_ns;
+    let k = &j.kernel_percentiles_ns;
+    let _ = writeln!(
+        o,
+        "\nPercentiles     p50        p90        p99        max\n  gap      {:>9}  {:>9}  {:>9}  {:>9}\n  kernel   {:>9}  {:>9}  {:>9}  {:>9}",
+        fmt_ns(g.p50 as Ns),
+        fmt_ns(g.p90 as Ns),
+        fmt_ns(g.p99 as Ns),
+        fmt_ns(g.max as Ns),
+        fmt_ns(k.p50 as Ns),
+        fmt_ns(k.p90 as Ns),
+        fmt_ns(k.p99 as Ns),
+        fmt_ns(k.max as Ns)
+    );
+    let _ = writeln!(o, "\nTop stacks by gap time");
+    for s in j.top_stacks.iter().take(8) {
+        let _ = writeln!(
+            o,
+            "  {:>10} {:5.1}%  {:>6} gaps",
+            fmt_ns(s.gap_ns),
+            pctf(s.gap_ns, total),
+            s.gaps
+        );
+        let n = s.frames.len();
+        for (i, f) in s.frames.iter().enumerate().skip(n.saturating_sub(5)) {
+            let _ = writeln!(
+                o,
+                "      {}{}",
+                if i + 1 == n { "└ " } else { "  " },
+                short(f, 100)
+            );
+        }
+    }
+    let _ = writeln!(o, "\nTop gaps");
+    for g in j.top_gaps.iter().take(10) {
+        let _ = writeln!(
+            o,
+            "  {:>10} at {:>10}  gpu{} s{}  {} ({})  before {}",
+            fmt_ns(g.duration_ns),
+            fmt_ns(g.start_ns),
+            g.device,
+            g.stream,
+            g.cause,
+            g.reason,
+            short(&g.next_op, 50)
+        );
+        if let Some(f) = g.frames.iter().rev().find(|f| f.contains(".py(")) {
+            let _ = writeln!(o, "      launched from {}", short(f, 90));
+        }
+        if let Some(f) = g.cpu_frames.last() {
+            let _ = writeln!(o, "      CPU during gap: {}", short(f, 90));
+        }
+    }
+    if !j.skipped.is_empty() {
+        let s: Vec<String> = j.skipped.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+        let _ = writeln!(o, "\nSkipped events: {}", s.join(", "));
+    }
+    o
+}

@@ -1,0 +1,94 @@
+//! Human-readable times and time arguments.
+
+use crate::collect::store::Ns;
+
+/// Formats nanoseconds with a unit that keeps three significant digits.
+pub fn fmt_ns(ns: Ns) -> String {
+    let a = ns.unsigned_abs() as f64;
+    let sign = if ns < 0 { "-" } else { "" };
+    if a < 1_000.0 {
+        format!("{sign}{a:.0}ns")
+    } else if a < 1_000_000.0 {
+        let t = format!("{:.3}", a / 1e3);
+        let t = t.trim_end_matches('0').trim_end_matches('.');
+        format!("{sign}{t}µs")
+    } else if a < 1_000_000_000.0 {
+        format!("{sign}{:.2}ms", a / 1e6)
+    } else {
+        format!("{sign}{:.3}s", a / 1e9)
+    }
+}
+
+/// Compact form for axes and narrow cells: at most 6 characters.
+pub fn fmt_short(ns: Ns) -> String {
+    let a = ns.unsigned_abs() as f64;
+    let sign = if ns < 0 { "-" } else { "" };
+    let (v, u) = if a < 1e3 {
+        (a, "ns")
+    } else if a < 1e6 {
+        (a / 1e3, "us")
+    } else if a < 1e9 {
+        (a / 1e6, "ms")
+    } else {
+        (a / 1e9, "s")
+    };
+    if v >= 100.0 || v == v.trunc() {
+        format!("{sign}{v:.0}{u}")
+    } else if v >= 10.0 {
+        format!("{sign}{v:.1}{u}")
+    } else {
+        format!("{sign}{v:.2}{u}")
+    }
+}
+
+/// Parses "1.5ms", "200us", "200µs", "3s", "100ns"; a bare number is microseconds.
+pub fn parse_time(s: &str) -> Result<Ns, String> {
+    let t = s.trim();
+    let (num, mult) = if let Some(n) = t.strip_suffix("ns") {
+        (n, 1.0)
+    } else if let Some(n) = t.strip_suffix("us").or_else(|| t.strip_suffix("µs")) {
+        (n, 1e3)
+    } else if let Some(n) = t.strip_suffix("ms") {
+        (n, 1e6)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1e9)
+    } else {
+        (t, 1e3)
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("bad time {s:?}: use a number with ns, us, ms or s"))?;
+    if !v.is_finite() || v < 0.0 {
+        return Err(format!("bad time {s:?}: must be a non-negative number"));
+    }
+    Ok((v * mult).round() as Ns)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats() {
+        assert_eq!(fmt_ns(999), "999ns");
+        assert_eq!(fmt_ns(15_009), "15.009µs");
+        assert_eq!(fmt_ns(15_000), "15µs");
+        assert_eq!(fmt_ns(15_500), "15.5µs");
+        assert_eq!(fmt_ns(2_500_000), "2.50ms");
+        assert_eq!(fmt_ns(3_000_000_000), "3.000s");
+        assert_eq!(fmt_short(1_500), "1.50us");
+        assert_eq!(fmt_short(250_000_000), "250ms");
+    }
+
+    #[test]
+    fn parses() {
+        assert_eq!(parse_time("1.5ms"), Ok(1_500_000));
+        assert_eq!(parse_time("200us"), Ok(200_000));
+        assert_eq!(parse_time("200µs"), Ok(200_000));
+        assert_eq!(parse_time("3s"), Ok(3_000_000_000));
+        assert_eq!(parse_time("7"), Ok(7_000));
+        assert!(parse_time("-1ms").is_err());
+        assert!(parse_time("abc").is_err());
+    }
+}

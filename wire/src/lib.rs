@@ -1,0 +1,575 @@
+//! gaptop's record format.
+//!
+//! One format serves three places: the injected collector writes it to a Unix socket, the viewer
+//! decodes it, and a recording (`gaptop record`) stores the same frames with the connection they
+//! came from. Everything is little-endian and length-prefixed so that a reader can always tell a
+//! truncated or corrupt frame from a good one without trusting the payload.
+//!
+//! ```text
+//! frame   := len:u32  tag:u8  payload[len-1]
+//! stream  := Hello frame, then any frames
+//! record  := "GAPTOPR1" (conn:u32 frame)*      -- a recording file
+//! ```
+#![forbid(unsafe_code)]
+
+use std::fmt;
+
+/// Version of the frame format; a Hello with another version is refused.
+pub const VERSION: u32 = 1;
+/// Magic that opens the Hello payload.
+pub const MAGIC: &[u8; 8] = b"GAPTOPW1";
+/// Magic that opens a recording file.
+pub const RECORDING_MAGIC: &[u8; 8] = b"GAPTOPR1";
+/// Largest frame accepted; anything longer is a protocol error, not an allocation.
+pub const MAX_FRAME: usize = 8 << 20;
+
+pub const TAG_HELLO: u8 = 1;
+pub const TAG_NAME: u8 = 2;
+pub const TAG_STACK: u8 = 3;
+pub const TAG_OPS: u8 = 4;
+pub const TAG_APIS: u8 = 5;
+pub const TAG_STATS: u8 = 6;
+pub const TAG_BYE: u8 = 7;
+
+pub const OP_SIZE: usize = 36;
+pub const API_SIZE: usize = 40;
+
+/// GPU operation kinds on the wire.
+pub const OP_KERNEL: u8 = 0;
+pub const OP_MEMCPY: u8 = 1;
+pub const OP_MEMSET: u8 = 2;
+
+/// Host API kinds on the wire (the viewer also classifies by name).
+pub const API_LAUNCH: u8 = 0;
+pub const API_GRAPH_LAUNCH: u8 = 1;
+pub const API_COPY: u8 = 2;
+pub const API_SYNC: u8 = 3;
+pub const API_WAIT: u8 = 4;
+pub const API_OTHER: u8 = 5;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hello {
+    pub version: u32,
+    pub pid: u32,
+    /// RANK from the environment, or -1.
+    pub rank: i32,
+    /// Command line or other free text describing the process.
+    pub label: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Op {
+    pub start: u64,
+    pub end: u64,
+    pub corr: u32,
+    pub name: u32,
+    pub stream: u32,
+    pub graph: u32,
+    pub device: u16,
+    pub kind: u8,
+    pub flags: u8,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Api {
+    pub start: u64,
+    pub end: u64,
+    pub corr: u32,
+    pub tid: u32,
+    /// Name id of the API function.
+    pub name: u32,
+    /// Stack id (0 = no stack).
+    pub stack: u32,
+    /// Correlation id of the enclosing runtime call when this is a driver call made by it, else 0.
+    pub outer_corr: u32,
+    pub kind: u8,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Stats {
+    /// Records the collector could not keep (queue full, viewer slow or gone).
+    pub collector_dropped: u64,
+    /// Records CUPTI reported as dropped.
+    pub cupti_dropped: u64,
+    /// Records sent so far.
+    pub sent: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Frame {
+    Hello(Hello),
+    Name { id: u32, text: String },
+    Stack { id: u32, parent: u32, frame: u32 },
+    Ops(Vec<Op>),
+    Apis(Vec<Api>),
+    Stats(Stats),
+    Bye { reason: u8 },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WireError {
+    /// A frame's length is zero or over [`MAX_FRAME`].
+    BadLength(usize),
+    UnknownTag(u8),
+    /// The payload does not match its tag's layout.
+    BadPayload(&'static str),
+    BadMagic,
+    WrongVersion(u32),
+    /// The first frame of a stream was not a Hello.
+    NoHello,
+}
+
+impl fmt::Display for WireError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WireError::BadLength(n) => write!(f, "frame length {n} out of range"),
+            WireError::UnknownTag(t) => write!(f, "unknown frame tag {t}"),
+            WireError::BadPayload(what) => write!(f, "malformed {what} frame"),
+            WireError::BadMagic => write!(f, "not a gaptop stream (bad magic)"),
+            WireError::WrongVersion(v) => {
+                write!(f, "protocol version {v}, this gaptop speaks {VERSION}")
+            }
+            WireError::NoHello => write!(f, "stream did not start with a hello frame"),
+        }
+    }
+}
+
+impl std::error::Error for WireError {}
+
+// ---------------------------------------------------------------- encoding
+
+fn begin(out: &mut Vec<u8>, tag: u8) -> usize {
+    let at = out.len();
+    out.extend_from_slice(&[0, 0, 0, 0, tag]);
+    at
+}
+
+fn finish(out: &mut [u8], at: usize) {
+    let len = (out.len() - at - 4) as u32;
+    out[at..at + 4].copy_from_slice(&len.to_le_bytes());
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    let b = s.as_bytes();
+    let n = b.len().min(u16::MAX as usize);
+    out.extend_from_slice(&(n as u16).to_le_bytes());
+    out.extend_from_slice(&b[..n]);
+}
+
+pub fn encode_hello(out: &mut Vec<u8>, h: &Hello) {
+    let at = begin(out, TAG_HELLO);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&h.version.to_le_bytes());
+    out.extend_from_slice(&h.pid.to_le_bytes());
+    out.extend_from_slice(&h.rank.to_le_bytes());
+    put_str(out, &h.label);
+    finish(out, at);
+}
+
+pub fn encode_name(out: &mut Vec<u8>, id: u32, text: &str) {
+    let at = begin(out, TAG_NAME);
+    out.extend_from_slice(&id.to_le_bytes());
+    put_str(out, text);
+    finish(out, at);
+}
+
+pub fn encode_stack(out: &mut Vec<u8>, id: u32, parent: u32, frame: u32) {
+    let at = begin(out, TAG_STACK);
+    out.extend_from_slice(&id.to_le_bytes());
+    out.extend_from_slice(&parent.to_le_bytes());
+    out.extend_from_slice(&frame.to_le_bytes());
+    finish(out, at);
+}
+
+pub fn put_op(out: &mut Vec<u8>, o: &Op) {
+    out.extend_from_slice(&o.start.to_le_bytes());
+    out.extend_from_slice(&o.end.to_le_bytes());
+    out.extend_from_slice(&o.corr.to_le_bytes());
+    out.extend_from_slice(&o.name.to_le_bytes());
+    out.extend_from_slice(&o.stream.to_le_bytes());
+    out.extend_from_slice(&o.graph.to_le_bytes());
+    out.extend_from_slice(&o.device.to_le_bytes());
+    out.push(o.kind);
+    out.push(o.flags);
+}
+
+pub fn put_api(out: &mut Vec<u8>, a: &Api) {
+    out.extend_from_slice(&a.start.to_le_bytes());
+    out.extend_from_slice(&a.end.to_le_bytes());
+    out.extend_from_slice(&a.corr.to_le_bytes());
+    out.extend_from_slice(&a.tid.to_le_bytes());
+    out.extend_from_slice(&a.name.to_le_bytes());
+    out.extend_from_slice(&a.stack.to_le_bytes());
+    out.extend_from_slice(&a.outer_corr.to_le_bytes());
+    out.push(a.kind);
+    out.extend_from_slice(&[0, 0, 0]);
+}
+
+pub fn encode_ops(out: &mut Vec<u8>, ops: &[Op]) {
+    let at = begin(out, TAG_OPS);
+    for o in ops {
+        put_op(out, o);
+    }
+    finish(out, at);
+}
+
+pub fn encode_apis(out: &mut Vec<u8>, apis: &[Api]) {
+    let at = begin(out, TAG_APIS);
+    for a in apis {
+        put_api(out, a);
+    }
+    finish(out, at);
+}
+
+pub fn encode_stats(out: &mut Vec<u8>, s: &Stats) {
+    let at = begin(out, TAG_STATS);
+    out.extend_from_slice(&s.collector_dropped.to_le_bytes());
+    out.extend_from_slice(&s.cupti_dropped.to_le_bytes());
+    out.extend_from_slice(&s.sent.to_le_bytes());
+    finish(out, at);
+}
+
+pub fn encode_bye(out: &mut Vec<u8>, reason: u8) {
+    let at = begin(out, TAG_BYE);
+    out.push(reason);
+    finish(out, at);
+}
+
+/// Encodes any frame (used by recordings and tests; the collector uses the typed encoders).
+pub fn encode(out: &mut Vec<u8>, f: &Frame) {
+    match f {
+        Frame::Hello(h) => encode_hello(out, h),
+        Frame::Name { id, text } => encode_name(out, *id, text),
+        Frame::Stack { id, parent, frame } => encode_stack(out, *id, *parent, *frame),
+        Frame::Ops(ops) => encode_ops(out, ops),
+        Frame::Apis(apis) => encode_apis(out, apis),
+        Frame::Stats(s) => encode_stats(out, s),
+        Frame::Bye { reason } => encode_bye(out, *reason),
+    }
+}
+
+// ---------------------------------------------------------------- decoding
+
+struct Cur<'a> {
+    b: &'a [u8],
+    what: &'static str,
+}
+
+impl<'a> Cur<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
+        if self.b.len() < n {
+            return Err(WireError::BadPayload(self.what));
+        }
+        let (h, t) = self.b.split_at(n);
+        self.b = t;
+        Ok(h)
+    }
+    fn u8(&mut self) -> Result<u8, WireError> {
+        Ok(self.take(1)?[0])
+    }
+    fn u16(&mut self) -> Result<u16, WireError> {
+        let b = self.take(2)?;
+        Ok(u16::from_le_bytes([b[0], b[1]]))
+    }
+    fn u32(&mut self) -> Result<u32, WireError> {
+        let b = self.take(4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    fn u64(&mut self) -> Result<u64, WireError> {
+        let b = self.take(8)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Ok(u64::from_le_bytes(a))
+    }
+    fn str(&mut self) -> Result<String, WireError> {
+        let n = self.u16()? as usize;
+        let b = self.take(n)?;
+        Ok(String::from_utf8_lossy(b).into_owned())
+    }
+    fn done(&self) -> Result<(), WireError> {
+        if self.b.is_empty() {
+            Ok(())
+        } else {
+            Err(WireError::BadPayload(self.what))
+        }
+    }
+}
+
+/// Decodes one frame's tag and payload (without the length prefix).
+pub fn decode_payload(tag: u8, payload: &[u8]) -> Result<Frame, WireError> {
+    let what = match tag {
+        TAG_HELLO => "hello",
+        TAG_NAME => "name",
+        TAG_STACK => "stack",
+        TAG_OPS => "ops",
+        TAG_APIS => "apis",
+        TAG_STATS => "stats",
+        TAG_BYE => "bye",
+        t => return Err(WireError::UnknownTag(t)),
+    };
+    let mut c = Cur { b: payload, what };
+    let f = match tag {
+        TAG_HELLO => {
+            if c.take(8).map_err(|_| WireError::BadMagic)? != MAGIC {
+                return Err(WireError::BadMagic);
+            }
+            let version = c.u32()?;
+            if version != VERSION {
+                return Err(WireError::WrongVersion(version));
+            }
+            let pid = c.u32()?;
+            let rank = c.u32()? as i32;
+            let label = c.str()?;
+            Frame::Hello(Hello {
+                version,
+                pid,
+                rank,
+                label,
+            })
+        }
+        TAG_NAME => Frame::Name {
+            id: c.u32()?,
+            text: c.str()?,
+        },
+        TAG_STACK => Frame::Stack {
+            id: c.u32()?,
+            parent: c.u32()?,
+            frame: c.u32()?,
+        },
+        TAG_OPS => {
+            if !payload.len().is_multiple_of(OP_SIZE) {
+                return Err(WireError::BadPayload(what));
+            }
+            let mut v = Vec::with_capacity(payload.len() / OP_SIZE);
+            while !c.b.is_empty() {
+                v.push(Op {
+                    start: c.u64()?,
+                    end: c.u64()?,
+                    corr: c.u32()?,
+                    name: c.u32()?,
+                    stream: c.u32()?,
+                    graph: c.u32()?,
+                    device: c.u16()?,
+                    kind: c.u8()?,
+                    flags: c.u8()?,
+                });
+            }
+            Frame::Ops(v)
+        }
+        TAG_APIS => {
+            if !payload.len().is_multiple_of(API_SIZE) {
+                return Err(WireError::BadPayload(what));
+            }
+            let mut v = Vec::with_capacity(payload.len() / API_SIZE);
+            while !c.b.is_empty() {
+                let a = Api {
+                    start: c.u64()?,
+                    end: c.u64()?,
+                    corr: c.u32()?,
+                    tid: c.u32()?,
+                    name: c.u32()?,
+                    stack: c.u32()?,
+                    outer_corr: c.u32()?,
+                    kind: c.u8()?,
+                };
+                c.take(3)?;
+                v.push(a);
+            }
+            Frame::Apis(v)
+        }
+        TAG_STATS => Frame::Stats(Stats {
+            collector_dropped: c.u64()?,
+            cupti_dropped: c.u64()?,
+            sent: c.u64()?,
+        }),
+        TAG_BYE => Frame::Bye { reason: c.u8()? },
+        _ => unreachable!("tag checked above"),
+    };
+    c.done()?;
+    Ok(f)
+}
+
+/// Incremental frame decoder: feed it bytes as they arrive, take frames out.
+///
+/// It enforces the stream grammar: the first frame must be a valid Hello.
+#[derive(Default)]
+pub struct Decoder {
+    buf: Vec<u8>,
+    pos: usize,
+    saw_hello: bool,
+    /// Total bytes fed.
+    pub fed: u64,
+}
+
+impl Decoder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn feed(&mut self, bytes: &[u8]) {
+        if self.pos > 0 && self.pos == self.buf.len() {
+            self.buf.clear();
+            self.pos = 0;
+        } else if self.pos > (1 << 20) {
+            self.buf.drain(..self.pos);
+            self.pos = 0;
+        }
+        self.buf.extend_from_slice(bytes);
+        self.fed += bytes.len() as u64;
+    }
+
+    /// Bytes fed but not yet decoded (a partial frame).
+    pub fn pending(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+
+    /// The next complete frame, `Ok(None)` when more bytes are needed.
+    pub fn next_frame(&mut self) -> Result<Option<Frame>, WireError> {
+        let rest = &self.buf[self.pos..];
+        if rest.len() < 4 {
+            return Ok(None);
+        }
+        let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+        if len == 0 || len > MAX_FRAME {
+            return Err(WireError::BadLength(len));
+        }
+        if rest.len() < 4 + len {
+            return Ok(None);
+        }
+        let tag = rest[4];
+        let f = decode_payload(tag, &rest[5..4 + len])?;
+        self.pos += 4 + len;
+        if !self.saw_hello {
+            if !matches!(f, Frame::Hello(_)) {
+                return Err(WireError::NoHello);
+            }
+            self.saw_hello = true;
+        }
+        Ok(Some(f))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hello() -> Frame {
+        Frame::Hello(Hello {
+            version: VERSION,
+            pid: 42,
+            rank: 1,
+            label: "python3 train.py".into(),
+        })
+    }
+
+    fn sample() -> Vec<Frame> {
+        vec![
+            hello(),
+            Frame::Name {
+                id: 1,
+                text: "model.py(3): forward".into(),
+            },
+            Frame::Stack {
+                id: 1,
+                parent: 0,
+                frame: 1,
+            },
+            Frame::Ops(vec![Op {
+                start: 10,
+                end: 20,
+                corr: 5,
+                name: 1,
+                stream: 7,
+                graph: 0,
+                device: 0,
+                kind: OP_KERNEL,
+                flags: 0,
+            }]),
+            Frame::Apis(vec![Api {
+                start: 1,
+                end: 9,
+                corr: 5,
+                tid: 3,
+                name: 1,
+                stack: 1,
+                outer_corr: 0,
+                kind: API_LAUNCH,
+            }]),
+            Frame::Stats(Stats {
+                collector_dropped: 1,
+                cupti_dropped: 2,
+                sent: 3,
+            }),
+            Frame::Bye { reason: 0 },
+        ]
+    }
+
+    #[test]
+    fn round_trip_byte_by_byte() {
+        let mut bytes = Vec::new();
+        for f in sample() {
+            encode(&mut bytes, &f);
+        }
+        let mut d = Decoder::new();
+        let mut got = Vec::new();
+        for b in &bytes {
+            d.feed(std::slice::from_ref(b));
+            while let Some(f) = d.next_frame().unwrap() {
+                got.push(f);
+            }
+        }
+        assert_eq!(got, sample());
+        assert_eq!(d.pending(), 0);
+    }
+
+    #[test]
+    fn rejects_garbage_and_lies() {
+        let mut d = Decoder::new();
+        d.feed(&[0xff, 0xff, 0xff, 0x7f, 1]);
+        assert!(matches!(d.next_frame(), Err(WireError::BadLength(_))));
+
+        let mut d = Decoder::new();
+        let mut b = Vec::new();
+        encode(&mut b, &Frame::Bye { reason: 0 });
+        d.feed(&b);
+        assert_eq!(d.next_frame(), Err(WireError::NoHello));
+
+        let mut b = Vec::new();
+        encode(&mut b, &hello());
+        b[9 + 4] = 99; // version field
+        let mut d = Decoder::new();
+        d.feed(&b);
+        assert_eq!(d.next_frame(), Err(WireError::WrongVersion(99)));
+
+        let mut b = Vec::new();
+        encode(&mut b, &hello());
+        b[5] = b'X';
+        let mut d = Decoder::new();
+        d.feed(&b);
+        assert_eq!(d.next_frame(), Err(WireError::BadMagic));
+
+        // An ops frame whose payload is not a whole number of records.
+        assert_eq!(
+            decode_payload(TAG_OPS, &[0u8; OP_SIZE + 1]),
+            Err(WireError::BadPayload("ops"))
+        );
+        assert_eq!(decode_payload(77, &[]), Err(WireError::UnknownTag(77)));
+        // A stack frame with trailing bytes.
+        assert_eq!(
+            decode_payload(TAG_STACK, &[0u8; 13]),
+            Err(WireError::BadPayload("stack"))
+        );
+    }
+
+    #[test]
+    fn truncated_frame_waits_for_more() {
+        let mut b = Vec::new();
+        encode(&mut b, &hello());
+        let mut d = Decoder::new();
+        d.feed(&b[..b.len() - 1]);
+        assert_eq!(d.next_frame(), Ok(None));
+        assert_eq!(d.pending(), b.len() - 1);
+        d.feed(&b[b.len() - 1..]);
+        assert_eq!(d.next_frame(), Ok(Some(hello())));
+    }
+}
