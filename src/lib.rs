@@ -7,5 +7,6 @@
 #![forbid(unsafe_code)]
 
 pub mod collect;
+pub mod record;
 pub mod report;
 pub mod units;

@@ -43,6 +43,18 @@ enum Cmd {
         #[arg(long, default_value = "30us", value_parser = parse_time)]
         kernel_wait: i64,
     },
+    /// Run a command with the collector injected and write a recording, without the UI
+    Record {
+        /// Output recording file
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Stop recording after this many seconds (the command keeps running)
+        #[arg(long)]
+        duration: Option<f64>,
+        /// The command and its arguments
+        #[arg(last = true, required = true)]
+        cmd: Vec<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -81,6 +93,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 print!("{}", gaptop::report::text(&j));
             }
             Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Record {
+            output,
+            duration,
+            cmd,
+        } => {
+            let code = gaptop::record::run(&cmd, &output, duration)?;
+            Ok(ExitCode::from(code.clamp(0, 255) as u8))
         }
     }
 }

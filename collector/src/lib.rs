@@ -1,1 +1,1204 @@
-//! placeholder
+//! gaptop's injected collector: loaded into the profiled process through
+//! `CUDA_INJECTION64_PATH`, it turns CUPTI activity records and launch callbacks into compact
+//! wire records and ships them to the viewer over a Unix socket.
+//!
+//! Rules it keeps, because it runs inside somebody else's program:
+//! - the program never blocks on gaptop: app threads only append to their own buffer; a sender
+//!   thread does all socket I/O; whatever cannot be kept is dropped and counted;
+//! - only the callbacks that matter are enabled (launches, syncs, copies, waits), never whole
+//!   API domains;
+//! - Python stacks are walked through the CPython API and interned: each distinct stack is
+//!   named once, and a launch carries only a stack id;
+//! - if the viewer or CUPTI is missing, or CUPTI refuses, it says so once on stderr and stays
+//!   out of the way; it never exits, never installs signal handlers and never writes to stdout.
+//!
+//! This crate is the only place in gaptop with `unsafe` code.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use cudarc::cupti::sys as cu;
+use gaptop_wire as w;
+
+/// Bytes of API records a thread may hold before the sender takes them (then records drop).
+const THREAD_CAP: usize = 8 << 20;
+/// Bytes of encoded GPU records waiting for the sender (then batches drop).
+const QUEUE_CAP: usize = 128 << 20;
+/// CUPTI activity buffer size and the most buffers outstanding at once.
+const BUF_SIZE: usize = 4 << 20;
+const MAX_BUFFERS: usize = 48;
+const MAX_DEPTH: usize = 96;
+const SEND_PERIOD: Duration = Duration::from_millis(100);
+const FLUSH_PERIOD: Duration = Duration::from_millis(200);
+
+macro_rules! say {
+    ($($t:tt)*) => {
+        eprintln!("gaptop collector [pid {}]: {}", std::process::id(), format!($($t)*))
+    };
+}
+
+// ------------------------------------------------------------------ CPython access
+//
+// PyTorch releases the GIL before it launches a kernel, so the launching thread cannot use the
+// CPython API at that moment. Its own frames are frozen while it is inside the launch, though,
+// and can be read directly, the way out-of-process samplers do. The struct offsets are not
+// hard-coded: a one-time calibration runs as a pending call (GIL held, main thread) and finds
+// them by comparing raw memory with what the CPython API returns, reading memory only through
+// a checked read. Walking starts only once every offset is confirmed; otherwise launches simply
+// carry no Python stack.
+
+type FnPtr = unsafe extern "C" fn() -> *mut c_void;
+type FnPtrPtr = unsafe extern "C" fn(*mut c_void) -> *mut c_void;
+type FnPtrInt = unsafe extern "C" fn(*mut c_void) -> c_int;
+type FnDec = unsafe extern "C" fn(*mut c_void);
+type FnAttr = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
+type FnUtf8 = unsafe extern "C" fn(*mut c_void, *mut isize) -> *const c_char;
+type FnAddr2Line = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;
+type FnPending =
+    unsafe extern "C" fn(unsafe extern "C" fn(*mut c_void) -> c_int, *mut c_void) -> c_int;
+
+unsafe fn sym<T: Copy>(name: &CStr) -> Option<T> {
+    let p = libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr());
+    if p.is_null() {
+        None
+    } else {
+        Some(std::mem::transmute_copy::<*mut c_void, T>(&p))
+    }
+}
+
+/// Offsets found by calibration, and the functions the walk may call without the GIL.
+#[derive(Clone, Copy)]
+struct Layout {
+    this_tstate: FnPtr,
+    lasti: Option<FnPtrInt>,
+    addr2line: Option<FnAddr2Line>,
+    code_type: usize,
+    unicode_type: usize,
+    /// tstate + ts_off holds a pointer; through `indirect` more (3.12's cframe) it is the
+    /// current interpreter frame.
+    ts_off: usize,
+    /// Offset of the current frame inside 3.11/3.12's `_PyCFrame`, when there is one.
+    indirect: Option<usize>,
+    code_off: usize,
+    prev_off: usize,
+    filename_off: usize,
+    qualname_off: usize,
+    /// Where a compact ASCII string's bytes start.
+    ascii_data_off: usize,
+}
+
+static LAYOUT: OnceLock<Layout> = OnceLock::new();
+
+/// Reads 8 bytes from `addr` without risking a fault (process_vm_readv on ourselves).
+unsafe fn checked_read(addr: usize) -> Option<usize> {
+    if addr < 4096 || !addr.is_multiple_of(8) {
+        return None;
+    }
+    let mut v: usize = 0;
+    let local = libc::iovec {
+        iov_base: &mut v as *mut usize as *mut c_void,
+        iov_len: 8,
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut c_void,
+        iov_len: 8,
+    };
+    let n = libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0);
+    (n == 8).then_some(v)
+}
+
+unsafe fn rd(addr: usize) -> usize {
+    std::ptr::read(addr as *const usize)
+}
+
+/// Calibration, run by CPython as a pending call: the GIL is held and Python code is running.
+unsafe extern "C" fn calibrate(_: *mut c_void) -> c_int {
+    let r = std::panic::catch_unwind(|| unsafe { calibrate_inner() });
+    match r {
+        Ok(Ok(l)) => {
+            let _ = LAYOUT.set(l);
+            if std::env::var_os("GAPTOP_VERBOSE").is_some() {
+                say!(
+                    "python frames: tstate+{} {} code@{} prev@{} file@{} qual@{}",
+                    l.ts_off,
+                    match l.indirect {
+                        Some(o) => format!("via cframe+{o}"),
+                        None => "direct".into(),
+                    },
+                    l.code_off,
+                    l.prev_off,
+                    l.filename_off,
+                    l.qualname_off
+                );
+            }
+        }
+        Ok(Err(e)) => say!("python stacks unavailable: {e}"),
+        Err(_) => say!("python stacks unavailable: calibration failed"),
+    }
+    0
+}
+
+unsafe fn calibrate_inner() -> Result<Layout, &'static str> {
+    let this_tstate: FnPtr =
+        sym(c"PyGILState_GetThisThreadState").ok_or("no PyGILState_GetThisThreadState")?;
+    let get_frame: FnPtr = sym(c"PyEval_GetFrame").ok_or("no PyEval_GetFrame")?;
+    let frame_code: FnPtrPtr = sym(c"PyFrame_GetCode").ok_or("no PyFrame_GetCode")?;
+    let frame_back: FnPtrPtr = sym(c"PyFrame_GetBack").ok_or("no PyFrame_GetBack")?;
+    let lineno: FnPtrInt = sym(c"PyFrame_GetLineNumber").ok_or("no PyFrame_GetLineNumber")?;
+    let decref: FnDec = sym(c"Py_DecRef").ok_or("no Py_DecRef")?;
+    let getattr: FnAttr = sym(c"PyObject_GetAttrString").ok_or("no PyObject_GetAttrString")?;
+    let utf8: FnUtf8 = sym(c"PyUnicode_AsUTF8AndSize").ok_or("no PyUnicode_AsUTF8AndSize")?;
+    let err_clear: unsafe extern "C" fn() = sym(c"PyErr_Clear").ok_or("no PyErr_Clear")?;
+    let code_type = libc::dlsym(libc::RTLD_DEFAULT, c"PyCode_Type".as_ptr()) as usize;
+    let unicode_type = libc::dlsym(libc::RTLD_DEFAULT, c"PyUnicode_Type".as_ptr()) as usize;
+    if code_type == 0 || unicode_type == 0 {
+        return Err("no PyCode_Type");
+    }
+    let lasti: Option<FnPtrInt> = sym(c"PyUnstable_InterpreterFrame_GetLasti");
+    let addr2line: Option<FnAddr2Line> = sym(c"PyCode_Addr2Line");
+    let ts = this_tstate() as usize;
+    let frame = get_frame();
+    if ts == 0 || frame.is_null() {
+        return Err("no running Python frame to calibrate on");
+    }
+    let code = frame_code(frame) as usize;
+    decref(code as *mut c_void);
+    let back = frame_back(frame);
+    let back_code = if back.is_null() {
+        0
+    } else {
+        let c = frame_code(back) as usize;
+        decref(c as *mut c_void);
+        decref(back);
+        c
+    };
+    // The interpreter frame: tstate -> (cframe ->) frame, whose code field is `code`, and whose
+    // `previous` chain reaches the caller's code within a few (shim) steps.
+    let mut found = None;
+    'search: for ts_off in (0..=1024).step_by(8) {
+        let Some(p) = checked_read(ts + ts_off) else {
+            continue;
+        };
+        for indirect in [Some(0usize), Some(8), None] {
+            let f = match indirect {
+                Some(o) => match checked_read(p + o) {
+                    Some(f) => f,
+                    None => continue,
+                },
+                None => p,
+            };
+            for (code_off, prev_off) in [(0usize, 8usize), (32, 48)] {
+                if checked_read(f + code_off) != Some(code) {
+                    continue;
+                }
+                if back_code != 0 {
+                    let mut g = f;
+                    let mut ok = false;
+                    for _ in 0..4 {
+                        g = match checked_read(g + prev_off) {
+                            Some(x) if x != 0 => x,
+                            _ => break,
+                        };
+                        if checked_read(g + code_off) == Some(back_code) {
+                            ok = true;
+                            break;
+                        }
+                    }
+                    if !ok {
+                        continue;
+                    }
+                }
+                found = Some((ts_off, indirect, f, code_off, prev_off));
+                break 'search;
+            }
+        }
+    }
+    let (ts_off, indirect, iframe, code_off, prev_off) =
+        found.ok_or("frame layout not recognized")?;
+    // Code object fields, found by identity with the attribute values.
+    // co_name and co_qualname may be the same object (module-level code), so collect every
+    // offset that holds the value and keep the qualname's that is not the name's.
+    let fields = |name: &CStr| -> Result<(Vec<usize>, usize), &'static str> {
+        let v = getattr(code as *mut c_void, name.as_ptr()) as usize;
+        if v == 0 {
+            err_clear();
+            return Err("code attribute missing");
+        }
+        decref(v as *mut c_void);
+        let offs: Vec<usize> = (16..=512)
+            .step_by(8)
+            .filter(|off| checked_read(code + off) == Some(v))
+            .collect();
+        if offs.is_empty() {
+            return Err("code layout not recognized");
+        }
+        Ok((offs, v))
+    };
+    let (file_offs, fname) = fields(c"co_filename")?;
+    let filename_off = file_offs[0];
+    let (name_offs, _) = fields(c"co_name")?;
+    let name_off = name_offs[0];
+    let qualname_off = match fields(c"co_qualname") {
+        Ok((q, _)) => q
+            .iter()
+            .copied()
+            .find(|&o| o != name_off)
+            .unwrap_or(name_off),
+        Err(_) => name_off,
+    };
+    // Where an ASCII string keeps its bytes.
+    let mut n: isize = 0;
+    let s = utf8(fname as *mut c_void, &mut n);
+    if s.is_null() || n <= 0 {
+        err_clear();
+        return Err("cannot read a file name");
+    }
+    let want = std::slice::from_raw_parts(s as *const u8, n as usize);
+    let mut ascii_data_off = 0;
+    for off in (24..=128).step_by(8) {
+        let mut buf = vec![0u8; want.len()];
+        let local = libc::iovec {
+            iov_base: buf.as_mut_ptr() as *mut c_void,
+            iov_len: buf.len(),
+        };
+        let remote = libc::iovec {
+            iov_base: (fname + off) as *mut c_void,
+            iov_len: buf.len(),
+        };
+        if libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) == buf.len() as isize
+            && buf == want
+        {
+            ascii_data_off = off;
+            break;
+        }
+    }
+    if ascii_data_off == 0 {
+        return Err("string layout not recognized");
+    }
+    if let (Some(l), Some(a)) = (lasti, addr2line) {
+        if a(code as *mut c_void, l(iframe as *mut c_void)) != lineno(frame) {
+            return Err("line numbers do not match");
+        }
+    }
+    Ok(Layout {
+        this_tstate,
+        lasti,
+        addr2line,
+        code_type,
+        unicode_type,
+        ts_off,
+        indirect,
+        code_off,
+        prev_off,
+        filename_off,
+        qualname_off,
+        ascii_data_off,
+    })
+}
+
+/// Decodes a str object's text without the GIL (compact strings only).
+unsafe fn read_str(l: &Layout, s: usize) -> String {
+    if s == 0 || rd(s + 8) != l.unicode_type {
+        return "?".into();
+    }
+    let len = rd(s + 16).min(4096);
+    let state = std::ptr::read((s + 32) as *const u32);
+    let kind = (state >> 2) & 7;
+    let compact = (state >> 5) & 1 == 1;
+    let ascii = (state >> 6) & 1 == 1;
+    if !compact {
+        return "?".into();
+    }
+    if ascii {
+        let b = std::slice::from_raw_parts((s + l.ascii_data_off) as *const u8, len);
+        return String::from_utf8_lossy(b).into_owned();
+    }
+    let data = s + l.ascii_data_off + 16;
+    (0..len)
+        .map(|i| {
+            let cp = match kind {
+                1 => *((data + i) as *const u8) as u32,
+                2 => *((data + 2 * i) as *const u16) as u32,
+                _ => *((data + 4 * i) as *const u32),
+            };
+            char::from_u32(cp).unwrap_or('?')
+        })
+        .collect()
+}
+
+// ------------------------------------------------------------------ shared state
+
+#[derive(Default)]
+struct Queue {
+    batches: VecDeque<(Vec<u8>, usize)>,
+    bytes: usize,
+    free: Vec<Vec<u8>>,
+}
+
+#[derive(Default)]
+struct StackCache {
+    by_hash: HashMap<u64, u32>,
+    nodes: HashMap<(u32, u32), u32>,
+    frames: HashMap<(usize, i32), u32>,
+    next_stack: u32,
+}
+
+struct Collector {
+    fd: c_int,
+    py_stacks: bool,
+    next_name: AtomicU32,
+    /// Name and stack definitions not yet sent; always sent before the records taken with them.
+    defs: Mutex<Vec<u8>>,
+    kernel_names: Mutex<HashMap<usize, u32>>,
+    stacks: Mutex<StackCache>,
+    queue: Mutex<Queue>,
+    wake: Condvar,
+    threads: Mutex<Vec<Arc<Mutex<Vec<u8>>>>>,
+    /// Per domain (driver = 0, runtime = 1): cbid -> (name id, wire kind), name id 0 = off.
+    api_table: [Vec<(u32, u8)>; 2],
+    copy_names: [u32; 11],
+    memset_name: u32,
+    active: AtomicBool,
+    shutting_down: AtomicBool,
+    dropped: AtomicU64,
+    cupti_dropped: AtomicU64,
+    sent: AtomicU64,
+    buffers_out: AtomicUsize,
+    subscriber: AtomicUsize,
+    done: (Mutex<bool>, Condvar),
+}
+
+static COLLECTOR: OnceLock<Collector> = OnceLock::new();
+static FORKED: AtomicBool = AtomicBool::new(false);
+
+struct Local {
+    buf: Arc<Mutex<Vec<u8>>>,
+    tid: u32,
+    /// Open API calls on this thread: (start, corr, stack, name, kind).
+    open: Vec<(u64, u32, u32, u32, u8)>,
+    frames: Vec<(usize, c_int)>,
+}
+
+thread_local! {
+    static LOCAL: RefCell<Option<Local>> = const { RefCell::new(None) };
+}
+
+fn timestamp() -> u64 {
+    let mut t = 0u64;
+    unsafe {
+        cu::cuptiGetTimestamp(&mut t);
+    }
+    t
+}
+
+impl Collector {
+    fn bare(fd: c_int, next_name: AtomicU32) -> Collector {
+        Collector {
+            fd,
+            py_stacks: std::env::var("GAPTOP_PYSTACKS")
+                .map(|v| v != "0")
+                .unwrap_or(true),
+            next_name,
+            defs: Mutex::new(Vec::new()),
+            kernel_names: Mutex::new(HashMap::new()),
+            stacks: Mutex::new(StackCache::default()),
+            queue: Mutex::new(Queue::default()),
+            wake: Condvar::new(),
+            threads: Mutex::new(Vec::new()),
+            api_table: [Vec::new(), Vec::new()],
+            copy_names: [0; 11],
+            memset_name: 0,
+            active: AtomicBool::new(true),
+            shutting_down: AtomicBool::new(false),
+            dropped: AtomicU64::new(0),
+            cupti_dropped: AtomicU64::new(0),
+            sent: AtomicU64::new(0),
+            buffers_out: AtomicUsize::new(0),
+            subscriber: AtomicUsize::new(0),
+            done: (Mutex::new(false), Condvar::new()),
+        }
+    }
+
+    fn new_name(&self, text: &str) -> u32 {
+        let id = self.next_name.fetch_add(1, Relaxed);
+        let mut d = self.defs.lock().unwrap_or_else(|e| e.into_inner());
+        w::encode_name(&mut d, id, text);
+        id
+    }
+
+    fn count_drop(&self, n: u64) {
+        self.dropped.fetch_add(n, Relaxed);
+    }
+
+    /// Walks the calling thread's Python frames and returns an interned stack id (0 if none).
+    unsafe fn python_stack(&self, frames: &mut Vec<(usize, c_int)>) -> u32 {
+        if !self.py_stacks {
+            return 0;
+        }
+        let Some(l) = LAYOUT.get() else {
+            return 0;
+        };
+        let ts = (l.this_tstate)() as usize;
+        if ts == 0 {
+            return 0;
+        }
+        let mut f = rd(ts + l.ts_off);
+        if let (Some(o), true) = (l.indirect, f != 0) {
+            f = rd(f + o);
+        }
+        frames.clear();
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let mix = |h: u64, v: u64| (h ^ v).wrapping_mul(0x100_0000_01b3);
+        while f != 0 && frames.len() < MAX_DEPTH {
+            let code = rd(f + l.code_off);
+            if code == 0 || rd(code + 8) != l.code_type {
+                break;
+            }
+            let at = match l.lasti {
+                Some(g) => g(f as *mut c_void),
+                None => -1,
+            };
+            frames.push((code, at));
+            h = mix(h, code as u64);
+            h = mix(h, at as u32 as u64);
+            h = mix(h, rd(code + l.filename_off) as u64);
+            h = mix(h, rd(code + l.qualname_off) as u64);
+            f = rd(f + l.prev_off);
+        }
+        if frames.is_empty() {
+            return 0;
+        }
+        let mut c = self.stacks.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&s) = c.by_hash.get(&h) {
+            return s;
+        }
+        // New stack: name its frames, outermost first, and intern the chain.
+        let mut parent = 0u32;
+        for &(code, at) in frames.iter().rev() {
+            let frame = match c.frames.get(&(code, at)) {
+                Some(&0) => continue,
+                Some(&id) => id,
+                None => {
+                    let file = read_str(l, rd(code + l.filename_off));
+                    let qual = read_str(l, rd(code + l.qualname_off));
+                    if file.starts_with('<') && qual.starts_with('<') && file != "<stdin>" {
+                        // CPython's own entry shims ("<shim>", "<interpreter trampoline>").
+                        c.frames.insert((code, at), 0);
+                        continue;
+                    }
+                    let line = match l.addr2line {
+                        Some(a2l) => a2l(code as *mut c_void, at),
+                        None => 0,
+                    };
+                    let id = self.new_name(&format!("{file}({line}): {qual}"));
+                    c.frames.insert((code, at), id);
+                    id
+                }
+            };
+            parent = match c.nodes.get(&(parent, frame)) {
+                Some(&s) => s,
+                None => {
+                    c.next_stack += 1;
+                    let s = c.next_stack;
+                    c.nodes.insert((parent, frame), s);
+                    let mut d = self.defs.lock().unwrap_or_else(|e| e.into_inner());
+                    w::encode_stack(&mut d, s, parent, frame);
+                    s
+                }
+            };
+        }
+        c.by_hash.insert(h, parent);
+        parent
+    }
+}
+
+// ------------------------------------------------------------------ API callbacks
+
+unsafe extern "C" fn on_api(
+    ud: *mut c_void,
+    domain: cu::CUpti_CallbackDomain,
+    cbid: cu::CUpti_CallbackId,
+    data: *const c_void,
+) {
+    // A panic must never unwind into CUDA (it would abort the program): contain it.
+    let _ = std::panic::catch_unwind(|| unsafe { api_inner(ud, domain, cbid, data) });
+}
+
+unsafe fn api_inner(
+    _ud: *mut c_void,
+    domain: cu::CUpti_CallbackDomain,
+    cbid: cu::CUpti_CallbackId,
+    data: *const c_void,
+) {
+    if FORKED.load(Relaxed) {
+        return;
+    }
+    let Some(c) = COLLECTOR.get() else { return };
+    if !c.active.load(Relaxed) || data.is_null() {
+        return;
+    }
+    let di = match domain {
+        cu::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API => 0,
+        cu::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_RUNTIME_API => 1,
+        _ => return,
+    };
+    let Some(&(name, kind)) = c.api_table[di].get(cbid as usize) else {
+        return;
+    };
+    if name == 0 {
+        return;
+    }
+    let d = &*(data as *const cu::CUpti_CallbackData);
+    let enter = matches!(d.callbackSite, cu::CUpti_ApiCallbackSite::CUPTI_API_ENTER);
+    let _ = LOCAL.try_with(|l| {
+        let Ok(mut l) = l.try_borrow_mut() else {
+            return;
+        };
+        let l = l.get_or_insert_with(|| {
+            let buf = Arc::new(Mutex::new(Vec::with_capacity(64 << 10)));
+            c.threads
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(buf.clone());
+            Local {
+                buf,
+                tid: libc::syscall(libc::SYS_gettid) as u32,
+                open: Vec::with_capacity(8),
+                frames: Vec::with_capacity(MAX_DEPTH),
+            }
+        });
+        if enter {
+            // A driver call made by a runtime call shares its stack.
+            let stack = match l.open.last() {
+                Some(o) => o.2,
+                None => c.python_stack(&mut l.frames),
+            };
+            l.open
+                .push((timestamp(), d.correlationId, stack, name, kind));
+        } else {
+            let end = timestamp();
+            let Some((start, corr, stack, name, kind)) = l.open.pop() else {
+                return;
+            };
+            let outer = l.open.last().map(|o| o.1).unwrap_or(0);
+            let rec = w::Api {
+                start,
+                end,
+                corr,
+                tid: l.tid,
+                name,
+                stack,
+                outer_corr: outer,
+                kind,
+            };
+            let mut b = l.buf.lock().unwrap_or_else(|e| e.into_inner());
+            if b.len() + w::API_SIZE > THREAD_CAP {
+                drop(b);
+                c.count_drop(1);
+            } else {
+                w::put_api(&mut b, &rec);
+            }
+        }
+    });
+}
+
+// ------------------------------------------------------------------ activity buffers
+
+unsafe extern "C" fn buffer_requested(buf: *mut *mut u8, size: *mut usize, max: *mut usize) {
+    *max = 0;
+    let Some(c) = COLLECTOR.get() else {
+        *buf = std::ptr::null_mut();
+        *size = 0;
+        return;
+    };
+    if c.buffers_out.fetch_add(1, Relaxed) >= MAX_BUFFERS {
+        // Over the cap: CUPTI drops the records and counts them; we read that count.
+        c.buffers_out.fetch_sub(1, Relaxed);
+        *buf = std::ptr::null_mut();
+        *size = 0;
+        return;
+    }
+    let p = libc::malloc(BUF_SIZE) as *mut u8;
+    if p.is_null() {
+        c.buffers_out.fetch_sub(1, Relaxed);
+        *size = 0;
+    } else {
+        *size = BUF_SIZE;
+    }
+    *buf = p;
+}
+
+unsafe extern "C" fn buffer_completed(
+    ctx: cudarc::driver::sys::CUcontext,
+    stream: u32,
+    buffer: *mut u8,
+    size: usize,
+    valid: usize,
+) {
+    let r =
+        std::panic::catch_unwind(|| unsafe { completed_inner(ctx, stream, buffer, size, valid) });
+    if r.is_err() {
+        if let Some(c) = COLLECTOR.get() {
+            go_quiet(c, "internal error while reading CUPTI records");
+        }
+    }
+}
+
+unsafe fn completed_inner(
+    ctx: cudarc::driver::sys::CUcontext,
+    stream: u32,
+    buffer: *mut u8,
+    _size: usize,
+    valid: usize,
+) {
+    let Some(c) = COLLECTOR.get() else {
+        libc::free(buffer as *mut c_void);
+        return;
+    };
+    let mut out = {
+        let mut q = c.queue.lock().unwrap_or_else(|e| e.into_inner());
+        q.free.pop().unwrap_or_default()
+    };
+    out.clear();
+    let mut n = 0usize;
+    if valid > 0 && !FORKED.load(Relaxed) {
+        let mut names = c.kernel_names.lock().unwrap_or_else(|e| e.into_inner());
+        let mut rec: *mut cu::CUpti_Activity = std::ptr::null_mut();
+        while cu::cuptiActivityGetNextRecord(buffer, valid, &mut rec)
+            == cu::CUptiResult::CUPTI_SUCCESS
+        {
+            let kind = *(rec as *const u32);
+            let op = match kind {
+                10 | 3 => {
+                    // CONCURRENT_KERNEL / KERNEL
+                    let k = &*(rec as *const cu::CUpti_ActivityKernel10);
+                    let ptr = k.name as usize;
+                    let name = match names.get(&ptr) {
+                        Some(&id) => id,
+                        None => {
+                            let s = if k.name.is_null() {
+                                "kernel".into()
+                            } else {
+                                CStr::from_ptr(k.name).to_string_lossy()
+                            };
+                            let id = c.new_name(&s);
+                            names.insert(ptr, id);
+                            id
+                        }
+                    };
+                    w::Op {
+                        start: k.start,
+                        end: k.end,
+                        corr: k.correlationId,
+                        name,
+                        stream: k.streamId,
+                        graph: k.graphId,
+                        device: k.deviceId as u16,
+                        kind: w::OP_KERNEL,
+                        flags: 0,
+                    }
+                }
+                1 => {
+                    let m = &*(rec as *const cu::CUpti_ActivityMemcpy6);
+                    w::Op {
+                        start: m.start,
+                        end: m.end,
+                        corr: m.correlationId,
+                        name: c.copy_names[(m.copyKind as usize).min(10)],
+                        stream: m.streamId,
+                        graph: m.graphId,
+                        device: m.deviceId as u16,
+                        kind: w::OP_MEMCPY,
+                        flags: 0,
+                    }
+                }
+                2 => {
+                    let m = &*(rec as *const cu::CUpti_ActivityMemset4);
+                    w::Op {
+                        start: m.start,
+                        end: m.end,
+                        corr: m.correlationId,
+                        name: c.memset_name,
+                        stream: m.streamId,
+                        graph: m.graphId,
+                        device: m.deviceId as u16,
+                        kind: w::OP_MEMSET,
+                        flags: 0,
+                    }
+                }
+                _ => continue,
+            };
+            w::put_op(&mut out, &op);
+            n += 1;
+        }
+    }
+    let mut dropped: usize = 0;
+    if cu::cuptiActivityGetNumDroppedRecords(ctx, stream, &mut dropped)
+        == cu::CUptiResult::CUPTI_SUCCESS
+        && dropped > 0
+    {
+        c.cupti_dropped.fetch_add(dropped as u64, Relaxed);
+    }
+    libc::free(buffer as *mut c_void);
+    c.buffers_out.fetch_sub(1, Relaxed);
+    if n == 0 {
+        return;
+    }
+    let mut q = c.queue.lock().unwrap_or_else(|e| e.into_inner());
+    if !c.active.load(Relaxed) || q.bytes + out.len() > QUEUE_CAP {
+        drop(q);
+        c.count_drop(n as u64);
+        return;
+    }
+    q.bytes += out.len();
+    q.batches.push_back((out, n));
+    drop(q);
+    c.wake.notify_one();
+}
+
+// ------------------------------------------------------------------ sender
+
+fn send_all(fd: c_int, mut b: &[u8]) -> bool {
+    while !b.is_empty() {
+        let r = unsafe { libc::send(fd, b.as_ptr() as *const c_void, b.len(), libc::MSG_NOSIGNAL) };
+        if r < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return false;
+        }
+        b = &b[r as usize..];
+    }
+    true
+}
+
+/// Wraps raw records into frames no larger than the wire limit.
+fn frame_records(out: &mut Vec<u8>, tag: u8, recs: &[u8], size: usize) {
+    let per = (w::MAX_FRAME - 16) / size * size;
+    for chunk in recs.chunks(per) {
+        out.extend_from_slice(&((chunk.len() + 1) as u32).to_le_bytes());
+        out.push(tag);
+        out.extend_from_slice(chunk);
+    }
+}
+
+fn sender(c: &'static Collector) {
+    let flush_period = match std::env::var("GAPTOP_FLUSH_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        Some(0) => None,
+        Some(ms) => Some(Duration::from_millis(ms)),
+        None => Some(FLUSH_PERIOD),
+    };
+    let mut last_flush = Instant::now();
+    let mut last_stats = Instant::now();
+    let mut out: Vec<u8> = Vec::with_capacity(1 << 20);
+    loop {
+        let stopping = c.shutting_down.load(Acquire);
+        {
+            let q = c.queue.lock().unwrap_or_else(|e| e.into_inner());
+            if q.batches.is_empty() && !stopping {
+                let _ = c.wake.wait_timeout(q, SEND_PERIOD);
+            }
+        }
+        if flush_period.is_some_and(|p| last_flush.elapsed() >= p) && !stopping {
+            unsafe {
+                cu::cuptiActivityFlushAll(0);
+            }
+            last_flush = Instant::now();
+        }
+        // Records first, then the definitions they may use: a definition is always written
+        // before any record that refers to it, so it is in this take or an earlier one.
+        let batches: Vec<(Vec<u8>, usize)> = {
+            let mut q = c.queue.lock().unwrap_or_else(|e| e.into_inner());
+            q.bytes = 0;
+            q.batches.drain(..).collect()
+        };
+        let threads: Vec<Arc<Mutex<Vec<u8>>>> =
+            c.threads.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut apis: Vec<Vec<u8>> = Vec::new();
+        for t in &threads {
+            let mut b = t.lock().unwrap_or_else(|e| e.into_inner());
+            if !b.is_empty() {
+                apis.push(std::mem::replace(&mut *b, Vec::with_capacity(64 << 10)));
+            }
+        }
+        let defs = std::mem::take(&mut *c.defs.lock().unwrap_or_else(|e| e.into_inner()));
+        out.clear();
+        out.extend_from_slice(&defs);
+        let mut nrec = 0u64;
+        for b in &apis {
+            frame_records(&mut out, w::TAG_APIS, b, w::API_SIZE);
+            nrec += (b.len() / w::API_SIZE) as u64;
+        }
+        let mut spent = Vec::new();
+        for (b, n) in batches {
+            frame_records(&mut out, w::TAG_OPS, &b, w::OP_SIZE);
+            nrec += n as u64;
+            spent.push(b);
+        }
+        if last_stats.elapsed() >= Duration::from_millis(500) || stopping {
+            w::encode_stats(
+                &mut out,
+                &w::Stats {
+                    collector_dropped: c.dropped.load(Relaxed),
+                    cupti_dropped: c.cupti_dropped.load(Relaxed),
+                    sent: c.sent.load(Relaxed) + nrec,
+                },
+            );
+            last_stats = Instant::now();
+        }
+        if c.active.load(Relaxed) {
+            if send_all(c.fd, &out) {
+                c.sent.fetch_add(nrec, Relaxed);
+            } else {
+                c.count_drop(nrec);
+                go_quiet(c, "the viewer went away");
+            }
+        } else {
+            c.count_drop(nrec);
+        }
+        {
+            let mut q = c.queue.lock().unwrap_or_else(|e| e.into_inner());
+            for mut b in spent {
+                if q.free.len() < 8 {
+                    b.clear();
+                    q.free.push(b);
+                }
+            }
+        }
+        if stopping {
+            if c.active.load(Relaxed) {
+                let mut bye = Vec::new();
+                w::encode_bye(&mut bye, 0);
+                send_all(c.fd, &bye);
+            }
+            let (m, cv) = &c.done;
+            *m.lock().unwrap_or_else(|e| e.into_inner()) = true;
+            cv.notify_all();
+            return;
+        }
+    }
+}
+
+/// Stops collecting for good: callbacks off, activity off. The program runs on untouched.
+fn go_quiet(c: &Collector, why: &str) {
+    if c.active.swap(false, AcqRel) {
+        say!("{why}; collection stopped, the program continues");
+        unsafe {
+            let sub = c.subscriber.load(Relaxed) as cu::CUpti_SubscriberHandle;
+            if !sub.is_null() {
+                cu::cuptiEnableDomain(
+                    0,
+                    sub,
+                    cu::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_RUNTIME_API,
+                );
+                cu::cuptiEnableDomain(0, sub, cu::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API);
+            }
+            for k in ACTIVITY_KINDS {
+                cu::cuptiActivityDisable(k);
+            }
+        }
+    }
+}
+
+const ACTIVITY_KINDS: [cu::CUpti_ActivityKind; 3] = [
+    cu::CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+    cu::CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_MEMCPY,
+    cu::CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_MEMSET,
+];
+
+extern "C" fn at_exit() {
+    let Some(c) = COLLECTOR.get() else { return };
+    if FORKED.load(Relaxed) {
+        return;
+    }
+    unsafe {
+        cu::cuptiActivityFlushAll(1);
+    }
+    c.shutting_down.store(true, Release);
+    c.wake.notify_all();
+    let (m, cv) = &c.done;
+    let g = m.lock().unwrap_or_else(|e| e.into_inner());
+    let _ = cv.wait_timeout_while(g, Duration::from_secs(3), |d| !*d);
+}
+
+extern "C" fn in_forked_child() {
+    FORKED.store(true, Relaxed);
+}
+
+fn label() -> String {
+    std::fs::read("/proc/self/cmdline")
+        .map(|b| {
+            b.split(|&x| x == 0)
+                .filter(|s| !s.is_empty())
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default()
+}
+
+fn connect(path: &str) -> Result<c_int, String> {
+    use std::os::fd::IntoRawFd;
+    let s = std::os::unix::net::UnixStream::connect(path)
+        .map_err(|e| format!("cannot reach the viewer at {path}: {e}"))?;
+    Ok(s.into_raw_fd())
+}
+
+unsafe fn check(r: cu::CUptiResult, what: &str) -> Result<(), String> {
+    if r == cu::CUptiResult::CUPTI_SUCCESS {
+        Ok(())
+    } else {
+        let mut s: *const c_char = std::ptr::null();
+        cu::cuptiGetResultString(r, &mut s);
+        let msg = if s.is_null() {
+            format!("{r:?}")
+        } else {
+            CStr::from_ptr(s).to_string_lossy().into_owned()
+        };
+        Err(format!("{what} failed: {msg}"))
+    }
+}
+
+unsafe fn start() -> Result<(), String> {
+    let path =
+        std::env::var("GAPTOP_SOCKET").map_err(|_| "GAPTOP_SOCKET is not set".to_string())?;
+    if !cu::is_culib_present() {
+        return Err("libcupti was not found (put its folder on LD_LIBRARY_PATH)".into());
+    }
+    let fd = connect(&path)?;
+    let mut sub: cu::CUpti_SubscriberHandle = std::ptr::null_mut();
+    if let Err(e) = check(
+        cu::cuptiSubscribe(&mut sub, Some(on_api), std::ptr::null_mut()),
+        "cuptiSubscribe (is another profiler attached?)",
+    ) {
+        libc::close(fd);
+        return Err(e);
+    }
+    let next_name = AtomicU32::new(1);
+    let mut defs = Vec::new();
+    let mut name = |s: &str| {
+        let id = next_name.fetch_add(1, Relaxed);
+        w::encode_name(&mut defs, id, s);
+        id
+    };
+    // Enable exactly the callbacks we time, by name, whatever this CUPTI numbers them.
+    let mut api_table: [Vec<(u32, u8)>; 2] = [vec![(0, 0); 2048], vec![(0, 0); 2048]];
+    let domains = [
+        cu::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API,
+        cu::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_RUNTIME_API,
+    ];
+    let mut enabled = 0;
+    let flag = |k: &str| std::env::var(k).map(|v| v != "0").unwrap_or(true);
+    let want_domain = [
+        flag("GAPTOP_DRIVER_CB") && flag("GAPTOP_API"),
+        flag("GAPTOP_API"),
+    ];
+    for (di, &dom) in domains.iter().enumerate() {
+        if !want_domain[di] {
+            continue;
+        }
+        for cbid in 1..2048u32 {
+            let mut p: *const c_char = std::ptr::null();
+            if cu::cuptiGetCallbackName(dom, cbid, &mut p) != cu::CUptiResult::CUPTI_SUCCESS
+                || p.is_null()
+            {
+                continue;
+            }
+            let n = CStr::from_ptr(p).to_string_lossy();
+            let kind = w::api_kind(&n);
+            if kind != w::API_OTHER
+                && cu::cuptiEnableCallback(1, sub, dom, cbid) == cu::CUptiResult::CUPTI_SUCCESS
+            {
+                api_table[di][cbid as usize] = (name(&n), kind);
+                enabled += 1;
+            }
+        }
+    }
+    let copy_kinds = [
+        "Memcpy",
+        "Memcpy HtoD",
+        "Memcpy DtoH",
+        "Memcpy HtoA",
+        "Memcpy AtoH",
+        "Memcpy AtoA",
+        "Memcpy AtoD",
+        "Memcpy DtoA",
+        "Memcpy DtoD",
+        "Memcpy HtoH",
+        "Memcpy PtoP",
+    ];
+    let mut copy_names = [0u32; 11];
+    for (i, k) in copy_kinds.iter().enumerate() {
+        copy_names[i] = name(k);
+    }
+    let memset_name = name("Memset");
+    let mut hello = Vec::new();
+    let rank = std::env::var("RANK")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(-1);
+    w::encode_hello(
+        &mut hello,
+        &w::Hello::new(std::process::id(), rank, &label()),
+    );
+    hello.extend_from_slice(&defs);
+    if !send_all(fd, &hello) {
+        cu::cuptiUnsubscribe(sub);
+        libc::close(fd);
+        return Err("the viewer closed the connection".into());
+    }
+    let mut c = Collector::bare(fd, next_name);
+    c.api_table = api_table;
+    c.copy_names = copy_names;
+    c.memset_name = memset_name;
+    c.subscriber = AtomicUsize::new(sub as usize);
+    if COLLECTOR.set(c).is_err() {
+        return Err("initialized twice".into());
+    }
+    let c = COLLECTOR.get().expect("just set");
+    check(
+        cu::cuptiActivityRegisterCallbacks(Some(buffer_requested), Some(buffer_completed)),
+        "cuptiActivityRegisterCallbacks",
+    )?;
+    for k in ACTIVITY_KINDS {
+        check(cu::cuptiActivityEnable(k), "cuptiActivityEnable")?;
+    }
+    std::thread::Builder::new()
+        .name("gaptop-sender".into())
+        .spawn(move || sender(c))
+        .map_err(|e| format!("cannot start the sender thread: {e}"))?;
+    libc::atexit(at_exit);
+    if c.py_stacks {
+        // Calibrate the Python frame layout from inside the interpreter, when it next runs.
+        let init: Option<unsafe extern "C" fn() -> c_int> = sym(c"Py_IsInitialized");
+        let pending: Option<FnPending> = sym(c"Py_AddPendingCall");
+        if let (Some(init), Some(pending)) = (init, pending) {
+            if init() != 0 {
+                pending(calibrate, std::ptr::null_mut());
+            }
+        }
+    }
+    libc::pthread_atfork(None, None, Some(in_forked_child));
+    if std::env::var_os("GAPTOP_VERBOSE").is_some() {
+        say!("collecting: {enabled} API callbacks, kernels, memcpy, memset -> {path}");
+    }
+    Ok(())
+}
+
+/// Entry point CUDA calls when `CUDA_INJECTION64_PATH` names this library.
+///
+/// # Safety
+/// Called once by the CUDA driver during initialization.
+#[no_mangle]
+pub unsafe extern "C" fn InitializeInjection() -> c_int {
+    let r = std::panic::catch_unwind(|| unsafe { start() });
+    match r {
+        Ok(Ok(())) => 1,
+        Ok(Err(e)) => {
+            say!("{e}; not collecting, the program runs unchanged");
+            if let Some(c) = COLLECTOR.get() {
+                go_quiet(c, "setup failed");
+            }
+            1
+        }
+        Err(_) => {
+            say!("internal error during setup; not collecting");
+            1
+        }
+    }
+}
+
+// ------------------------------------------------------------------ self-test hooks
+//
+// These let a test drive the Python stack walk without a GPU: call `gaptop_selftest_calibrate`
+// with the GIL held (ctypes.PyDLL), then `gaptop_selftest_stack` with it released (ctypes.CDLL),
+// which is the state PyTorch's launches are in.
+
+static SELFTEST: OnceLock<Collector> = OnceLock::new();
+
+/// Calibrates the frame layout now. Returns 1 on success.
+///
+/// # Safety
+/// Call from Python with the GIL held.
+#[no_mangle]
+pub unsafe extern "C" fn gaptop_selftest_calibrate() -> c_int {
+    calibrate(std::ptr::null_mut());
+    LAYOUT.get().is_some() as c_int
+}
+
+/// Walks the calling thread's Python stack and writes its frames, outermost first, one a line,
+/// into `out`. Returns the length written, or -1.
+///
+/// # Safety
+/// `out` must point to `cap` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn gaptop_selftest_stack(out: *mut u8, cap: usize) -> isize {
+    let c = SELFTEST.get_or_init(|| Collector::bare(-1, AtomicU32::new(1)));
+    let mut frames = Vec::new();
+    let id = c.python_stack(&mut frames);
+    if id == 0 {
+        return -1;
+    }
+    // Rebuild the stack from the definitions it emitted.
+    let defs = c.defs.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let mut names = HashMap::new();
+    let mut nodes = HashMap::new();
+    let mut d = w::Decoder::new();
+    let mut hello = Vec::new();
+    w::encode_hello(&mut hello, &w::Hello::new(0, -1, ""));
+    d.feed(&hello);
+    d.feed(&defs);
+    while let Ok(Some(f)) = d.next_frame() {
+        match f {
+            w::Frame::Name { id, text } => {
+                names.insert(id, text);
+            }
+            w::Frame::Stack { id, parent, frame } => {
+                nodes.insert(id, (parent, frame));
+            }
+            _ => {}
+        }
+    }
+    let mut lines = Vec::new();
+    let mut s = id;
+    while let Some(&(p, f)) = nodes.get(&s) {
+        lines.push(names.get(&f).cloned().unwrap_or_default());
+        s = p;
+    }
+    lines.reverse();
+    let text = lines.join("\n");
+    let n = text.len().min(cap);
+    std::ptr::copy_nonoverlapping(text.as_ptr(), out, n);
+    n as isize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn large_record_runs_split_into_legal_frames() {
+        let recs = vec![7u8; w::API_SIZE * 300_000];
+        let mut out = Vec::new();
+        frame_records(&mut out, w::TAG_APIS, &recs, w::API_SIZE);
+        let mut d = w::Decoder::new();
+        let mut hello = Vec::new();
+        w::encode_hello(&mut hello, &w::Hello::new(1, -1, ""));
+        d.feed(&hello);
+        d.feed(&out);
+        let mut n = 0;
+        while let Some(f) = d.next_frame().unwrap() {
+            if let w::Frame::Apis(a) = f {
+                n += a.len();
+            }
+        }
+        assert_eq!(n, 300_000);
+    }
+}

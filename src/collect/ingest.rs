@@ -23,6 +23,22 @@ pub struct Ingest {
     conns: HashMap<u32, Conn>,
 }
 
+/// Shortens a Python frame's file path the way users read it: packages from their package
+/// folder on (`torch/nn/modules/module.py(1790): Module._call_impl`).
+pub fn short_frame(name: &str) -> String {
+    for marker in ["/site-packages/", "/dist-packages/"] {
+        if let Some(i) = name.rfind(marker) {
+            return name[i + marker.len()..].to_string();
+        }
+    }
+    if let Some(i) = name.find("/lib/python3") {
+        if let Some(j) = name[i + 12..].find('/') {
+            return name[i + 12 + j + 1..].to_string();
+        }
+    }
+    name.to_string()
+}
+
 /// Demangles C++ kernel names; anything else is kept as is.
 pub fn demangle(name: &str) -> String {
     if name.starts_with("_Z") {
@@ -68,7 +84,11 @@ impl Ingest {
         match f {
             Frame::Hello(_) => {}
             Frame::Name { id, text } => {
-                let d = demangle(&text);
+                let d = if text.contains(".py(") {
+                    short_frame(&text)
+                } else {
+                    demangle(&text)
+                };
                 c.comm.insert(id, is_comm_kernel(&d));
                 let n = store.names.intern(&d);
                 c.names.insert(id, n);
@@ -86,7 +106,12 @@ impl Ingest {
                     }
                 };
                 let fr = c.names.get(&frame).copied().unwrap_or(0);
-                let s = store.stacks.intern(p, fr);
+                // CPython's entry shims carry no information: the stack is its parent's.
+                let s = if store.names.get(fr).starts_with("<shim>") {
+                    p
+                } else {
+                    store.stacks.intern(p, fr)
+                };
                 c.stacks.insert(id, s);
             }
             Frame::Ops(ops) => {
@@ -168,5 +193,28 @@ impl Ingest {
             store.procs[p as usize].ended = true;
             store.generation += 1;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_and_names_read_well() {
+        assert_eq!(
+            short_frame("/opt/v/lib/python3.12/site-packages/torch/nn/modules/module.py(1790): Module._call_impl"),
+            "torch/nn/modules/module.py(1790): Module._call_impl"
+        );
+        assert_eq!(
+            short_frame("/usr/lib/python3.12/threading.py(1010): Thread.run"),
+            "threading.py(1010): Thread.run"
+        );
+        assert_eq!(
+            short_frame("/work/x/model.py(3): f"),
+            "/work/x/model.py(3): f"
+        );
+        assert_eq!(demangle("_Z3fooi"), "foo(int)");
+        assert_eq!(demangle("ampere_sgemm"), "ampere_sgemm");
     }
 }

@@ -5,6 +5,7 @@ pub mod analysis;
 pub mod ingest;
 pub mod jsonscan;
 pub mod kineto;
+pub mod live;
 pub mod recording;
 pub mod store;
 

@@ -250,46 +250,7 @@ pub enum ApiKind {
 impl ApiKind {
     /// Classifies a runtime or driver API name (CUPTI's `_v7000`/`_ptsz` suffixes allowed).
     pub fn classify(name: &str) -> ApiKind {
-        let base = name.split("_v").next().unwrap_or(name);
-        let base = base.trim_end_matches("_ptsz").trim_end_matches("_ptds");
-        match base {
-            "cudaLaunchKernel"
-            | "cudaLaunchKernelExC"
-            | "cudaLaunchCooperativeKernel"
-            | "cudaLaunchCooperativeKernelMultiDevice"
-            | "cuLaunchKernel"
-            | "cuLaunchKernelEx"
-            | "cuLaunchCooperativeKernel"
-            | "cuLaunchGrid"
-            | "cuLaunchGridAsync"
-            | "cudaLaunch" => ApiKind::Launch,
-            "cudaGraphLaunch" | "cuGraphLaunch" => ApiKind::GraphLaunch,
-            "cudaDeviceSynchronize"
-            | "cudaStreamSynchronize"
-            | "cudaEventSynchronize"
-            | "cuCtxSynchronize"
-            | "cuStreamSynchronize"
-            | "cuEventSynchronize"
-            | "cudaThreadSynchronize"
-            | "cudaMemcpy"
-            | "cudaMemcpy2D"
-            | "cudaMemcpyToSymbol"
-            | "cudaMemcpyFromSymbol"
-            | "cudaMemset"
-            | "cuMemcpyDtoH"
-            | "cuMemcpyHtoD"
-            | "cuMemcpy"
-            | "cuMemcpyDtoD" => ApiKind::Sync,
-            "cudaStreamWaitEvent" | "cuStreamWaitEvent" => ApiKind::Wait,
-            b if b.starts_with("cudaMemcpy")
-                || b.starts_with("cudaMemset")
-                || b.starts_with("cuMemcpy")
-                || b.starts_with("cuMemset") =>
-            {
-                ApiKind::Copy
-            }
-            _ => ApiKind::Other,
-        }
+        Self::from_wire(gaptop_wire::api_kind(name))
     }
     pub fn from_wire(k: u8) -> ApiKind {
         match k {

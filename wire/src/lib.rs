@@ -57,6 +57,65 @@ pub struct Hello {
     pub label: String,
 }
 
+impl Hello {
+    pub fn new(pid: u32, rank: i32, label: &str) -> Hello {
+        Hello {
+            version: VERSION,
+            pid,
+            rank,
+            label: label.to_string(),
+        }
+    }
+}
+
+/// Classifies a CUDA runtime or driver API function by name (CUPTI's `_vNNNN`, `_ptsz` and
+/// `_ptds` suffixes allowed). The collector times exactly the calls that are not `API_OTHER`.
+pub fn api_kind(name: &str) -> u8 {
+    let base = name.split("_v").next().unwrap_or(name);
+    let base = base.trim_end_matches("_ptsz").trim_end_matches("_ptds");
+    match base {
+        "cudaLaunchKernel"
+        | "cudaLaunchKernelExC"
+        | "cudaLaunchCooperativeKernel"
+        | "cudaLaunchCooperativeKernelMultiDevice"
+        | "cuLaunchKernel"
+        | "cuLaunchKernelEx"
+        | "cuLaunchCooperativeKernel"
+        | "cuLaunchGrid"
+        | "cuLaunchGridAsync"
+        | "cudaLaunch" => API_LAUNCH,
+        "cudaGraphLaunch" | "cuGraphLaunch" => API_GRAPH_LAUNCH,
+        "cudaDeviceSynchronize"
+        | "cudaStreamSynchronize"
+        | "cudaEventSynchronize"
+        | "cuCtxSynchronize"
+        | "cuStreamSynchronize"
+        | "cuEventSynchronize"
+        | "cudaThreadSynchronize"
+        | "cudaMemcpy"
+        | "cudaMemcpy2D"
+        | "cudaMemcpyToSymbol"
+        | "cudaMemcpyFromSymbol"
+        | "cudaMemset"
+        | "cuMemcpyDtoH"
+        | "cuMemcpyHtoD"
+        | "cuMemcpy"
+        | "cuMemcpyDtoD" => API_SYNC,
+        "cudaStreamWaitEvent" | "cuStreamWaitEvent" => API_WAIT,
+        "cudaMemcpyAsync"
+        | "cudaMemsetAsync"
+        | "cudaMemcpy2DAsync"
+        | "cudaMemcpyPeerAsync"
+        | "cuMemcpyAsync"
+        | "cuMemcpyHtoDAsync"
+        | "cuMemcpyDtoHAsync"
+        | "cuMemcpyDtoDAsync"
+        | "cuMemsetD8Async"
+        | "cuMemsetD32Async" => API_COPY,
+        _ => API_OTHER,
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct Op {
     pub start: u64,
@@ -454,12 +513,22 @@ mod tests {
     use super::*;
 
     fn hello() -> Frame {
-        Frame::Hello(Hello {
-            version: VERSION,
-            pid: 42,
-            rank: 1,
-            label: "python3 train.py".into(),
-        })
+        Frame::Hello(Hello::new(42, 1, "python3 train.py"))
+    }
+
+    #[test]
+    fn classifies_api_names() {
+        assert_eq!(api_kind("cudaLaunchKernel_v7000"), API_LAUNCH);
+        assert_eq!(api_kind("cudaLaunchKernel_ptsz_v7000"), API_LAUNCH);
+        assert_eq!(api_kind("cuLaunchKernelEx"), API_LAUNCH);
+        assert_eq!(api_kind("cudaGraphLaunch_v10000"), API_GRAPH_LAUNCH);
+        assert_eq!(api_kind("cudaStreamSynchronize_v3020"), API_SYNC);
+        assert_eq!(api_kind("cudaMemcpy"), API_SYNC);
+        assert_eq!(api_kind("cudaMemcpyAsync_v3020"), API_COPY);
+        assert_eq!(api_kind("cudaStreamWaitEvent"), API_WAIT);
+        assert_eq!(api_kind("cudaGetDevice_v3020"), API_OTHER);
+        assert_eq!(api_kind("cudaMalloc"), API_OTHER);
+        assert_eq!(api_kind("cuCtxGetCurrent"), API_OTHER);
     }
 
     fn sample() -> Vec<Frame> {

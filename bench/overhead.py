@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""Overhead benchmark: each workload bare, under `gaptop record` (Python stacks on), and under
+torch.profiler (kineto.py, stacks on, nothing written), interleaved, REPS times each.
+
+Prints the median per-iteration time of the workload's own timed section for each mode and the
+ratios to bare, measured side by side in one run.
+
+usage: overhead.py --gaptop PATH --kineto PATH/kineto.py [--reps 5] WORKLOAD.py:ITERS ...
+"""
+import argparse, os, re, statistics, subprocess, sys, tempfile, time
+
+def per_iter(out):
+    m = re.search(r"WORKLOAD (\S+) iters=(\d+) wall_s=([\d.]+)", out)
+    if not m:
+        return None
+    return float(m.group(3)) / int(m.group(2)) * 1e6  # µs per iteration
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gaptop", required=True)
+    ap.add_argument("--kineto", required=True)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--variant", action="append", default=[],
+                    help="extra gaptop mode NAME:ENV=V,ENV=V (collector knobs)")
+    ap.add_argument("--no-profiler", action="store_true")
+    ap.add_argument("workloads", nargs="+")
+    a = ap.parse_args()
+    tmp = tempfile.mkdtemp()
+    rows = []
+    for wl in a.workloads:
+        script, iters = wl.split(":")
+        grec = [a.gaptop, "record", "-o", os.path.join(tmp, "r.rec"), "--", sys.executable, script, iters]
+        modes = {"bare": ([sys.executable, script, iters], {}), "gaptop": (grec, {})}
+        for v in a.variant:
+            name, _, kv = v.partition(":")
+            modes[name] = (grec, dict(x.split("=", 1) for x in kv.split(",") if x))
+        if not a.no_profiler:
+            modes["torch.profiler"] = ([sys.executable, a.kineto, "-", "stack", "--", script, iters], {})
+        times = {m: [] for m in modes}
+        for rep in range(a.reps):
+            for m, (cmd, env) in modes.items():
+                t0 = time.time()
+                p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env})
+                v = per_iter(p.stdout)
+                if v is None:
+                    print(f"{wl} {m}: no WORKLOAD line (exit {p.returncode})\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}", flush=True)
+                    continue
+                times[m].append(v)
+                extra = ""
+                if cmd is grec:
+                    extra = " | " + " ".join(l for l in p.stderr.splitlines() if "recorded" in l)
+                print(f"  {os.path.basename(script)} rep{rep} {m:15s} {v:10.1f} us/iter ({time.time()-t0:.1f}s){extra}", flush=True)
+        med = {m: statistics.median(v) if v else float("nan") for m, v in times.items()}
+        rows.append((os.path.basename(script), iters, med, times))
+    print()
+    print(f"{'workload':16s} {'bare us/it':>11s} {'gaptop':>9s} {'torch.prof':>11s} {'gaptop/bare':>12s} {'prof/bare':>10s} {'overhead ratio':>15s}")
+    for name, iters, med, times in rows:
+        b, g, k = med["bare"], med["gaptop"], med.get("torch.profiler", float("nan"))
+        for m, v in med.items():
+            if m not in ("bare", "gaptop", "torch.profiler"):
+                print(f"  variant {m:20s} {v:10.1f} us/iter  {v/b:.3f}x bare")
+        ratio = (g - b) / (k - b) if k > b else float("nan")
+        print(f"{name:16s} {b:11.1f} {g:9.1f} {k:11.1f} {g/b:12.3f} {k/b:10.3f} {ratio:15.2f}")
+        print(f"  samples: " + "; ".join(f"{m}=" + ",".join(f"{x:.0f}" for x in v) for m, v in times.items()))
+    print("(overhead ratio = gaptop's added time / torch.profiler's added time; target < 0.5)")
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,354 @@
+//! The live source: a private Unix socket, the profiled child started with the collector
+//! injected, and reader threads that decode each connection's frames.
+//!
+//! Everything arrives on one channel as [`LiveEvent`]s, so the consumer (the UI loop or the
+//! recorder) has a single place that changes state.
+
+use std::io::Read;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use gaptop_wire::{Decoder, Frame};
+
+pub enum LiveEvent {
+    /// Decoded frames from one connection.
+    Frames(u32, Vec<Frame>),
+    /// A connection ended; `Some` says why when it was a protocol error.
+    Closed(u32, Option<String>),
+    /// A line the child wrote on stdout or stderr (when captured).
+    Output(String),
+    /// The child exited with this description.
+    Exited(String),
+}
+
+/// A private directory holding the socket, removed on drop.
+pub struct SocketDir {
+    pub dir: PathBuf,
+    pub socket: PathBuf,
+}
+
+impl SocketDir {
+    pub fn create() -> anyhow::Result<(SocketDir, UnixListener)> {
+        let base = std::env::temp_dir();
+        for i in 0..100u32 {
+            let nonce = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.subsec_nanos())
+                .unwrap_or(0);
+            let dir = base.join(format!("gaptop-{}-{nonce:x}-{i}", std::process::id()));
+            match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+                Ok(()) => {
+                    let socket = dir.join("collector.sock");
+                    let l = UnixListener::bind(&socket)
+                        .with_context(|| format!("cannot listen on {}", socket.display()))?;
+                    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))?;
+                    return Ok((SocketDir { dir, socket }, l));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e).context("cannot create the socket directory"),
+            }
+        }
+        bail!(
+            "cannot create a private socket directory in {}",
+            base.display()
+        )
+    }
+}
+
+impl Drop for SocketDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.socket);
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// Reads one connection until EOF or a protocol error, forwarding frames in batches.
+pub fn read_connection(conn: u32, mut s: impl Read, tx: Sender<LiveEvent>) {
+    let mut d = Decoder::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = match s.read(&mut buf) {
+            Ok(0) => {
+                let why = (d.pending() > 0)
+                    .then(|| format!("connection ended inside a frame ({} bytes)", d.pending()));
+                let _ = tx.send(LiveEvent::Closed(conn, why));
+                return;
+            }
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                let _ = tx.send(LiveEvent::Closed(conn, Some(e.to_string())));
+                return;
+            }
+        };
+        d.feed(&buf[..n]);
+        let mut frames = Vec::new();
+        loop {
+            match d.next_frame() {
+                Ok(Some(f)) => frames.push(f),
+                Ok(None) => break,
+                Err(e) => {
+                    if !frames.is_empty() {
+                        let _ = tx.send(LiveEvent::Frames(conn, frames));
+                    }
+                    let _ = tx.send(LiveEvent::Closed(
+                        conn,
+                        Some(format!("protocol error: {e}")),
+                    ));
+                    return;
+                }
+            }
+        }
+        if !frames.is_empty() && tx.send(LiveEvent::Frames(conn, frames)).is_err() {
+            return;
+        }
+    }
+}
+
+/// Accepts connections until `stop` is set; each gets a reader thread.
+pub fn accept_loop(l: UnixListener, tx: Sender<LiveEvent>, stop: Arc<AtomicBool>) {
+    let next = AtomicU32::new(1);
+    let _ = l.set_nonblocking(true);
+    while !stop.load(Ordering::Relaxed) {
+        match l.accept() {
+            Ok((s, _)) => {
+                let _ = s.set_nonblocking(false);
+                if !same_user(&s) {
+                    let _ = tx.send(LiveEvent::Closed(
+                        0,
+                        Some("refused a connection from another user".into()),
+                    ));
+                    continue;
+                }
+                let id = next.fetch_add(1, Ordering::Relaxed);
+                let tx = tx.clone();
+                let _ = std::thread::Builder::new()
+                    .name(format!("gaptop-conn-{id}"))
+                    .spawn(move || read_connection(id, s, tx));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+/// The socket's directory is 0700 and the socket 0600, so only the owner (and root) can
+/// connect; the peer's credentials are checked as well, so a root process of another user's
+/// session cannot feed this viewer either.
+fn same_user(s: &UnixStream) -> bool {
+    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    match getsockopt(s, PeerCredentials) {
+        Ok(c) => c.uid() == nix::unistd::getuid().as_raw(),
+        Err(_) => false,
+    }
+}
+
+/// Where gaptop looks for the collector library.
+pub fn find_collector() -> anyhow::Result<PathBuf> {
+    if let Some(p) = std::env::var_os("GAPTOP_COLLECTOR") {
+        let p = PathBuf::from(p);
+        if p.is_file() {
+            return Ok(p);
+        }
+        bail!("GAPTOP_COLLECTOR={} is not a file", p.display());
+    }
+    let exe = std::env::current_exe().context("cannot locate the gaptop binary")?;
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    let mut looked = Vec::new();
+    for cand in [
+        dir.join("libgaptop_collector.so"),
+        dir.join("../lib/libgaptop_collector.so"),
+        dir.join("../lib/gaptop/libgaptop_collector.so"),
+    ] {
+        if cand.is_file() {
+            return Ok(cand);
+        }
+        looked.push(cand.display().to_string());
+    }
+    bail!(
+        "the collector library libgaptop_collector.so is missing; looked in {} (set GAPTOP_COLLECTOR)",
+        looked.join(", ")
+    )
+}
+
+/// Folders that may hold libcupti, in the order gaptop tries them.
+pub fn cupti_candidates() -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    for var in ["CUDA_HOME", "CUDA_PATH"] {
+        if let Some(h) = std::env::var_os(var) {
+            let h = PathBuf::from(h);
+            v.push(h.join("extras/CUPTI/lib64"));
+            v.push(h.join("targets/x86_64-linux/lib"));
+            v.push(h.join("lib64"));
+        }
+    }
+    if let Ok(entries) = std::fs::read_dir("/usr/local") {
+        let mut cudas: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("cuda"))
+            })
+            .collect();
+        cudas.sort();
+        cudas.reverse();
+        for c in cudas {
+            v.push(c.join("extras/CUPTI/lib64"));
+            v.push(c.join("targets/x86_64-linux/lib"));
+            v.push(c.join("lib64"));
+        }
+    }
+    // The nvidia-cuda-cupti Python package (pip wheels of PyTorch bring it).
+    if let Ok(out) = Command::new("python3")
+        .args([
+            "-c",
+            "import sys,site;print('\\n'.join(site.getsitepackages()+[site.getusersitepackages()]))",
+        ])
+        .stderr(Stdio::null())
+        .output()
+    {
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let sp = PathBuf::from(line.trim());
+            v.push(sp.join("nvidia/cuda_cupti/lib"));
+            v.push(sp.join("nvidia/cu13/lib"));
+            v.push(sp.join("nvidia/cu12/lib"));
+        }
+    }
+    if let Some(ld) = std::env::var_os("LD_LIBRARY_PATH") {
+        v.extend(std::env::split_paths(&ld));
+    }
+    v.push("/usr/lib/x86_64-linux-gnu".into());
+    v
+}
+
+pub fn find_cupti() -> anyhow::Result<PathBuf> {
+    let cands = cupti_candidates();
+    for d in &cands {
+        if let Ok(rd) = std::fs::read_dir(d) {
+            for e in rd.flatten() {
+                let n = e.file_name();
+                if n.to_string_lossy().starts_with("libcupti.so") {
+                    return Ok(d.clone());
+                }
+            }
+        }
+    }
+    let shown: Vec<String> = cands.iter().map(|p| p.display().to_string()).collect();
+    bail!(
+        "libcupti was not found; looked in {} (set CUDA_HOME or LD_LIBRARY_PATH)",
+        shown.join(", ")
+    )
+}
+
+pub struct Launch {
+    pub child: Child,
+    pub dir: SocketDir,
+    pub stop: Arc<AtomicBool>,
+    pub rx: Receiver<LiveEvent>,
+    pub tx: Sender<LiveEvent>,
+}
+
+/// Starts `cmd` with the collector injected, listening for it (and its children) on a fresh
+/// private socket. `capture` sends the child's output to the channel (and a log) instead of the
+/// terminal.
+pub fn launch(cmd: &[String], capture: Option<&Path>) -> anyhow::Result<Launch> {
+    let Some((prog, args)) = cmd.split_first() else {
+        bail!("no command given: use gaptop run -- CMD ARGS...");
+    };
+    let collector = find_collector()?;
+    let cupti = find_cupti()?;
+    let (dir, listener) = SocketDir::create()?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let tx = tx.clone();
+        let stop = stop.clone();
+        std::thread::Builder::new()
+            .name("gaptop-accept".into())
+            .spawn(move || accept_loop(listener, tx, stop))?;
+    }
+    let mut ld = std::ffi::OsString::from(&cupti);
+    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
+        ld.push(":");
+        ld.push(old);
+    }
+    let mut c = Command::new(prog);
+    c.args(args)
+        .env("CUDA_INJECTION64_PATH", &collector)
+        .env("GAPTOP_SOCKET", &dir.socket)
+        .env("LD_LIBRARY_PATH", ld)
+        .stdin(Stdio::null());
+    if let Some(log) = capture {
+        let f = std::fs::File::create(log)
+            .with_context(|| format!("cannot create the log {}", log.display()))?;
+        let f2 = f.try_clone()?;
+        c.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = c.spawn().with_context(|| format!("cannot start {prog}"))?;
+        for (out, file) in [
+            (
+                child
+                    .stdout
+                    .take()
+                    .map(|o| Box::new(o) as Box<dyn Read + Send>),
+                f,
+            ),
+            (
+                child
+                    .stderr
+                    .take()
+                    .map(|o| Box::new(o) as Box<dyn Read + Send>),
+                f2,
+            ),
+        ] {
+            if let Some(o) = out {
+                let tx = tx.clone();
+                std::thread::spawn(move || pump(o, file, tx));
+            }
+        }
+        return Ok(Launch {
+            child,
+            dir,
+            stop,
+            rx,
+            tx,
+        });
+    }
+    let child = c.spawn().with_context(|| format!("cannot start {prog}"))?;
+    Ok(Launch {
+        child,
+        dir,
+        stop,
+        rx,
+        tx,
+    })
+}
+
+fn pump(r: Box<dyn Read + Send>, mut log: std::fs::File, tx: Sender<LiveEvent>) {
+    use std::io::{BufRead, BufReader, Write};
+    let mut r = BufReader::new(r);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match r.read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {
+                let _ = log.write_all(&line);
+                let s = String::from_utf8_lossy(&line).trim_end().to_string();
+                if tx.send(LiveEvent::Output(s)).is_err() {
+                    // The viewer is gone: keep draining so the child never blocks on a pipe.
+                    continue;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! `gaptop record`: run a command with the collector injected and write a recording, headless.
+
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use gaptop_wire::Frame;
+
+use crate::collect::live::{self, LiveEvent};
+use crate::collect::recording::Writer;
+
+#[derive(Default, Debug)]
+pub struct Totals {
+    pub frames: u64,
+    pub ops: u64,
+    pub apis: u64,
+    pub conns: u64,
+    pub dropped: u64,
+    pub errors: Vec<String>,
+}
+
+/// Writes every event's frames to `w`, keeping totals. Returns false for events that end the
+/// run (the child exited).
+pub fn record_event<W: std::io::Write>(
+    w: &mut Writer<W>,
+    t: &mut Totals,
+    drops: &mut std::collections::HashMap<u32, u64>,
+    ev: LiveEvent,
+) -> anyhow::Result<Option<String>> {
+    match ev {
+        LiveEvent::Frames(conn, frames) => {
+            for f in frames {
+                match &f {
+                    Frame::Hello(_) => t.conns += 1,
+                    Frame::Ops(o) => t.ops += o.len() as u64,
+                    Frame::Apis(a) => t.apis += a.len() as u64,
+                    Frame::Stats(s) => {
+                        drops.insert(conn, s.collector_dropped + s.cupti_dropped);
+                    }
+                    _ => {}
+                }
+                t.frames += 1;
+                w.frame(conn, &f).context("writing the recording")?;
+            }
+        }
+        LiveEvent::Closed(conn, Some(why)) => t.errors.push(format!("connection {conn}: {why}")),
+        LiveEvent::Closed(_, None) => {}
+        LiveEvent::Output(line) => println!("{line}"),
+        LiveEvent::Exited(s) => return Ok(Some(s)),
+    }
+    t.dropped = drops.values().sum();
+    Ok(None)
+}
+
+pub fn run(cmd: &[String], out: &Path, duration: Option<f64>) -> anyhow::Result<i32> {
+    let file =
+        std::fs::File::create(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let mut w = Writer::new(file)?;
+    let mut l = live::launch(cmd, None)?;
+    let started = Instant::now();
+    let mut t = Totals::default();
+    let mut drops = Default::default();
+    let mut exit: Option<std::process::ExitStatus> = None;
+    let mut exited_at: Option<Instant> = None;
+    let mut last_flush = Instant::now();
+    loop {
+        match l.rx.recv_timeout(Duration::from_millis(50)) {
+            Ok(ev) => {
+                record_event(&mut w, &mut t, &mut drops, ev)?;
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(_) => break,
+        }
+        if last_flush.elapsed() > Duration::from_millis(200) {
+            w.flush().context("writing the recording")?;
+            last_flush = Instant::now();
+        }
+        if exit.is_none() {
+            if let Some(s) = l.child.try_wait()? {
+                exit = Some(s);
+                exited_at = Some(Instant::now());
+            }
+        }
+        if let Some(at) = exited_at {
+            // Give the collectors a moment to deliver their last records after exit.
+            if at.elapsed() > Duration::from_millis(500) {
+                while let Ok(ev) = l.rx.try_recv() {
+                    record_event(&mut w, &mut t, &mut drops, ev)?;
+                }
+                break;
+            }
+        }
+        if duration.is_some_and(|d| started.elapsed().as_secs_f64() >= d) {
+            eprintln!("gaptop: --duration reached; the program continues without the collector");
+            break;
+        }
+    }
+    l.stop.store(true, Ordering::Relaxed);
+    w.flush().context("writing the recording")?;
+    for e in &t.errors {
+        eprintln!("gaptop: {e}");
+    }
+    eprintln!(
+        "gaptop: recorded {} GPU ops and {} API calls from {} process(es), {} dropped, {} bytes -> {}",
+        t.ops,
+        t.apis,
+        t.conns,
+        t.dropped,
+        w.bytes,
+        out.display()
+    );
+    if t.conns == 0 {
+        eprintln!("gaptop: no process connected: did the command use CUDA?");
+    }
+    Ok(match exit {
+        Some(s) => s.code().unwrap_or(1),
+        None => 0,
+    })
+}
