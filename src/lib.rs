@@ -6,7 +6,10 @@
 //! - [`app`] and [`views`]: the terminal UI (state, actions, pure render functions).
 #![forbid(unsafe_code)]
 
+pub mod app;
 pub mod collect;
+pub mod export;
 pub mod record;
 pub mod report;
 pub mod units;
+pub mod views;

@@ -27,8 +27,54 @@ struct WindowArgs {
     to: Option<i64>,
 }
 
+#[derive(clap::Args, Clone)]
+struct UiArgs {
+    /// Where `e` writes exports
+    #[arg(long, default_value = ".")]
+    export_dir: PathBuf,
+    /// Key map file (`action = key, key` lines) applied over the defaults
+    #[arg(long)]
+    keys: Option<PathBuf>,
+}
+
+/// The embedded sample: a recording of GPT-2 small at batch 1 taken on an H200.
+const DEMO: &[u8] = include_bytes!("../assets/gpt2.rec");
+
 #[derive(Subcommand)]
 enum Cmd {
+    /// Play the embedded sample recording in the UI, as if live (no GPU needed)
+    Demo {
+        #[command(flatten)]
+        ui: UiArgs,
+    },
+    /// Open a trace (Kineto JSON, .json.gz, a gaptop export) or a recording in the UI
+    Open {
+        file: PathBuf,
+        #[command(flatten)]
+        ui: UiArgs,
+    },
+    /// Run a command with the collector injected and watch it live
+    Run {
+        #[command(flatten)]
+        ui: UiArgs,
+        /// Memory budget for kept ops, e.g. 512M, 2G (oldest ops leave first, and are counted)
+        #[arg(long, default_value = "1G", value_parser = parse_bytes)]
+        memory: usize,
+        /// Where the program's stdout and stderr go (default gaptop-<pid>.log here)
+        #[arg(long)]
+        log: Option<PathBuf>,
+        /// The command and its arguments
+        #[arg(last = true, required = true)]
+        cmd: Vec<String>,
+    },
+    /// Write a window of a trace or recording as Chrome trace JSON (Perfetto, chrome://tracing)
+    Export {
+        file: PathBuf,
+        #[command(flatten)]
+        window: WindowArgs,
+        #[arg(short, long)]
+        output: PathBuf,
+    },
     /// Summarize a trace or recording: idle breakdown, top gaps and stacks, percentiles
     Report {
         file: PathBuf,
@@ -55,6 +101,37 @@ enum Cmd {
         #[arg(last = true, required = true)]
         cmd: Vec<String>,
     },
+}
+
+fn parse_bytes(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let (num, mult) = match t.chars().last() {
+        Some('K' | 'k') => (&t[..t.len() - 1], 1usize << 10),
+        Some('M' | 'm') => (&t[..t.len() - 1], 1 << 20),
+        Some('G' | 'g') => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1),
+    };
+    let v: f64 = num.parse().map_err(|_| format!("bad size {s:?}: use e.g. 512M or 2G"))?;
+    if !(v > 0.0) {
+        return Err(format!("bad size {s:?}: must be positive"));
+    }
+    Ok((v * mult as f64) as usize)
+}
+
+fn ui_app(
+    store: gaptop::collect::store::Store,
+    source: gaptop::app::SourceState,
+    ui: &UiArgs,
+) -> anyhow::Result<gaptop::app::App> {
+    let mut app = gaptop::app::App::new(store, source);
+    app.export_dir = ui.export_dir.clone();
+    if let Some(k) = &ui.keys {
+        let text = std::fs::read_to_string(k)
+            .map_err(|e| anyhow::anyhow!("{}: cannot read: {e}", k.display()))?;
+        app.keys = gaptop::app::KeyMap::with_overrides(&text)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", k.display()))?;
+    }
+    Ok(app)
 }
 
 fn main() -> ExitCode {
@@ -92,6 +169,63 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             } else {
                 print!("{}", gaptop::report::text(&j));
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Demo { ui } => {
+            use gaptop::app::{term, SourceState};
+            let mut store = gaptop::collect::store::Store::new(1 << 30);
+            store.source = "demo (gpt2.rec)".into();
+            let app = ui_app(store, SourceState::Live, &ui)?;
+            term::run(app, term::Feed::Demo(term::demo_feed(DEMO)))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Open { file, ui } => {
+            use gaptop::app::{term, SourceState};
+            let store = gaptop::collect::load_path(&file, usize::MAX)?;
+            let app = ui_app(store, SourceState::File, &ui)?;
+            term::run(app, term::Feed::None)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Run {
+            ui,
+            memory,
+            log,
+            cmd,
+        } => {
+            use gaptop::app::{term, SourceState};
+            let log = log.unwrap_or_else(|| PathBuf::from(format!("gaptop-{}.log", std::process::id())));
+            let l = gaptop::collect::live::launch(&cmd, Some(&log))?;
+            let mut store = gaptop::collect::store::Store::new(memory);
+            store.source = cmd.join(" ");
+            let mut app = ui_app(store, SourceState::Live, &ui)?;
+            app.message = format!("program output: {}", log.display());
+            term::run(app, term::Feed::Live(Box::new(l)))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Export {
+            file,
+            window,
+            output,
+        } => {
+            let store = gaptop::collect::load_path(&file, usize::MAX)?;
+            let (lo, hi) = store
+                .span()
+                .ok_or_else(|| anyhow::anyhow!("{}: no GPU ops", file.display()))?;
+            let from = window.from.map(|f| lo + f).unwrap_or(lo);
+            let to = window.to.map(|t| lo + t).unwrap_or(hi);
+            if to <= from {
+                anyhow::bail!("--to must be after --from");
+            }
+            let f = std::fs::File::create(&output)
+                .map_err(|e| anyhow::anyhow!("{}: cannot create: {e}", output.display()))?;
+            let n = gaptop::export::write(&store, from, to, &Config::default(), f)?;
+            eprintln!(
+                "gaptop: wrote {} ops, {} launches, {} gaps -> {}",
+                n.ops,
+                n.launches,
+                n.gaps,
+                output.display()
+            );
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Record {

@@ -45,6 +45,9 @@ struct RawArgs<'a> {
     stream: Option<&'a RawValue>,
     #[serde(borrow, default, rename = "graph id")]
     graph_id: Option<&'a RawValue>,
+    /// A launch's stack, outermost first (gaptop's own exports carry it).
+    #[serde(borrow, default)]
+    stack: Option<Vec<Cow<'a, str>>>,
 }
 
 /// Parses a JSON number written in microseconds into integer nanoseconds, exactly for the
@@ -101,6 +104,8 @@ fn int_of(v: Option<&RawValue>) -> Option<i64> {
 
 struct PendingApi {
     api: ApiCall,
+    /// The stack came with the event (a gaptop export); keep it.
+    explicit: bool,
 }
 
 struct RawSpan {
@@ -164,7 +169,10 @@ impl Builder {
             _ => None,
         };
         if kind.is_none() && !is_api && span_rank.is_none() {
-            if !matches!(cat, "ac2g" | "Trace" | "overhead" | "gpu_user_annotation") {
+            if !matches!(
+                cat,
+                "ac2g" | "Trace" | "overhead" | "gpu_user_annotation" | "gaptop_gap"
+            ) {
                 self.store.skip(&format!("category {cat:?}"));
             }
             return Ok(());
@@ -225,6 +233,13 @@ impl Builder {
                     }
                 }
                 let corr = int_of(args.correlation).unwrap_or(0);
+                let mut stack = 0;
+                if let Some(frames) = &args.stack {
+                    for f in frames {
+                        let id = self.store.names.intern(f);
+                        stack = self.store.stacks.intern(stack, id);
+                    }
+                }
                 self.apis.push(PendingApi {
                     api: ApiCall {
                         start: ts,
@@ -232,9 +247,10 @@ impl Builder {
                         corr: corr.clamp(0, u32::MAX as i64) as u32,
                         tid,
                         name: nm,
-                        stack: 0,
+                        stack,
                         kind: ApiKind::classify(name),
                     },
+                    explicit: args.stack.is_some(),
                 });
             } else if let Some(rank) = span_rank {
                 self.spans.entry(tid).or_default().push(RawSpan {
@@ -291,7 +307,9 @@ impl Builder {
         self.apis.sort_by_key(|p| (p.api.start, p.api.corr));
         for p in self.apis {
             let mut api = p.api;
-            api.stack = st.procs[0].span_stack_at(api.tid, api.start);
+            if !p.explicit {
+                api.stack = st.procs[0].span_stack_at(api.tid, api.start);
+            }
             st.add_api(0, api);
         }
         st.finish_bulk();

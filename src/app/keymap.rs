@@ -1,0 +1,308 @@
+//! Key bindings: strings such as `ctrl+c` parsed into a table that maps keys to actions.
+
+use std::collections::HashMap;
+
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+
+/// Everything input can ask for. Keys map to these; one `update` applies them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Action {
+    Quit,
+    Pause,
+    ZoomIn,
+    ZoomOut,
+    PanLeft,
+    PanRight,
+    /// ← : pan in the timeline and gap list, collapse in the tree.
+    Left,
+    /// → : pan in the timeline and gap list, expand in the tree.
+    Right,
+    Up,
+    Down,
+    NextGap,
+    PrevGap,
+    BiggestGap,
+    /// Zoom to the selected gap, or walk the selected tree node's gaps.
+    Enter,
+    ZoomAll,
+    FocusNext,
+    FocusPrev,
+    Invert,
+    Export,
+    Help,
+    ThresholdUp,
+    ThresholdDown,
+    Sort,
+    Clear,
+}
+
+impl Action {
+    pub const ALL: [(Action, &'static str, &'static str); 24] = [
+        (Action::Quit, "quit", "quit (the terminal is restored)"),
+        (Action::Pause, "pause", "pause / resume (resume jumps back to now)"),
+        (Action::ZoomIn, "zoom_in", "zoom in around the cursor"),
+        (Action::ZoomOut, "zoom_out", "zoom out around the cursor"),
+        (Action::PanLeft, "pan_left", "pan left"),
+        (Action::PanRight, "pan_right", "pan right"),
+        (Action::Left, "left", "pan left; collapse in the tree"),
+        (Action::Right, "right", "pan right; expand in the tree"),
+        (Action::Up, "up", "previous row in the focused pane"),
+        (Action::Down, "down", "next row in the focused pane"),
+        (Action::NextGap, "next_gap", "next gap (of the tree node, if one is chosen)"),
+        (Action::PrevGap, "prev_gap", "previous gap (of the tree node, if one is chosen)"),
+        (Action::BiggestGap, "biggest_gap", "select the biggest gap in the window"),
+        (Action::Enter, "enter", "zoom to the gap; in the tree, walk this node's gaps"),
+        (Action::ZoomAll, "zoom_all", "zoom to the whole capture"),
+        (Action::FocusNext, "focus_next", "focus the next pane"),
+        (Action::FocusPrev, "focus_prev", "focus the previous pane"),
+        (Action::Invert, "invert", "invert the call tree (bottom-up)"),
+        (Action::Export, "export", "export the visible window to JSON"),
+        (Action::Help, "help", "show or hide this help"),
+        (Action::ThresholdUp, "threshold_up", "hide more short gaps (raise the threshold)"),
+        (Action::ThresholdDown, "threshold_down", "show shorter gaps (lower the threshold)"),
+        (Action::Sort, "sort", "sort the gap list by duration or by time"),
+        (Action::Clear, "clear", "clear the tree-node filter, close help"),
+    ];
+
+    pub fn name(self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|a| a.0 == self)
+            .map(|a| a.1)
+            .unwrap_or("?")
+    }
+
+    fn from_name(s: &str) -> Option<Action> {
+        Self::ALL.iter().find(|a| a.1 == s).map(|a| a.0)
+    }
+}
+
+/// A key as the map stores it: code plus the modifiers that matter (ctrl, alt).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Key {
+    pub code: KeyCode,
+    pub mods: KeyModifiers,
+}
+
+impl Key {
+    pub fn from_event(e: &KeyEvent) -> Key {
+        let mut mods = e.modifiers & (KeyModifiers::CONTROL | KeyModifiers::ALT);
+        let code = match e.code {
+            KeyCode::Char(c) if mods.contains(KeyModifiers::CONTROL) => {
+                KeyCode::Char(c.to_ascii_lowercase())
+            }
+            KeyCode::BackTab => {
+                mods = KeyModifiers::NONE;
+                KeyCode::BackTab
+            }
+            c => c,
+        };
+        Key { code, mods }
+    }
+
+    pub fn parse(s: &str) -> Result<Key, String> {
+        let s = s.trim();
+        let (mods, rest) = if let Some(r) = s.strip_prefix("ctrl+") {
+            (KeyModifiers::CONTROL, r)
+        } else if let Some(r) = s.strip_prefix("alt+") {
+            (KeyModifiers::ALT, r)
+        } else {
+            (KeyModifiers::NONE, s)
+        };
+        let code = match rest {
+            "space" => KeyCode::Char(' '),
+            "enter" => KeyCode::Enter,
+            "esc" => KeyCode::Esc,
+            "tab" => KeyCode::Tab,
+            "backtab" => KeyCode::BackTab,
+            "left" => KeyCode::Left,
+            "right" => KeyCode::Right,
+            "up" => KeyCode::Up,
+            "down" => KeyCode::Down,
+            "pageup" => KeyCode::PageUp,
+            "pagedown" => KeyCode::PageDown,
+            "home" => KeyCode::Home,
+            "end" => KeyCode::End,
+            r if r.chars().count() == 1 => {
+                let c = r.chars().next().unwrap_or(' ');
+                KeyCode::Char(if mods.is_empty() { c } else { c.to_ascii_lowercase() })
+            }
+            _ => return Err(format!("unknown key {s:?}")),
+        };
+        Ok(Key { code, mods })
+    }
+
+    pub fn label(&self) -> String {
+        let base = match self.code {
+            KeyCode::Char(' ') => "space".to_string(),
+            KeyCode::Char(c) => c.to_string(),
+            KeyCode::Enter => "enter".into(),
+            KeyCode::Esc => "esc".into(),
+            KeyCode::Tab => "tab".into(),
+            KeyCode::BackTab => "shift+tab".into(),
+            KeyCode::Left => "←".into(),
+            KeyCode::Right => "→".into(),
+            KeyCode::Up => "↑".into(),
+            KeyCode::Down => "↓".into(),
+            KeyCode::PageUp => "pageup".into(),
+            KeyCode::PageDown => "pagedown".into(),
+            KeyCode::Home => "home".into(),
+            KeyCode::End => "end".into(),
+            _ => "?".into(),
+        };
+        if self.mods.contains(KeyModifiers::CONTROL) {
+            format!("ctrl+{base}")
+        } else if self.mods.contains(KeyModifiers::ALT) {
+            format!("alt+{base}")
+        } else {
+            base
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct KeyMap {
+    map: HashMap<Key, Action>,
+}
+
+pub const DEFAULT_KEYS: &str = include_str!("../../assets/keys.conf");
+
+impl Default for KeyMap {
+    fn default() -> Self {
+        KeyMap::parse(DEFAULT_KEYS).expect("the default key map parses")
+    }
+}
+
+impl KeyMap {
+    /// Parses `action = key, key` lines. A key bound to two actions is an error.
+    pub fn parse(text: &str) -> Result<KeyMap, String> {
+        let mut map = HashMap::new();
+        for (no, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let (name, keys) = line
+                .split_once('=')
+                .ok_or_else(|| format!("line {}: expected `action = keys`", no + 1))?;
+            let action = Action::from_name(name.trim())
+                .ok_or_else(|| format!("line {}: unknown action {:?}", no + 1, name.trim()))?;
+            // Keys are separated by commas; a "," key is written as "comma".
+            for k in keys.split(',') {
+                let k = if k.trim() == "comma" { "," } else { k };
+                if k.trim().is_empty() {
+                    continue;
+                }
+                let key = Key::parse(k).map_err(|e| format!("line {}: {e}", no + 1))?;
+                if let Some(prev) = map.insert(key, action) {
+                    if prev != action {
+                        return Err(format!(
+                            "line {}: key {} is bound to both {} and {}",
+                            no + 1,
+                            key.label(),
+                            prev.name(),
+                            action.name()
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(KeyMap { map })
+    }
+
+    /// The default map with a user file's lines applied over it (an action named in the file
+    /// loses its default keys).
+    pub fn with_overrides(text: &str) -> Result<KeyMap, String> {
+        let user = KeyMap::parse(text)?;
+        let overridden: std::collections::HashSet<Action> = user.map.values().copied().collect();
+        let mut map: HashMap<Key, Action> = KeyMap::default()
+            .map
+            .into_iter()
+            .filter(|(_, a)| !overridden.contains(a))
+            .collect();
+        for (k, a) in user.map {
+            if let Some(prev) = map.insert(k, a) {
+                if prev != a {
+                    return Err(format!(
+                        "key {} is bound to both {} and {}",
+                        k.label(),
+                        prev.name(),
+                        a.name()
+                    ));
+                }
+            }
+        }
+        Ok(KeyMap { map })
+    }
+
+    pub fn action(&self, e: &KeyEvent) -> Option<Action> {
+        self.map.get(&Key::from_event(e)).copied()
+    }
+
+    /// Keys bound to an action, for the help overlay.
+    pub fn keys_for(&self, a: Action) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .map
+            .iter()
+            .filter(|(_, x)| **x == a)
+            .map(|(k, _)| k.label())
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(code: KeyCode, mods: KeyModifiers) -> KeyEvent {
+        KeyEvent::new(code, mods)
+    }
+
+    #[test]
+    fn default_bindings() {
+        let m = KeyMap::default();
+        let cases = [
+            (KeyCode::Char('q'), KeyModifiers::NONE, Some(Action::Quit)),
+            (KeyCode::Char('c'), KeyModifiers::CONTROL, Some(Action::Quit)),
+            (KeyCode::Char(' '), KeyModifiers::NONE, Some(Action::Pause)),
+            (KeyCode::Char('+'), KeyModifiers::NONE, Some(Action::ZoomIn)),
+            (KeyCode::Char('='), KeyModifiers::NONE, Some(Action::ZoomIn)),
+            (KeyCode::Char('-'), KeyModifiers::NONE, Some(Action::ZoomOut)),
+            (KeyCode::Char('n'), KeyModifiers::NONE, Some(Action::NextGap)),
+            (KeyCode::Char('N'), KeyModifiers::SHIFT, Some(Action::PrevGap)),
+            (KeyCode::Char('0'), KeyModifiers::NONE, Some(Action::ZoomAll)),
+            (KeyCode::Tab, KeyModifiers::NONE, Some(Action::FocusNext)),
+            (KeyCode::BackTab, KeyModifiers::SHIFT, Some(Action::FocusPrev)),
+            (KeyCode::Left, KeyModifiers::NONE, Some(Action::Left)),
+            (KeyCode::Char('?'), KeyModifiers::NONE, Some(Action::Help)),
+            (KeyCode::Char('x'), KeyModifiers::NONE, None),
+            (KeyCode::Char('q'), KeyModifiers::CONTROL, None),
+        ];
+        for (code, mods, want) in cases {
+            assert_eq!(m.action(&ev(code, mods)), want, "{code:?} {mods:?}");
+        }
+        // Every action has a key.
+        for (a, name, _) in Action::ALL {
+            assert!(!m.keys_for(a).is_empty(), "{name} has no key");
+        }
+    }
+
+    #[test]
+    fn duplicates_and_typos_are_errors() {
+        assert!(KeyMap::parse("quit = q\npause = q").unwrap_err().contains("both"));
+        assert!(KeyMap::parse("jump = q").unwrap_err().contains("unknown action"));
+        assert!(KeyMap::parse("quit = ctrl+bogus").unwrap_err().contains("unknown key"));
+        assert!(KeyMap::parse("quit q").unwrap_err().contains("expected"));
+    }
+
+    #[test]
+    fn overrides_replace_only_named_actions() {
+        let m = KeyMap::with_overrides("quit = x").unwrap();
+        assert_eq!(m.action(&ev(KeyCode::Char('x'), KeyModifiers::NONE)), Some(Action::Quit));
+        assert_eq!(m.action(&ev(KeyCode::Char('q'), KeyModifiers::NONE)), None);
+        assert_eq!(m.action(&ev(KeyCode::Char(' '), KeyModifiers::NONE)), Some(Action::Pause));
+        assert!(KeyMap::with_overrides("quit = n").is_err());
+    }
+}

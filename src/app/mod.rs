@@ -1,0 +1,697 @@
+//! The UI model: state, actions and the one `update` that changes state.
+//!
+//! Views (`crate::views`) are functions of this state; the terminal loop (`term`) turns input
+//! into [`Action`]s and source events into store changes.
+
+pub mod keymap;
+pub mod term;
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use tui_tree_widget::{TreeItem, TreeState};
+
+use crate::collect::analysis::{self, CallTree, Category, Config, Gap, Reason, Summary, Window};
+use crate::collect::store::{NameId, Ns, StackId, Store};
+use crate::units::fmt_ns;
+pub use keymap::{Action, KeyMap};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Focus {
+    Timeline,
+    Gaps,
+    Tree,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GapSort {
+    Duration,
+    Time,
+}
+
+/// Where the data comes from, and whether it is still arriving.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SourceState {
+    /// A file: everything is there.
+    File,
+    /// Live (a program or the demo): still running.
+    Live,
+    /// Live, but the program has ended (the text says how).
+    Ended(String),
+}
+
+/// A selected gap, kept by time so that eviction (which shifts indices) cannot move it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SelGap {
+    pub lane: usize,
+    pub start: Ns,
+    pub end: Ns,
+}
+
+/// Analysis of the current window, recomputed when the window or the data changes.
+pub struct Cache {
+    pub key: (Ns, Ns, Ns, bool, u64),
+    pub summary: Summary,
+    /// Gaps in the window at or over the threshold, longest first (at most `MAX_GAPS`).
+    pub gaps: Vec<Gap>,
+    pub gaps_total: u64,
+    /// The tree as displayed (top-down or inverted).
+    pub tree: CallTree,
+    pub items: Vec<TreeItem<'static, usize>>,
+    pub built: Instant,
+}
+
+pub const MAX_GAPS: usize = 2000;
+const MIN_WIDTH: Ns = 1_000;
+
+pub struct App {
+    pub store: Store,
+    pub cfg: Config,
+    pub keys: KeyMap,
+    pub source: SourceState,
+    /// Visible window [lo, hi).
+    pub lo: Ns,
+    pub hi: Ns,
+    /// Follow the newest data (live, not paused).
+    pub follow: bool,
+    pub paused: bool,
+    pub cursor: Ns,
+    pub focus: Focus,
+    pub sort: GapSort,
+    pub gap_sel: usize,
+    pub selected: Option<SelGap>,
+    pub min_gap: Ns,
+    pub inverted: bool,
+    pub tree_state: TreeState<usize>,
+    /// Leaf keys of the tree node whose gaps `n`/`N` walk.
+    pub node_filter: Option<(String, HashSet<(StackId, NameId, NameId)>)>,
+    pub help: bool,
+    pub message: String,
+    pub export_dir: PathBuf,
+    pub cache: Option<Cache>,
+    pub quit: bool,
+    /// Last lines the profiled program printed.
+    pub output: std::collections::VecDeque<String>,
+    /// Timeline columns of the last draw (for mouse zoom).
+    pub timeline_x: (u16, u16),
+}
+
+fn tree_key(g: &Gap) -> (StackId, NameId, NameId) {
+    (g.stack, g.api, g.op_name)
+}
+
+impl App {
+    pub fn new(store: Store, source: SourceState) -> App {
+        let (lo, hi) = store.span().unwrap_or((0, 1));
+        let live = source == SourceState::Live;
+        App {
+            store,
+            cfg: Config::default(),
+            keys: KeyMap::default(),
+            source,
+            lo,
+            hi: hi.max(lo + MIN_WIDTH),
+            follow: live,
+            paused: false,
+            cursor: lo + (hi - lo) / 2,
+            focus: Focus::Gaps,
+            sort: GapSort::Duration,
+            gap_sel: 0,
+            selected: None,
+            min_gap: 0,
+            inverted: false,
+            tree_state: TreeState::default(),
+            node_filter: None,
+            help: false,
+            message: String::new(),
+            export_dir: PathBuf::from("."),
+            cache: None,
+            quit: false,
+            output: Default::default(),
+            timeline_x: (0, 0),
+        }
+    }
+
+    pub fn width(&self) -> Ns {
+        self.hi - self.lo
+    }
+
+    pub fn is_live(&self) -> bool {
+        self.source != SourceState::File
+    }
+
+    /// Moves the window to follow new data (live and not paused) and refreshes the cache.
+    pub fn tick(&mut self) {
+        if let Some((slo, shi)) = self.store.span() {
+            if self.follow && !self.paused {
+                let w = self.width().max(MIN_WIDTH);
+                self.hi = shi.max(slo + w);
+                self.lo = self.hi - w;
+                self.cursor = self.lo + w / 2;
+            }
+        }
+        self.refresh(false);
+    }
+
+    /// Recomputes the window's analysis when the window, threshold or data changed. Live data
+    /// refreshes at most four times a second.
+    pub fn refresh(&mut self, force: bool) {
+        let key = (self.lo, self.hi, self.min_gap, self.inverted, self.store.generation);
+        if let Some(c) = &self.cache {
+            if c.key == key && !force {
+                return;
+            }
+            let same_view = c.key.0 == key.0
+                && c.key.1 == key.1
+                && c.key.2 == key.2
+                && c.key.3 == key.3;
+            if same_view && !force && c.built.elapsed().as_millis() < 250 {
+                return;
+            }
+        }
+        let summary = analysis::summarize(&self.store, Window::new(self.lo, self.hi), &self.cfg, 0);
+        let mut gaps = Vec::new();
+        let mut total = 0u64;
+        let mut heap: std::collections::BinaryHeap<std::cmp::Reverse<(Ns, Ns, usize)>> =
+            Default::default();
+        let mut all: Vec<Gap> = Vec::new();
+        for lane in 0..self.store.lanes.len() {
+            analysis::lane_gaps(&self.store, lane, Window::new(self.lo, self.hi), &self.cfg, |g| {
+                if g.dur() >= self.min_gap.max(1) {
+                    total += 1;
+                    let k = std::cmp::Reverse((g.dur(), -g.start, all.len()));
+                    if heap.len() < MAX_GAPS {
+                        heap.push(k);
+                        all.push(g);
+                    } else if heap.peek().is_some_and(|m| k < *m) {
+                        heap.pop();
+                        heap.push(k);
+                        all.push(g);
+                    }
+                }
+            });
+        }
+        for std::cmp::Reverse((_, _, i)) in heap.into_sorted_vec() {
+            gaps.push(all[i]);
+        }
+        let tree = if self.inverted {
+            summary.tree.inverted()
+        } else {
+            summary.tree.clone()
+        };
+        let items = build_items(&self.store, &tree, summary.total_gap_ns());
+        self.cache = Some(Cache {
+            key,
+            summary,
+            gaps,
+            gaps_total: total,
+            tree,
+            items,
+            built: Instant::now(),
+        });
+        self.apply_sort();
+        if self.gap_sel >= self.gaps().len() {
+            self.gap_sel = self.gaps().len().saturating_sub(1);
+        }
+    }
+
+    fn apply_sort(&mut self) {
+        let sort = self.sort;
+        if let Some(c) = &mut self.cache {
+            match sort {
+                GapSort::Duration => c.gaps.sort_by(|a, b| b.dur().cmp(&a.dur()).then(a.start.cmp(&b.start))),
+                GapSort::Time => c.gaps.sort_by_key(|g| (g.start, g.lane)),
+            }
+        }
+    }
+
+    pub fn gaps(&self) -> &[Gap] {
+        self.cache.as_ref().map(|c| &c.gaps[..]).unwrap_or(&[])
+    }
+
+    /// The selected gap, re-derived from the store (None if it left the store).
+    pub fn selected_gap(&self) -> Option<Gap> {
+        let s = self.selected?;
+        let lane = self.store.lanes.get(s.lane)?;
+        let next = lane.lower_bound(s.end);
+        if next == 0 || next >= lane.ops.len() || lane.ops[next].start != s.end {
+            return None;
+        }
+        let mut g = analysis::classify(&self.store, s.lane, next - 1, next, &self.cfg)?;
+        g.start = s.start.max(g.start);
+        Some(g)
+    }
+
+    fn select(&mut self, g: &Gap) {
+        self.selected = Some(SelGap {
+            lane: g.lane,
+            start: g.start,
+            end: g.end,
+        });
+        self.cursor = g.start + g.dur() / 2;
+        if self.cursor < self.lo || self.cursor >= self.hi {
+            let w = self.width();
+            self.lo = self.cursor - w / 2;
+            self.hi = self.lo + w;
+            self.follow = false;
+        }
+        self.reveal_in_tree(g);
+    }
+
+    /// Opens the tree along the gap's path and selects its node.
+    fn reveal_in_tree(&mut self, g: &Gap) {
+        let Some(c) = &self.cache else { return };
+        let path: Vec<usize> = if self.inverted {
+            // Bottom-up: op name, api, then the stack from the inside out.
+            let mut frames = vec![g.op_name];
+            if g.api != 0 {
+                frames.push(g.api);
+            }
+            let mut st = self.store.stacks.frames(g.stack);
+            st.reverse();
+            frames.extend(st);
+            let mut node = 0;
+            let mut p = Vec::new();
+            for f in frames {
+                match c.tree.nodes[node]
+                    .children
+                    .iter()
+                    .find(|&&k| c.tree.nodes[k].frame == f)
+                {
+                    Some(&k) => {
+                        p.push(k);
+                        node = k;
+                    }
+                    None => break,
+                }
+            }
+            p
+        } else {
+            match c.tree.node_of(g.stack, g.api, g.op_name) {
+                Some(n) => c.tree.path_to(n),
+                None => Vec::new(),
+            }
+        };
+        for i in 1..path.len() {
+            self.tree_state.open(path[..i].to_vec());
+        }
+        if !path.is_empty() {
+            self.tree_state.select(path);
+        }
+    }
+
+    fn zoom(&mut self, factor: f64, around: Ns) {
+        let (slo, shi) = self.store.span().unwrap_or((self.lo, self.hi));
+        let span = (shi - slo).max(MIN_WIDTH);
+        let w = ((self.width() as f64 * factor) as Ns).clamp(MIN_WIDTH, span.max(MIN_WIDTH));
+        let rel = if self.width() > 0 {
+            (around - self.lo) as f64 / self.width() as f64
+        } else {
+            0.5
+        };
+        self.lo = around - (w as f64 * rel.clamp(0.0, 1.0)) as Ns;
+        self.hi = self.lo + w;
+        if factor < 1.0 && self.is_live() {
+            // Zooming in to look at something stops following.
+            self.follow = false;
+            self.paused = true;
+        }
+        self.clamp_window();
+    }
+
+    fn clamp_window(&mut self) {
+        if let Some((slo, shi)) = self.store.span() {
+            let w = self.width();
+            if w >= shi - slo {
+                return;
+            }
+            if self.lo < slo {
+                self.lo = slo;
+                self.hi = slo + w;
+            }
+            if self.hi > shi {
+                self.hi = shi;
+                self.lo = shi - w;
+            }
+        }
+    }
+
+    fn pan(&mut self, dir: i64) {
+        let step = (self.width() / 4).max(1) * dir;
+        self.lo += step;
+        self.hi += step;
+        self.cursor += step;
+        if self.is_live() {
+            self.follow = false;
+            self.paused = true;
+        }
+        self.clamp_window();
+        self.cursor = self.cursor.clamp(self.lo, self.hi);
+    }
+
+    /// Zooms so the gap fills the middle with a neighbour op on each side.
+    fn zoom_to_gap(&mut self, g: &Gap) {
+        let lane = &self.store.lanes[g.lane];
+        let prev = &lane.ops[g.prev];
+        let next = &lane.ops[g.next];
+        let lo = prev.start.min(g.start);
+        let hi = next.end.max(g.end);
+        let pad = ((hi - lo) / 10).max(100);
+        self.lo = lo - pad;
+        self.hi = (hi + pad).max(self.lo + MIN_WIDTH);
+        self.cursor = g.start + g.dur() / 2;
+        if self.is_live() {
+            self.follow = false;
+            self.paused = true;
+        }
+    }
+
+    fn gap_matches(&self, g: &Gap) -> bool {
+        if g.dur() < self.min_gap.max(1) {
+            return false;
+        }
+        match &self.node_filter {
+            Some((_, keys)) => keys.contains(&tree_key(g)),
+            None => true,
+        }
+    }
+
+    /// The next (dir > 0) or previous gap after the selected gap (or the cursor), over the
+    /// whole store, honouring the threshold and the tree-node filter.
+    fn step_gap(&mut self, dir: i64) {
+        let from = match self.selected {
+            Some(s) => s.start,
+            None => self.cursor,
+        };
+        let mut best: Option<Gap> = None;
+        for lane in 0..self.store.lanes.len() {
+            let ops = &self.store.lanes[lane].ops;
+            if ops.len() < 2 {
+                continue;
+            }
+            let start = self.store.lanes[lane].lower_bound(from);
+            let mut scanned = 0usize;
+            let mut i = if dir > 0 { start.max(1) } else { start.min(ops.len() - 1) };
+            while (1..ops.len()).contains(&i) && scanned < 5_000_000 {
+                scanned += 1;
+                if let Some(g) = analysis::classify(&self.store, lane, i - 1, i, &self.cfg) {
+                    let ok = if dir > 0 { g.start > from } else { g.start < from };
+                    if ok && self.gap_matches(&g) {
+                        let better = match &best {
+                            None => true,
+                            Some(b) => (dir > 0 && g.start < b.start) || (dir < 0 && g.start > b.start),
+                        };
+                        if better {
+                            best = Some(g);
+                        }
+                        break;
+                    }
+                }
+                if dir > 0 {
+                    i += 1;
+                } else {
+                    i -= 1;
+                }
+            }
+        }
+        match best {
+            Some(g) => {
+                self.select(&g);
+                self.message = format!("gap {} at {}", fmt_ns(g.dur()), self.rel(g.start));
+            }
+            None => self.message = "no more gaps that way".into(),
+        }
+    }
+
+    /// Time relative to the capture start, formatted.
+    pub fn rel(&self, t: Ns) -> String {
+        let origin = self.store.span().map(|s| s.0).unwrap_or(0);
+        fmt_ns(t - origin)
+    }
+
+    fn selected_node(&self) -> Option<usize> {
+        self.tree_state.selected().last().copied()
+    }
+
+    /// Applies one action. This is the only place state changes in response to input.
+    pub fn update(&mut self, a: Action) {
+        if self.help && !matches!(a, Action::Help | Action::Clear | Action::Quit) {
+            self.help = false;
+        }
+        match a {
+            Action::Quit => self.quit = true,
+            Action::Help => self.help = !self.help,
+            Action::Clear => {
+                self.help = false;
+                if self.node_filter.take().is_some() {
+                    self.message = "tree-node filter cleared".into();
+                }
+            }
+            Action::Pause => {
+                if self.is_live() {
+                    self.paused = !self.paused;
+                    self.follow = !self.paused;
+                    self.message = if self.paused {
+                        "paused (collection goes on)".into()
+                    } else {
+                        "live".into()
+                    };
+                } else {
+                    self.message = "a file does not change: nothing to pause".into();
+                }
+            }
+            Action::ZoomIn => self.zoom(0.5, self.cursor),
+            Action::ZoomOut => self.zoom(2.0, self.cursor),
+            Action::PanLeft => self.pan(-1),
+            Action::PanRight => self.pan(1),
+            Action::Left | Action::Right => {
+                if self.focus == Focus::Tree {
+                    if a == Action::Left {
+                        self.tree_state.key_left();
+                    } else {
+                        self.tree_state.key_right();
+                    }
+                } else {
+                    self.pan(if a == Action::Left { -1 } else { 1 });
+                }
+            }
+            Action::Up | Action::Down => {
+                let down = a == Action::Down;
+                match self.focus {
+                    Focus::Tree => {
+                        if down {
+                            self.tree_state.key_down();
+                        } else {
+                            self.tree_state.key_up();
+                        }
+                    }
+                    Focus::Gaps | Focus::Timeline => {
+                        let n = self.gaps().len();
+                        if n > 0 {
+                            self.gap_sel = if down {
+                                (self.gap_sel + 1).min(n - 1)
+                            } else {
+                                self.gap_sel.saturating_sub(1)
+                            };
+                            let g = self.gaps()[self.gap_sel];
+                            self.select(&g);
+                        }
+                    }
+                }
+            }
+            Action::NextGap => self.step_gap(1),
+            Action::PrevGap => self.step_gap(-1),
+            Action::BiggestGap => {
+                let best = self.gaps().iter().copied().max_by_key(|g| (g.dur(), -g.start));
+                match best {
+                    Some(g) => {
+                        self.select(&g);
+                        self.gap_sel = self.gaps().iter().position(|x| *x == g).unwrap_or(0);
+                        self.message = format!("biggest gap: {}", fmt_ns(g.dur()));
+                    }
+                    None => self.message = "no gaps in the window".into(),
+                }
+            }
+            Action::Enter => {
+                if self.focus == Focus::Tree {
+                    self.filter_selected_node();
+                } else if let Some(g) = self.selected_gap() {
+                    self.zoom_to_gap(&g);
+                    self.message = format!("zoomed to the {} gap", fmt_ns(g.dur()));
+                } else {
+                    self.message = "select a gap first (n, b or ↑/↓)".into();
+                }
+            }
+            Action::ZoomAll => {
+                if let Some((slo, shi)) = self.store.span() {
+                    self.lo = slo;
+                    self.hi = shi.max(slo + MIN_WIDTH);
+                    self.cursor = slo + (shi - slo) / 2;
+                    self.follow = self.is_live() && !self.paused;
+                }
+            }
+            Action::FocusNext | Action::FocusPrev => {
+                let order = [Focus::Timeline, Focus::Gaps, Focus::Tree];
+                let i = order.iter().position(|f| *f == self.focus).unwrap_or(0);
+                let j = if a == Action::FocusNext { (i + 1) % 3 } else { (i + 2) % 3 };
+                self.focus = order[j];
+                if self.focus == Focus::Tree && self.tree_state.selected().is_empty() {
+                    self.tree_state.select_first();
+                }
+            }
+            Action::Invert => {
+                self.inverted = !self.inverted;
+                self.tree_state = TreeState::default();
+                self.refresh(true);
+                self.tree_state.select_first();
+                self.message = if self.inverted {
+                    "call tree: bottom-up".into()
+                } else {
+                    "call tree: top-down".into()
+                };
+            }
+            Action::Export => {
+                self.message = match crate::export::export_window(self) {
+                    Ok(p) => format!("exported {}", p.display()),
+                    Err(e) => format!("export failed: {e:#}"),
+                }
+            }
+            Action::ThresholdUp => {
+                self.min_gap = if self.min_gap == 0 { 1_000 } else { self.min_gap * 2 };
+                self.message = format!("hiding gaps under {}", fmt_ns(self.min_gap));
+            }
+            Action::ThresholdDown => {
+                self.min_gap = if self.min_gap <= 1_000 { 0 } else { self.min_gap / 2 };
+                self.message = if self.min_gap == 0 {
+                    "showing all gaps".into()
+                } else {
+                    format!("hiding gaps under {}", fmt_ns(self.min_gap))
+                };
+            }
+            Action::Sort => {
+                self.sort = match self.sort {
+                    GapSort::Duration => GapSort::Time,
+                    GapSort::Time => GapSort::Duration,
+                };
+                self.apply_sort();
+                self.gap_sel = 0;
+            }
+        }
+        self.refresh(false);
+    }
+
+    /// Makes `n`/`N` walk only the gaps under the selected tree node.
+    fn filter_selected_node(&mut self) {
+        let (Some(node), Some(c)) = (self.selected_node(), &self.cache) else {
+            self.message = "select a tree node first".into();
+            return;
+        };
+        let t = &c.tree;
+        let under = |mut n: usize| loop {
+            if n == node {
+                return true;
+            }
+            if n == 0 || n >= t.nodes.len() {
+                return false;
+            }
+            n = t.nodes[n].parent;
+        };
+        let mut keys = HashSet::new();
+        // Keys of gaps in the window whose displayed path passes through the node.
+        for g in &c.gaps {
+            let leaf = if self.inverted {
+                None
+            } else {
+                t.node_of(g.stack, g.api, g.op_name)
+            };
+            let inside = match leaf {
+                Some(l) => under(l),
+                None => self.inverted && self.inverted_path_has(g, node),
+            };
+            if inside {
+                keys.insert(tree_key(g));
+            }
+        }
+        let name = self.store.names.get(t.nodes[node].frame).to_string();
+        let count = c.gaps.iter().filter(|g| keys.contains(&tree_key(g))).count();
+        self.message = format!("walking {count} gaps under {name} (n/N; esc clears)");
+        self.node_filter = Some((name, keys));
+        self.focus = Focus::Gaps;
+    }
+
+    fn inverted_path_has(&self, g: &Gap, node: usize) -> bool {
+        let Some(c) = &self.cache else { return false };
+        let path = c.tree.path_to(node);
+        let mut frames = vec![g.op_name];
+        if g.api != 0 {
+            frames.push(g.api);
+        }
+        let mut st = self.store.stacks.frames(g.stack);
+        st.reverse();
+        frames.extend(st);
+        path.iter()
+            .zip(frames.iter())
+            .all(|(&n, &f)| c.tree.nodes[n].frame == f)
+            && frames.len() >= path.len()
+    }
+
+    /// Whether a gap belongs to the tree-node filter (for highlighting).
+    pub fn highlighted(&self, g: &Gap) -> bool {
+        self.node_filter
+            .as_ref()
+            .is_some_and(|(_, k)| k.contains(&tree_key(g)))
+    }
+
+    /// Short label of a gap's cause, with the reason when it says more than HTA's category.
+    pub fn cause_label(g: &Gap) -> &'static str {
+        match (g.reason, g.category) {
+            (Reason::Sync, _) => "sync",
+            (Reason::EventWait, _) => "event_wait",
+            (Reason::Graph, _) => "graph",
+            (_, Category::HostWait) => "host_wait",
+            (_, Category::KernelWait) => "kernel_wait",
+            (_, Category::Other) => "other",
+        }
+    }
+}
+
+/// Tree items for tui-tree-widget, children sorted by gap time, at most 50 a level.
+fn build_items(store: &Store, t: &CallTree, total: Ns) -> Vec<TreeItem<'static, usize>> {
+    fn item(store: &Store, t: &CallTree, n: usize, total: Ns, depth: usize) -> TreeItem<'static, usize> {
+        let node = &t.nodes[n];
+        let share = if total > 0 {
+            100.0 * node.gap_ns as f64 / total as f64
+        } else {
+            0.0
+        };
+        let mut name = store.names.get(node.frame).to_string();
+        if name.chars().count() > 90 {
+            name = name.chars().take(89).collect::<String>() + "…";
+        }
+        let text = format!(
+            "{:>9} {:5.1}% {:>6}g {:>6}l {:>9}  {}",
+            crate::units::fmt_short(node.gap_ns),
+            share,
+            node.gaps,
+            node.launches,
+            crate::units::fmt_short(node.kernel_ns),
+            name
+        );
+        let children: Vec<_> = if depth < 64 {
+            t.sorted_children(n)
+                .into_iter()
+                .take(50)
+                .map(|c| item(store, t, c, total, depth + 1))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        TreeItem::new(n, text.clone(), children).unwrap_or_else(|_| TreeItem::new_leaf(n, text))
+    }
+    t.sorted_children(0)
+        .into_iter()
+        .take(50)
+        .map(|c| item(store, t, c, total, 1))
+        .collect()
+}

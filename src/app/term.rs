@@ -1,0 +1,200 @@
+//! The terminal loop: one thread draws and handles input; source events arrive on a channel and
+//! are applied to the store between frames.
+
+use std::io::Read;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Receiver;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossterm::event::{self, Event, KeyEventKind, MouseEventKind};
+use ratatui::backend::Backend;
+use ratatui::Terminal;
+
+use super::{Action, App, SourceState};
+use crate::collect::ingest::Ingest;
+use crate::collect::live::{LiveEvent, Launch};
+
+/// What feeds the store while the UI runs.
+pub enum Feed {
+    /// Nothing: a file, loaded before the UI started.
+    None,
+    /// `gaptop run`: the child and its connections.
+    Live(Box<Launch>),
+    /// `gaptop demo`: a recording played back in real time.
+    Demo(Receiver<LiveEvent>),
+}
+
+/// Applies pending source events, spending at most `budget` on them.
+pub fn drain(app: &mut App, ingest: &mut Ingest, rx: &Receiver<LiveEvent>, budget: Duration) -> bool {
+    let t = Instant::now();
+    let mut any = false;
+    while t.elapsed() < budget {
+        let Ok(ev) = rx.try_recv() else { break };
+        any = true;
+        match ev {
+            LiveEvent::Frames(conn, frames) => {
+                for f in frames {
+                    ingest.apply(&mut app.store, conn, f);
+                }
+            }
+            LiveEvent::Closed(conn, why) => {
+                ingest.close(&mut app.store, conn);
+                if let Some(w) = why {
+                    app.message = format!("connection {conn} closed: {w}");
+                }
+            }
+            LiveEvent::Output(line) => {
+                app.output.push_back(line);
+                while app.output.len() > 500 {
+                    app.output.pop_front();
+                }
+            }
+            LiveEvent::Exited(s) => app.source = SourceState::Ended(s),
+        }
+    }
+    any
+}
+
+/// Runs the UI on any backend until the user quits or a termination signal arrives.
+pub fn run_loop<B: Backend>(
+    term: &mut Terminal<B>,
+    app: &mut App,
+    feed: &mut Feed,
+    stop: &AtomicBool,
+) -> anyhow::Result<()>
+where
+    B::Error: Send + Sync + 'static,
+{
+    let mut ingest = Ingest::new();
+    let mut last_draw = Instant::now() - Duration::from_secs(1);
+    let mut dirty = true;
+    app.tick();
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            app.quit = true;
+        }
+        match feed {
+            Feed::None => {}
+            Feed::Demo(rx) => dirty |= drain(app, &mut ingest, rx, Duration::from_millis(30)),
+            Feed::Live(l) => {
+                dirty |= drain(app, &mut ingest, &l.rx, Duration::from_millis(30));
+                if app.source == SourceState::Live {
+                    if let Ok(Some(st)) = l.child.try_wait() {
+                        app.source = SourceState::Ended(match st.code() {
+                            Some(c) => format!("exit {c}"),
+                            None => "killed".into(),
+                        });
+                        dirty = true;
+                    }
+                }
+            }
+        }
+        if app.quit {
+            return Ok(());
+        }
+        if dirty || last_draw.elapsed() > Duration::from_millis(250) {
+            app.tick();
+            term.draw(|f| crate::views::draw(f, app))?;
+            last_draw = Instant::now();
+            dirty = false;
+        }
+        if event::poll(Duration::from_millis(20))? {
+            match event::read()? {
+                Event::Key(k) if k.kind != KeyEventKind::Release => {
+                    if let Some(a) = app.keys.action(&k) {
+                        app.update(a);
+                    } else if app.help {
+                        app.update(Action::Help);
+                    }
+                    dirty = true;
+                }
+                Event::Mouse(m) => {
+                    let (x0, w) = app.timeline_x;
+                    if w > 0 && m.column >= x0 && m.column < x0 + w {
+                        let t = app.lo + ((app.hi - app.lo) as f64 * (m.column - x0) as f64 / w as f64) as i64;
+                        app.cursor = t;
+                    }
+                    match m.kind {
+                        MouseEventKind::ScrollUp => app.update(Action::ZoomIn),
+                        MouseEventKind::ScrollDown => app.update(Action::ZoomOut),
+                        _ => {}
+                    }
+                    dirty = true;
+                }
+                Event::Resize(..) => dirty = true,
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Runs the UI in the real terminal, restoring it on every way out (quit, error, panic,
+/// SIGTERM, SIGHUP).
+pub fn run(mut app: App, mut feed: Feed) -> anyhow::Result<()> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, stop.clone())?;
+    }
+    let mut term = ratatui::init();
+    let _ = crossterm::execute!(std::io::stdout(), crossterm::event::EnableMouseCapture);
+    let r = run_loop(&mut term, &mut app, &mut feed, &stop);
+    let _ = crossterm::execute!(std::io::stdout(), crossterm::event::DisableMouseCapture);
+    ratatui::restore();
+    if let Feed::Live(l) = &mut feed {
+        l.stop.store(true, Ordering::Relaxed);
+        if let Ok(None) = l.child.try_wait() {
+            eprintln!(
+                "gaptop: {} (pid {}) keeps running without the collector",
+                app.store.procs.first().map(|p| p.label.as_str()).unwrap_or("the program"),
+                l.child.id()
+            );
+        }
+    }
+    r
+}
+
+/// Plays a recording's frames in real time on a channel, as if a program were running.
+pub fn demo_feed(bytes: &'static [u8]) -> Receiver<LiveEvent> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut r = bytes;
+        let mut magic = [0u8; 8];
+        if r.read_exact(&mut magic).is_err() {
+            return;
+        }
+        let started = Instant::now();
+        let mut origin: Option<u64> = None;
+        let mut decoders: std::collections::HashMap<u32, gaptop_wire::Decoder> = Default::default();
+        loop {
+            let mut head = [0u8; 8];
+            if r.read_exact(&mut head).is_err() {
+                break;
+            }
+            let conn = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+            let len = u32::from_le_bytes([head[4], head[5], head[6], head[7]]) as usize;
+            if len > r.len() {
+                break;
+            }
+            let d = decoders.entry(conn).or_default();
+            d.feed(&head[4..]);
+            d.feed(&r[..len]);
+            r = &r[len..];
+            let Ok(Some(f)) = d.next_frame() else { break };
+            if let gaptop_wire::Frame::Ops(ops) = &f {
+                if let Some(t) = ops.iter().map(|o| o.start).min() {
+                    let o = *origin.get_or_insert(t);
+                    let due = Duration::from_nanos(t.saturating_sub(o));
+                    if let Some(wait) = due.checked_sub(started.elapsed()) {
+                        std::thread::sleep(wait.min(Duration::from_secs(2)));
+                    }
+                }
+            }
+            if tx.send(LiveEvent::Frames(conn, vec![f])).is_err() {
+                return;
+            }
+        }
+        let _ = tx.send(LiveEvent::Exited("demo finished".into()));
+    });
+    rx
+}

@@ -1,0 +1,574 @@
+//! Pure render functions: each pane is `fn(frame, area, &App)`.
+//!
+//! ```text
+//! ┌ GPU timeline ─────────────────────────────────────────────┐
+//! │ gpu0 s7   ▇▇─▇──▇▇▁──────▇▇▇                              │  one lane per device/stream
+//! │           0us      250us      500us                       │  time axis, cursor ▼
+//! ├ launches/s · busy ────────────────────────────────────────┤
+//! │ ▂▃▅▇▇▅▃▂                                                  │
+//! ├ gaps ────────────────────────┬ call tree ─────────────────┤
+//! │ 12.3ms host_wait  rope       │ ▼ 40ms 80% model.py: fwd   │
+//! ├ details ─────────────────────┴────────────────────────────┤
+//! │ gap 12.3ms at 4.1ms, cause host_wait, launched from ...   │
+//! └ status: source · span · ops kept/dropped · LIVE · window ─┘
+//! ```
+
+use ratatui::layout::{Constraint, Direction, Layout, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Clear, Paragraph, Sparkline, Wrap};
+use ratatui::Frame;
+use tui_tree_widget::Tree;
+
+use crate::app::{Action, App, Focus, GapSort, SourceState};
+use crate::collect::analysis::{self, Category, Gap, Reason};
+use crate::collect::store::{OpKind, FLAG_COMM};
+use crate::units::{fmt_ns, fmt_short};
+
+pub const MIN_W: u16 = 80;
+pub const MIN_H: u16 = 24;
+
+fn cause_color(g: &Gap) -> Color {
+    match (g.reason, g.category) {
+        (Reason::Sync, _) => Color::Red,
+        (Reason::EventWait, _) => Color::Magenta,
+        (Reason::Graph, _) => Color::Blue,
+        (_, Category::HostWait) => Color::Yellow,
+        (_, Category::KernelWait) => Color::Cyan,
+        (_, Category::Other) => Color::Gray,
+    }
+}
+
+fn focus_style(app: &App, f: Focus) -> Style {
+    if app.focus == f {
+        Style::default().fg(Color::LightCyan).add_modifier(Modifier::BOLD)
+    } else {
+        Style::default().fg(Color::DarkGray)
+    }
+}
+
+fn short(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        s.chars().take(n.saturating_sub(1)).collect::<String>() + "…"
+    }
+}
+
+/// Kernel names shortened for narrow cells: template arguments and parameters dropped.
+pub fn short_kernel(name: &str) -> String {
+    let mut out = String::new();
+    let mut depth = 0i32;
+    for ch in name.chars() {
+        match ch {
+            '<' | '(' => depth += 1,
+            '>' | ')' => depth -= 1,
+            _ if depth == 0 => out.push(ch),
+            _ => {}
+        }
+    }
+    let out = out.trim().trim_start_matches("void ").to_string();
+    let out = out.rsplit("::").next().unwrap_or(&out).to_string();
+    if out.is_empty() {
+        name.to_string()
+    } else {
+        out
+    }
+}
+
+/// The innermost Python frame of a gap's launch stack, or the API name.
+fn launch_site(app: &App, g: &Gap) -> String {
+    let frames = app.store.stacks.frames(g.stack);
+    for f in frames.iter().rev() {
+        let s = app.store.names.get(*f);
+        if s.contains(".py(") {
+            return s.to_string();
+        }
+    }
+    frames
+        .last()
+        .map(|f| app.store.names.get(*f).to_string())
+        .unwrap_or_else(|| app.store.names.get(g.api).to_string())
+}
+
+/// Draws the whole screen.
+pub fn draw(f: &mut Frame, app: &mut App) {
+    let area = f.area();
+    if area.width < MIN_W || area.height < MIN_H {
+        let msg = format!(
+            "terminal too small: {}x{}, gaptop needs {MIN_W}x{MIN_H}",
+            area.width, area.height
+        );
+        f.render_widget(
+            Paragraph::new(msg).wrap(Wrap { trim: true }),
+            area,
+        );
+        return;
+    }
+    let lanes = app.store.lanes.len() as u16;
+    let big = area.height >= 40;
+    let tl_h = (lanes + 3).clamp(4, if big { area.height / 3 } else { 8 });
+    let detail_h = if big { 9 } else { 6 };
+    let rows = Layout::default()
+        .direction(Direction::Vertical)
+        .constraints([
+            Constraint::Length(tl_h),
+            Constraint::Length(4),
+            Constraint::Min(6),
+            Constraint::Length(detail_h),
+            Constraint::Length(1),
+        ])
+        .split(area);
+    timeline(f, rows[0], app);
+    rate(f, rows[1], app);
+    let mid = Layout::default()
+        .direction(Direction::Horizontal)
+        .constraints([Constraint::Percentage(50), Constraint::Percentage(50)])
+        .split(rows[2]);
+    gap_list(f, mid[0], app);
+    tree(f, mid[1], app);
+    if app.is_live() && area.width >= 140 {
+        let bottom = Layout::default()
+            .direction(Direction::Horizontal)
+            .constraints([Constraint::Percentage(62), Constraint::Percentage(38)])
+            .split(rows[3]);
+        details(f, bottom[0], app);
+        output(f, bottom[1], app);
+    } else {
+        details(f, rows[3], app);
+    }
+    status(f, rows[4], app);
+    if app.help {
+        help(f, area, app);
+    }
+}
+
+/// One row per lane: busy blocks, gaps coloured by cause, the cursor and the selected gap.
+pub fn timeline(f: &mut Frame, area: Rect, app: &mut App) {
+    let title = format!(
+        " GPU timeline  {} .. {}  (window {}) ",
+        app.rel(app.lo),
+        app.rel(app.hi),
+        fmt_ns(app.width())
+    );
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .title(title)
+        .border_style(focus_style(app, Focus::Timeline));
+    let inner = block.inner(area);
+    f.render_widget(block, area);
+    if inner.height < 2 || inner.width < 20 {
+        return;
+    }
+    let label_w: u16 = 16;
+    let cols = inner.width - label_w;
+    app.timeline_x = (inner.x + label_w, cols);
+    let (lo, hi) = (app.lo, app.hi);
+    let w = (hi - lo).max(1) as f64;
+    let t_at = |c: u16| lo + (w * c as f64 / cols as f64) as i64;
+    let order = app.store.lane_order();
+    let lane_rows = (inner.height - 1) as usize;
+    let shown = if order.len() > lane_rows {
+        lane_rows.saturating_sub(1)
+    } else {
+        order.len()
+    };
+    let sel = app.selected_gap();
+    let cursor_col = ((app.cursor - lo) as f64 / w * cols as f64) as i64;
+    let buf = f.buffer_mut();
+    for (row, &lane) in order.iter().take(shown).enumerate() {
+        let y = inner.y + row as u16;
+        let label = short(&app.store.lane_label(lane), (label_w - 1) as usize);
+        buf.set_string(inner.x, y, label, Style::default().fg(Color::White));
+        let l = &app.store.lanes[lane];
+        for c in 0..cols {
+            let (t0, t1) = (t_at(c), t_at(c + 1).max(t_at(c) + 1));
+            let mid = t0 + (t1 - t0) / 2;
+            let busy = l.busy_in(t0, t1) as f64 / (t1 - t0) as f64;
+            let mut style = Style::default();
+            let ch;
+            if busy > 0.0 {
+                const BLOCKS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+                ch = BLOCKS[((busy * 8.0).ceil() as usize).clamp(1, 8) - 1];
+                let i = l.lower_bound(mid + 1).saturating_sub(1);
+                let color = match l.ops.get(i) {
+                    Some(o) if o.flags & FLAG_COMM != 0 => Color::Magenta,
+                    Some(o) if o.kind == OpKind::Memcpy => Color::Blue,
+                    Some(o) if o.kind == OpKind::Memset => Color::LightBlue,
+                    _ => Color::Green,
+                };
+                style = style.fg(color);
+            } else {
+                let next = l.lower_bound(mid);
+                let gap = (next > 0 && next < l.ops.len())
+                    .then(|| analysis::classify(&app.store, lane, next - 1, next, &app.cfg))
+                    .flatten();
+                match gap {
+                    Some(g) if g.dur() >= app.min_gap => {
+                        ch = '─';
+                        style = style.fg(cause_color(&g));
+                        if app.highlighted(&g) {
+                            style = style.bg(Color::Indexed(238)).add_modifier(Modifier::BOLD);
+                        }
+                    }
+                    Some(_) => {
+                        ch = '·';
+                        style = style.fg(Color::DarkGray);
+                    }
+                    None => ch = ' ',
+                }
+            }
+            if let Some(s) = &sel {
+                if s.lane == lane && s.end > t0 && s.start < t1 {
+                    style = style.bg(Color::Indexed(24));
+                }
+            }
+            if c as i64 == cursor_col {
+                style = style.add_modifier(Modifier::REVERSED);
+            }
+            if let Some(cell) = buf.cell_mut((inner.x + label_w + c, y)) {
+                cell.set_char(ch).set_style(style);
+            }
+        }
+    }
+    if order.len() > shown {
+        let y = inner.y + shown as u16;
+        buf.set_string(
+            inner.x,
+            y,
+            format!("+{} more lanes", order.len() - shown),
+            Style::default().fg(Color::DarkGray),
+        );
+    }
+    // Axis with ticks every ~16 columns, relative to the capture start.
+    let y = inner.y + inner.height - 1;
+    let origin = app.store.span().map(|s| s.0).unwrap_or(0);
+    let mut c = 0u16;
+    while c + 8 < cols {
+        let label = format!("|{}", fmt_short(t_at(c) - origin));
+        buf.set_string(inner.x + label_w + c, y, &label, Style::default().fg(Color::DarkGray));
+        c += 16.max(label.len() as u16 + 2);
+    }
+    if (0..cols as i64).contains(&cursor_col) {
+        buf.set_string(
+            inner.x + label_w + cursor_col as u16,
+            y,
+            "▲",
+            Style::default().fg(Color::LightCyan),
+        );
+    }
+}
+
+/// Launches per second and busy fraction over the window.
+pub fn rate(f: &mut Frame, area: Rect, app: &App) {
+    let (ops, busy) = app
+        .cache
+        .as_ref()
+        .map(|c| {
+            let s = &c.summary;
+            let secs = (s.hi - s.lo).max(1) as f64 / 1e9;
+            let devs = app.store.devices().len().max(1) as f64;
+            let span = (s.hi - s.lo).max(1) as f64 * devs;
+            (s.gpu_ops as f64 / secs, 100.0 * s.busy_ns as f64 / span)
+        })
+        .unwrap_or((0.0, 0.0));
+    let title = format!(" launches/s {:.0}  ·  GPU busy {:.1}% ", ops, busy);
+    let block = Block::default().borders(Borders::ALL).title(title);
+    let inner = block.inner(area);
+    f.render_widget(block, area);
+    if inner.width < 10 || inner.height < 2 {
+        return;
+    }
+    let label_w = 16u16;
+    let n = (inner.width - label_w) as usize;
+    let bins = analysis::rate_bins(&app.store, app.lo, app.hi, n);
+    let launches: Vec<u64> = bins.iter().map(|b| b.ops).collect();
+    let busy: Vec<u64> = bins.iter().map(|b| (b.busy * 100.0).round() as u64).collect();
+    let buf = f.buffer_mut();
+    buf.set_string(inner.x, inner.y, "launches", Style::default().fg(Color::White));
+    buf.set_string(inner.x, inner.y + 1, "busy %", Style::default().fg(Color::White));
+    let r1 = Rect::new(inner.x + label_w, inner.y, n as u16, 1);
+    let r2 = Rect::new(inner.x + label_w, inner.y + 1, n as u16, 1);
+    f.render_widget(
+        Sparkline::default()
+            .data(&launches)
+            .style(Style::default().fg(Color::LightGreen)),
+        r1,
+    );
+    f.render_widget(
+        Sparkline::default()
+            .data(&busy)
+            .max(100)
+            .style(Style::default().fg(Color::Green)),
+        r2,
+    );
+}
+
+/// The window's gaps, longest first or in time order.
+pub fn gap_list(f: &mut Frame, area: Rect, app: &App) {
+    let total = app.cache.as_ref().map(|c| c.gaps_total).unwrap_or(0);
+    let gaps = app.gaps();
+    let title = format!(
+        " Gaps{} {}{} · {} by {} ",
+        if app.min_gap > 0 {
+            format!(" ≥{}", fmt_short(app.min_gap))
+        } else {
+            String::new()
+        },
+        total,
+        if (gaps.len() as u64) < total {
+            format!(" (top {})", gaps.len())
+        } else {
+            String::new()
+        },
+        match &app.node_filter {
+            Some((n, _)) => format!("under {}", short(n, 20)),
+            None => "all".into(),
+        },
+        match app.sort {
+            GapSort::Duration => "duration",
+            GapSort::Time => "time",
+        }
+    );
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .title(title)
+        .border_style(focus_style(app, Focus::Gaps));
+    let inner = block.inner(area);
+    f.render_widget(block, area);
+    let h = inner.height as usize;
+    if h == 0 {
+        return;
+    }
+    let first = app.gap_sel.saturating_sub(h / 2).min(gaps.len().saturating_sub(h));
+    let mut lines = Vec::new();
+    for (i, g) in gaps.iter().enumerate().skip(first).take(h) {
+        let lane = &app.store.lanes[g.lane];
+        let next = short_kernel(app.store.names.get(lane.ops[g.next].name));
+        let site = launch_site(app, g);
+        let site = site.rsplit('/').next().unwrap_or(&site).to_string();
+        let text = format!(
+            "{:>8} {:<11} {:>8} {} {}",
+            fmt_short(g.dur()),
+            App::cause_label(g),
+            app.rel(g.start),
+            short(&next, 14),
+            site
+        );
+        let mut style = Style::default().fg(cause_color(g));
+        if app.highlighted(g) {
+            style = style.add_modifier(Modifier::BOLD);
+        }
+        if i == app.gap_sel && app.selected.is_some() {
+            style = style.bg(Color::Indexed(24)).fg(Color::White);
+        }
+        lines.push(Line::styled(short(&text, inner.width as usize), style));
+    }
+    if gaps.is_empty() {
+        lines.push(Line::styled("no gaps in this window", Style::default().fg(Color::DarkGray)));
+    }
+    f.render_widget(Paragraph::new(lines), inner);
+}
+
+/// The call tree of gap time.
+pub fn tree(f: &mut Frame, area: Rect, app: &mut App) {
+    let title = format!(
+        " Call tree ({}) gap·share·gaps·launches·kernel ",
+        if app.inverted { "bottom-up" } else { "top-down" }
+    );
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .title(title)
+        .border_style(focus_style(app, Focus::Tree));
+    let Some(c) = &app.cache else {
+        f.render_widget(block, area);
+        return;
+    };
+    match Tree::new(&c.items) {
+        Ok(t) => {
+            let t = t
+                .block(block)
+                .highlight_style(Style::default().bg(Color::Indexed(24)).fg(Color::White));
+            f.render_stateful_widget(t, area, &mut app.tree_state);
+        }
+        Err(_) => f.render_widget(block, area),
+    }
+}
+
+/// The selected gap: times, cause, launch, neighbours and stacks.
+pub fn details(f: &mut Frame, area: Rect, app: &App) {
+    let block = Block::default().borders(Borders::ALL).title(" Details ");
+    let inner = block.inner(area);
+    f.render_widget(block, area);
+    let Some(g) = app.selected_gap() else {
+        f.render_widget(
+            Paragraph::new("No gap selected: n/N walks gaps, b picks the biggest, ↑/↓ moves in the list, ? for help.")
+                .style(Style::default().fg(Color::DarkGray))
+                .wrap(Wrap { trim: true }),
+            inner,
+        );
+        return;
+    };
+    let lane = &app.store.lanes[g.lane];
+    let prev = &lane.ops[g.prev];
+    let next = &lane.ops[g.next];
+    let w = inner.width as usize;
+    let mut lines = vec![Line::from(vec![
+        Span::styled(
+            format!("gap {} ", fmt_ns(g.dur())),
+            Style::default().add_modifier(Modifier::BOLD),
+        ),
+        Span::raw(format!("at {} on {}  cause ", app.rel(g.start), app.store.lane_label(g.lane))),
+        Span::styled(
+            format!("{} ({})", g.category.as_str(), g.reason.as_str()),
+            Style::default().fg(cause_color(&g)).add_modifier(Modifier::BOLD),
+        ),
+    ])];
+    let api = if g.api != 0 {
+        format!(
+            "launched by {}, latency {} (call start → op start)",
+            app.store.names.get(g.api),
+            fmt_ns(g.launch_latency)
+        )
+    } else {
+        "launching call not in this source".into()
+    };
+    lines.push(Line::raw(short(&api, w)));
+    lines.push(Line::raw(short(
+        &format!(
+            "before: {} ({})  after: {} ({})",
+            short_kernel(app.store.names.get(prev.name)),
+            fmt_short(prev.dur()),
+            short_kernel(app.store.names.get(next.name)),
+            fmt_short(next.dur())
+        ),
+        w,
+    )));
+    let frames = app.store.frame_strings(g.stack);
+    let room = (inner.height as usize).saturating_sub(4).max(1);
+    let launch: Vec<String> = frames.iter().rev().take(room.max(2)).cloned().collect();
+    lines.push(Line::styled(
+        short(&format!("launch stack: {}", launch.join(" ‹ ")), w),
+        Style::default().fg(Color::LightYellow),
+    ));
+    let cpu = app.store.frame_strings(g.cpu_stack);
+    let cpu_text = if cpu.is_empty() {
+        "CPU during gap: not known from this source".to_string()
+    } else {
+        let v: Vec<String> = cpu.iter().rev().take(3).cloned().collect();
+        format!("CPU during gap: {}", v.join(" ‹ "))
+    };
+    lines.push(Line::styled(short(&cpu_text, w), Style::default().fg(Color::LightMagenta)));
+    f.render_widget(Paragraph::new(lines), inner);
+}
+
+/// The profiled program's last lines of output (live runs).
+pub fn output(f: &mut Frame, area: Rect, app: &App) {
+    let block = Block::default().borders(Borders::ALL).title(" program output ");
+    let inner = block.inner(area);
+    f.render_widget(block, area);
+    let h = inner.height as usize;
+    let lines: Vec<Line> = app
+        .output
+        .iter()
+        .rev()
+        .take(h)
+        .rev()
+        .map(|l| Line::raw(short(l, inner.width as usize)))
+        .collect();
+    f.render_widget(Paragraph::new(lines), inner);
+}
+
+/// Source, span, ops kept and dropped, mode, window and the last message.
+pub fn status(f: &mut Frame, area: Rect, app: &App) {
+    let st = &app.store;
+    let span = st.span().map(|(a, b)| b - a).unwrap_or(0);
+    let mode = match &app.source {
+        SourceState::File => "FILE".to_string(),
+        SourceState::Live if app.paused => "PAUSED".into(),
+        SourceState::Live => "LIVE".into(),
+        SourceState::Ended(s) => format!("ENDED ({s})"),
+    };
+    let lost = st.dropped + st.evicted_ops;
+    let mut spans = vec![
+        Span::styled(format!(" {} ", mode), Style::default().bg(Color::Blue).fg(Color::White)),
+        Span::raw(format!(
+            " {} │ span {} │ ops {} │ ",
+            short(&st.source, 24),
+            fmt_short(span),
+            st.op_count()
+        )),
+        Span::styled(
+            format!("dropped {} evicted {}", st.dropped, st.evicted_ops),
+            if lost > 0 {
+                Style::default().fg(Color::Red).add_modifier(Modifier::BOLD)
+            } else {
+                Style::default().fg(Color::DarkGray)
+            },
+        ),
+        Span::raw(format!(" │ zoom {} │ ", fmt_short(app.width()))),
+    ];
+    if !app.message.is_empty() {
+        spans.push(Span::styled(app.message.clone(), Style::default().fg(Color::LightYellow)));
+    } else {
+        spans.push(Span::styled("? help", Style::default().fg(Color::DarkGray)));
+    }
+    f.render_widget(Paragraph::new(Line::from(spans)), area);
+}
+
+/// Every key, from the key map in use; two columns when the terminal is short.
+pub fn help(f: &mut Frame, area: Rect, app: &App) {
+    let entries: Vec<String> = Action::ALL
+        .iter()
+        .map(|(a, _, what)| {
+            let keys = app.keys.keys_for(*a).join(" ");
+            format!("{:>9} {}", short(&keys, 9), what)
+        })
+        .collect();
+    let two = area.height < entries.len() as u16 + 4;
+    let per_col = if two { entries.len().div_ceil(2) } else { entries.len() };
+    let col_w = if two { (area.width - 2) / 2 } else { 74.min(area.width - 2) };
+    let w = if two { area.width } else { col_w + 2 };
+    let h = (per_col as u16 + 3).min(area.height);
+    let r = Rect::new(
+        area.x + (area.width - w) / 2,
+        area.y + (area.height - h) / 2,
+        w,
+        h,
+    );
+    f.render_widget(Clear, r);
+    let mut lines = Vec::new();
+    for i in 0..per_col {
+        let mut l = short(&entries[i], col_w as usize - 1);
+        if two {
+            if let Some(e) = entries.get(i + per_col) {
+                l = format!("{:<width$} {}", l, short(e, col_w as usize - 1), width = col_w as usize - 1);
+            }
+        }
+        lines.push(Line::raw(l));
+    }
+    lines.push(Line::styled(
+        "timeline: █ busy · ─ gap: yellow host_wait, cyan kernel_wait, red sync",
+        Style::default().fg(Color::DarkGray),
+    ));
+    f.render_widget(
+        Paragraph::new(lines)
+            .block(Block::default().borders(Borders::ALL).title(" gaptop keys (any key closes) ")),
+        r,
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_names_shorten() {
+        assert_eq!(
+            short_kernel("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul>)"),
+            "vectorized_elementwise_kernel"
+        );
+        assert_eq!(short_kernel("Memcpy HtoD"), "Memcpy HtoD");
+        assert_eq!(short_kernel("ampere_sgemm_128x64_tn"), "ampere_sgemm_128x64_tn");
+    }
+}

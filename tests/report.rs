@@ -1,0 +1,202 @@
+//! `gaptop report` on fixtures whose answers were worked out by hand, on the real H200 trace,
+//! and on malformed input.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_gaptop")
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+}
+
+fn report_json(path: &Path, extra: &[&str]) -> Value {
+    let out = Command::new(bin())
+        .arg("report")
+        .arg(path)
+        .args(["--format", "json"])
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "report failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn multi_stream_fixture_matches_hand_computed_answers() {
+    let j = report_json(&fixture("multi_stream.json"), &[]);
+    assert_eq!(j["gpu_ops"], 6);
+    assert_eq!(j["kernels"], 5);
+    assert_eq!(j["kernel_ns"], 62_000);
+    assert_eq!(j["busy_ns"], 65_000);
+    assert_eq!(j["device_idle_ns"], 85_000);
+    assert_eq!(j["idle"]["host_wait"]["count"], 2);
+    assert_eq!(j["idle"]["host_wait"]["total_ns"], 133_000);
+    assert_eq!(j["idle"]["kernel_wait"]["count"], 1);
+    assert_eq!(j["idle"]["kernel_wait"]["total_ns"], 5_000);
+    assert_eq!(j["idle"]["other"]["count"], 1);
+    assert_eq!(j["idle"]["other"]["total_ns"], 40_000);
+    assert_eq!(j["reasons"]["sync"]["count"], 1);
+    assert_eq!(j["reasons"]["sync"]["total_ns"], 75_000);
+    assert_eq!(j["skipped"]["category \"foo_cat\""], 1);
+
+    let top = &j["top_gaps"][0];
+    assert_eq!(top["duration_ns"], 75_000);
+    assert_eq!(top["start_ns"], 20_000, "relative to the first op at 10 µs");
+    assert_eq!(top["cause"], "host_wait");
+    assert_eq!(top["reason"], "sync");
+    assert_eq!(top["stream"], 7);
+    assert_eq!(top["launch_latency_ns"], 4_000);
+    assert_eq!(
+        top["frames"],
+        serde_json::json!(["model.py(10): forward", "model.py(30): mlp", "cudaLaunchKernel", "kernel_c(float*)"])
+    );
+    assert_eq!(
+        top["cpu_frames"],
+        serde_json::json!(["model.py(10): forward", "model.py(20): attn"])
+    );
+    let durations: Vec<i64> = j["top_gaps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["duration_ns"].as_i64().unwrap())
+        .collect();
+    assert_eq!(durations, vec![75_000, 58_000, 40_000, 5_000]);
+
+    let s0 = &j["top_stacks"][0];
+    assert_eq!(s0["gap_ns"], 75_000);
+    assert_eq!(s0["gaps"], 1);
+    assert_eq!(s0["frames"][3], "kernel_c(float*)");
+}
+
+#[test]
+fn window_clips_gaps_and_busy_time() {
+    // [40, 120) µs relative to the capture start at 10 µs, i.e. absolute [50, 130).
+    let j = report_json(&fixture("multi_stream.json"), &["--from", "40us", "--to", "120us"]);
+    assert_eq!(j["window"]["from_ns"], 40_000);
+    assert_eq!(j["window"]["to_ns"], 120_000);
+    // s7: gap [30,105] clipped to [50,105] = 55; gap [110,150] clipped to [110,130] = 20.
+    // s8: gap [50,108] = 58, inside.
+    assert_eq!(j["idle"]["host_wait"]["total_ns"], 55_000 + 58_000);
+    assert_eq!(j["idle"]["other"]["total_ns"], 20_000);
+    assert_eq!(j["idle"]["kernel_wait"]["count"], 0);
+    // Busy: [105,110] ∪ [108,130] = [105,130] = 25; idle = 80 - 25.
+    assert_eq!(j["busy_ns"], 25_000);
+    assert_eq!(j["device_idle_ns"], 55_000);
+}
+
+#[test]
+fn events_out_of_order_and_gzip_give_the_same_answer() {
+    let text = std::fs::read_to_string(fixture("multi_stream.json")).unwrap();
+    let mut doc: Value = serde_json::from_str(&text).unwrap();
+    doc["traceEvents"].as_array_mut().unwrap().reverse();
+    let dir = tempdir();
+    let rev = dir.join("reversed.json");
+    std::fs::write(&rev, serde_json::to_vec(&doc).unwrap()).unwrap();
+    let gz = dir.join("fixture.json.gz");
+    {
+        use std::io::Write;
+        let mut e = flate2::write::GzEncoder::new(
+            std::fs::File::create(&gz).unwrap(),
+            flate2::Compression::fast(),
+        );
+        e.write_all(text.as_bytes()).unwrap();
+        e.finish().unwrap();
+    }
+    let a = report_json(&fixture("multi_stream.json"), &[]);
+    for p in [rev, gz] {
+        let b = report_json(&p, &[]);
+        assert_eq!(a["idle"], b["idle"], "{}", p.display());
+        assert_eq!(a["top_gaps"], b["top_gaps"], "{}", p.display());
+        assert_eq!(a["busy_ns"], b["busy_ns"]);
+    }
+}
+
+/// The reference trace from the H200: counts equal HTA's exact column, totals within 0.1%.
+#[test]
+fn h200_trace_matches_hta_reference() {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/traces/kineto-launchbound.json.gz");
+    assert!(p.is_file(), "reference trace missing at {}", p.display());
+    let j = report_json(&p, &[]);
+    assert_eq!(j["gpu_ops"], 7043);
+    assert_eq!(j["idle"]["host_wait"]["count"], 7041);
+    assert_eq!(j["idle"]["kernel_wait"]["count"], 1);
+    assert_eq!(j["idle"]["other"]["count"], 0);
+    let close = |got: &Value, want: f64| {
+        let g = got.as_f64().unwrap();
+        assert!((g - want).abs() <= want * 0.001, "{g} vs {want}");
+    };
+    close(&j["idle"]["host_wait"]["total_ns"], 105_674_779.0);
+    close(&j["idle"]["kernel_wait"]["total_ns"], 6_785.0);
+    // The workload's own function is named in the top stack.
+    let frames = j["top_stacks"][0]["frames"].to_string();
+    assert!(frames.contains("rope"), "{frames}");
+}
+
+fn tempdir() -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "gaptop-test-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn fails_with(content: &[u8], name: &str, want: &str) {
+    let dir = tempdir();
+    let p = dir.join(name);
+    std::fs::write(&p, content).unwrap();
+    let out = Command::new(bin()).arg("report").arg(&p).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{name}: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{name}: one line, got {err}");
+    assert!(err.starts_with("gaptop: "), "{err}");
+    assert!(err.contains(name), "{name} not named: {err}");
+    assert!(err.contains(want), "{name}: wanted {want:?} in {err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn malformed_inputs_fail_with_one_line() {
+    let good = std::fs::read(fixture("multi_stream.json")).unwrap();
+    fails_with(&good[..good.len() / 2], "truncated.json", "truncated");
+    let mut gz = Vec::new();
+    {
+        use std::io::Write;
+        let mut e = flate2::write::GzEncoder::new(&mut gz, flate2::Compression::fast());
+        e.write_all(&good).unwrap();
+        e.finish().unwrap();
+    }
+    fails_with(&gz[..gz.len() / 2], "truncated.json.gz", "truncated");
+    fails_with(b"{\"traceEvents\": [ {\"ph\": \"X\" ,, } ]}", "invalid.json", "unreadable event");
+    fails_with(
+        b"{\"traceEvents\": [{\"ph\":\"X\",\"cat\":\"kernel\",\"name\":\"k\",\"pid\":0,\"tid\":7,\"dur\":1}]}",
+        "missing.json",
+        "missing ts",
+    );
+    fails_with(
+        b"{\"traceEvents\": [{\"ph\":\"X\",\"cat\":\"kernel\",\"name\":\"k\",\"pid\":0,\"tid\":7,\"ts\":5,\"dur\":-1}]}",
+        "negative.json",
+        "negative duration",
+    );
+    fails_with(b"{\"traceEvents\": []}", "empty.json", "no GPU ops");
+    fails_with(b"", "zero.json", "truncated");
+    fails_with(b"{\"hello\": 1}", "notatrace.json", "not a trace");
+    fails_with(b"\x89PNG\r\n\x1a\n\0\0\0", "image.png", "invalid JSON");
+    fails_with(b"GAPTOPR1", "empty.rec", "no GPU ops");
+    let out = Command::new(bin()).args(["report", "/nonexistent/x.json"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot open"));
+}
