@@ -45,7 +45,15 @@ struct Ev<'a> {
 }
 
 impl<'a> Ev<'a> {
-    fn x(cat: &'a str, name: &'a str, pid: Value, tid: Value, ts: Ns, dur: Ns, args: Value) -> Self {
+    fn x(
+        cat: &'a str,
+        name: &'a str,
+        pid: Value,
+        tid: Value,
+        ts: Ns,
+        dur: Ns,
+        args: Value,
+    ) -> Self {
         Ev {
             ph: "X",
             cat: Some(cat),
@@ -84,7 +92,13 @@ pub struct Written {
 }
 
 /// Writes the window [lo, hi) of the store.
-pub fn write(store: &Store, lo: Ns, hi: Ns, cfg: &Config, out: impl Write) -> anyhow::Result<Written> {
+pub fn write(
+    store: &Store,
+    lo: Ns,
+    hi: Ns,
+    cfg: &Config,
+    out: impl Write,
+) -> anyhow::Result<Written> {
     let mut out = std::io::BufWriter::new(out);
     let mut n = Written::default();
     let (_, report) = crate::report::build(
@@ -122,20 +136,41 @@ pub fn write(store: &Store, lo: Ns, hi: Ns, cfg: &Config, out: impl Write) -> an
                 OpKind::Memcpy => "gpu_memcpy",
                 OpKind::Memset => "gpu_memset",
             };
-            emit(&mut out, Ev::x(
-                cat, store.names.get(op.name), json!(k.device), json!(k.stream), op.start, op.dur(),
-                json!({"correlation": op.corr, "device": k.device, "stream": k.stream,
+            emit(
+                &mut out,
+                Ev::x(
+                    cat,
+                    store.names.get(op.name),
+                    json!(k.device),
+                    json!(k.stream),
+                    op.start,
+                    op.dur(),
+                    json!({"correlation": op.corr, "device": k.device, "stream": k.stream,
                        "graph id": op.graph, "process": proc.pid}),
-            ))?;
+                ),
+            )?;
             n.ops += 1;
             if let Some(api) = proc.api_by_corr(op.corr) {
-                emit(&mut out, Ev::x(
-                    "cuda_runtime", store.names.get(api.name), json!(proc.pid), json!(api.tid),
-                    api.start, api.end - api.start,
-                    json!({"correlation": api.corr, "stack": store.frame_strings(api.stack)}),
-                ))?;
-                emit(&mut out, Ev::flow("s", api.corr, json!(proc.pid), json!(api.tid), api.start))?;
-                emit(&mut out, Ev::flow("f", api.corr, json!(k.device), json!(k.stream), op.start))?;
+                emit(
+                    &mut out,
+                    Ev::x(
+                        "cuda_runtime",
+                        store.names.get(api.name),
+                        json!(proc.pid),
+                        json!(api.tid),
+                        api.start,
+                        api.end - api.start,
+                        json!({"correlation": api.corr, "stack": store.frame_strings(api.stack)}),
+                    ),
+                )?;
+                emit(
+                    &mut out,
+                    Ev::flow("s", api.corr, json!(proc.pid), json!(api.tid), api.start),
+                )?;
+                emit(
+                    &mut out,
+                    Ev::flow("f", api.corr, json!(k.device), json!(k.stream), op.start),
+                )?;
                 n.launches += 1;
             }
         }
@@ -147,28 +182,38 @@ pub fn write(store: &Store, lo: Ns, hi: Ns, cfg: &Config, out: impl Write) -> an
                 frames.push(store.names.get(g.api).to_string());
             }
             frames.push(store.names.get(g.op_name).to_string());
-            emit(&mut out, Ev::x(
-                "gaptop_gap", g.category.as_str(), json!("gaptop gaps"), json!(store.lane_label(li)),
-                g.start, g.dur(),
-                json!({"cause": g.category.as_str(), "reason": g.reason.as_str(),
+            emit(
+                &mut out,
+                Ev::x(
+                    "gaptop_gap",
+                    g.category.as_str(),
+                    json!("gaptop gaps"),
+                    json!(store.lane_label(li)),
+                    g.start,
+                    g.dur(),
+                    json!({"cause": g.category.as_str(), "reason": g.reason.as_str(),
                        "frames": frames, "cpu_frames": store.frame_strings(g.cpu_stack)}),
-            ))?;
+                ),
+            )?;
             n.gaps += 1;
         }
     }
     for d in devices {
-        emit(&mut out, Ev {
-            ph: "M",
-            cat: None,
-            name: "process_name",
-            pid: json!(d),
-            tid: None,
-            ts: None,
-            dur: None,
-            id: None,
-            bp: None,
-            args: json!({"name": format!("GPU {d}")}),
-        })?;
+        emit(
+            &mut out,
+            Ev {
+                ph: "M",
+                cat: None,
+                name: "process_name",
+                pid: json!(d),
+                tid: None,
+                ts: None,
+                dur: None,
+                id: None,
+                bp: None,
+                args: json!({"name": format!("GPU {d}")}),
+            },
+        )?;
     }
     writeln!(out, "\n],")?;
     let meta = json!({
@@ -189,7 +234,13 @@ pub fn write(store: &Store, lo: Ns, hi: Ns, cfg: &Config, out: impl Write) -> an
 fn sanitize(s: &str) -> String {
     let t: String = s
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '-' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '-'
+            }
+        })
         .collect();
     let t = t.trim_matches('-').to_string();
     if t.is_empty() {
@@ -218,7 +269,8 @@ pub fn export_path(dir: &Path, source: &str) -> PathBuf {
 /// Writes the app's visible window; returns the file written.
 pub fn export_window(app: &App) -> anyhow::Result<PathBuf> {
     let path = export_path(&app.export_dir, &app.store.source);
-    let f = std::fs::File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;
+    let f = std::fs::File::create(&path)
+        .with_context(|| format!("cannot create {}", path.display()))?;
     write(&app.store, app.lo, app.hi, &app.cfg, f)?;
     Ok(path)
 }

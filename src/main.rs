@@ -111,8 +111,10 @@ fn parse_bytes(s: &str) -> Result<usize, String> {
         Some('G' | 'g') => (&t[..t.len() - 1], 1 << 30),
         _ => (t, 1),
     };
-    let v: f64 = num.parse().map_err(|_| format!("bad size {s:?}: use e.g. 512M or 2G"))?;
-    if !(v > 0.0) {
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("bad size {s:?}: use e.g. 512M or 2G"))?;
+    if v.is_nan() || v <= 0.0 {
         return Err(format!("bad size {s:?}: must be positive"));
     }
     Ok((v * mult as f64) as usize)
@@ -193,7 +195,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             cmd,
         } => {
             use gaptop::app::{term, SourceState};
-            let log = log.unwrap_or_else(|| PathBuf::from(format!("gaptop-{}.log", std::process::id())));
+            let log =
+                log.unwrap_or_else(|| PathBuf::from(format!("gaptop-{}.log", std::process::id())));
             let l = gaptop::collect::live::launch(&cmd, Some(&log))?;
             let mut store = gaptop::collect::store::Store::new(memory);
             store.source = cmd.join(" ");

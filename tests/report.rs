@@ -11,7 +11,9 @@ fn bin() -> &'static str {
 }
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
 }
 
 fn report_json(path: &Path, extra: &[&str]) -> Value {
@@ -57,7 +59,12 @@ fn multi_stream_fixture_matches_hand_computed_answers() {
     assert_eq!(top["launch_latency_ns"], 4_000);
     assert_eq!(
         top["frames"],
-        serde_json::json!(["model.py(10): forward", "model.py(30): mlp", "cudaLaunchKernel", "kernel_c(float*)"])
+        serde_json::json!([
+            "model.py(10): forward",
+            "model.py(30): mlp",
+            "cudaLaunchKernel",
+            "kernel_c(float*)"
+        ])
     );
     assert_eq!(
         top["cpu_frames"],
@@ -80,7 +87,10 @@ fn multi_stream_fixture_matches_hand_computed_answers() {
 #[test]
 fn window_clips_gaps_and_busy_time() {
     // [40, 120) µs relative to the capture start at 10 µs, i.e. absolute [50, 130).
-    let j = report_json(&fixture("multi_stream.json"), &["--from", "40us", "--to", "120us"]);
+    let j = report_json(
+        &fixture("multi_stream.json"),
+        &["--from", "40us", "--to", "120us"],
+    );
     assert_eq!(j["window"]["from_ns"], 40_000);
     assert_eq!(j["window"]["to_ns"], 120_000);
     // s7: gap [30,105] clipped to [50,105] = 55; gap [110,150] clipped to [110,130] = 20.
@@ -123,7 +133,8 @@ fn events_out_of_order_and_gzip_give_the_same_answer() {
 /// The reference trace from the H200: counts equal HTA's exact column, totals within 0.1%.
 #[test]
 fn h200_trace_matches_hta_reference() {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/traces/kineto-launchbound.json.gz");
+    let p =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/traces/kineto-launchbound.json.gz");
     assert!(p.is_file(), "reference trace missing at {}", p.display());
     let j = report_json(&p, &[]);
     assert_eq!(j["gpu_ops"], 7043);
@@ -161,7 +172,11 @@ fn fails_with(content: &[u8], name: &str, want: &str) {
     let out = Command::new(bin()).arg("report").arg(&p).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{name}: {err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "{name}: one line, got {err}");
+    assert_eq!(
+        err.trim_end().lines().count(),
+        1,
+        "{name}: one line, got {err}"
+    );
     assert!(err.starts_with("gaptop: "), "{err}");
     assert!(err.contains(name), "{name} not named: {err}");
     assert!(err.contains(want), "{name}: wanted {want:?} in {err}");
@@ -180,7 +195,11 @@ fn malformed_inputs_fail_with_one_line() {
         e.finish().unwrap();
     }
     fails_with(&gz[..gz.len() / 2], "truncated.json.gz", "truncated");
-    fails_with(b"{\"traceEvents\": [ {\"ph\": \"X\" ,, } ]}", "invalid.json", "unreadable event");
+    fails_with(
+        b"{\"traceEvents\": [ {\"ph\": \"X\" ,, } ]}",
+        "invalid.json",
+        "unreadable event",
+    );
     fails_with(
         b"{\"traceEvents\": [{\"ph\":\"X\",\"cat\":\"kernel\",\"name\":\"k\",\"pid\":0,\"tid\":7,\"dur\":1}]}",
         "missing.json",
@@ -196,7 +215,10 @@ fn malformed_inputs_fail_with_one_line() {
     fails_with(b"{\"hello\": 1}", "notatrace.json", "not a trace");
     fails_with(b"\x89PNG\r\n\x1a\n\0\0\0", "image.png", "invalid JSON");
     fails_with(b"GAPTOPR1", "empty.rec", "no GPU ops");
-    let out = Command::new(bin()).args(["report", "/nonexistent/x.json"]).output().unwrap();
+    let out = Command::new(bin())
+        .args(["report", "/nonexistent/x.json"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot open"));
 }

@@ -39,7 +39,11 @@ pub enum Action {
 impl Action {
     pub const ALL: [(Action, &'static str, &'static str); 24] = [
         (Action::Quit, "quit", "quit (the terminal is restored)"),
-        (Action::Pause, "pause", "pause / resume (resume jumps back to now)"),
+        (
+            Action::Pause,
+            "pause",
+            "pause / resume (resume jumps back to now)",
+        ),
         (Action::ZoomIn, "zoom_in", "zoom in around the cursor"),
         (Action::ZoomOut, "zoom_out", "zoom out around the cursor"),
         (Action::PanLeft, "pan_left", "pan left"),
@@ -48,20 +52,56 @@ impl Action {
         (Action::Right, "right", "pan right; expand in the tree"),
         (Action::Up, "up", "previous row in the focused pane"),
         (Action::Down, "down", "next row in the focused pane"),
-        (Action::NextGap, "next_gap", "next gap (of the tree node, if one is chosen)"),
-        (Action::PrevGap, "prev_gap", "previous gap (of the tree node, if one is chosen)"),
-        (Action::BiggestGap, "biggest_gap", "select the biggest gap in the window"),
-        (Action::Enter, "enter", "zoom to the gap; in the tree, walk this node's gaps"),
+        (
+            Action::NextGap,
+            "next_gap",
+            "next gap (of the tree node, if one is chosen)",
+        ),
+        (
+            Action::PrevGap,
+            "prev_gap",
+            "previous gap (of the tree node, if one is chosen)",
+        ),
+        (
+            Action::BiggestGap,
+            "biggest_gap",
+            "select the biggest gap in the window",
+        ),
+        (
+            Action::Enter,
+            "enter",
+            "zoom to the gap; in the tree, walk this node's gaps",
+        ),
         (Action::ZoomAll, "zoom_all", "zoom to the whole capture"),
         (Action::FocusNext, "focus_next", "focus the next pane"),
         (Action::FocusPrev, "focus_prev", "focus the previous pane"),
         (Action::Invert, "invert", "invert the call tree (bottom-up)"),
-        (Action::Export, "export", "export the visible window to JSON"),
+        (
+            Action::Export,
+            "export",
+            "export the visible window to JSON",
+        ),
         (Action::Help, "help", "show or hide this help"),
-        (Action::ThresholdUp, "threshold_up", "hide more short gaps (raise the threshold)"),
-        (Action::ThresholdDown, "threshold_down", "show shorter gaps (lower the threshold)"),
-        (Action::Sort, "sort", "sort the gap list by duration or by time"),
-        (Action::Clear, "clear", "clear the tree-node filter, close help"),
+        (
+            Action::ThresholdUp,
+            "threshold_up",
+            "hide more short gaps (raise the threshold)",
+        ),
+        (
+            Action::ThresholdDown,
+            "threshold_down",
+            "show shorter gaps (lower the threshold)",
+        ),
+        (
+            Action::Sort,
+            "sort",
+            "sort the gap list by duration or by time",
+        ),
+        (
+            Action::Clear,
+            "clear",
+            "clear the tree-node filter, close help",
+        ),
     ];
 
     pub fn name(self) -> &'static str {
@@ -125,7 +165,11 @@ impl Key {
             "end" => KeyCode::End,
             r if r.chars().count() == 1 => {
                 let c = r.chars().next().unwrap_or(' ');
-                KeyCode::Char(if mods.is_empty() { c } else { c.to_ascii_lowercase() })
+                KeyCode::Char(if mods.is_empty() {
+                    c
+                } else {
+                    c.to_ascii_lowercase()
+                })
             }
             _ => return Err(format!("unknown key {s:?}")),
         };
@@ -265,16 +309,40 @@ mod tests {
         let m = KeyMap::default();
         let cases = [
             (KeyCode::Char('q'), KeyModifiers::NONE, Some(Action::Quit)),
-            (KeyCode::Char('c'), KeyModifiers::CONTROL, Some(Action::Quit)),
+            (
+                KeyCode::Char('c'),
+                KeyModifiers::CONTROL,
+                Some(Action::Quit),
+            ),
             (KeyCode::Char(' '), KeyModifiers::NONE, Some(Action::Pause)),
             (KeyCode::Char('+'), KeyModifiers::NONE, Some(Action::ZoomIn)),
             (KeyCode::Char('='), KeyModifiers::NONE, Some(Action::ZoomIn)),
-            (KeyCode::Char('-'), KeyModifiers::NONE, Some(Action::ZoomOut)),
-            (KeyCode::Char('n'), KeyModifiers::NONE, Some(Action::NextGap)),
-            (KeyCode::Char('N'), KeyModifiers::SHIFT, Some(Action::PrevGap)),
-            (KeyCode::Char('0'), KeyModifiers::NONE, Some(Action::ZoomAll)),
+            (
+                KeyCode::Char('-'),
+                KeyModifiers::NONE,
+                Some(Action::ZoomOut),
+            ),
+            (
+                KeyCode::Char('n'),
+                KeyModifiers::NONE,
+                Some(Action::NextGap),
+            ),
+            (
+                KeyCode::Char('N'),
+                KeyModifiers::SHIFT,
+                Some(Action::PrevGap),
+            ),
+            (
+                KeyCode::Char('0'),
+                KeyModifiers::NONE,
+                Some(Action::ZoomAll),
+            ),
             (KeyCode::Tab, KeyModifiers::NONE, Some(Action::FocusNext)),
-            (KeyCode::BackTab, KeyModifiers::SHIFT, Some(Action::FocusPrev)),
+            (
+                KeyCode::BackTab,
+                KeyModifiers::SHIFT,
+                Some(Action::FocusPrev),
+            ),
             (KeyCode::Left, KeyModifiers::NONE, Some(Action::Left)),
             (KeyCode::Char('?'), KeyModifiers::NONE, Some(Action::Help)),
             (KeyCode::Char('x'), KeyModifiers::NONE, None),
@@ -291,18 +359,30 @@ mod tests {
 
     #[test]
     fn duplicates_and_typos_are_errors() {
-        assert!(KeyMap::parse("quit = q\npause = q").unwrap_err().contains("both"));
-        assert!(KeyMap::parse("jump = q").unwrap_err().contains("unknown action"));
-        assert!(KeyMap::parse("quit = ctrl+bogus").unwrap_err().contains("unknown key"));
+        assert!(KeyMap::parse("quit = q\npause = q")
+            .unwrap_err()
+            .contains("both"));
+        assert!(KeyMap::parse("jump = q")
+            .unwrap_err()
+            .contains("unknown action"));
+        assert!(KeyMap::parse("quit = ctrl+bogus")
+            .unwrap_err()
+            .contains("unknown key"));
         assert!(KeyMap::parse("quit q").unwrap_err().contains("expected"));
     }
 
     #[test]
     fn overrides_replace_only_named_actions() {
         let m = KeyMap::with_overrides("quit = x").unwrap();
-        assert_eq!(m.action(&ev(KeyCode::Char('x'), KeyModifiers::NONE)), Some(Action::Quit));
+        assert_eq!(
+            m.action(&ev(KeyCode::Char('x'), KeyModifiers::NONE)),
+            Some(Action::Quit)
+        );
         assert_eq!(m.action(&ev(KeyCode::Char('q'), KeyModifiers::NONE)), None);
-        assert_eq!(m.action(&ev(KeyCode::Char(' '), KeyModifiers::NONE)), Some(Action::Pause));
+        assert_eq!(
+            m.action(&ev(KeyCode::Char(' '), KeyModifiers::NONE)),
+            Some(Action::Pause)
+        );
         assert!(KeyMap::with_overrides("quit = n").is_err());
     }
 }

@@ -85,7 +85,7 @@ pub struct App {
     pub inverted: bool,
     pub tree_state: TreeState<usize>,
     /// Leaf keys of the tree node whose gaps `n`/`N` walk.
-    pub node_filter: Option<(String, HashSet<(StackId, NameId, NameId)>)>,
+    pub node_filter: Option<(String, HashSet<GapKey>)>,
     pub help: bool,
     pub message: String,
     pub export_dir: PathBuf,
@@ -97,7 +97,10 @@ pub struct App {
     pub timeline_x: (u16, u16),
 }
 
-fn tree_key(g: &Gap) -> (StackId, NameId, NameId) {
+/// What a gap is charged to in the call tree: launch stack, API and op name.
+pub type GapKey = (StackId, NameId, NameId);
+
+fn tree_key(g: &Gap) -> GapKey {
     (g.stack, g.api, g.op_name)
 }
 
@@ -157,15 +160,19 @@ impl App {
     /// Recomputes the window's analysis when the window, threshold or data changed. Live data
     /// refreshes at most four times a second.
     pub fn refresh(&mut self, force: bool) {
-        let key = (self.lo, self.hi, self.min_gap, self.inverted, self.store.generation);
+        let key = (
+            self.lo,
+            self.hi,
+            self.min_gap,
+            self.inverted,
+            self.store.generation,
+        );
         if let Some(c) = &self.cache {
             if c.key == key && !force {
                 return;
             }
-            let same_view = c.key.0 == key.0
-                && c.key.1 == key.1
-                && c.key.2 == key.2
-                && c.key.3 == key.3;
+            let same_view =
+                c.key.0 == key.0 && c.key.1 == key.1 && c.key.2 == key.2 && c.key.3 == key.3;
             if same_view && !force && c.built.elapsed().as_millis() < 250 {
                 return;
             }
@@ -177,20 +184,26 @@ impl App {
             Default::default();
         let mut all: Vec<Gap> = Vec::new();
         for lane in 0..self.store.lanes.len() {
-            analysis::lane_gaps(&self.store, lane, Window::new(self.lo, self.hi), &self.cfg, |g| {
-                if g.dur() >= self.min_gap.max(1) {
-                    total += 1;
-                    let k = std::cmp::Reverse((g.dur(), -g.start, all.len()));
-                    if heap.len() < MAX_GAPS {
-                        heap.push(k);
-                        all.push(g);
-                    } else if heap.peek().is_some_and(|m| k < *m) {
-                        heap.pop();
-                        heap.push(k);
-                        all.push(g);
+            analysis::lane_gaps(
+                &self.store,
+                lane,
+                Window::new(self.lo, self.hi),
+                &self.cfg,
+                |g| {
+                    if g.dur() >= self.min_gap.max(1) {
+                        total += 1;
+                        let k = std::cmp::Reverse((g.dur(), -g.start, all.len()));
+                        if heap.len() < MAX_GAPS {
+                            heap.push(k);
+                            all.push(g);
+                        } else if heap.peek().is_some_and(|m| k < *m) {
+                            heap.pop();
+                            heap.push(k);
+                            all.push(g);
+                        }
                     }
-                }
-            });
+                },
+            );
         }
         for std::cmp::Reverse((_, _, i)) in heap.into_sorted_vec() {
             gaps.push(all[i]);
@@ -220,7 +233,9 @@ impl App {
         let sort = self.sort;
         if let Some(c) = &mut self.cache {
             match sort {
-                GapSort::Duration => c.gaps.sort_by(|a, b| b.dur().cmp(&a.dur()).then(a.start.cmp(&b.start))),
+                GapSort::Duration => c
+                    .gaps
+                    .sort_by(|a, b| b.dur().cmp(&a.dur()).then(a.start.cmp(&b.start))),
                 GapSort::Time => c.gaps.sort_by_key(|g| (g.start, g.lane)),
             }
         }
@@ -392,15 +407,25 @@ impl App {
             }
             let start = self.store.lanes[lane].lower_bound(from);
             let mut scanned = 0usize;
-            let mut i = if dir > 0 { start.max(1) } else { start.min(ops.len() - 1) };
+            let mut i = if dir > 0 {
+                start.max(1)
+            } else {
+                start.min(ops.len() - 1)
+            };
             while (1..ops.len()).contains(&i) && scanned < 5_000_000 {
                 scanned += 1;
                 if let Some(g) = analysis::classify(&self.store, lane, i - 1, i, &self.cfg) {
-                    let ok = if dir > 0 { g.start > from } else { g.start < from };
+                    let ok = if dir > 0 {
+                        g.start > from
+                    } else {
+                        g.start < from
+                    };
                     if ok && self.gap_matches(&g) {
                         let better = match &best {
                             None => true,
-                            Some(b) => (dir > 0 && g.start < b.start) || (dir < 0 && g.start > b.start),
+                            Some(b) => {
+                                (dir > 0 && g.start < b.start) || (dir < 0 && g.start > b.start)
+                            }
                         };
                         if better {
                             best = Some(g);
@@ -458,7 +483,7 @@ impl App {
                         "live".into()
                     };
                 } else {
-                    self.message = "a file does not change: nothing to pause".into();
+                    self.message = "nothing to pause: a file does not change".into();
                 }
             }
             Action::ZoomIn => self.zoom(0.5, self.cursor),
@@ -503,7 +528,11 @@ impl App {
             Action::NextGap => self.step_gap(1),
             Action::PrevGap => self.step_gap(-1),
             Action::BiggestGap => {
-                let best = self.gaps().iter().copied().max_by_key(|g| (g.dur(), -g.start));
+                let best = self
+                    .gaps()
+                    .iter()
+                    .copied()
+                    .max_by_key(|g| (g.dur(), -g.start));
                 match best {
                     Some(g) => {
                         self.select(&g);
@@ -534,7 +563,11 @@ impl App {
             Action::FocusNext | Action::FocusPrev => {
                 let order = [Focus::Timeline, Focus::Gaps, Focus::Tree];
                 let i = order.iter().position(|f| *f == self.focus).unwrap_or(0);
-                let j = if a == Action::FocusNext { (i + 1) % 3 } else { (i + 2) % 3 };
+                let j = if a == Action::FocusNext {
+                    (i + 1) % 3
+                } else {
+                    (i + 2) % 3
+                };
                 self.focus = order[j];
                 if self.focus == Focus::Tree && self.tree_state.selected().is_empty() {
                     self.tree_state.select_first();
@@ -558,11 +591,19 @@ impl App {
                 }
             }
             Action::ThresholdUp => {
-                self.min_gap = if self.min_gap == 0 { 1_000 } else { self.min_gap * 2 };
+                self.min_gap = if self.min_gap == 0 {
+                    1_000
+                } else {
+                    self.min_gap * 2
+                };
                 self.message = format!("hiding gaps under {}", fmt_ns(self.min_gap));
             }
             Action::ThresholdDown => {
-                self.min_gap = if self.min_gap <= 1_000 { 0 } else { self.min_gap / 2 };
+                self.min_gap = if self.min_gap <= 1_000 {
+                    0
+                } else {
+                    self.min_gap / 2
+                };
                 self.message = if self.min_gap == 0 {
                     "showing all gaps".into()
                 } else {
@@ -614,7 +655,11 @@ impl App {
             }
         }
         let name = self.store.names.get(t.nodes[node].frame).to_string();
-        let count = c.gaps.iter().filter(|g| keys.contains(&tree_key(g))).count();
+        let count = c
+            .gaps
+            .iter()
+            .filter(|g| keys.contains(&tree_key(g)))
+            .count();
         self.message = format!("walking {count} gaps under {name} (n/N; esc clears)");
         self.node_filter = Some((name, keys));
         self.focus = Focus::Gaps;
@@ -658,7 +703,13 @@ impl App {
 
 /// Tree items for tui-tree-widget, children sorted by gap time, at most 50 a level.
 fn build_items(store: &Store, t: &CallTree, total: Ns) -> Vec<TreeItem<'static, usize>> {
-    fn item(store: &Store, t: &CallTree, n: usize, total: Ns, depth: usize) -> TreeItem<'static, usize> {
+    fn item(
+        store: &Store,
+        t: &CallTree,
+        n: usize,
+        total: Ns,
+        depth: usize,
+    ) -> TreeItem<'static, usize> {
         let node = &t.nodes[n];
         let share = if total > 0 {
             100.0 * node.gap_ns as f64 / total as f64

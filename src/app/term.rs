@@ -13,7 +13,7 @@ use ratatui::Terminal;
 
 use super::{Action, App, SourceState};
 use crate::collect::ingest::Ingest;
-use crate::collect::live::{LiveEvent, Launch};
+use crate::collect::live::{Launch, LiveEvent};
 
 /// What feeds the store while the UI runs.
 pub enum Feed {
@@ -26,7 +26,12 @@ pub enum Feed {
 }
 
 /// Applies pending source events, spending at most `budget` on them.
-pub fn drain(app: &mut App, ingest: &mut Ingest, rx: &Receiver<LiveEvent>, budget: Duration) -> bool {
+pub fn drain(
+    app: &mut App,
+    ingest: &mut Ingest,
+    rx: &Receiver<LiveEvent>,
+    budget: Duration,
+) -> bool {
     let t = Instant::now();
     let mut any = false;
     while t.elapsed() < budget {
@@ -112,7 +117,8 @@ where
                 Event::Mouse(m) => {
                     let (x0, w) = app.timeline_x;
                     if w > 0 && m.column >= x0 && m.column < x0 + w {
-                        let t = app.lo + ((app.hi - app.lo) as f64 * (m.column - x0) as f64 / w as f64) as i64;
+                        let t = app.lo
+                            + ((app.hi - app.lo) as f64 * (m.column - x0) as f64 / w as f64) as i64;
                         app.cursor = t;
                     }
                     match m.kind {
@@ -133,7 +139,11 @@ where
 /// SIGTERM, SIGHUP).
 pub fn run(mut app: App, mut feed: Feed) -> anyhow::Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP, signal_hook::consts::SIGINT] {
+    for sig in [
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+        signal_hook::consts::SIGINT,
+    ] {
         signal_hook::flag::register(sig, stop.clone())?;
     }
     let mut term = ratatui::init();
@@ -146,7 +156,11 @@ pub fn run(mut app: App, mut feed: Feed) -> anyhow::Result<()> {
         if let Ok(None) = l.child.try_wait() {
             eprintln!(
                 "gaptop: {} (pid {}) keeps running without the collector",
-                app.store.procs.first().map(|p| p.label.as_str()).unwrap_or("the program"),
+                app.store
+                    .procs
+                    .first()
+                    .map(|p| p.label.as_str())
+                    .unwrap_or("the program"),
                 l.child.id()
             );
         }

@@ -498,12 +498,17 @@ pub fn summarize(store: &Store, w: Window, cfg: &Config, top_n: usize) -> Summar
                 let _ = s.kernel_hist.record(op.dur().max(1) as u64);
             }
             let api = proc.api_by_corr(op.corr);
+            let kernel_clip = if op.kind == super::store::OpKind::Kernel {
+                clip
+            } else {
+                0
+            };
             s.tree.add_op(
                 store,
                 api.map(|a| a.stack).unwrap_or(0),
                 api.map(|a| a.name).unwrap_or(0),
                 op,
-                clip,
+                kernel_clip,
             );
         }
         lane_gaps(store, lane, win, cfg, |g| {

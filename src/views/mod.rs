@@ -41,7 +41,9 @@ fn cause_color(g: &Gap) -> Color {
 
 fn focus_style(app: &App, f: Focus) -> Style {
     if app.focus == f {
-        Style::default().fg(Color::LightCyan).add_modifier(Modifier::BOLD)
+        Style::default()
+            .fg(Color::LightCyan)
+            .add_modifier(Modifier::BOLD)
     } else {
         Style::default().fg(Color::DarkGray)
     }
@@ -99,10 +101,7 @@ pub fn draw(f: &mut Frame, app: &mut App) {
             "terminal too small: {}x{}, gaptop needs {MIN_W}x{MIN_H}",
             area.width, area.height
         );
-        f.render_widget(
-            Paragraph::new(msg).wrap(Wrap { trim: true }),
-            area,
-        );
+        f.render_widget(Paragraph::new(msg).wrap(Wrap { trim: true }), area);
         return;
     }
     let lanes = app.store.lanes.len() as u16;
@@ -246,7 +245,12 @@ pub fn timeline(f: &mut Frame, area: Rect, app: &mut App) {
     let mut c = 0u16;
     while c + 8 < cols {
         let label = format!("|{}", fmt_short(t_at(c) - origin));
-        buf.set_string(inner.x + label_w + c, y, &label, Style::default().fg(Color::DarkGray));
+        buf.set_string(
+            inner.x + label_w + c,
+            y,
+            &label,
+            Style::default().fg(Color::DarkGray),
+        );
         c += 16.max(label.len() as u16 + 2);
     }
     if (0..cols as i64).contains(&cursor_col) {
@@ -283,10 +287,23 @@ pub fn rate(f: &mut Frame, area: Rect, app: &App) {
     let n = (inner.width - label_w) as usize;
     let bins = analysis::rate_bins(&app.store, app.lo, app.hi, n);
     let launches: Vec<u64> = bins.iter().map(|b| b.ops).collect();
-    let busy: Vec<u64> = bins.iter().map(|b| (b.busy * 100.0).round() as u64).collect();
+    let busy: Vec<u64> = bins
+        .iter()
+        .map(|b| (b.busy * 100.0).round() as u64)
+        .collect();
     let buf = f.buffer_mut();
-    buf.set_string(inner.x, inner.y, "launches", Style::default().fg(Color::White));
-    buf.set_string(inner.x, inner.y + 1, "busy %", Style::default().fg(Color::White));
+    buf.set_string(
+        inner.x,
+        inner.y,
+        "launches",
+        Style::default().fg(Color::White),
+    );
+    buf.set_string(
+        inner.x,
+        inner.y + 1,
+        "busy %",
+        Style::default().fg(Color::White),
+    );
     let r1 = Rect::new(inner.x + label_w, inner.y, n as u16, 1);
     let r2 = Rect::new(inner.x + label_w, inner.y + 1, n as u16, 1);
     f.render_widget(
@@ -340,7 +357,10 @@ pub fn gap_list(f: &mut Frame, area: Rect, app: &App) {
     if h == 0 {
         return;
     }
-    let first = app.gap_sel.saturating_sub(h / 2).min(gaps.len().saturating_sub(h));
+    let first = app
+        .gap_sel
+        .saturating_sub(h / 2)
+        .min(gaps.len().saturating_sub(h));
     let mut lines = Vec::new();
     for (i, g) in gaps.iter().enumerate().skip(first).take(h) {
         let lane = &app.store.lanes[g.lane];
@@ -365,7 +385,10 @@ pub fn gap_list(f: &mut Frame, area: Rect, app: &App) {
         lines.push(Line::styled(short(&text, inner.width as usize), style));
     }
     if gaps.is_empty() {
-        lines.push(Line::styled("no gaps in this window", Style::default().fg(Color::DarkGray)));
+        lines.push(Line::styled(
+            "no gaps in this window",
+            Style::default().fg(Color::DarkGray),
+        ));
     }
     f.render_widget(Paragraph::new(lines), inner);
 }
@@ -374,7 +397,11 @@ pub fn gap_list(f: &mut Frame, area: Rect, app: &App) {
 pub fn tree(f: &mut Frame, area: Rect, app: &mut App) {
     let title = format!(
         " Call tree ({}) gap·share·gaps·launches·kernel ",
-        if app.inverted { "bottom-up" } else { "top-down" }
+        if app.inverted {
+            "bottom-up"
+        } else {
+            "top-down"
+        }
     );
     let block = Block::default()
         .borders(Borders::ALL)
@@ -418,10 +445,16 @@ pub fn details(f: &mut Frame, area: Rect, app: &App) {
             format!("gap {} ", fmt_ns(g.dur())),
             Style::default().add_modifier(Modifier::BOLD),
         ),
-        Span::raw(format!("at {} on {}  cause ", app.rel(g.start), app.store.lane_label(g.lane))),
+        Span::raw(format!(
+            "at {} on {}  cause ",
+            app.rel(g.start),
+            app.store.lane_label(g.lane)
+        )),
         Span::styled(
             format!("{} ({})", g.category.as_str(), g.reason.as_str()),
-            Style::default().fg(cause_color(&g)).add_modifier(Modifier::BOLD),
+            Style::default()
+                .fg(cause_color(&g))
+                .add_modifier(Modifier::BOLD),
         ),
     ])];
     let api = if g.api != 0 {
@@ -458,13 +491,18 @@ pub fn details(f: &mut Frame, area: Rect, app: &App) {
         let v: Vec<String> = cpu.iter().rev().take(3).cloned().collect();
         format!("CPU during gap: {}", v.join(" ‹ "))
     };
-    lines.push(Line::styled(short(&cpu_text, w), Style::default().fg(Color::LightMagenta)));
+    lines.push(Line::styled(
+        short(&cpu_text, w),
+        Style::default().fg(Color::LightMagenta),
+    ));
     f.render_widget(Paragraph::new(lines), inner);
 }
 
 /// The profiled program's last lines of output (live runs).
 pub fn output(f: &mut Frame, area: Rect, app: &App) {
-    let block = Block::default().borders(Borders::ALL).title(" program output ");
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .title(" program output ");
     let inner = block.inner(area);
     f.render_widget(block, area);
     let h = inner.height as usize;
@@ -491,15 +529,22 @@ pub fn status(f: &mut Frame, area: Rect, app: &App) {
     };
     let lost = st.dropped + st.evicted_ops;
     let mut spans = vec![
-        Span::styled(format!(" {} ", mode), Style::default().bg(Color::Blue).fg(Color::White)),
+        Span::styled(
+            format!(" {} ", mode),
+            Style::default().bg(Color::Blue).fg(Color::White),
+        ),
         Span::raw(format!(
-            " {} │ span {} │ ops {} │ ",
-            short(&st.source, 24),
+            " {} │ {} │ {} ops │ ",
+            short(&st.source, 20),
             fmt_short(span),
             st.op_count()
         )),
         Span::styled(
-            format!("dropped {} evicted {}", st.dropped, st.evicted_ops),
+            if st.evicted_ops > 0 {
+                format!("{} dropped {} evicted", st.dropped, st.evicted_ops)
+            } else {
+                format!("{} dropped", st.dropped)
+            },
             if lost > 0 {
                 Style::default().fg(Color::Red).add_modifier(Modifier::BOLD)
             } else {
@@ -509,7 +554,10 @@ pub fn status(f: &mut Frame, area: Rect, app: &App) {
         Span::raw(format!(" │ zoom {} │ ", fmt_short(app.width()))),
     ];
     if !app.message.is_empty() {
-        spans.push(Span::styled(app.message.clone(), Style::default().fg(Color::LightYellow)));
+        spans.push(Span::styled(
+            app.message.clone(),
+            Style::default().fg(Color::LightYellow),
+        ));
     } else {
         spans.push(Span::styled("? help", Style::default().fg(Color::DarkGray)));
     }
@@ -526,8 +574,16 @@ pub fn help(f: &mut Frame, area: Rect, app: &App) {
         })
         .collect();
     let two = area.height < entries.len() as u16 + 4;
-    let per_col = if two { entries.len().div_ceil(2) } else { entries.len() };
-    let col_w = if two { (area.width - 2) / 2 } else { 74.min(area.width - 2) };
+    let per_col = if two {
+        entries.len().div_ceil(2)
+    } else {
+        entries.len()
+    };
+    let col_w = if two {
+        (area.width - 2) / 2
+    } else {
+        74.min(area.width - 2)
+    };
     let w = if two { area.width } else { col_w + 2 };
     let h = (per_col as u16 + 3).min(area.height);
     let r = Rect::new(
@@ -542,7 +598,12 @@ pub fn help(f: &mut Frame, area: Rect, app: &App) {
         let mut l = short(&entries[i], col_w as usize - 1);
         if two {
             if let Some(e) = entries.get(i + per_col) {
-                l = format!("{:<width$} {}", l, short(e, col_w as usize - 1), width = col_w as usize - 1);
+                l = format!(
+                    "{:<width$} {}",
+                    l,
+                    short(e, col_w as usize - 1),
+                    width = col_w as usize - 1
+                );
             }
         }
         lines.push(Line::raw(l));
@@ -552,8 +613,11 @@ pub fn help(f: &mut Frame, area: Rect, app: &App) {
         Style::default().fg(Color::DarkGray),
     ));
     f.render_widget(
-        Paragraph::new(lines)
-            .block(Block::default().borders(Borders::ALL).title(" gaptop keys (any key closes) ")),
+        Paragraph::new(lines).block(
+            Block::default()
+                .borders(Borders::ALL)
+                .title(" gaptop keys (any key closes) "),
+        ),
         r,
     );
 }
@@ -569,6 +633,9 @@ mod tests {
             "vectorized_elementwise_kernel"
         );
         assert_eq!(short_kernel("Memcpy HtoD"), "Memcpy HtoD");
-        assert_eq!(short_kernel("ampere_sgemm_128x64_tn"), "ampere_sgemm_128x64_tn");
+        assert_eq!(
+            short_kernel("ampere_sgemm_128x64_tn"),
+            "ampere_sgemm_128x64_tn"
+        );
     }
 }

@@ -1,0 +1,257 @@
+//! End-to-end: the real binary in tmux, driven with send-keys and read with capture-pane.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+struct Session {
+    name: String,
+}
+
+impl Session {
+    fn start(cmd: &str, w: u16, h: u16) -> Session {
+        let ok = Command::new("tmux")
+            .arg("-V")
+            .output()
+            .map(|o| o.status.success());
+        assert!(
+            ok.unwrap_or(false),
+            "tmux is required for this test (.ci/run installs it)"
+        );
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("gaptop-e2e-{}-{n}", std::process::id());
+        let st = Command::new("tmux")
+            .args([
+                "new-session",
+                "-d",
+                "-s",
+                &name,
+                "-x",
+                &w.to_string(),
+                "-y",
+                &h.to_string(),
+            ])
+            .arg(format!("{cmd}; echo GAPTOP_EXIT=$?; sleep 60"))
+            .status()
+            .unwrap();
+        assert!(st.success());
+        Session { name }
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        for k in keys {
+            let st = Command::new("tmux")
+                .args(["send-keys", "-t", &self.name, k])
+                .status()
+                .unwrap();
+            assert!(st.success());
+            std::thread::sleep(Duration::from_millis(150));
+        }
+    }
+
+    fn screen(&self) -> String {
+        let out = Command::new("tmux")
+            .args(["capture-pane", "-p", "-t", &self.name])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Waits until the screen contains `what` (the UI redraws on its own clock).
+    fn wait_for(&self, what: &str) -> String {
+        let t = Instant::now();
+        loop {
+            let s = self.screen();
+            if s.contains(what) {
+                return s;
+            }
+            if t.elapsed() > Duration::from_secs(15) {
+                panic!("timed out waiting for {what:?}; screen:\n{s}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["kill-session", "-t", &self.name])
+            .status();
+    }
+}
+
+fn tempdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("gaptop-tmux-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn open_zoom_walk_export_quit() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/multi_stream.json");
+    let out = tempdir("open");
+    let s = Session::start(
+        &format!(
+            "{} open {} --export-dir {}",
+            env!("CARGO_BIN_EXE_gaptop"),
+            fixture.display(),
+            out.display()
+        ),
+        120,
+        36,
+    );
+    s.wait_for("Call tree");
+    // A file cannot pause; the UI says so instead of pretending.
+    s.keys(&["Space"]);
+    s.wait_for("nothing to pause");
+    // The biggest gap: details name its cause and its stack.
+    s.keys(&["b"]);
+    let screen = s.wait_for("gap 75µs");
+    assert!(screen.contains("host_wait (sync)"), "{screen}");
+    assert!(
+        screen.contains("launch stack: model.py(30): mlp"),
+        "{screen}"
+    );
+    // Enter zooms around it.
+    s.keys(&["Enter"]);
+    s.wait_for("zoomed to the 75µs gap");
+    // Walk the gaps of a tree node: focus the tree, go to the leaf's parent, Enter, then n.
+    s.keys(&["Tab", "Left", "Enter"]);
+    s.wait_for("walking 3 gaps under cudaLaunchKernel");
+    s.keys(&["n"]);
+    s.wait_for("gap 58µs");
+    s.keys(&["n"]);
+    s.wait_for("gap 40µs");
+    // Zoom to the whole capture and export it.
+    s.keys(&["0", "e"]);
+    let screen = s.wait_for("exported ");
+    let line = screen
+        .lines()
+        .find(|l| l.contains("exported "))
+        .unwrap()
+        .to_string();
+    let files: Vec<PathBuf> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "{line}");
+    let name = files[0].file_name().unwrap().to_string_lossy().into_owned();
+    assert!(
+        name.starts_with("gaptop-multi_stream-") && name.ends_with(".json"),
+        "{name}"
+    );
+    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&files[0]).unwrap()).unwrap();
+    let evs = j["traceEvents"].as_array().unwrap();
+    let count = |cat: &str| evs.iter().filter(|e| e["cat"] == cat).count();
+    assert_eq!(count("kernel"), 5);
+    assert_eq!(count("gpu_memcpy"), 1);
+    assert_eq!(count("cuda_runtime"), 6);
+    assert_eq!(count("gaptop_gap"), 4);
+    assert_eq!(
+        evs.iter().filter(|e| e["ph"] == "s").count(),
+        6,
+        "one flow per launch"
+    );
+    assert_eq!(j["gaptop"]["window"]["from_ns"], 1_000_010_000i64);
+    assert_eq!(j["gaptop"]["window"]["to_ns"], 1_000_160_000i64);
+    // The export opens again with the same analysis (round trip).
+    let rep = Command::new(env!("CARGO_BIN_EXE_gaptop"))
+        .args(["report", "--format", "json"])
+        .arg(&files[0])
+        .output()
+        .unwrap();
+    assert!(
+        rep.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rep.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&rep.stdout).unwrap();
+    assert_eq!(r["idle"]["host_wait"]["total_ns"], 133_000);
+    assert_eq!(r["top_gaps"][0]["frames"][1], "model.py(30): mlp");
+    // Help, then quit: the terminal is restored and the exit status is 0.
+    s.keys(&["?"]);
+    s.wait_for("gaptop keys");
+    s.keys(&["Escape", "q"]);
+    let screen = s.wait_for("GAPTOP_EXIT=0");
+    assert!(
+        !screen.contains("Call tree"),
+        "alternate screen left behind:\n{screen}"
+    );
+}
+
+#[test]
+fn demo_pauses_and_resumes_while_data_arrives() {
+    let s = Session::start(&format!("{} demo", env!("CARGO_BIN_EXE_gaptop")), 100, 30);
+    s.wait_for(" LIVE ");
+    s.keys(&["Space"]);
+    s.wait_for(" PAUSED ");
+    s.keys(&["Space"]);
+    s.wait_for("ENDED (demo finished)");
+    s.keys(&["q"]);
+    s.wait_for("GAPTOP_EXIT=0");
+}
+
+#[test]
+fn resize_to_tiny_and_back() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/multi_stream.json");
+    let s = Session::start(
+        &format!(
+            "{} open {}",
+            env!("CARGO_BIN_EXE_gaptop"),
+            fixture.display()
+        ),
+        100,
+        30,
+    );
+    s.wait_for("Call tree");
+    let resize = |w: &str, h: &str| {
+        Command::new("tmux")
+            .args(["resize-window", "-t", &s.name, "-x", w, "-y", h])
+            .status()
+            .unwrap();
+    };
+    resize("40", "10");
+    s.wait_for("too small");
+    resize("1", "1");
+    std::thread::sleep(Duration::from_millis(300));
+    resize("100", "30");
+    s.wait_for("Call tree");
+    s.keys(&["q"]);
+    s.wait_for("GAPTOP_EXIT=0");
+}
+
+#[test]
+fn sigterm_and_sighup_restore_the_terminal() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/multi_stream.json");
+    for sig in ["TERM", "HUP"] {
+        let s = Session::start(
+            &format!(
+                "{} open {}",
+                env!("CARGO_BIN_EXE_gaptop"),
+                fixture.display()
+            ),
+            100,
+            30,
+        );
+        s.wait_for("Call tree");
+        // gaptop is the only child of the pane's shell.
+        let shell = Command::new("tmux")
+            .args(["display-message", "-p", "-t", &s.name, "#{pane_pid}"])
+            .output()
+            .unwrap();
+        let shell = String::from_utf8_lossy(&shell.stdout).trim().to_string();
+        let st = Command::new("pkill")
+            .args([&format!("-{sig}"), "-P", &shell, "gaptop"])
+            .status()
+            .unwrap();
+        assert!(st.success(), "no gaptop under shell {shell}");
+        let screen = s.wait_for("GAPTOP_EXIT=");
+        assert!(
+            !screen.contains("Call tree"),
+            "{sig}: screen not restored:\n{screen}"
+        );
+    }
+}

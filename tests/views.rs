@@ -1,0 +1,152 @@
+//! The UI on ratatui's TestBackend: snapshots of every pane at 80x24 and at a large size, and
+//! the behaviour of actions, on the hand-made multi-stream fixture.
+
+use std::path::Path;
+
+use gaptop::app::{Action, App, Focus, SourceState};
+use gaptop::collect::load_path;
+use ratatui::backend::TestBackend;
+use ratatui::Terminal;
+
+fn app() -> App {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/multi_stream.json");
+    let mut a = App::new(load_path(&p, usize::MAX).unwrap(), SourceState::File);
+    a.refresh(true);
+    a
+}
+
+fn render(a: &mut App, w: u16, h: u16) -> String {
+    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+    t.draw(|f| gaptop::views::draw(f, a)).unwrap();
+    let buf = t.backend().buffer().clone();
+    let mut s = String::new();
+    for y in 0..h {
+        for x in 0..w {
+            s.push_str(buf[(x, y)].symbol());
+        }
+        s.push('\n');
+    }
+    s
+}
+
+#[test]
+fn snapshot_main_screen_80x24() {
+    let mut a = app();
+    insta::assert_snapshot!(render(&mut a, 80, 24));
+}
+
+#[test]
+fn snapshot_biggest_gap_selected_160x48() {
+    let mut a = app();
+    a.update(Action::BiggestGap);
+    let s = render(&mut a, 160, 48);
+    // The details pane names the cause and the launch stack.
+    assert!(s.contains("gap 75µs"), "{s}");
+    assert!(s.contains("host_wait (sync)"), "{s}");
+    assert!(s.contains("model.py(30): mlp"), "{s}");
+    assert!(s.contains("CPU during gap: model.py(20): attn"), "{s}");
+    insta::assert_snapshot!(s);
+}
+
+#[test]
+fn snapshot_inverted_tree_and_help() {
+    let mut a = app();
+    a.update(Action::Invert);
+    insta::assert_snapshot!("inverted_120x30", render(&mut a, 120, 30));
+    a.update(Action::Help);
+    insta::assert_snapshot!("help_80x24", render(&mut a, 80, 24));
+}
+
+#[test]
+fn tiny_terminal_says_so() {
+    let mut a = app();
+    for (w, h) in [(79, 24), (80, 23), (1, 1), (20, 5)] {
+        let s = render(&mut a, w, h);
+        assert!(
+            s.replace('\n', "").contains("too small") || w * h < 20,
+            "{w}x{h}: {s}"
+        );
+    }
+    // And back to a normal size draws the screen again.
+    assert!(render(&mut a, 80, 24).contains("Call tree"));
+}
+
+#[test]
+fn gap_walk_zoom_and_filter() {
+    let mut a = app();
+    a.update(Action::BiggestGap);
+    assert_eq!(a.selected_gap().unwrap().dur(), 75_000);
+    // n/N walk in time order across streams: 75 µs at 30, 58 µs at 50, 40 µs at 110.
+    a.update(Action::NextGap);
+    assert_eq!(a.selected_gap().unwrap().dur(), 58_000);
+    a.update(Action::NextGap);
+    assert_eq!(a.selected_gap().unwrap().dur(), 40_000);
+    a.update(Action::NextGap);
+    assert_eq!(a.message, "no more gaps that way");
+    a.update(Action::PrevGap);
+    a.update(Action::PrevGap);
+    a.update(Action::PrevGap);
+    assert_eq!(a.selected_gap().unwrap().dur(), 5_000);
+
+    // Enter zooms to the gap with its neighbours.
+    a.update(Action::Enter);
+    assert!(a.width() < 40_000, "window {}", a.width());
+    assert!(a.lo <= 1_000_020_000 && a.hi >= 1_000_025_000);
+    a.update(Action::ZoomAll);
+    assert_eq!((a.lo, a.hi), (1_000_010_000, 1_000_160_000));
+
+    // Walk the gaps of one tree node: select the attn branch's gap, then its parent node.
+    a.update(Action::BiggestGap);
+    a.focus = Focus::Tree;
+    a.update(Action::Left); // leaf -> its parent (cudaLaunchKernel under mlp)
+    a.update(Action::Enter);
+    assert!(
+        a.message
+            .starts_with("walking 3 gaps under cudaLaunchKernel"),
+        "{}",
+        a.message
+    );
+    assert_eq!(a.focus, Focus::Gaps);
+    a.update(Action::PrevGap);
+    assert_eq!(
+        a.message, "no more gaps that way",
+        "kernel_b's gap is under attn, not mlp"
+    );
+    a.update(Action::NextGap);
+    assert_eq!(a.selected_gap().unwrap().dur(), 58_000);
+    a.update(Action::Clear);
+    assert!(a.node_filter.is_none());
+}
+
+#[test]
+fn threshold_zoom_and_pause() {
+    let mut a = app();
+    assert_eq!(a.gaps().len(), 4);
+    for _ in 0..6 {
+        a.update(Action::ThresholdUp); // 1, 2, 4, 8, 16, 32 µs
+    }
+    assert_eq!(a.min_gap, 32_000);
+    assert_eq!(a.gaps().len(), 3);
+    a.update(Action::ThresholdUp);
+    assert_eq!(a.min_gap, 64_000);
+    assert_eq!(a.gaps().len(), 1, "only the 75 µs gap is 64 µs or longer");
+    a.update(Action::ThresholdDown);
+    assert_eq!(a.gaps().len(), 3);
+    a.update(Action::ZoomIn);
+    assert_eq!(a.width(), 75_000);
+    for _ in 0..20 {
+        a.update(Action::ZoomOut);
+    }
+    assert_eq!(a.width(), 150_000, "zoom out stops at the whole capture");
+    for _ in 0..30 {
+        a.update(Action::ZoomIn);
+    }
+    assert_eq!(a.width(), 1_000, "zoom in stops at 1 µs");
+    a.update(Action::Pause);
+    assert!(!a.paused, "a file cannot pause");
+    let mut live = App::new(a.store, SourceState::Live);
+    live.update(Action::Pause);
+    assert!(live.paused && !live.follow);
+    live.update(Action::Pause);
+    assert!(!live.paused && live.follow);
+}
