@@ -50,6 +50,22 @@ impl Session {
         }
     }
 
+    /// The pid of gaptop, the only child of the pane's shell.
+    fn gaptop_pid(&self) -> String {
+        let shell = Command::new("tmux")
+            .args(["display-message", "-p", "-t", &self.name, "#{pane_pid}"])
+            .output()
+            .unwrap();
+        let shell = String::from_utf8_lossy(&shell.stdout).trim().to_string();
+        let pid = Command::new("pgrep")
+            .args(["-P", &shell, "gaptop"])
+            .output()
+            .unwrap();
+        let pid = String::from_utf8_lossy(&pid.stdout).trim().to_string();
+        assert!(!pid.is_empty(), "no gaptop under shell {shell}");
+        pid
+    }
+
     fn screen(&self) -> String {
         let out = Command::new("tmux")
             .args(["capture-pane", "-p", "-t", &self.name])
@@ -237,21 +253,54 @@ fn sigterm_and_sighup_restore_the_terminal() {
             30,
         );
         s.wait_for("Call tree");
-        // gaptop is the only child of the pane's shell.
-        let shell = Command::new("tmux")
-            .args(["display-message", "-p", "-t", &s.name, "#{pane_pid}"])
-            .output()
-            .unwrap();
-        let shell = String::from_utf8_lossy(&shell.stdout).trim().to_string();
-        let st = Command::new("pkill")
-            .args([&format!("-{sig}"), "-P", &shell, "gaptop"])
+        let st = Command::new("kill")
+            .args([&format!("-{sig}"), &s.gaptop_pid()])
             .status()
             .unwrap();
-        assert!(st.success(), "no gaptop under shell {shell}");
+        assert!(st.success());
         let screen = s.wait_for("GAPTOP_EXIT=");
         assert!(
             !screen.contains("Call tree"),
             "{sig}: screen not restored:\n{screen}"
         );
+    }
+}
+
+#[test]
+fn a_hung_up_terminal_ends_gaptop() {
+    // tmux kill-session is what an ssh drop looks like: the terminal goes away.
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/multi_stream.json");
+    let s = Session::start(
+        &format!(
+            "{} open {}",
+            env!("CARGO_BIN_EXE_gaptop"),
+            fixture.display()
+        ),
+        100,
+        30,
+    );
+    s.wait_for("Call tree");
+    let shell = Command::new("tmux")
+        .args(["display-message", "-p", "-t", &s.name, "#{pane_pid}"])
+        .output()
+        .unwrap();
+    let shell = String::from_utf8_lossy(&shell.stdout).trim().to_string();
+    let pid = Command::new("pgrep")
+        .args(["-P", &shell, "gaptop"])
+        .output()
+        .unwrap();
+    let pid = String::from_utf8_lossy(&pid.stdout).trim().to_string();
+    assert!(!pid.is_empty());
+    Command::new("tmux")
+        .args(["kill-session", "-t", &s.name])
+        .status()
+        .unwrap();
+    let t = Instant::now();
+    while Path::new(&format!("/proc/{pid}")).exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "gaptop {pid} still running after hang-up"
+        );
+        std::thread::sleep(Duration::from_millis(50));
     }
 }

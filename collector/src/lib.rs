@@ -368,6 +368,9 @@ struct Collector {
     cupti_dropped: AtomicU64,
     sent: AtomicU64,
     buffers_out: AtomicUsize,
+    /// Milliseconds (since start) when a buffer last completed.
+    last_completed_ms: AtomicU64,
+    started: Instant,
     subscriber: AtomicUsize,
     done: (Mutex<bool>, Condvar),
 }
@@ -418,6 +421,8 @@ impl Collector {
             cupti_dropped: AtomicU64::new(0),
             sent: AtomicU64::new(0),
             buffers_out: AtomicUsize::new(0),
+            last_completed_ms: AtomicU64::new(0),
+            started: Instant::now(),
             subscriber: AtomicUsize::new(0),
             done: (Mutex::new(false), Condvar::new()),
         }
@@ -572,19 +577,19 @@ unsafe fn api_inner(
             }
         });
         if enter {
-            // A driver call made by a runtime call shares its stack.
-            let stack = match l.open.last() {
-                Some(o) => o.2,
-                None => c.python_stack(&mut l.frames),
+            // A driver call made by a runtime call shares its stack and its start time: it
+            // is only recorded so that either correlation id finds the launch.
+            let (start, stack) = match l.open.last() {
+                Some(o) => (o.0, o.2),
+                None => (timestamp(), c.python_stack(&mut l.frames)),
             };
-            l.open
-                .push((timestamp(), d.correlationId, stack, name, kind));
+            l.open.push((start, d.correlationId, stack, name, kind));
         } else {
-            let end = timestamp();
             let Some((start, corr, stack, name, kind)) = l.open.pop() else {
                 return;
             };
             let outer = l.open.last().map(|o| o.1).unwrap_or(0);
+            let end = if outer != 0 { start } else { timestamp() };
             let rec = w::Api {
                 start,
                 end,
@@ -745,6 +750,8 @@ unsafe fn completed_inner(
     }
     libc::free(buffer as *mut c_void);
     c.buffers_out.fetch_sub(1, Relaxed);
+    c.last_completed_ms
+        .store(c.started.elapsed().as_millis() as u64, Relaxed);
     if n == 0 {
         return;
     }
@@ -806,7 +813,12 @@ fn sender(c: &'static Collector) {
                 let _ = c.wake.wait_timeout(q, SEND_PERIOD);
             }
         }
-        if flush_period.is_some_and(|p| last_flush.elapsed() >= p) && !stopping {
+        // Flush only when buffers are not filling on their own: under load they complete
+        // every few hundred ms anyway, and a forced flush competes with the launching threads.
+        let quiet_ms = (c.started.elapsed().as_millis() as u64)
+            .saturating_sub(c.last_completed_ms.load(Relaxed));
+        let due = |p: Duration| last_flush.elapsed() >= p && quiet_ms >= p.as_millis() as u64;
+        if flush_period.is_some_and(due) && !stopping {
             unsafe {
                 cu::cuptiActivityFlushAll(0);
             }

@@ -61,6 +61,38 @@ pub fn drain(
     any
 }
 
+/// What waiting on the terminal found.
+enum Input {
+    Waited,
+    /// The terminal hung up (ssh dropped, tmux killed): no more input will come.
+    Gone,
+}
+
+/// Waits up to `timeout` for input on stdin. crossterm's own poll spins forever on a hung-up
+/// terminal, so gaptop looks first and only asks crossterm once it knows the terminal is there.
+fn wait_input(timeout: Duration) -> Input {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    let stdin = std::io::stdin();
+    if !std::io::IsTerminal::is_terminal(&stdin) {
+        std::thread::sleep(timeout);
+        return Input::Waited;
+    }
+    let mut fds = [PollFd::new(stdin.as_fd(), PollFlags::POLLIN)];
+    let ms = PollTimeout::from(timeout.as_millis().min(1000) as u16);
+    match poll(&mut fds, ms) {
+        Ok(n) if n > 0 => match fds[0].revents() {
+            Some(r)
+                if r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR | PollFlags::POLLNVAL) =>
+            {
+                Input::Gone
+            }
+            _ => Input::Waited,
+        },
+        _ => Input::Waited,
+    }
+}
+
 /// Runs the UI on any backend until the user quits or a termination signal arrives.
 pub fn run_loop<B: Backend>(
     term: &mut Terminal<B>,
@@ -104,7 +136,12 @@ where
             last_draw = Instant::now();
             dirty = false;
         }
-        if event::poll(Duration::from_millis(20))? {
+        if let Input::Gone = wait_input(Duration::from_millis(20)) {
+            app.quit = true;
+            continue;
+        }
+        // Key, mouse and resize events (resizes arrive by signal, not on stdin).
+        while event::poll(Duration::ZERO)? {
             match event::read()? {
                 Event::Key(k) if k.kind != KeyEventKind::Release => {
                     if let Some(a) = app.keys.action(&k) {
@@ -153,7 +190,15 @@ pub fn run(mut app: App, mut feed: Feed) -> anyhow::Result<()> {
     ratatui::restore();
     if let Feed::Live(l) = &mut feed {
         l.stop.store(true, Ordering::Relaxed);
-        if let Ok(None) = l.child.try_wait() {
+        let signalled = stop.load(Ordering::Relaxed);
+        if signalled {
+            // Killed or hung up: take the program down with us rather than orphan it.
+            if let Ok(None) = l.child.try_wait() {
+                let pid = nix::unistd::Pid::from_raw(l.child.id() as i32);
+                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+                eprintln!("gaptop: stopped the program (pid {pid}) on signal");
+            }
+        } else if let Ok(None) = l.child.try_wait() {
             eprintln!(
                 "gaptop: {} (pid {}) keeps running without the collector",
                 app.store

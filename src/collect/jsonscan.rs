@@ -29,7 +29,7 @@ impl std::fmt::Display for ScanError {
     }
 }
 
-const CHUNK: usize = 4 << 20;
+const CHUNK: usize = 2 << 20;
 const MAX_VALUE: usize = 256 << 20;
 
 pub struct Scanner<R: Read> {
@@ -41,8 +41,21 @@ pub struct Scanner<R: Read> {
     base: u64,
 }
 
+/// End of the string whose opening quote is at `start`, if it is inside `buf`.
+pub fn string_end(buf: &[u8], start: usize) -> Option<usize> {
+    Scanner::<std::io::Empty>::string_end(buf, start)
+}
+
+/// End of a value that must lie wholly inside `buf` (an event's own members).
+pub fn complete_value_end(buf: &[u8], start: usize) -> Result<usize, &'static str> {
+    match Scanner::<std::io::Empty>::value_end(buf, start)? {
+        End::At(e) => Ok(e),
+        End::NeedMore => Err("value runs past the end of the event"),
+    }
+}
+
 /// Outcome of looking for the end of a value inside the buffer.
-enum End {
+pub(crate) enum End {
     At(usize),
     NeedMore,
 }
@@ -132,32 +145,39 @@ impl<R: Read> Scanner<R> {
         self.peek()?.ok_or(ScanError::Truncated(self.offset()))
     }
 
-    /// Finds the end (exclusive) of the value starting at `buf[start]`.
-    fn value_end(buf: &[u8], start: usize) -> Result<End, &'static str> {
+    /// Finds the end (exclusive) of the value starting at `buf[start]`. Objects and arrays are
+    /// skipped by jumping between quotes and their own brackets (memchr), which is all a
+    /// well-formed value needs; serde checks the rest.
+    pub(crate) fn value_end(buf: &[u8], start: usize) -> Result<End, &'static str> {
         let first = buf[start];
         match first {
             b'{' | b'[' => {
+                let (open, close) = if first == b'{' {
+                    (b'{', b'}')
+                } else {
+                    (b'[', b']')
+                };
                 let mut depth = 0usize;
                 let mut i = start;
-                while i < buf.len() {
-                    match buf[i] {
-                        b'"' => match Self::string_end(buf, i) {
+                while let Some(k) = memchr::memchr3(b'"', open, close, &buf[i..]) {
+                    let j = i + k;
+                    match buf[j] {
+                        b'"' => match Self::string_end(buf, j) {
                             Some(e) => {
                                 i = e;
                                 continue;
                             }
                             None => return Ok(End::NeedMore),
                         },
-                        b'{' | b'[' => depth += 1,
-                        b'}' | b']' => {
+                        b if b == open => depth += 1,
+                        _ => {
                             depth -= 1;
                             if depth == 0 {
-                                return Ok(End::At(i + 1));
+                                return Ok(End::At(j + 1));
                             }
                         }
-                        _ => {}
                     }
-                    i += 1;
+                    i = j + 1;
                 }
                 Ok(End::NeedMore)
             }
@@ -180,16 +200,19 @@ impl<R: Read> Scanner<R> {
     }
 
     /// End (exclusive) of the string whose opening quote is at `start`.
-    fn string_end(buf: &[u8], start: usize) -> Option<usize> {
+    pub fn string_end(buf: &[u8], start: usize) -> Option<usize> {
         let mut i = start + 1;
-        while i < buf.len() {
-            match buf[i] {
-                b'"' => return Some(i + 1),
-                b'\\' => i += 2,
-                _ => i += 1,
+        loop {
+            let k = memchr::memchr2(b'"', b'\\', &buf[i..])?;
+            let j = i + k;
+            if buf[j] == b'"' {
+                return Some(j + 1);
+            }
+            i = j + 2;
+            if i > buf.len() {
+                return None;
             }
         }
-        None
     }
 
     /// Takes the next whole value and returns its byte range in `buf`.

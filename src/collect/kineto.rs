@@ -9,45 +9,96 @@ use std::collections::HashMap;
 use std::io::{BufReader, Read};
 use std::path::Path;
 
-use serde::Deserialize;
-use serde_json::value::RawValue;
-
 use super::jsonscan::Scanner;
 use super::store::{ApiCall, ApiKind, GpuOp, LaneKey, NameId, Ns, OpKind, Span, Store, FLAG_COMM};
 
-#[derive(Deserialize)]
+/// The fields of one event that gaptop reads, borrowed from the event's bytes. Values are
+/// kept as raw JSON text; strings are decoded only when read.
+#[derive(Default)]
 struct RawEvent<'a> {
-    #[serde(borrow, default)]
-    ph: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    cat: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    name: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    pid: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    tid: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    ts: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    dur: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    args: Option<RawArgs<'a>>,
+    ph: Option<&'a [u8]>,
+    cat: Option<&'a [u8]>,
+    name: Option<&'a [u8]>,
+    pid: Option<&'a [u8]>,
+    tid: Option<&'a [u8]>,
+    ts: Option<&'a [u8]>,
+    dur: Option<&'a [u8]>,
+    args: Option<&'a [u8]>,
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Default)]
 struct RawArgs<'a> {
-    #[serde(borrow, default)]
-    correlation: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    device: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    stream: Option<&'a RawValue>,
-    #[serde(borrow, default, rename = "graph id")]
-    graph_id: Option<&'a RawValue>,
-    /// A launch's stack, outermost first (gaptop's own exports carry it).
-    #[serde(borrow, default)]
-    stack: Option<Vec<Cow<'a, str>>>,
+    correlation: Option<&'a [u8]>,
+    device: Option<&'a [u8]>,
+    stream: Option<&'a [u8]>,
+    graph_id: Option<&'a [u8]>,
+    stack: Option<&'a [u8]>,
+}
+
+fn skip_ws(b: &[u8], mut i: usize) -> usize {
+    while i < b.len() && matches!(b[i], b' ' | b'\n' | b'\r' | b'\t') {
+        i += 1;
+    }
+    i
+}
+
+/// Walks a JSON object's members, giving each key (raw, without quotes) and value (raw text).
+/// Values are skipped with the splitter's scanner; anything malformed is an error.
+fn members<'a>(b: &'a [u8], mut f: impl FnMut(&'a [u8], &'a [u8])) -> Result<(), &'static str> {
+    let mut i = skip_ws(b, 0);
+    if b.get(i) != Some(&b'{') {
+        return Err("expected an object");
+    }
+    i = skip_ws(b, i + 1);
+    if b.get(i) == Some(&b'}') {
+        return Ok(());
+    }
+    loop {
+        if b.get(i) != Some(&b'"') {
+            return Err("expected a key");
+        }
+        let ke = super::jsonscan::string_end(b, i).ok_or("unterminated key")?;
+        let key = &b[i + 1..ke - 1];
+        i = skip_ws(b, ke);
+        if b.get(i) != Some(&b':') {
+            return Err("expected ':'");
+        }
+        i = skip_ws(b, i + 1);
+        if i >= b.len() {
+            return Err("missing value");
+        }
+        let ve = super::jsonscan::complete_value_end(b, i)?;
+        f(key, &b[i..ve]);
+        i = skip_ws(b, ve);
+        match b.get(i) {
+            Some(b',') => i = skip_ws(b, i + 1),
+            Some(b'}') => return Ok(()),
+            _ => return Err("expected ',' or '}'"),
+        }
+    }
+}
+
+/// Decodes a JSON string value (borrowed when it has no escapes).
+fn string_of(v: &[u8]) -> Result<Cow<'_, str>, String> {
+    if v.len() < 2 || v[0] != b'"' || v[v.len() - 1] != b'"' {
+        return Err(format!(
+            "expected a string, got {}",
+            String::from_utf8_lossy(v)
+        ));
+    }
+    let inner = &v[1..v.len() - 1];
+    if memchr::memchr(b'\\', inner).is_none() {
+        return std::str::from_utf8(inner)
+            .map(Cow::Borrowed)
+            .map_err(|_| "invalid UTF-8 in a string".to_string());
+    }
+    serde_json::from_slice::<String>(v)
+        .map(Cow::Owned)
+        .map_err(|e| format!("bad string: {e}"))
+}
+
+fn text(v: Option<&[u8]>) -> Option<&str> {
+    v.and_then(|b| std::str::from_utf8(b).ok())
 }
 
 /// Parses a JSON number written in microseconds into integer nanoseconds, exactly for the
@@ -95,17 +146,11 @@ pub fn us_to_ns(text: &str) -> Option<Ns> {
     Some(if neg { -v } else { v })
 }
 
-fn int_of(v: Option<&RawValue>) -> Option<i64> {
-    let t = v?.get().trim().trim_matches('"');
+fn int_of(v: Option<&[u8]>) -> Option<i64> {
+    let t = text(v)?.trim().trim_matches('"');
     t.parse::<i64>()
         .ok()
         .or_else(|| t.parse::<f64>().ok().map(|f| f as i64))
-}
-
-struct PendingApi {
-    api: ApiCall,
-    /// The stack came with the event (a gaptop export); keep it.
-    explicit: bool,
 }
 
 struct RawSpan {
@@ -119,7 +164,6 @@ struct RawSpan {
 /// Accumulates parsed events until [`Builder::finish`] links them into the store.
 pub struct Builder {
     pub store: Store,
-    apis: Vec<PendingApi>,
     spans: HashMap<u32, Vec<RawSpan>>,
     pub events: u64,
 }
@@ -131,7 +175,6 @@ impl Builder {
         store.add_process(0, -1, source);
         Builder {
             store,
-            apis: Vec::new(),
             spans: HashMap::new(),
             events: 0,
         }
@@ -141,12 +184,28 @@ impl Builder {
     /// spans but cannot be read; anything else unknown is skipped and counted.
     pub fn event(&mut self, bytes: &[u8]) -> Result<(), String> {
         self.events += 1;
-        let ev: RawEvent = serde_json::from_slice(bytes).map_err(|e| {
-            let e = e.to_string();
-            format!("unreadable event: {e}")
-        })?;
-        let ph = ev.ph.as_deref().unwrap_or("");
-        let cat = ev.cat.as_deref().unwrap_or("");
+        let mut ev = RawEvent::default();
+        members(bytes, |k, v| match k {
+            b"ph" => ev.ph = Some(v),
+            b"cat" => ev.cat = Some(v),
+            b"name" => ev.name = Some(v),
+            b"pid" => ev.pid = Some(v),
+            b"tid" => ev.tid = Some(v),
+            b"ts" => ev.ts = Some(v),
+            b"dur" => ev.dur = Some(v),
+            b"args" => ev.args = Some(v),
+            _ => {}
+        })
+        .map_err(|e| format!("unreadable event: {e}"))?;
+        let ph = match ev.ph {
+            Some(v) => string_of(v)?,
+            None => Cow::Borrowed(""),
+        };
+        let cat = match ev.cat {
+            Some(v) => string_of(v)?,
+            None => Cow::Borrowed(""),
+        };
+        let (ph, cat) = (ph.as_ref(), cat.as_ref());
         if ph != "X" {
             match ph {
                 "s" | "f" | "t" => {}
@@ -177,23 +236,32 @@ impl Builder {
             }
             return Ok(());
         }
-        let name = ev.name.as_deref().unwrap_or("");
-        let ts = ev
-            .ts
-            .map(|v| us_to_ns(v.get()).ok_or_else(|| format!("{cat} {name:?}: bad ts {}", v.get())))
-            .transpose()?
-            .ok_or_else(|| format!("{cat} {name:?}: missing ts"))?;
-        let dur = ev
-            .dur
-            .map(|v| {
-                us_to_ns(v.get()).ok_or_else(|| format!("{cat} {name:?}: bad dur {}", v.get()))
-            })
-            .transpose()?
-            .ok_or_else(|| format!("{cat} {name:?}: missing dur"))?;
+        let name_cow = match ev.name {
+            Some(v) => string_of(v)?,
+            None => Cow::Borrowed(""),
+        };
+        let name = name_cow.as_ref();
+        let num = |v: Option<&[u8]>, what: &str| -> Result<Ns, String> {
+            let t = text(v).ok_or_else(|| format!("{cat} {name:?}: missing {what}"))?;
+            us_to_ns(t).ok_or_else(|| format!("{cat} {name:?}: bad {what} {t}"))
+        };
+        let ts = num(ev.ts, "ts")?;
+        let dur = num(ev.dur, "dur")?;
         if dur < 0 {
             return Err(format!("{cat} {name:?}: negative duration {dur} ns"));
         }
-        let args = ev.args.unwrap_or_default();
+        let mut args = RawArgs::default();
+        if let Some(a) = ev.args {
+            members(a, |k, v| match k {
+                b"correlation" => args.correlation = Some(v),
+                b"device" => args.device = Some(v),
+                b"stream" => args.stream = Some(v),
+                b"graph id" => args.graph_id = Some(v),
+                b"stack" => args.stack = Some(v),
+                _ => {}
+            })
+            .map_err(|e| format!("{cat} {name:?}: unreadable args: {e}"))?;
+        }
         let tid_num = int_of(ev.tid);
         if let Some(kind) = kind {
             let device = int_of(args.device)
@@ -234,14 +302,23 @@ impl Builder {
                 }
                 let corr = int_of(args.correlation).unwrap_or(0);
                 let mut stack = 0;
-                if let Some(frames) = &args.stack {
+                let frames: Option<Vec<String>> = match args.stack {
+                    Some(v) => Some(
+                        serde_json::from_slice(v)
+                            .map_err(|e| format!("{cat} {name:?}: bad stack: {e}"))?,
+                    ),
+                    None => None,
+                };
+                if let Some(frames) = &frames {
                     for f in frames {
                         let id = self.store.names.intern(f);
                         stack = self.store.stacks.intern(stack, id);
                     }
                 }
-                self.apis.push(PendingApi {
-                    api: ApiCall {
+                // A stack of 0 is filled in from the CPU spans in `finish`.
+                self.store.push_api_unsorted(
+                    0,
+                    ApiCall {
                         start: ts,
                         end: ts + dur,
                         corr: corr.clamp(0, u32::MAX as i64) as u32,
@@ -250,8 +327,7 @@ impl Builder {
                         stack,
                         kind: ApiKind::classify(name),
                     },
-                    explicit: args.stack.is_some(),
-                });
+                );
             } else if let Some(rank) = span_rank {
                 self.spans.entry(tid).or_default().push(RawSpan {
                     start: ts,
@@ -304,13 +380,13 @@ impl Builder {
             proc_spans.insert(tid, out);
         }
         st.procs[0].spans = proc_spans;
-        self.apis.sort_by_key(|p| (p.api.start, p.api.corr));
-        for p in self.apis {
-            let mut api = p.api;
-            if !p.explicit {
-                api.stack = st.procs[0].span_stack_at(api.tid, api.start);
+        let p = &mut st.procs[0];
+        if !p.spans.is_empty() {
+            let mut apis = p.take_apis();
+            for a in apis.iter_mut().filter(|a| a.stack == 0) {
+                a.stack = p.span_stack_at(a.tid, a.start);
             }
-            st.add_api(0, api);
+            p.put_apis(apis);
         }
         st.finish_bulk();
         self.store
@@ -326,7 +402,7 @@ pub fn is_comm_kernel(name: &str) -> bool {
 }
 
 /// Opens a file, gunzipping when it starts with the gzip magic.
-pub fn open_maybe_gz(path: &Path) -> anyhow::Result<Box<dyn Read>> {
+pub fn open_maybe_gz(path: &Path) -> anyhow::Result<Box<dyn Read + Send>> {
     let mut f = std::fs::File::open(path).map_err(|e| anyhow::anyhow!("cannot open: {e}"))?;
     let mut magic = [0u8; 2];
     let n = f.read(&mut magic)?;
@@ -341,12 +417,54 @@ pub fn open_maybe_gz(path: &Path) -> anyhow::Result<Box<dyn Read>> {
     }
 }
 
-/// Loads a Kineto trace from a reader into a new store.
-pub fn load_reader(r: impl Read, source: &str, budget: usize) -> anyhow::Result<Store> {
+/// A run of whole events copied out of the splitter's buffer: bytes and each event's range.
+struct Batch {
+    bytes: Vec<u8>,
+    events: Vec<(usize, usize, u64)>,
+}
+
+/// Loads a Kineto trace from a reader into a new store. One thread splits the JSON into
+/// events while this one parses them, so the two halves of the work overlap.
+pub fn load_reader(r: impl Read + Send, source: &str, budget: usize) -> anyhow::Result<Store> {
     let mut b = Builder::new(budget, source);
-    Scanner::new(r)
-        .for_each_event(|bytes, _| b.event(bytes))
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Batch, String>>(2);
+    let parsed: Result<(), String> = std::thread::scope(|scope| {
+        scope.spawn(move || {
+            let mut batch = Batch {
+                bytes: Vec::with_capacity(2 << 20),
+                events: Vec::new(),
+            };
+            let res = Scanner::new(r).for_each_event(|ev, at| {
+                let s = batch.bytes.len();
+                batch.bytes.extend_from_slice(ev);
+                batch.events.push((s, batch.bytes.len(), at));
+                if batch.bytes.len() >= 2 << 20 {
+                    let full = std::mem::replace(
+                        &mut batch,
+                        Batch {
+                            bytes: Vec::with_capacity(2 << 20),
+                            events: Vec::new(),
+                        },
+                    );
+                    tx.send(Ok(full)).map_err(|_| "stopped".to_string())?;
+                }
+                Ok(())
+            });
+            let _ = tx.send(Ok(batch));
+            if let Err(e) = res {
+                let _ = tx.send(Err(e.to_string()));
+            }
+        });
+        for msg in rx {
+            let batch = msg?;
+            for &(s, e, at) in &batch.events {
+                b.event(&batch.bytes[s..e])
+                    .map_err(|m| format!("event at byte {at}: {m}"))?;
+            }
+        }
+        Ok(())
+    });
+    parsed.map_err(|e| anyhow::anyhow!("{e}"))?;
     let events = b.events;
     let store = b.finish();
     if store.total_ops == 0 {

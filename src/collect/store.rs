@@ -22,7 +22,7 @@ pub type StackId = u32;
 
 #[derive(Default, Clone)]
 pub struct Interner {
-    map: HashMap<Arc<str>, NameId>,
+    map: rustc_hash::FxHashMap<Arc<str>, NameId>,
     strs: Vec<Arc<str>>,
 }
 
@@ -300,6 +300,8 @@ pub struct Process {
     /// CPU spans per thread, sorted by start (from traces).
     pub spans: HashMap<u32, Vec<Span>>,
     pub ended: bool,
+    /// Calls were added in bulk and are not indexed yet.
+    bulk: bool,
     /// Collector statistics as last reported.
     pub stats: gaptop_wire::Stats,
 }
@@ -315,6 +317,34 @@ impl Process {
     }
     pub fn api_count(&self) -> usize {
         self.apis.len()
+    }
+
+    /// Takes the API calls out (bulk loads fix them up, then put them back).
+    pub fn take_apis(&mut self) -> VecDeque<ApiCall> {
+        std::mem::take(&mut self.apis)
+    }
+
+    pub fn put_apis(&mut self, apis: VecDeque<ApiCall>) {
+        self.apis = apis;
+    }
+
+    /// Sorts the calls by start and rebuilds the correlation index and the blocking list.
+    fn reindex(&mut self) {
+        self.apis
+            .make_contiguous()
+            .sort_by_key(|a| (a.start, a.corr));
+        self.apis.shrink_to_fit();
+        self.by_corr = HashMap::with_capacity(self.apis.len());
+        self.blocking.clear();
+        for (i, a) in self.apis.iter().enumerate() {
+            if a.corr != 0 {
+                self.by_corr.insert(a.corr, self.api_base + i as u64);
+            }
+            if matches!(a.kind, ApiKind::Sync | ApiKind::Wait) {
+                self.blocking.push(*a);
+            }
+        }
+        self.blocking.sort_by_key(|a| a.end);
     }
 
     /// Innermost CPU span stack on thread `tid` at time `t` (0 when none).
@@ -484,6 +514,14 @@ impl Store {
         self.bytes += OP_BYTES;
     }
 
+    /// Adds an API call in bulk, unindexed; [`Store::finish_bulk`] sorts and indexes.
+    pub fn push_api_unsorted(&mut self, proc: u32, api: ApiCall) {
+        let p = &mut self.procs[proc as usize];
+        p.apis.push_back(api);
+        p.bulk = true;
+        self.bytes += API_BYTES;
+    }
+
     pub fn add_api(&mut self, proc: u32, api: ApiCall) {
         let p = &mut self.procs[proc as usize];
         let seq = p.api_base + p.apis.len() as u64;
@@ -506,10 +544,15 @@ impl Store {
             l.ops
                 .make_contiguous()
                 .sort_by_key(|o| (o.start, o.end, o.corr));
+            l.ops.shrink_to_fit();
             l.recompute();
         }
         for p in &mut self.procs {
-            p.blocking.sort_by_key(|a| a.end);
+            if std::mem::take(&mut p.bulk) {
+                p.reindex();
+            } else {
+                p.blocking.sort_by_key(|a| a.end);
+            }
         }
         self.generation += 1;
         self.enforce_budget();

@@ -1,0 +1,207 @@
+//! UI speed: full redraws with 10 million ops in the store at several zoom levels, and
+//! input-to-screen latency while 1 million ops a second are appended.
+//!
+//! cargo run --release --example draw_bench -- [OPS]
+
+use std::time::{Duration, Instant};
+
+use gaptop::app::{Action, App, SourceState};
+use gaptop::collect::ingest::Ingest;
+use gaptop::collect::store::{ApiCall, ApiKind, GpuOp, LaneKey, OpKind, Store};
+use gaptop_wire as w;
+use ratatui::backend::TestBackend;
+use ratatui::Terminal;
+
+fn synthetic(n: u64) -> Store {
+    let mut st = Store::new(usize::MAX);
+    st.source = "synthetic".into();
+    let p = st.add_process(1, -1, "bench");
+    let names: Vec<u32> = (0..50)
+        .map(|i| st.names.intern(&format!("kernel_{i}")))
+        .collect();
+    let api = st.names.intern("cudaLaunchKernel");
+    let frame = st.names.intern("model.py(1): forward");
+    let stack = st.stacks.intern(0, frame);
+    let lanes: Vec<usize> = (0..4)
+        .map(|i| {
+            st.lane_id(LaneKey {
+                proc: p,
+                device: i / 2,
+                stream: 7 + i % 2,
+            })
+        })
+        .collect();
+    let mut t = [0i64; 4];
+    let mut x = 12345u64;
+    for i in 0..n {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let l = (i % 4) as usize;
+        let gap = 500 + (x % 20_000) as i64;
+        let dur = 1_000 + ((x >> 20) % 4_000) as i64;
+        let start = t[l] + gap;
+        t[l] = start + dur;
+        let corr = i as u32 + 1;
+        st.push_op_unsorted(
+            lanes[l],
+            GpuOp::new(
+                start,
+                start + dur,
+                OpKind::Kernel,
+                names[(x % 50) as usize],
+                corr,
+            ),
+        );
+        st.add_api(
+            p,
+            ApiCall {
+                start: start - 3_000,
+                end: start - 2_000,
+                corr,
+                tid: 1,
+                name: api,
+                stack,
+                kind: ApiKind::Launch,
+            },
+        );
+    }
+    st.finish_bulk();
+    st
+}
+
+fn main() {
+    let n: u64 = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(10_000_000);
+    let t = Instant::now();
+    let store = synthetic(n);
+    println!(
+        "built {} ops in {:.1}s",
+        store.op_count(),
+        t.elapsed().as_secs_f64()
+    );
+    let (lo, hi) = store.span().unwrap();
+    let mut app = App::new(store, SourceState::File);
+    let mut term = Terminal::new(TestBackend::new(200, 60)).unwrap();
+    println!(
+        "{:>14} {:>12} {:>14} {:>14}",
+        "window", "ops in view", "analysis ms", "redraw ms"
+    );
+    for frac in [1.0, 1e-2, 1e-4, 1e-6, 1e-8] {
+        let w = (((hi - lo) as f64 * frac) as i64).max(1_000);
+        app.lo = lo + (hi - lo) / 2 - w / 2;
+        app.hi = app.lo + w;
+        let t = Instant::now();
+        app.refresh(true);
+        let analysis = t.elapsed().as_secs_f64() * 1e3;
+        let reps = 20;
+        let t = Instant::now();
+        for _ in 0..reps {
+            term.draw(|f| gaptop::views::draw(f, &mut app)).unwrap();
+        }
+        let draw = t.elapsed().as_secs_f64() * 1e3 / reps as f64;
+        let in_view = app.cache.as_ref().map(|c| c.summary.gpu_ops).unwrap_or(0);
+        println!(
+            "{:>14} {:>12} {:>14.1} {:>14.2}",
+            gaptop::units::fmt_ns(w),
+            in_view,
+            analysis,
+            draw
+        );
+    }
+
+    // Live: 1M ops/s appended through the wire decoder while keys arrive every 100 ms.
+    println!("\nlive: appending 1,000,000 ops/s for 5 s, a key every 100 ms");
+    let mut app = App::new(Store::new(1 << 30), SourceState::Live);
+    app.lo = 0;
+    app.hi = 2_000_000_000;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut h = Vec::new();
+        w::encode_hello(&mut h, &w::Hello::new(1, -1, "bench"));
+        let f = gaptop_wire::Decoder::new();
+        drop(f);
+        let _ = tx.send(gaptop::collect::live::LiveEvent::Frames(
+            1,
+            vec![
+                w::Frame::Hello(w::Hello::new(1, -1, "bench")),
+                w::Frame::Name {
+                    id: 1,
+                    text: "k".into(),
+                },
+            ],
+        ));
+        let start = Instant::now();
+        let mut sent = 0u64;
+        let mut t = 0u64;
+        while start.elapsed() < Duration::from_secs(5) {
+            let due = (start.elapsed().as_secs_f64() * 1e6) as u64;
+            if sent >= due {
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            }
+            let k = (due - sent).min(50_000);
+            let ops: Vec<w::Op> = (0..k)
+                .map(|j| {
+                    t += 1_000;
+                    w::Op {
+                        start: t,
+                        end: t + 500,
+                        corr: (sent + j) as u32,
+                        name: 1,
+                        stream: 7,
+                        ..Default::default()
+                    }
+                })
+                .collect();
+            sent += k;
+            if tx
+                .send(gaptop::collect::live::LiveEvent::Frames(
+                    1,
+                    vec![w::Frame::Ops(ops)],
+                ))
+                .is_err()
+            {
+                return;
+            }
+        }
+    });
+    let mut ingest = Ingest::new();
+    let mut lat = Vec::new();
+    let start = Instant::now();
+    let mut next_key = Instant::now() + Duration::from_millis(100);
+    let mut zoom_in = true;
+    while start.elapsed() < Duration::from_secs(5) {
+        gaptop::app::term::drain(&mut app, &mut ingest, &rx, Duration::from_millis(30));
+        if Instant::now() >= next_key {
+            let t = Instant::now();
+            app.update(if zoom_in {
+                Action::ZoomIn
+            } else {
+                Action::ZoomOut
+            });
+            zoom_in = !zoom_in;
+            app.tick();
+            term.draw(|f| gaptop::views::draw(f, &mut app)).unwrap();
+            lat.push(t.elapsed().as_secs_f64() * 1e3);
+            next_key += Duration::from_millis(100);
+        } else {
+            app.tick();
+            term.draw(|f| gaptop::views::draw(f, &mut app)).unwrap();
+        }
+    }
+    lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let p = |q: f64| lat[((lat.len() - 1) as f64 * q) as usize];
+    println!(
+        "stored {} ops ({:.2}M/s), evicted {}; key-to-screen ms: p50 {:.1}  p99 {:.1}  max {:.1} over {} keys",
+        app.store.total_ops,
+        app.store.total_ops as f64 / 5e6,
+        app.store.evicted_ops,
+        p(0.5),
+        p(0.99),
+        lat[lat.len() - 1],
+        lat.len()
+    );
+}
