@@ -7,15 +7,16 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 pass() { echo "PASS $*"; }
 fail() { echo "FAIL $*"; }
 
-bare=$(python3 checksum.py 20000 | grep CHECKSUM)
+N=150000
+bare=$(python3 checksum.py $N | grep CHECKSUM)
 echo "bare: $bare"
 
 # 1. The viewer is SIGKILLed mid-run: the program finishes with the same result.
-$G record -o "$OUT/killed-viewer.rec" -- python3 checksum.py 20000 > "$OUT/kv.out" 2> "$OUT/kv.err" &
+$G record -o "$OUT/killed-viewer.rec" -- python3 checksum.py $N > "$OUT/kv.out" 2> "$OUT/kv.err" &
 gp=$!
-sleep 7
-kill -9 $gp
-for i in $(seq 1 60); do pgrep -f "checksum.py 20000" >/dev/null || break; sleep 1; done
+sleep 6
+if kill -9 $gp; then echo "viewer killed while the program ran"; else fail "viewer killed: the program ended before the kill"; fi
+for i in $(seq 1 90); do pgrep -f "^python3 checksum.py $N" >/dev/null || break; sleep 1; done
 got=$(grep CHECKSUM "$OUT/kv.out")
 [ "$got" = "$bare" ] && pass "viewer killed: program finished, same checksum" || fail "viewer killed: got '$got' want '$bare'"
 grep -h "collector" "$OUT/kv.err" | head -3
@@ -45,7 +46,8 @@ PY
 # 4. The live UI under a pseudo-terminal, stopped with SIGTERM: the program keeps running.
 TERM=xterm-256color timeout -s TERM 20 script -qfec "$G run --log $OUT/run.log -- python3 checksum.py 100000" /dev/null > "$OUT/tui.raw" 2>&1
 echo "script exit $?"
-echo "UI output: $(wc -c < "$OUT/tui.raw") bytes"
+echo "UI output: $(wc -c < "$OUT/tui.raw") bytes; its end:"
+tail -c 700 "$OUT/tui.raw" | tr -c '[:print:]\n' ' ' | tr -s ' ' | tail -5
 grep -a -o "LIVE\|PAUSED\|ENDED[^)]*)\|Call tree\|launches/s [0-9]*\|gaptop: [^\r]*" "$OUT/tui.raw" | sort | uniq -c | sort -rn | head -8
 for i in $(seq 1 90); do pgrep -f "checksum.py 100000" >/dev/null || break; sleep 1; done
 grep CHECKSUM "$OUT/run.log" && pass "gaptop run: program ran to completion after the UI quit" || fail "gaptop run: no checksum in run.log: $(tail -3 $OUT/run.log)"

@@ -24,5 +24,5 @@ if [ "$MODE" = variants ]; then
     launchbound.py:2000 2>&1 | tee "$OUT/variants.txt"
 fi
 if [ "$MODE" = bench ] || [ "$MODE" = all ]; then
-  python3 overhead.py --gaptop $G --kineto kineto.py --reps ${REPS:-5} launchbound.py:2000 gpt2.py:30 2>&1 | tee "$OUT/overhead.txt"
+  python3 overhead.py --gaptop $G --kineto kineto.py --reps ${REPS:-5} launchbound.py:${LB_ITERS:-1000} gpt2.py:${GPT2_ITERS:-10} 2>&1 | tee "$OUT/overhead.txt"
 fi

@@ -57,6 +57,7 @@ fn sender(path: &str, rank: i32, n: u64) {
         s.write_all(&b).unwrap();
         i += k;
     }
+    b.clear();
     w::encode_bye(&mut b, 0);
     let _ = s.write_all(&b);
 }

@@ -60,9 +60,14 @@ pub struct Cache {
     pub tree: CallTree,
     pub items: Vec<TreeItem<'static, usize>>,
     pub built: Instant,
+    /// The part of the window the panes describe (all of it unless it held too many ops).
+    pub analyzed: (Ns, Ns),
 }
 
 pub const MAX_GAPS: usize = 2000;
+/// Most ops the panes analyse per refresh; a wider window is analysed around the cursor so the
+/// UI never stalls (the timeline and the rate pane stay exact at any width).
+pub const ANALYSIS_CAP: usize = 200_000;
 const MIN_WIDTH: Ns = 1_000;
 
 pub struct App {
@@ -177,33 +182,28 @@ impl App {
                 return;
             }
         }
-        let summary = analysis::summarize(&self.store, Window::new(self.lo, self.hi), &self.cfg, 0);
+        let (alo, ahi) = self.analysis_window();
+        let summary = analysis::summarize(&self.store, Window::new(alo, ahi), &self.cfg, 0);
         let mut gaps = Vec::new();
         let mut total = 0u64;
         let mut heap: std::collections::BinaryHeap<std::cmp::Reverse<(Ns, Ns, usize)>> =
             Default::default();
         let mut all: Vec<Gap> = Vec::new();
         for lane in 0..self.store.lanes.len() {
-            analysis::lane_gaps(
-                &self.store,
-                lane,
-                Window::new(self.lo, self.hi),
-                &self.cfg,
-                |g| {
-                    if g.dur() >= self.min_gap.max(1) {
-                        total += 1;
-                        let k = std::cmp::Reverse((g.dur(), -g.start, all.len()));
-                        if heap.len() < MAX_GAPS {
-                            heap.push(k);
-                            all.push(g);
-                        } else if heap.peek().is_some_and(|m| k < *m) {
-                            heap.pop();
-                            heap.push(k);
-                            all.push(g);
-                        }
+            analysis::lane_gaps(&self.store, lane, Window::new(alo, ahi), &self.cfg, |g| {
+                if g.dur() >= self.min_gap.max(1) {
+                    total += 1;
+                    let k = std::cmp::Reverse((g.dur(), -g.start, all.len()));
+                    if heap.len() < MAX_GAPS {
+                        heap.push(k);
+                        all.push(g);
+                    } else if heap.peek().is_some_and(|m| k < *m) {
+                        heap.pop();
+                        heap.push(k);
+                        all.push(g);
                     }
-                },
-            );
+                }
+            });
         }
         for std::cmp::Reverse((_, _, i)) in heap.into_sorted_vec() {
             gaps.push(all[i]);
@@ -222,10 +222,36 @@ impl App {
             tree,
             items,
             built: Instant::now(),
+            analyzed: (alo, ahi),
         });
         self.apply_sort();
         if self.gap_sel >= self.gaps().len() {
             self.gap_sel = self.gaps().len().saturating_sub(1);
+        }
+    }
+
+    /// The window, or the part of it around the cursor that holds about [`ANALYSIS_CAP`] ops.
+    fn analysis_window(&self) -> (Ns, Ns) {
+        let count = |lo: Ns, hi: Ns| -> usize {
+            self.store
+                .lanes
+                .iter()
+                .map(|l| l.lower_bound(hi) - l.lower_bound(lo))
+                .sum()
+        };
+        let n = count(self.lo, self.hi);
+        if n <= ANALYSIS_CAP {
+            return (self.lo, self.hi);
+        }
+        let mut w = ((self.width() as f64) * ANALYSIS_CAP as f64 / n as f64) as Ns;
+        let c = self.cursor.clamp(self.lo, self.hi);
+        loop {
+            let lo = (c - w / 2).max(self.lo);
+            let hi = (lo + w).min(self.hi);
+            if count(lo, hi) <= ANALYSIS_CAP * 5 / 4 || w <= MIN_WIDTH {
+                return (lo, hi);
+            }
+            w /= 2;
         }
     }
 

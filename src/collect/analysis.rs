@@ -9,7 +9,7 @@
 //!
 //! Per device, the idle time is the time no stream of the device runs anything.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use serde::Serialize;
 
@@ -196,7 +196,8 @@ pub fn lane_gaps(store: &Store, lane: usize, w: Window, cfg: &Config, mut f: imp
     let first = store.lanes[lane].lower_bound(w.lo()).max(1);
     let mut max_end = ops[first - 1].end;
     let mut prev = first - 1;
-    for (next, n) in ops.iter().enumerate().skip(first) {
+    for (k, n) in ops.range(first..).enumerate() {
+        let next = first + k;
         if max_end >= w.hi() {
             break;
         }
@@ -288,8 +289,8 @@ impl Default for CallTree {
                 parent: usize::MAX,
                 ..Default::default()
             }],
-            index: HashMap::new(),
-            leaf_cache: HashMap::new(),
+            index: HashMap::default(),
+            leaf_cache: HashMap::default(),
         }
     }
 }
@@ -470,12 +471,12 @@ pub fn summarize(store: &Store, w: Window, cfg: &Config, top_n: usize) -> Summar
         kernel_ns: 0,
         device_idle_ns: 0,
         idle: [Bucket::default(); 3],
-        reasons: HashMap::new(),
+        reasons: HashMap::default(),
         tree: CallTree::default(),
         top_gaps: Vec::new(),
         gap_hist: hist(),
         kernel_hist: hist(),
-        stacks: HashMap::new(),
+        stacks: HashMap::default(),
     };
     let win = Window::new(lo, hi);
     let mut top: std::collections::BinaryHeap<std::cmp::Reverse<(Ns, Ns, usize, usize)>> =

@@ -115,6 +115,7 @@ impl Ingest {
                 c.stacks.insert(id, s);
             }
             Frame::Ops(ops) => {
+                let mut by_lane: Vec<(usize, Vec<GpuOp>)> = Vec::new();
                 for o in ops {
                     let kind = match o.kind {
                         OP_MEMCPY => OpKind::Memcpy,
@@ -142,7 +143,13 @@ impl Ingest {
                         device: o.device as u32,
                         stream: o.stream,
                     });
-                    store.add_op(lane, op);
+                    match by_lane.iter_mut().find(|(l, _)| *l == lane) {
+                        Some((_, v)) => v.push(op),
+                        None => by_lane.push((lane, vec![op])),
+                    }
+                }
+                for (lane, mut v) in by_lane {
+                    store.add_ops(lane, &mut v);
                 }
             }
             Frame::Apis(apis) => {

@@ -343,7 +343,7 @@ impl Builder {
     /// Builds span nesting and stacks, attaches a stack to every API call, sorts lanes.
     pub fn finish(mut self) -> Store {
         let st = &mut self.store;
-        let mut proc_spans: HashMap<u32, Vec<Span>> = HashMap::new();
+        let mut proc_spans: rustc_hash::FxHashMap<u32, Vec<Span>> = Default::default();
         for (tid, mut raw) in self.spans.drain() {
             raw.sort_by(|a, b| {
                 a.start

@@ -9,7 +9,9 @@
 //! Memory is bounded by a budget: when the estimate passes it, the oldest ops and API calls leave
 //! first and are counted in [`Store::evicted_ops`] / [`Store::evicted_apis`].
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
 /// Nanoseconds on the source's clock.
@@ -22,7 +24,7 @@ pub type StackId = u32;
 
 #[derive(Default, Clone)]
 pub struct Interner {
-    map: rustc_hash::FxHashMap<Arc<str>, NameId>,
+    map: HashMap<Arc<str>, NameId>,
     strs: Vec<Arc<str>>,
 }
 
@@ -79,7 +81,7 @@ impl Default for StackTable {
                 frame: 0,
                 depth: 0,
             }],
-            map: HashMap::new(),
+            map: HashMap::default(),
         }
     }
 }
@@ -198,9 +200,21 @@ impl Lane {
 
     /// Recomputes busy_before over the whole lane (after an out-of-order insert or a sort).
     fn recompute(&mut self) {
-        let mut busy = 0;
-        let mut max_end = Ns::MIN;
-        for o in self.ops.iter_mut() {
+        self.recompute_from(0);
+    }
+
+    /// Recomputes busy_before from index `i` on. Streams do not overlap, so the running max
+    /// end before `i` is taken from the op before it.
+    fn recompute_from(&mut self, i: usize) {
+        let i = i.min(self.ops.len());
+        let (mut busy, mut max_end) = if i == 0 {
+            (0, Ns::MIN)
+        } else {
+            let p = self.ops[i - 1];
+            let before = if i >= 2 { self.ops[i - 2].end } else { Ns::MIN };
+            (p.busy_before + Self::contrib(before, &p), p.end)
+        };
+        for o in self.ops.range_mut(i..) {
             o.busy_before = busy;
             busy += Self::contrib(max_end, o);
             max_end = max_end.max(o.end);
@@ -334,7 +348,7 @@ impl Process {
             .make_contiguous()
             .sort_by_key(|a| (a.start, a.corr));
         self.apis.shrink_to_fit();
-        self.by_corr = HashMap::with_capacity(self.apis.len());
+        self.by_corr = HashMap::with_capacity_and_hasher(self.apis.len(), Default::default());
         self.blocking.clear();
         for (i, a) in self.apis.iter().enumerate() {
             if a.corr != 0 {
@@ -419,7 +433,7 @@ impl Store {
             names: Interner::new(),
             stacks: StackTable::default(),
             lanes: Vec::new(),
-            lane_index: HashMap::new(),
+            lane_index: HashMap::default(),
             procs: Vec::new(),
             budget,
             bytes: 0,
@@ -488,10 +502,44 @@ impl Store {
         } else {
             let i = l.lower_bound(op.start + 1);
             l.ops.insert(i, op);
-            l.recompute();
+            l.recompute_from(i);
         }
         self.total_ops += 1;
         self.bytes += OP_BYTES;
+        self.generation += 1;
+        self.enforce_budget();
+    }
+
+    /// Adds a batch of ops to a lane: appended when they come after what the lane holds (the
+    /// usual case), merged with one sort of the affected tail when they do not.
+    pub fn add_ops(&mut self, lane: usize, ops: &mut [GpuOp]) {
+        if ops.is_empty() {
+            return;
+        }
+        ops.sort_by_key(|o| (o.start, o.end));
+        let l = &mut self.lanes[lane];
+        let first = ops[0].start;
+        if l.ops.back().is_none_or(|b| b.start <= first) || ops.len() == 1 {
+            for op in ops.iter() {
+                self.add_op(lane, *op);
+            }
+            return;
+        }
+        let i = l.lower_bound(first + 1);
+        l.ops.extend(ops.iter().copied());
+        l.ops.make_contiguous()[i..].sort_by_key(|o| (o.start, o.end, o.corr));
+        l.recompute_from(i);
+        l.max_end = l
+            .ops
+            .iter()
+            .rev()
+            .take(ops.len() + 1)
+            .map(|o| o.end)
+            .max()
+            .unwrap_or(l.max_end)
+            .max(l.max_end);
+        self.total_ops += ops.len() as u64;
+        self.bytes += OP_BYTES * ops.len();
         self.generation += 1;
         self.enforce_budget();
     }

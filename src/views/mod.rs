@@ -347,6 +347,12 @@ pub fn gap_list(f: &mut Frame, area: Rect, app: &App) {
             GapSort::Time => "time",
         }
     );
+    let title = match app.cache.as_ref().map(|c| c.analyzed) {
+        Some((a, b)) if (a, b) != (app.lo, app.hi) => {
+            format!("{title}· {} around cursor ", fmt_short(b - a))
+        }
+        _ => title,
+    };
     let block = Block::default()
         .borders(Borders::ALL)
         .title(title)
