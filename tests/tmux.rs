@@ -128,7 +128,7 @@ fn open_zoom_walk_export_quit() {
     let screen = s.wait_for("gap 75µs");
     assert!(screen.contains("host_wait (sync)"), "{screen}");
     assert!(
-        screen.contains("launch stack: model.py(30): mlp"),
+        screen.contains("launch stack: mlp  model.py:30"),
         "{screen}"
     );
     // Enter zooms around it.

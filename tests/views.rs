@@ -43,8 +43,11 @@ fn snapshot_biggest_gap_selected_160x48() {
     // The details pane names the cause and the launch stack.
     assert!(s.contains("gap 75µs"), "{s}");
     assert!(s.contains("host_wait (sync)"), "{s}");
-    assert!(s.contains("model.py(30): mlp"), "{s}");
-    assert!(s.contains("CPU during gap: model.py(20): attn"), "{s}");
+    assert!(
+        s.contains("launch stack: mlp  model.py:30 ‹ forward  model.py:10"),
+        "{s}"
+    );
+    assert!(s.contains("CPU during gap: attn  model.py:20"), "{s}");
     insta::assert_snapshot!(s);
 }
 

@@ -334,6 +334,14 @@ impl App {
                 None => Vec::new(),
             }
         };
+        let path: Vec<usize> = path
+            .into_iter()
+            .filter(|&n| {
+                let t = &c.tree;
+                !(is_plumbing(self.store.names.get(t.nodes[n].frame))
+                    && !t.nodes[n].children.is_empty())
+            })
+            .collect();
         for i in 1..path.len() {
             self.tree_state.open(path[..i].to_vec());
         }
@@ -727,6 +735,47 @@ impl App {
     }
 }
 
+/// A Python frame `dir/file.py(42): Class.method` shown as `Class.method  file.py:42`, the
+/// function first so that narrow panes keep what matters; other frames unchanged.
+pub fn pretty_frame(f: &str) -> String {
+    if let Some((loc, qual)) = f.split_once("): ") {
+        if let Some((path, line)) = loc.rsplit_once('(') {
+            if path.ends_with(".py") && line.chars().all(|c| c.is_ascii_digit() || c == '-') {
+                let file = path.rsplit('/').next().unwrap_or(path);
+                return format!("{qual}  {file}:{line}");
+            }
+        }
+    }
+    f.to_string()
+}
+
+/// Frames of framework plumbing that every module call passes through; the tree hides them so
+/// the user's modules are what shows (their totals flow into the nearest shown ancestor).
+pub fn is_plumbing(frame: &str) -> bool {
+    frame.starts_with("torch/nn/modules/module.py(")
+        || frame.starts_with("transformers/utils/generic.py(")
+        || frame.starts_with("torch/utils/_contextlib.py(")
+}
+
+/// Visible children of a node: hidden (plumbing) children are replaced by their own visible
+/// children, sorted by gap time.
+fn visible_children(store: &Store, t: &CallTree, n: usize) -> Vec<usize> {
+    let mut out = Vec::new();
+    let mut stack = t.sorted_children(n);
+    stack.reverse();
+    while let Some(c) = stack.pop() {
+        if is_plumbing(store.names.get(t.nodes[c].frame)) && !t.nodes[c].children.is_empty() {
+            let mut k = t.sorted_children(c);
+            k.reverse();
+            stack.extend(k);
+        } else {
+            out.push(c);
+        }
+    }
+    out.sort_by(|&a, &b| t.nodes[b].gap_ns.cmp(&t.nodes[a].gap_ns).then(a.cmp(&b)));
+    out
+}
+
 /// Tree items for tui-tree-widget, children sorted by gap time, at most 50 a level.
 fn build_items(store: &Store, t: &CallTree, total: Ns) -> Vec<TreeItem<'static, usize>> {
     fn item(
@@ -742,12 +791,12 @@ fn build_items(store: &Store, t: &CallTree, total: Ns) -> Vec<TreeItem<'static, 
         } else {
             0.0
         };
-        let mut name = store.names.get(node.frame).to_string();
+        let mut name = pretty_frame(store.names.get(node.frame));
         if name.chars().count() > 90 {
             name = name.chars().take(89).collect::<String>() + "…";
         }
         let text = format!(
-            "{:>9} {:5.1}% {:>6}g {:>6}l {:>9}  {}",
+            "{:>6} {:>3.0}% {:>5} {:>5} {:>6}  {}",
             crate::units::fmt_short(node.gap_ns),
             share,
             node.gaps,
@@ -756,7 +805,7 @@ fn build_items(store: &Store, t: &CallTree, total: Ns) -> Vec<TreeItem<'static, 
             name
         );
         let children: Vec<_> = if depth < 64 {
-            t.sorted_children(n)
+            visible_children(store, t, n)
                 .into_iter()
                 .take(50)
                 .map(|c| item(store, t, c, total, depth + 1))
@@ -766,7 +815,7 @@ fn build_items(store: &Store, t: &CallTree, total: Ns) -> Vec<TreeItem<'static, 
         };
         TreeItem::new(n, text.clone(), children).unwrap_or_else(|_| TreeItem::new_leaf(n, text))
     }
-    t.sorted_children(0)
+    visible_children(store, t, 0)
         .into_iter()
         .take(50)
         .map(|c| item(store, t, c, total, 1))

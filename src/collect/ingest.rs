@@ -8,7 +8,9 @@ use std::collections::HashMap;
 use gaptop_wire::{Frame, OP_MEMCPY, OP_MEMSET};
 
 use super::kineto::is_comm_kernel;
-use super::store::{ApiCall, ApiKind, GpuOp, LaneKey, NameId, OpKind, StackId, Store, FLAG_COMM};
+use super::store::{
+    ApiCall, ApiKind, GpuOp, LaneKey, NameId, OpKind, StackId, Store, FLAG_COMM, MAX_OP_NS, MAX_TS,
+};
 
 #[derive(Default)]
 struct Conn {
@@ -117,6 +119,10 @@ impl Ingest {
             Frame::Ops(ops) => {
                 let mut by_lane: Vec<(usize, Vec<GpuOp>)> = Vec::new();
                 for o in ops {
+                    if o.start > MAX_TS || o.end < o.start || (o.end - o.start) as i64 > MAX_OP_NS {
+                        store.skip("op with implausible timestamps");
+                        continue;
+                    }
                     let kind = match o.kind {
                         OP_MEMCPY => OpKind::Memcpy,
                         OP_MEMSET => OpKind::Memset,
@@ -154,6 +160,10 @@ impl Ingest {
             }
             Frame::Apis(apis) => {
                 for a in apis {
+                    if a.start > MAX_TS || a.end < a.start || a.end > MAX_TS {
+                        store.skip("API call with implausible timestamps");
+                        continue;
+                    }
                     let name = c.names.get(&a.name).copied().unwrap_or(0);
                     let stack = if a.stack == 0 {
                         0
@@ -223,5 +233,36 @@ mod tests {
         );
         assert_eq!(demangle("_Z3fooi"), "foo(int)");
         assert_eq!(demangle("ampere_sgemm"), "ampere_sgemm");
+    }
+
+    /// Found by the fuzzer: ops with garbage timestamps overflowed the busy sums.
+    #[test]
+    fn implausible_timestamps_are_skipped_and_counted() {
+        let mut st = Store::default();
+        let mut ing = Ingest::new();
+        ing.apply(
+            &mut st,
+            1,
+            Frame::Hello(gaptop_wire::Hello::new(1, -1, "x")),
+        );
+        let op = |start: u64, end: u64| gaptop_wire::Op {
+            start,
+            end,
+            ..Default::default()
+        };
+        ing.apply(
+            &mut st,
+            1,
+            Frame::Ops(vec![
+                op(10, 20),
+                op(u64::MAX - 5, u64::MAX),
+                op(50, 40),
+                op(0, 1 << 61),
+                op(30, 35),
+            ]),
+        );
+        assert_eq!(st.op_count(), 2);
+        assert_eq!(st.skipped.get("op with implausible timestamps"), Some(&3));
+        assert_eq!(st.lanes[0].busy_in(0, 100), 15);
     }
 }

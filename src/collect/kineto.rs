@@ -264,6 +264,9 @@ impl Builder {
         }
         let tid_num = int_of(ev.tid);
         if let Some(kind) = kind {
+            if dur > super::store::MAX_OP_NS {
+                return Err(format!("{cat} {name:?}: implausible duration {dur} ns"));
+            }
             let device = int_of(args.device)
                 .or_else(|| int_of(ev.pid))
                 .ok_or_else(|| format!("{cat} {name:?}: no device"))?;

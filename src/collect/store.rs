@@ -143,6 +143,11 @@ impl OpKind {
     }
 }
 
+/// Longest GPU op gaptop believes (an hour); longer ones are corrupt data.
+pub const MAX_OP_NS: Ns = 3_600_000_000_000;
+/// Timestamps past this (about 146 years in ns) are corrupt data.
+pub const MAX_TS: u64 = 1 << 62;
+
 /// Op flag: a communication kernel (NCCL).
 pub const FLAG_COMM: u8 = 1;
 
@@ -212,11 +217,14 @@ impl Lane {
         } else {
             let p = self.ops[i - 1];
             let before = if i >= 2 { self.ops[i - 2].end } else { Ns::MIN };
-            (p.busy_before + Self::contrib(before, &p), p.end)
+            (
+                p.busy_before.saturating_add(Self::contrib(before, &p)),
+                p.end,
+            )
         };
         for o in self.ops.range_mut(i..) {
             o.busy_before = busy;
-            busy += Self::contrib(max_end, o);
+            busy = busy.saturating_add(Self::contrib(max_end, o));
             max_end = max_end.max(o.end);
         }
         self.max_end = max_end;
@@ -494,7 +502,9 @@ impl Store {
         let in_order = l.ops.back().is_none_or(|b| b.start <= op.start);
         if in_order {
             op.busy_before = match l.ops.back() {
-                Some(b) => b.busy_before + Lane::contrib(Self::max_end_before_last(l), b),
+                Some(b) => b
+                    .busy_before
+                    .saturating_add(Lane::contrib(Self::max_end_before_last(l), b)),
                 None => 0,
             };
             l.max_end = l.max_end.max(op.end);

@@ -371,8 +371,7 @@ pub fn gap_list(f: &mut Frame, area: Rect, app: &App) {
     for (i, g) in gaps.iter().enumerate().skip(first).take(h) {
         let lane = &app.store.lanes[g.lane];
         let next = short_kernel(app.store.names.get(lane.ops[g.next].name));
-        let site = launch_site(app, g);
-        let site = site.rsplit('/').next().unwrap_or(&site).to_string();
+        let site = crate::app::pretty_frame(&launch_site(app, g));
         let text = format!(
             "{:>8} {:<11} {:>8} {} {}",
             fmt_short(g.dur()),
@@ -402,7 +401,7 @@ pub fn gap_list(f: &mut Frame, area: Rect, app: &App) {
 /// The call tree of gap time.
 pub fn tree(f: &mut Frame, area: Rect, app: &mut App) {
     let title = format!(
-        " Call tree ({}) gap·share·gaps·launches·kernel ",
+        " Call tree ({}): gap, share, gaps, launches, kernel time ",
         if app.inverted {
             "bottom-up"
         } else {
@@ -485,7 +484,13 @@ pub fn details(f: &mut Frame, area: Rect, app: &App) {
     )));
     let frames = app.store.frame_strings(g.stack);
     let room = (inner.height as usize).saturating_sub(4).max(1);
-    let launch: Vec<String> = frames.iter().rev().take(room.max(2)).cloned().collect();
+    let launch: Vec<String> = frames
+        .iter()
+        .rev()
+        .filter(|f| !crate::app::is_plumbing(f))
+        .take(room.max(2))
+        .map(|f| crate::app::pretty_frame(f))
+        .collect();
     lines.push(Line::styled(
         short(&format!("launch stack: {}", launch.join(" ‹ ")), w),
         Style::default().fg(Color::LightYellow),
@@ -494,7 +499,12 @@ pub fn details(f: &mut Frame, area: Rect, app: &App) {
     let cpu_text = if cpu.is_empty() {
         "CPU during gap: not known from this source".to_string()
     } else {
-        let v: Vec<String> = cpu.iter().rev().take(3).cloned().collect();
+        let v: Vec<String> = cpu
+            .iter()
+            .rev()
+            .take(3)
+            .map(|f| crate::app::pretty_frame(f))
+            .collect();
         format!("CPU during gap: {}", v.join(" ‹ "))
     };
     lines.push(Line::styled(

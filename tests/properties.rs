@@ -1,0 +1,139 @@
+//! Properties of the gap analysis on random stores: time is conserved, gaps are counted once,
+//! the categories partition them, the call tree adds up, and arrival order does not matter.
+
+use gaptop::collect::analysis::{self, Config, Window};
+use gaptop::collect::store::{ApiCall, ApiKind, GpuOp, LaneKey, OpKind, Store};
+use proptest::prelude::*;
+
+/// (stream, gap before, duration, launch offset before the op, stack choice) per op.
+type Spec = Vec<(u8, u16, u16, u16, u8)>;
+
+fn build(spec: &Spec, order: &[usize], batch: usize) -> Store {
+    let mut st = Store::new(usize::MAX);
+    let p = st.add_process(1, -1, "prop");
+    let api = st.names.intern("cudaLaunchKernel");
+    let frames: Vec<u32> = (0..3)
+        .map(|i| st.names.intern(&format!("m.py({i}): f{i}")))
+        .collect();
+    let s1 = st.stacks.intern(0, frames[0]);
+    let stacks = [
+        0,
+        s1,
+        st.stacks.intern(s1, frames[1]),
+        st.stacks.intern(0, frames[2]),
+    ];
+    let kname = st.names.intern("k");
+    // Lay the ops out per stream in time, then add them in the given order.
+    let mut t = [0i64; 3];
+    let mut ops = Vec::new();
+    for (i, &(s, gap, dur, off, sk)) in spec.iter().enumerate() {
+        let s = (s % 3) as usize;
+        let start = t[s] + gap as i64;
+        let end = start + 1 + dur as i64;
+        t[s] = end;
+        ops.push((
+            s,
+            GpuOp::new(start, end, OpKind::Kernel, kname, i as u32 + 1),
+            off,
+            sk,
+        ));
+    }
+    let lanes: Vec<usize> = (0..3)
+        .map(|s| {
+            st.lane_id(LaneKey {
+                proc: p,
+                device: (s / 2) as u32,
+                stream: s as u32,
+            })
+        })
+        .collect();
+    for chunk in order.chunks(batch.max(1)) {
+        for &i in chunk {
+            let (s, op, off, sk) = ops[i];
+            st.add_ops(lanes[s], &mut [op]);
+            st.add_api(
+                p,
+                ApiCall {
+                    start: op.start - off as i64,
+                    end: op.start - off as i64 / 2,
+                    corr: op.corr,
+                    tid: 1,
+                    name: api,
+                    stack: stacks[(sk % 4) as usize],
+                    kind: ApiKind::Launch,
+                },
+            );
+        }
+    }
+    st
+}
+
+fn spec() -> impl Strategy<Value = Spec> {
+    prop::collection::vec((0u8..3, 0u16..200, 0u16..100, 0u16..300, 0u8..4), 1..120)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn time_is_conserved_and_gaps_partitioned(spec in spec()) {
+        let order: Vec<usize> = (0..spec.len()).collect();
+        let st = build(&spec, &order, 1);
+        let cfg = Config::default();
+        let mut gap_count = 0u64;
+        let mut gap_ns = 0i64;
+        for lane in 0..st.lanes.len() {
+            let l = &st.lanes[lane];
+            if l.ops.is_empty() { continue; }
+            let span = l.max_end - l.ops[0].start;
+            let mut lane_gaps = 0;
+            let mut seen = std::collections::HashSet::new();
+            let mut twice = false;
+            analysis::lane_gaps(&st, lane, Window::all(), &cfg, |g| {
+                lane_gaps += g.dur();
+                gap_count += 1;
+                gap_ns += g.dur();
+                twice |= !seen.insert(g.next);
+            });
+            prop_assert!(!twice, "a gap was charged twice to one op in lane {}", lane);
+            let busy = l.busy_in(l.ops[0].start, l.max_end);
+            prop_assert_eq!(lane_gaps + busy, span, "lane {}", lane);
+        }
+        let s = analysis::summarize(&st, Window::all(), &cfg, 10);
+        let cats: u64 = s.idle.iter().map(|b| b.count).sum();
+        let cat_ns: i64 = s.idle.iter().map(|b| b.total_ns).sum();
+        prop_assert_eq!(cats, gap_count);
+        prop_assert_eq!(cat_ns, gap_ns);
+        let reasons: u64 = s.reasons.values().map(|b| b.count).sum();
+        prop_assert_eq!(reasons, gap_count);
+        // The tree's root holds every gap and every op.
+        prop_assert_eq!(s.tree.nodes[0].gap_ns, gap_ns);
+        prop_assert_eq!(s.tree.nodes[0].gaps, gap_count);
+        prop_assert_eq!(s.tree.nodes[0].launches, s.gpu_ops);
+        let inv = s.tree.inverted();
+        prop_assert_eq!(inv.nodes[0].gap_ns, gap_ns);
+        // Per device: idle + busy = the span, for each device.
+        let (lo, hi) = st.span().unwrap();
+        prop_assert_eq!(s.busy_ns + s.device_idle_ns, (hi - lo) * st.devices().len() as i64);
+    }
+
+    #[test]
+    fn arrival_order_and_batching_do_not_matter(spec in spec(), seed in any::<u64>(), batch in 1usize..50) {
+        let n = spec.len();
+        let sorted: Vec<usize> = (0..n).collect();
+        let mut shuffled = sorted.clone();
+        let mut x = seed | 1;
+        for i in (1..n).rev() {
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            shuffled.swap(i, (x % (i as u64 + 1)) as usize);
+        }
+        let a = analysis::summarize(&build(&spec, &sorted, 1), Window::all(), &Config::default(), 50);
+        let b = analysis::summarize(&build(&spec, &shuffled, batch), Window::all(), &Config::default(), 50);
+        prop_assert_eq!(a.idle, b.idle);
+        prop_assert_eq!(a.busy_ns, b.busy_ns);
+        prop_assert_eq!(a.device_idle_ns, b.device_idle_ns);
+        let ga: Vec<_> = a.top_gaps.iter().map(|g| (g.start, g.end, g.category)).collect();
+        let gb: Vec<_> = b.top_gaps.iter().map(|g| (g.start, g.end, g.category)).collect();
+        prop_assert_eq!(ga, gb);
+    }
+}
