@@ -338,8 +338,8 @@ impl App {
             .into_iter()
             .filter(|&n| {
                 let t = &c.tree;
-                !(is_plumbing(self.store.names.get(t.nodes[n].frame))
-                    && !t.nodes[n].children.is_empty())
+                !is_plumbing(self.store.names.get(t.nodes[n].frame))
+                    || t.nodes[n].children.is_empty()
             })
             .collect();
         for i in 1..path.len() {
