@@ -138,12 +138,7 @@ fn fuzz_wire_decoder() {
             let k = (1 + r.below(4096)).min(b.len() - at);
             d.feed(&b[at..at + k]);
             at += k;
-            loop {
-                match d.next_frame() {
-                    Ok(Some(_)) => {}
-                    Ok(None) | Err(_) => break,
-                }
-            }
+            while let Ok(Some(_)) = d.next_frame() {}
         }
     });
 }
