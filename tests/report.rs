@@ -222,3 +222,16 @@ fn malformed_inputs_fail_with_one_line() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot open"));
 }
+
+/// NCCL kernels are communication: flagged on import (the timeline draws them apart) and
+/// counted as GPU ops like any kernel.
+#[test]
+fn nccl_kernels_are_marked_as_communication() {
+    let doc = br#"{"traceEvents": [
+      {"ph":"X","cat":"kernel","name":"ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)","pid":0,"tid":7,"ts":10,"dur":50,"args":{"device":0,"stream":7,"correlation":1}},
+      {"ph":"X","cat":"kernel","name":"void at::native::vectorized_elementwise_kernel<4>(int)","pid":0,"tid":7,"ts":70,"dur":5,"args":{"device":0,"stream":7,"correlation":2}}
+    ]}"#;
+    let store = gaptop::collect::kineto::load_reader(&doc[..], "nccl", usize::MAX).unwrap();
+    let ops: Vec<u8> = store.lanes[0].ops.iter().map(|o| o.flags).collect();
+    assert_eq!(ops, vec![gaptop::collect::store::FLAG_COMM, 0]);
+}

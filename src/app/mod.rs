@@ -80,6 +80,8 @@ pub struct App {
     pub hi: Ns,
     /// Follow the newest data (live, not paused).
     pub follow: bool,
+    /// While following, show the whole capture (until the user zooms).
+    pub auto_width: bool,
     pub paused: bool,
     pub cursor: Ns,
     pub focus: Focus,
@@ -121,6 +123,7 @@ impl App {
             lo,
             hi: hi.max(lo + MIN_WIDTH),
             follow: live,
+            auto_width: true,
             paused: false,
             cursor: lo + (hi - lo) / 2,
             focus: Focus::Gaps,
@@ -153,10 +156,15 @@ impl App {
     pub fn tick(&mut self) {
         if let Some((slo, shi)) = self.store.span() {
             if self.follow && !self.paused {
-                let w = self.width().max(MIN_WIDTH);
+                let w = if self.auto_width {
+                    (shi - slo).max(MIN_WIDTH)
+                } else {
+                    self.width().max(MIN_WIDTH)
+                };
                 self.hi = shi.max(slo + w);
                 self.lo = self.hi - w;
-                self.cursor = self.lo + w / 2;
+                // The panes describe the newest data.
+                self.cursor = self.hi - w / 8;
             }
         }
         self.refresh(false);
@@ -351,6 +359,7 @@ impl App {
     }
 
     fn zoom(&mut self, factor: f64, around: Ns) {
+        self.auto_width = false;
         let (slo, shi) = self.store.span().unwrap_or((self.lo, self.hi));
         let span = (shi - slo).max(MIN_WIDTH);
         let w = ((self.width() as f64 * factor) as Ns).clamp(MIN_WIDTH, span.max(MIN_WIDTH));
@@ -592,6 +601,7 @@ impl App {
                     self.hi = shi.max(slo + MIN_WIDTH);
                     self.cursor = slo + (shi - slo) / 2;
                     self.follow = self.is_live() && !self.paused;
+                    self.auto_width = true;
                 }
             }
             Action::FocusNext | Action::FocusPrev => {
