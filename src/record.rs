@@ -58,6 +58,14 @@ pub fn run(cmd: &[String], out: &Path, duration: Option<f64>) -> anyhow::Result<
         std::fs::File::create(out).with_context(|| format!("cannot create {}", out.display()))?;
     let mut w = Writer::new(file)?;
     let mut l = live::launch(cmd, None)?;
+    let signalled = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    for sig in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
+        signal_hook::flag::register_usize(sig, signalled.clone(), sig as usize)?;
+    }
     let started = Instant::now();
     let mut t = Totals::default();
     let mut drops = Default::default();
@@ -90,6 +98,19 @@ pub fn run(cmd: &[String], out: &Path, duration: Option<f64>) -> anyhow::Result<
                 }
                 break;
             }
+        }
+        let sig = signalled.load(Ordering::Relaxed);
+        if sig != 0 {
+            // Finalise what arrived, and take the program down rather than orphan it.
+            while let Ok(ev) = l.rx.try_recv() {
+                record_event(&mut w, &mut t, &mut drops, ev)?;
+            }
+            if exit.is_none() {
+                let pid = nix::unistd::Pid::from_raw(l.child.id() as i32);
+                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            }
+            eprintln!("gaptop: stopped by signal {sig}; the recording is complete up to now");
+            break;
         }
         if duration.is_some_and(|d| started.elapsed().as_secs_f64() >= d) {
             eprintln!("gaptop: --duration reached; the program continues without the collector");

@@ -145,3 +145,130 @@ pub fn load(path: &Path, budget: usize) -> anyhow::Result<Store> {
     }
     Ok(store)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gaptop_wire::{Hello, Op};
+
+    fn sample() -> Vec<u8> {
+        let mut w = Writer::new(Vec::new()).unwrap();
+        w.frame(1, &Frame::Hello(Hello::new(7, -1, "t"))).unwrap();
+        w.frame(
+            1,
+            &Frame::Name {
+                id: 1,
+                text: "k".into(),
+            },
+        )
+        .unwrap();
+        for i in 0..20u64 {
+            let op = Op {
+                start: 1_000 * i,
+                end: 1_000 * i + 400,
+                corr: i as u32 + 1,
+                name: 1,
+                stream: 7,
+                ..Default::default()
+            };
+            w.frame(1, &Frame::Ops(vec![op])).unwrap();
+        }
+        w.flush().unwrap();
+        w.w.into_inner().map_err(|_| "flush").unwrap()
+    }
+
+    #[test]
+    fn a_recording_cut_at_any_byte_opens_minus_its_tail() {
+        let full = sample();
+        // Record boundaries: a cut there loses whole records and is not damage.
+        let mut bounds = vec![8usize];
+        let mut i = 8;
+        while i < full.len() {
+            let len = u32::from_le_bytes(full[i + 4..i + 8].try_into().unwrap()) as usize;
+            i += 8 + len;
+            bounds.push(i);
+        }
+        let mut last = 0;
+        for cut in 8..=full.len() {
+            let mut st = Store::default();
+            let note = read_into(&full[..cut], &mut st).unwrap();
+            let ops = st.op_count();
+            assert!(ops >= last, "cut {cut}: fewer ops than a shorter cut");
+            last = ops;
+            let whole = bounds.iter().filter(|&&b| b <= cut).count() as u64 - 1;
+            assert_eq!(
+                note.frames, whole,
+                "cut {cut}: every whole record before it is read"
+            );
+            assert_eq!(
+                note.cut.is_some(),
+                !bounds.contains(&cut),
+                "cut {cut}: damage reported"
+            );
+        }
+        assert_eq!(last, 20);
+        assert!(read_into(&full[..5], &mut Store::default()).is_err());
+    }
+
+    /// A disk that fills: writes fail after N bytes. The error reaches the caller, and what was
+    /// flushed before it reads back.
+    #[test]
+    fn a_full_disk_is_reported_and_what_was_written_stays_readable() {
+        struct Full {
+            data: std::rc::Rc<std::cell::RefCell<Vec<u8>>>,
+            room: usize,
+        }
+        impl Write for Full {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                let mut d = self.data.borrow_mut();
+                let n = b.len().min(self.room - d.len().min(self.room));
+                if n == 0 {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::StorageFull,
+                        "disk full",
+                    ));
+                }
+                d.extend_from_slice(&b[..n]);
+                Ok(n)
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let data = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let mut w = Writer::new(Full {
+            data: data.clone(),
+            room: 300,
+        })
+        .unwrap();
+        let mut err = None;
+        w.frame(1, &Frame::Hello(Hello::new(7, -1, "t"))).unwrap();
+        w.frame(
+            1,
+            &Frame::Name {
+                id: 1,
+                text: "k".into(),
+            },
+        )
+        .unwrap();
+        for i in 0..100u64 {
+            let op = Op {
+                start: i * 10,
+                end: i * 10 + 5,
+                name: 1,
+                ..Default::default()
+            };
+            if let Err(e) = w.frame(1, &Frame::Ops(vec![op])).and_then(|_| w.flush()) {
+                err = Some(e);
+                break;
+            }
+        }
+        let e = err.expect("the full disk is reported");
+        assert_eq!(e.kind(), std::io::ErrorKind::StorageFull);
+        let bytes = data.borrow().clone();
+        let mut st = Store::default();
+        let note = read_into(&bytes[..], &mut st).unwrap();
+        assert!(st.op_count() > 0, "ops before the disk filled are kept");
+        assert!(note.cut.is_some(), "the cut is reported");
+    }
+}

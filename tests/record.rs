@@ -1,0 +1,117 @@
+//! `gaptop record` without a GPU: the command runs with the collector's environment; signals
+//! finalise the recording and leave no orphan; a missing collector or libcupti is named.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn tempdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("gaptop-rec-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A fake CUDA install: gaptop only needs to find the files to start the command.
+fn fake_cuda(dir: &std::path::Path) -> (PathBuf, PathBuf) {
+    let cuda = dir.join("cuda");
+    std::fs::create_dir_all(cuda.join("lib64")).unwrap();
+    std::fs::write(cuda.join("lib64/libcupti.so.13"), b"").unwrap();
+    let coll = dir.join("libgaptop_collector.so");
+    std::fs::write(&coll, b"").unwrap();
+    (cuda, coll)
+}
+
+#[test]
+fn sigterm_finalises_the_recording_and_stops_the_program() {
+    for sig in ["TERM", "INT", "HUP"] {
+        let dir = tempdir(sig);
+        let (cuda, coll) = fake_cuda(&dir);
+        let out = dir.join("run.rec");
+        let marker = dir.join("child.pid");
+        let mut g = Command::new(env!("CARGO_BIN_EXE_gaptop"))
+            .args(["record", "-o"])
+            .arg(&out)
+            .arg("--")
+            .args([
+                "sh",
+                "-c",
+                &format!("echo $$ > {}; exec sleep 30", marker.display()),
+            ])
+            .env("CUDA_HOME", &cuda)
+            .env("GAPTOP_COLLECTOR", &coll)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let t = Instant::now();
+        while !marker.exists() || std::fs::read_to_string(&marker).unwrap().trim().is_empty() {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "the command did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let child = std::fs::read_to_string(&marker).unwrap().trim().to_string();
+        Command::new("kill")
+            .args([&format!("-{sig}"), &g.id().to_string()])
+            .status()
+            .unwrap();
+        let status = g.wait().unwrap();
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut g.stderr.take().unwrap(), &mut err).unwrap();
+        assert!(err.contains("stopped by signal"), "{sig}: {err}");
+        assert!(status.code().is_some(), "{sig}: gaptop exits by itself");
+        // The recording exists and is a recording (no process connected: no ops, said so).
+        let bytes = std::fs::read(&out).unwrap();
+        assert_eq!(&bytes[..8], b"GAPTOPR1");
+        // No orphan: the program is gone.
+        let t = Instant::now();
+        while std::path::Path::new(&format!("/proc/{child}")).exists() {
+            let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
+            if stat.split_whitespace().nth(2) == Some("Z") {
+                break; // a zombie awaiting its reaper is gone for practical purposes
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "{sig}: program {child} left running"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+#[test]
+fn missing_collector_or_cupti_is_named() {
+    let dir = tempdir("missing");
+    let out = Command::new(env!("CARGO_BIN_EXE_gaptop"))
+        .args(["record", "-o"])
+        .arg(dir.join("x.rec"))
+        .args(["--", "true"])
+        .env("GAPTOP_COLLECTOR", dir.join("nope.so"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        err.contains("GAPTOP_COLLECTOR") && err.contains("nope.so"),
+        "{err}"
+    );
+
+    let (_, coll) = fake_cuda(&dir);
+    let out = Command::new(env!("CARGO_BIN_EXE_gaptop"))
+        .args(["record", "-o"])
+        .arg(dir.join("x.rec"))
+        .args(["--", "true"])
+        .env("GAPTOP_COLLECTOR", &coll)
+        .env("CUDA_HOME", dir.join("no-cuda-here"))
+        .env("LD_LIBRARY_PATH", "")
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("libcupti was not found") && err.contains("looked in"),
+        "{err}"
+    );
+}
