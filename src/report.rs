@@ -64,6 +64,9 @@ pub struct JsonReport {
     pub dropped: u64,
     pub evicted_ops: u64,
     pub skipped: std::collections::BTreeMap<String, u64>,
+    /// Communication stalls across ranks (present when two or more processes ran NCCL kernels).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub comm: Option<crate::collect::comm::CommReport>,
 }
 
 #[derive(Serialize)]
@@ -194,6 +197,10 @@ pub fn build(store: &Store, w: Window, cfg: &Config, top: usize) -> (Summary, Js
         dropped: store.dropped,
         evicted_ops: store.evicted_ops,
         skipped: store.skipped.clone(),
+        comm: {
+            let c = crate::collect::comm::analyze(store, s.lo, s.hi);
+            (c.ranks >= 2).then_some(c)
+        },
     };
     (s, j)
 }
@@ -315,6 +322,43 @@ pub fn text(j: &JsonReport) -> String {
         }
         if let Some(f) = g.cpu_frames.last() {
             let _ = writeln!(o, "      CPU during gap: {}", short(f, 90));
+        }
+    }
+    if let Some(c) = &j.comm {
+        let _ = writeln!(
+            o,
+            "\nCommunication: {} collectives over {} ranks ({} NCCL kernels)",
+            c.collectives, c.ranks, c.comm_kernels
+        );
+        for r in &c.per_rank {
+            let _ = writeln!(
+                o,
+                "  rank {:>2} (pid {}): waited {} inside NCCL for later ranks; arrived last {} times, {} late in all",
+                r.rank,
+                r.pid,
+                fmt_ns(r.wait_ns),
+                r.late_count,
+                fmt_ns(r.late_ns)
+            );
+        }
+        for s in c.late_sites.iter().take(3) {
+            // The innermost frame that is the user's code rather than the framework's.
+            let site = s
+                .frames
+                .iter()
+                .rev()
+                .find(|f| !f.starts_with("torch/"))
+                .or(s.frames.last())
+                .map(|f| short(f, 80))
+                .unwrap_or_else(|| "no Python stack (a C++ thread, e.g. DDP's reducer)".into());
+            let _ = writeln!(
+                o,
+                "  late: rank {} {} times ({}) launching from {}",
+                s.rank,
+                s.count,
+                fmt_ns(s.late_ns),
+                site
+            );
         }
     }
     if !j.skipped.is_empty() {

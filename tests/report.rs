@@ -235,3 +235,37 @@ fn nccl_kernels_are_marked_as_communication() {
     let ops: Vec<u8> = store.lanes[0].ops.iter().map(|o| o.flags).collect();
     assert_eq!(ops, vec![gaptop::collect::store::FLAG_COMM, 0]);
 }
+
+/// A recording of a 2-GPU data-parallel run on an H200 pair (bench/workloads/ddp.py), where
+/// rank 1 is planted late at every collective: the report names rank 1 as the late rank, with
+/// the planted function, and shows rank 0 waiting inside NCCL.
+#[test]
+fn two_gpu_recording_names_the_late_rank() {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/ddp2.rec");
+    let j = report_json(&p, &[]);
+    let c = &j["comm"];
+    assert_eq!(c["ranks"], 2);
+    let ranks = c["per_rank"].as_array().unwrap();
+    let r1 = ranks.iter().find(|r| r["rank"] == 1).unwrap();
+    let r0 = ranks.iter().find(|r| r["rank"] == 0).unwrap();
+    assert!(r1["late_count"].as_u64().unwrap() > 50, "{r1}");
+    assert!(
+        r0["wait_ns"].as_i64().unwrap() > 10 * r1["wait_ns"].as_i64().unwrap(),
+        "{c}"
+    );
+    let planted = c["late_sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["frames"].to_string().contains("late_allreduce"))
+        .expect("the planted function is named");
+    assert_eq!(planted["rank"], 1);
+    assert_eq!(planted["count"], 20);
+    // Both GPUs have their own lanes, labelled by rank.
+    let text = Command::new(bin()).arg("report").arg(&p).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("launching from /work/main/gpu/ddp.py(25): main.<locals>.late_allreduce"),
+        "{text}"
+    );
+}

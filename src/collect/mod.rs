@@ -2,6 +2,7 @@
 //! socket.
 
 pub mod analysis;
+pub mod comm;
 pub mod ingest;
 pub mod jsonscan;
 pub mod kineto;

@@ -704,10 +704,14 @@ impl Store {
         m.into_iter().collect()
     }
 
-    /// Lanes in display order: by process, device, stream.
+    /// Lanes in display order: by rank, process, device, stream.
     pub fn lane_order(&self) -> Vec<usize> {
         let mut v: Vec<usize> = (0..self.lanes.len()).collect();
-        v.sort_by_key(|&i| self.lanes[i].key);
+        v.sort_by_key(|&i| {
+            let k = self.lanes[i].key;
+            let p = &self.procs[k.proc as usize];
+            (p.rank, p.pid, k.device, k.stream)
+        });
         v
     }
 
