@@ -84,8 +84,9 @@ pub fn analyze(store: &Store, lo: Ns, hi: Ns) -> CommReport {
         .collect();
     let n = per_proc.values().map(|v| v.len()).min().unwrap_or(0);
     let mut sites: BTreeMap<(usize, StackId), (u64, Ns)> = BTreeMap::new();
+    let lists: Vec<&Vec<(Ns, Ns, StackId)>> = procs.iter().map(|p| &per_proc[p]).collect();
     for k in 0..n {
-        let starts: Vec<(Ns, Ns, StackId)> = procs.iter().map(|p| per_proc[p][k]).collect();
+        let starts: Vec<(Ns, Ns, StackId)> = lists.iter().map(|l| l[k]).collect();
         let (late_i, late) = starts
             .iter()
             .enumerate()
@@ -109,7 +110,7 @@ pub fn analyze(store: &Store, lo: Ns, hi: Ns) -> CommReport {
         }
     }
     let mut v: Vec<_> = sites.into_iter().collect();
-    v.sort_by(|a, b| b.1 .1.cmp(&a.1 .1));
+    v.sort_by_key(|e| std::cmp::Reverse(e.1 .1));
     r.late_sites = v
         .into_iter()
         .take(10)
