@@ -23,6 +23,7 @@ def main():
     ap.add_argument("--variant", action="append", default=[],
                     help="extra gaptop mode NAME:ENV=V,ENV=V (collector knobs)")
     ap.add_argument("--no-profiler", action="store_true")
+    ap.add_argument("--pin", help="run every command under taskset -c PIN (less noise)")
     ap.add_argument("workloads", nargs="+")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp()
@@ -39,6 +40,8 @@ def main():
         times = {m: [] for m in modes}
         for rep in range(a.reps):
             for m, (cmd, env) in modes.items():
+                if a.pin:
+                    cmd = ["taskset", "-c", a.pin] + cmd
                 t0 = time.time()
                 p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env})
                 v = per_iter(p.stdout)
@@ -47,7 +50,7 @@ def main():
                     continue
                 times[m].append(v)
                 extra = ""
-                if cmd is grec:
+                if "record" in cmd:
                     extra = " | " + " ".join(l for l in p.stderr.splitlines() if "recorded" in l)
                 print(f"  {os.path.basename(script)} rep{rep} {m:15s} {v:10.1f} us/iter ({time.time()-t0:.1f}s){extra}", flush=True)
         med = {m: statistics.median(v) if v else float("nan") for m, v in times.items()}
