@@ -153,3 +153,63 @@ fn threshold_zoom_and_pause() {
     live.update(Action::Pause);
     assert!(!live.paused && live.follow);
 }
+
+/// At a zoom where one cell holds many kernels, a big gap among them still shows: its cells
+/// keep their busy block but take the gap's colour.
+#[test]
+fn a_big_gap_inside_a_busy_cell_is_not_dropped() {
+    use gaptop::collect::store::{ApiCall, ApiKind, GpuOp, LaneKey, OpKind, Store};
+    let mut st = Store::new(usize::MAX);
+    let p = st.add_process(1, -1, "t");
+    let k = st.names.intern("k");
+    let api = st.names.intern("cudaLaunchKernel");
+    let lane = st.lane_id(LaneKey {
+        proc: p,
+        device: 0,
+        stream: 7,
+    });
+    let mut t = 0i64;
+    for i in 0..20_000u32 {
+        // 1 µs kernels back to back with 100 ns gaps, and one 40 µs host_wait gap at op 10,000.
+        let gap = if i == 10_000 { 40_000 } else { 100 };
+        let start = t + gap;
+        st.add_op(
+            lane,
+            GpuOp::new(start, start + 1_000, OpKind::Kernel, k, i + 1),
+        );
+        st.add_api(
+            p,
+            ApiCall {
+                start: start - 50,
+                end: start - 10,
+                corr: i + 1,
+                tid: 1,
+                name: api,
+                stack: 0,
+                kind: ApiKind::Launch,
+            },
+        );
+        t = start + 1_000;
+    }
+    let mut a = App::new(st, SourceState::File);
+    a.refresh(true);
+    let mut term = Terminal::new(TestBackend::new(100, 24)).unwrap();
+    term.draw(|f| gaptop::views::draw(f, &mut a)).unwrap();
+    let buf = term.backend().buffer().clone();
+    // Lane row 1, columns after the 16-character label; the 62 ms capture over 82 columns puts
+    // ~250 kernels in each cell, so every cell is mostly busy.
+    let row: Vec<_> = (17..99).map(|x| buf[(x, 1)].clone()).collect();
+    assert!(row.iter().all(|c| c.symbol() != " "), "every cell is busy");
+    let marked = row
+        .iter()
+        .filter(|c| c.bg == ratatui::style::Color::Yellow)
+        .count();
+    assert!(
+        marked >= 1,
+        "the 40 µs host_wait gap is drawn in its colour"
+    );
+    assert!(
+        marked <= 2,
+        "only the cells holding it are marked ({marked})"
+    );
+}

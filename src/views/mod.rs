@@ -174,6 +174,22 @@ pub fn timeline(f: &mut Frame, area: Rect, app: &mut App) {
     };
     let sel = app.selected_gap();
     let cursor_col = ((app.cursor - lo) as f64 / w * cols as f64) as i64;
+    // The window's longest gaps (the gap list) marked by column, so that a big gap inside a
+    // cell full of short kernels still shows: the cell keeps its busy block on the gap's colour.
+    let mut marks: std::collections::HashMap<(usize, u16), Color> = Default::default();
+    let col_of = |t: i64| {
+        (((t - lo) as f64 / w * cols as f64).floor() as i64).clamp(0, cols as i64 - 1) as u16
+    };
+    // Big means at least a twentieth of a cell (smaller ones are part of the busy texture).
+    let big = ((w / cols as f64) / 20.0) as i64;
+    for g in app.gaps().iter().take(500) {
+        if g.end <= lo || g.start >= hi || g.dur() < big.max(app.min_gap) {
+            continue;
+        }
+        for c in col_of(g.start)..=col_of(g.end - 1) {
+            marks.entry((g.lane, c)).or_insert_with(|| cause_color(g));
+        }
+    }
     let buf = f.buffer_mut();
     for (row, &lane) in order.iter().take(shown).enumerate() {
         let y = inner.y + row as u16;
@@ -197,6 +213,9 @@ pub fn timeline(f: &mut Frame, area: Rect, app: &mut App) {
                     _ => Color::Green,
                 };
                 style = style.fg(color);
+                if let Some(&gc) = marks.get(&(lane, c)) {
+                    style = style.bg(gc);
+                }
             } else {
                 let next = l.lower_bound(mid);
                 let gap = (next > 0 && next < l.ops.len())
