@@ -601,11 +601,10 @@ unsafe fn api_inner(
                 kind,
             };
             let mut b = l.buf.lock().unwrap_or_else(|e| e.into_inner());
-            if b.len() + w::API_SIZE > THREAD_CAP {
-                drop(b);
+            let kept = append_api(&mut b, &rec, THREAD_CAP);
+            drop(b);
+            if !kept {
                 c.count_drop(1);
-            } else {
-                w::put_api(&mut b, &rec);
             }
         }
     });
@@ -653,6 +652,100 @@ unsafe extern "C" fn buffer_completed(
     }
 }
 
+/// Turns one CUPTI activity record into a wire op (None for kinds gaptop does not keep).
+/// Kernel names are interned by pointer: CUPTI shares one name string among all records of a
+/// kernel, so a new pointer is a new name, sent once.
+///
+/// # Safety
+/// `rec` must point to a complete activity record of the kind its first field says.
+unsafe fn decode_record(
+    c: &Collector,
+    names: &mut HashMap<usize, u32>,
+    rec: *const u8,
+) -> Option<w::Op> {
+    let kind = std::ptr::read_unaligned(rec as *const u32);
+    Some(match kind {
+        // CONCURRENT_KERNEL / KERNEL
+        10 | 3 => {
+            let k = std::ptr::read_unaligned(rec as *const cu::CUpti_ActivityKernel10);
+            let ptr = k.name as usize;
+            let name = match names.get(&ptr) {
+                Some(&id) => id,
+                None => {
+                    let s = if k.name.is_null() {
+                        "kernel".into()
+                    } else {
+                        CStr::from_ptr(k.name).to_string_lossy()
+                    };
+                    let id = c.new_name(&s);
+                    names.insert(ptr, id);
+                    id
+                }
+            };
+            w::Op {
+                start: k.start,
+                end: k.end,
+                corr: k.correlationId,
+                name,
+                stream: k.streamId,
+                graph: k.graphId,
+                device: k.deviceId as u16,
+                kind: w::OP_KERNEL,
+                flags: 0,
+            }
+        }
+        1 => {
+            let m = std::ptr::read_unaligned(rec as *const cu::CUpti_ActivityMemcpy6);
+            w::Op {
+                start: m.start,
+                end: m.end,
+                corr: m.correlationId,
+                name: c.copy_names[(m.copyKind as usize).min(10)],
+                stream: m.streamId,
+                graph: m.graphId,
+                device: m.deviceId as u16,
+                kind: w::OP_MEMCPY,
+                flags: 0,
+            }
+        }
+        2 => {
+            let m = std::ptr::read_unaligned(rec as *const cu::CUpti_ActivityMemset4);
+            w::Op {
+                start: m.start,
+                end: m.end,
+                corr: m.correlationId,
+                name: c.memset_name,
+                stream: m.streamId,
+                graph: m.graphId,
+                device: m.deviceId as u16,
+                kind: w::OP_MEMSET,
+                flags: 0,
+            }
+        }
+        _ => return None,
+    })
+}
+
+/// Queues an encoded batch for the sender unless collection stopped or the queue is full;
+/// returns false when the batch was dropped (the caller counts it).
+fn enqueue(q: &mut Queue, active: bool, batch: Vec<u8>, records: usize, cap: usize) -> bool {
+    if !active || q.bytes + batch.len() > cap {
+        return false;
+    }
+    q.bytes += batch.len();
+    q.batches.push_back((batch, records));
+    true
+}
+
+/// Appends an API record to a thread's buffer unless it is full; false when dropped.
+fn append_api(buf: &mut Vec<u8>, rec: &w::Api, cap: usize) -> bool {
+    if buf.len() + w::API_SIZE > cap {
+        return false;
+    }
+    w::put_api(buf, rec);
+    true
+}
+
 unsafe fn completed_inner(
     ctx: cudarc::driver::sys::CUcontext,
     stream: u32,
@@ -676,66 +769,8 @@ unsafe fn completed_inner(
         while cu::cuptiActivityGetNextRecord(buffer, valid, &mut rec)
             == cu::CUptiResult::CUPTI_SUCCESS
         {
-            let kind = *(rec as *const u32);
-            let op = match kind {
-                10 | 3 => {
-                    // CONCURRENT_KERNEL / KERNEL
-                    let k = &*(rec as *const cu::CUpti_ActivityKernel10);
-                    let ptr = k.name as usize;
-                    let name = match names.get(&ptr) {
-                        Some(&id) => id,
-                        None => {
-                            let s = if k.name.is_null() {
-                                "kernel".into()
-                            } else {
-                                CStr::from_ptr(k.name).to_string_lossy()
-                            };
-                            let id = c.new_name(&s);
-                            names.insert(ptr, id);
-                            id
-                        }
-                    };
-                    w::Op {
-                        start: k.start,
-                        end: k.end,
-                        corr: k.correlationId,
-                        name,
-                        stream: k.streamId,
-                        graph: k.graphId,
-                        device: k.deviceId as u16,
-                        kind: w::OP_KERNEL,
-                        flags: 0,
-                    }
-                }
-                1 => {
-                    let m = &*(rec as *const cu::CUpti_ActivityMemcpy6);
-                    w::Op {
-                        start: m.start,
-                        end: m.end,
-                        corr: m.correlationId,
-                        name: c.copy_names[(m.copyKind as usize).min(10)],
-                        stream: m.streamId,
-                        graph: m.graphId,
-                        device: m.deviceId as u16,
-                        kind: w::OP_MEMCPY,
-                        flags: 0,
-                    }
-                }
-                2 => {
-                    let m = &*(rec as *const cu::CUpti_ActivityMemset4);
-                    w::Op {
-                        start: m.start,
-                        end: m.end,
-                        corr: m.correlationId,
-                        name: c.memset_name,
-                        stream: m.streamId,
-                        graph: m.graphId,
-                        device: m.deviceId as u16,
-                        kind: w::OP_MEMSET,
-                        flags: 0,
-                    }
-                }
-                _ => continue,
+            let Some(op) = decode_record(c, &mut names, rec as *const u8) else {
+                continue;
             };
             w::put_op(&mut out, &op);
             n += 1;
@@ -756,15 +791,13 @@ unsafe fn completed_inner(
         return;
     }
     let mut q = c.queue.lock().unwrap_or_else(|e| e.into_inner());
-    if !c.active.load(Relaxed) || q.bytes + out.len() > QUEUE_CAP {
-        drop(q);
-        c.count_drop(n as u64);
-        return;
-    }
-    q.bytes += out.len();
-    q.batches.push_back((out, n));
+    let queued = enqueue(&mut q, c.active.load(Relaxed), out, n, QUEUE_CAP);
     drop(q);
-    c.wake.notify_one();
+    if queued {
+        c.wake.notify_one();
+    } else {
+        c.count_drop(n as u64);
+    }
 }
 
 // ------------------------------------------------------------------ sender
@@ -1194,6 +1227,92 @@ pub unsafe extern "C" fn gaptop_selftest_stack(out: *mut u8, cap: usize) -> isiz
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// CUPTI records decoded without a GPU: records built in memory as CUPTI lays them out.
+    #[test]
+    fn decodes_kernel_memcpy_and_memset_records() {
+        let mut c = Collector::bare(-1, AtomicU32::new(100));
+        c.copy_names = [0, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20];
+        c.memset_name = 30;
+        let mut names = HashMap::new();
+        let kname = std::ffi::CString::new("_Z6kernelPf").unwrap();
+        unsafe {
+            let mut k: cu::CUpti_ActivityKernel10 = std::mem::zeroed();
+            k.kind = cu::CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+            k.start = 1_000;
+            k.end = 2_500;
+            k.correlationId = 42;
+            k.streamId = 7;
+            k.deviceId = 1;
+            k.graphId = 9;
+            k.name = kname.as_ptr();
+            let op = decode_record(&c, &mut names, &k as *const _ as *const u8).unwrap();
+            assert_eq!(
+                (op.start, op.end, op.corr, op.stream, op.device, op.graph, op.kind),
+                (1_000, 2_500, 42, 7, 1, 9, w::OP_KERNEL)
+            );
+            assert_eq!(op.name, 100);
+            // The same name pointer is not named again.
+            let again = decode_record(&c, &mut names, &k as *const _ as *const u8).unwrap();
+            assert_eq!(again.name, 100);
+            let defs = c.defs.lock().unwrap().clone();
+            let mut d = w::Decoder::new();
+            let mut hello = Vec::new();
+            w::encode_hello(&mut hello, &w::Hello::new(1, -1, ""));
+            d.feed(&hello);
+            d.feed(&defs);
+            d.next_frame().unwrap();
+            assert_eq!(
+                d.next_frame().unwrap(),
+                Some(w::Frame::Name {
+                    id: 100,
+                    text: "_Z6kernelPf".into()
+                })
+            );
+            assert_eq!(d.next_frame().unwrap(), None, "named once");
+
+            let mut m: cu::CUpti_ActivityMemcpy6 = std::mem::zeroed();
+            m.kind = cu::CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_MEMCPY;
+            m.copyKind = 1; // HtoD
+            m.start = 10;
+            m.end = 20;
+            m.correlationId = 5;
+            let op = decode_record(&c, &mut names, &m as *const _ as *const u8).unwrap();
+            assert_eq!((op.kind, op.name, op.corr), (w::OP_MEMCPY, 11, 5));
+
+            let mut s: cu::CUpti_ActivityMemset4 = std::mem::zeroed();
+            s.kind = cu::CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_MEMSET;
+            s.start = 30;
+            s.end = 31;
+            let op = decode_record(&c, &mut names, &s as *const _ as *const u8).unwrap();
+            assert_eq!((op.kind, op.name), (w::OP_MEMSET, 30));
+
+            // Kinds gaptop does not keep are skipped.
+            let other: [u32; 16] = [38, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+            assert!(decode_record(&c, &mut names, other.as_ptr() as *const u8).is_none());
+        }
+    }
+
+    /// The queue and the thread buffers drop (and let the caller count) instead of growing.
+    #[test]
+    fn full_queues_drop_instead_of_blocking_or_growing() {
+        let mut q = Queue::default();
+        assert!(enqueue(&mut q, true, vec![0; 60], 1, 100));
+        assert!(!enqueue(&mut q, true, vec![0; 60], 1, 100), "over the cap");
+        assert!(enqueue(&mut q, true, vec![0; 40], 1, 100));
+        assert_eq!((q.bytes, q.batches.len()), (100, 2));
+        assert!(
+            !enqueue(&mut q, false, vec![0; 1], 1, 1000),
+            "collection stopped"
+        );
+
+        let mut buf = Vec::new();
+        let rec = w::Api::default();
+        let cap = 3 * w::API_SIZE;
+        let kept = (0..5).filter(|_| append_api(&mut buf, &rec, cap)).count();
+        assert_eq!(kept, 3);
+        assert_eq!(buf.len(), cap);
+    }
 
     #[test]
     fn large_record_runs_split_into_legal_frames() {
