@@ -269,3 +269,28 @@ fn two_gpu_recording_names_the_late_rank() {
         "{text}"
     );
 }
+
+/// Kernels replayed from a CUDA graph carry the graph launch's correlation id: they are charged
+/// to the graph launch, and the gaps between them are reported as inside the graph, not as host
+/// launch overhead.
+#[test]
+fn graph_replays_are_attributed_to_the_graph_launch() {
+    let doc = br#"{"traceEvents": [
+      {"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":1,"tid":1,"ts":0,"dur":2,"args":{"correlation":1}},
+      {"ph":"X","cat":"kernel","name":"before","pid":0,"tid":7,"ts":5,"dur":5,"args":{"device":0,"stream":7,"correlation":1}},
+      {"ph":"X","cat":"cuda_runtime","name":"cudaGraphLaunch","pid":1,"tid":1,"ts":20,"dur":3,"args":{"correlation":2}},
+      {"ph":"X","cat":"kernel","name":"g1","pid":0,"tid":7,"ts":30,"dur":5,"args":{"device":0,"stream":7,"correlation":2,"graph id":5}},
+      {"ph":"X","cat":"kernel","name":"g2","pid":0,"tid":7,"ts":37,"dur":5,"args":{"device":0,"stream":7,"correlation":2,"graph id":5}},
+      {"ph":"X","cat":"kernel","name":"g3","pid":0,"tid":7,"ts":44,"dur":5,"args":{"device":0,"stream":7,"correlation":2,"graph id":5}}
+    ]}"#;
+    let dir = tempdir();
+    let p = dir.join("graph.json");
+    std::fs::write(&p, &doc[..]).unwrap();
+    let j = report_json(&p, &[]);
+    assert_eq!(j["reasons"]["graph"]["count"], 2);
+    assert_eq!(j["reasons"]["graph"]["total_ns"], 4_000);
+    // The gap before the replay is the host's: the graph launch began after "before" ended.
+    assert_eq!(j["reasons"]["launch"]["count"], 1);
+    let stacks = j["top_stacks"].to_string();
+    assert!(stacks.contains("cudaGraphLaunch"), "{stacks}");
+}

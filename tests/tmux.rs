@@ -304,3 +304,31 @@ fn a_hung_up_terminal_ends_gaptop() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+#[test]
+fn run_shows_the_program_output_and_its_end() {
+    // No GPU here: a fake CUDA install lets gaptop start a program that never uses CUDA.
+    let dir = tempdir("run");
+    std::fs::create_dir_all(dir.join("cuda/lib64")).unwrap();
+    std::fs::write(dir.join("cuda/lib64/libcupti.so.13"), b"").unwrap();
+    std::fs::write(dir.join("libgaptop_collector.so"), b"").unwrap();
+    let log = dir.join("program.log");
+    let s = Session::start(
+        &format!(
+            "cd {d} && CUDA_HOME={d}/cuda GAPTOP_COLLECTOR={d}/libgaptop_collector.so {} run --log {} -- sh -c 'echo hello from the program; sleep 0.5; echo bye'",
+            env!("CARGO_BIN_EXE_gaptop"),
+            log.display(),
+            d = dir.display()
+        ),
+        150,
+        40,
+    );
+    let screen = s.wait_for("ENDED (exit 0)");
+    assert!(screen.contains("program output"), "{screen}");
+    let screen = s.wait_for("bye");
+    assert!(screen.contains("hello from the program"), "{screen}");
+    s.keys(&["q"]);
+    s.wait_for("GAPTOP_EXIT=0");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(text, "hello from the program\nbye\n");
+}
