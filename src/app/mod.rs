@@ -312,14 +312,7 @@ impl App {
     fn reveal_in_tree(&mut self, g: &Gap) {
         let Some(c) = &self.cache else { return };
         let path: Vec<usize> = if self.inverted {
-            // Bottom-up: op name, api, then the stack from the inside out.
-            let mut frames = vec![g.op_name];
-            if g.api != 0 {
-                frames.push(g.api);
-            }
-            let mut st = self.store.stacks.frames(g.stack);
-            st.reverse();
-            frames.extend(st);
+            let frames = self.inverted_frames(g);
             let mut node = 0;
             let mut p = Vec::new();
             for f in frames {
@@ -709,9 +702,8 @@ impl App {
         self.focus = Focus::Gaps;
     }
 
-    fn inverted_path_has(&self, g: &Gap, node: usize) -> bool {
-        let Some(c) = &self.cache else { return false };
-        let path = c.tree.path_to(node);
+    /// A gap's path in the bottom-up tree: op name, API, then the stack from the inside out.
+    fn inverted_frames(&self, g: &Gap) -> Vec<NameId> {
         let mut frames = vec![g.op_name];
         if g.api != 0 {
             frames.push(g.api);
@@ -719,6 +711,13 @@ impl App {
         let mut st = self.store.stacks.frames(g.stack);
         st.reverse();
         frames.extend(st);
+        frames
+    }
+
+    fn inverted_path_has(&self, g: &Gap, node: usize) -> bool {
+        let Some(c) = &self.cache else { return false };
+        let path = c.tree.path_to(node);
+        let frames = self.inverted_frames(g);
         path.iter()
             .zip(frames.iter())
             .all(|(&n, &f)| c.tree.nodes[n].frame == f)
