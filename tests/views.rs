@@ -213,3 +213,19 @@ fn a_big_gap_inside_a_busy_cell_is_not_dropped() {
         "only the cells holding it are marked ({marked})"
     );
 }
+
+/// The 2-GPU recording: both ranks' lanes, in rank order, and the NCCL stall in the rate pane.
+#[test]
+fn two_ranks_show_their_lanes_and_the_nccl_stall() {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/ddp2.rec");
+    let mut a = App::new(load_path(&p, usize::MAX).unwrap(), SourceState::File);
+    a.refresh(true);
+    let s = render(&mut a, 120, 44);
+    let r0 = s.find("r0 gpu0 s7").expect("rank 0 lane");
+    let r1 = s.find("r1 gpu1 s7").expect("rank 1 lane");
+    assert!(r0 < r1, "lanes in rank order");
+    assert!(
+        s.contains("NCCL wait") && s.contains("(rank 1 late 61x)"),
+        "{s}"
+    );
+}

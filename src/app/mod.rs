@@ -62,6 +62,8 @@ pub struct Cache {
     pub built: Instant,
     /// The part of the window the panes describe (all of it unless it held too many ops).
     pub analyzed: (Ns, Ns),
+    /// Communication stalls across ranks in that part (None with fewer than two ranks).
+    pub comm: Option<crate::collect::comm::CommReport>,
 }
 
 pub const MAX_GAPS: usize = 2000;
@@ -231,6 +233,10 @@ impl App {
             items,
             built: Instant::now(),
             analyzed: (alo, ahi),
+            comm: {
+                let c = crate::collect::comm::analyze(&self.store, alo, ahi);
+                (c.ranks >= 2).then_some(c)
+            },
         });
         self.apply_sort();
         if self.gap_sel >= self.gaps().len() {

@@ -295,7 +295,26 @@ pub fn rate(f: &mut Frame, area: Rect, app: &App) {
             (s.gpu_ops as f64 / secs, 100.0 * s.busy_ns as f64 / span)
         })
         .unwrap_or((0.0, 0.0));
-    let title = format!(" launches/s {:.0}  ·  GPU busy {:.1}% ", ops, busy);
+    // With several ranks, time inside NCCL spent waiting for a late rank is a stall, not work.
+    let comm = app
+        .cache
+        .as_ref()
+        .and_then(|c| c.comm.as_ref())
+        .map(|c| {
+            let wait: i64 = c.per_rank.iter().map(|r| r.wait_ns).sum();
+            let late = c.per_rank.iter().max_by_key(|r| r.late_ns);
+            match late {
+                Some(l) if l.late_ns > 0 => format!(
+                    "  ·  NCCL wait {} (rank {} late {}x)",
+                    fmt_short(wait),
+                    l.rank,
+                    l.late_count
+                ),
+                _ => format!("  ·  NCCL wait {}", fmt_short(wait)),
+            }
+        })
+        .unwrap_or_default();
+    let title = format!(" launches/s {:.0}  ·  GPU busy {:.1}%{comm} ", ops, busy);
     let block = Block::default().borders(Borders::ALL).title(title);
     let inner = block.inner(area);
     f.render_widget(block, area);
