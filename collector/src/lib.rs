@@ -870,7 +870,10 @@ fn sender(c: &'static Collector) {
         for t in &threads {
             let mut b = t.lock().unwrap_or_else(|e| e.into_inner());
             if !b.is_empty() {
-                apis.push(std::mem::replace(&mut *b, Vec::with_capacity(64 << 10)));
+                // The replacement is allocated here, on the sender thread, at the size the
+                // thread has been using, so the launching thread does not grow it again.
+                let cap = b.capacity().max(64 << 10);
+                apis.push(std::mem::replace(&mut *b, Vec::with_capacity(cap)));
             }
         }
         let defs = std::mem::take(&mut *c.defs.lock().unwrap_or_else(|e| e.into_inner()));
