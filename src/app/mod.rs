@@ -193,35 +193,19 @@ impl App {
             }
         }
         let (alo, ahi) = self.analysis_window();
-        let summary = analysis::summarize(&self.store, Window::new(alo, ahi), &self.cfg, 0);
-        let mut gaps = Vec::new();
-        let mut total = 0u64;
-        let mut heap: std::collections::BinaryHeap<std::cmp::Reverse<(Ns, Ns, usize)>> =
-            Default::default();
-        let mut all: Vec<Gap> = Vec::new();
-        for lane in 0..self.store.lanes.len() {
-            analysis::lane_gaps(&self.store, lane, Window::new(alo, ahi), &self.cfg, |g| {
-                if g.dur() >= self.min_gap.max(1) {
-                    total += 1;
-                    let k = std::cmp::Reverse((g.dur(), -g.start, all.len()));
-                    if heap.len() < MAX_GAPS {
-                        heap.push(k);
-                        all.push(g);
-                    } else if heap.peek().is_some_and(|m| k < *m) {
-                        heap.pop();
-                        heap.push(k);
-                        all.push(g);
-                    }
-                }
-            });
-        }
-        for std::cmp::Reverse((_, _, i)) in heap.into_sorted_vec() {
-            gaps.push(all[i]);
-        }
+        let mut summary = analysis::summarize_top(
+            &self.store,
+            Window::new(alo, ahi),
+            &self.cfg,
+            MAX_GAPS,
+            self.min_gap.max(1),
+        );
+        let gaps = std::mem::take(&mut summary.top_gaps);
+        let total = summary.top_eligible;
         let tree = if self.inverted {
             summary.tree.inverted()
         } else {
-            summary.tree.clone()
+            std::mem::take(&mut summary.tree)
         };
         let items = build_items(&self.store, &tree, summary.total_gap_ns());
         self.cache = Some(Cache {

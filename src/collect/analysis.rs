@@ -436,8 +436,10 @@ pub struct Summary {
     pub idle: [Bucket; 3],
     pub reasons: HashMap<Reason, Bucket>,
     pub tree: CallTree,
-    /// Longest gaps, longest first.
+    /// Longest gaps, longest first (ties: earlier first).
     pub top_gaps: Vec<Gap>,
+    /// Gaps long enough to be candidates for `top_gaps`.
+    pub top_eligible: u64,
     pub gap_hist: hdrhistogram::Histogram<u64>,
     pub kernel_hist: hdrhistogram::Histogram<u64>,
     /// Per (stack, api, op) leaf: (gaps, gap_ns).
@@ -459,6 +461,43 @@ fn hist() -> hdrhistogram::Histogram<u64> {
 
 /// Computes everything the report and the panes show for a window.
 pub fn summarize(store: &Store, w: Window, cfg: &Config, top_n: usize) -> Summary {
+    summarize_top(store, w, cfg, top_n, 0)
+}
+
+/// A gap ordered for the top-N heap: longer first, then earlier, then by lane and op.
+struct Ranked(Gap);
+
+impl Ranked {
+    fn key(&self) -> (Ns, std::cmp::Reverse<Ns>, usize, usize) {
+        (
+            self.0.dur(),
+            std::cmp::Reverse(self.0.start),
+            self.0.lane,
+            self.0.next,
+        )
+    }
+}
+
+impl PartialEq for Ranked {
+    fn eq(&self, o: &Self) -> bool {
+        self.key() == o.key()
+    }
+}
+impl Eq for Ranked {}
+impl PartialOrd for Ranked {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Ranked {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        self.key().cmp(&o.key())
+    }
+}
+
+/// [`summarize`], keeping in `top_gaps` the `top_n` longest gaps of at least `min_ns` (and
+/// counting all such gaps in `top_eligible`).
+pub fn summarize_top(store: &Store, w: Window, cfg: &Config, top_n: usize, min_ns: Ns) -> Summary {
     let (span_lo, span_hi) = store.span().unwrap_or((0, 0));
     let lo = w.lo().max(span_lo);
     let hi = w.hi().min(span_hi).max(lo);
@@ -474,13 +513,13 @@ pub fn summarize(store: &Store, w: Window, cfg: &Config, top_n: usize) -> Summar
         reasons: HashMap::default(),
         tree: CallTree::default(),
         top_gaps: Vec::new(),
+        top_eligible: 0,
         gap_hist: hist(),
         kernel_hist: hist(),
         stacks: HashMap::default(),
     };
     let win = Window::new(lo, hi);
-    let mut top: std::collections::BinaryHeap<std::cmp::Reverse<(Ns, Ns, usize, usize)>> =
-        Default::default();
+    let mut top: std::collections::BinaryHeap<std::cmp::Reverse<Ranked>> = Default::default();
     for lane in 0..store.lanes.len() {
         let l = &store.lanes[lane];
         // Ops overlapping the window.
@@ -525,36 +564,22 @@ pub fn summarize(store: &Store, w: Window, cfg: &Config, top_n: usize) -> Summar
             let e = s.stacks.entry((g.stack, g.api, g.op_name)).or_default();
             e.0 += 1;
             e.1 += d;
-            if top_n > 0 {
-                let key = std::cmp::Reverse((d, -g.start, g.lane, g.next));
-                if top.len() < top_n {
-                    top.push(key);
-                } else if top.peek().is_some_and(|m| key < *m) {
-                    top.pop();
-                    top.push(key);
+            if d >= min_ns {
+                s.top_eligible += 1;
+                if top_n > 0 {
+                    let r = std::cmp::Reverse(Ranked(g));
+                    if top.len() < top_n {
+                        top.push(r);
+                    } else if top.peek().is_some_and(|m| r < *m) {
+                        top.pop();
+                        top.push(r);
+                    }
                 }
             }
         });
     }
-    let mut tops: Vec<_> = top.into_iter().map(|r| r.0).collect();
-    tops.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)));
-    for (_, _, lane, next) in tops {
-        let l = &store.lanes[lane];
-        // Re-derive the gap (the prev index is the op before `next` with the max end).
-        let mut prev = next - 1;
-        let mut max_end = l.ops[prev].end;
-        for k in (next.saturating_sub(8)..next).rev() {
-            if l.ops[k].end > max_end {
-                max_end = l.ops[k].end;
-                prev = k;
-            }
-        }
-        if let Some(mut g) = classify(store, lane, prev, next, cfg) {
-            g.start = g.start.max(lo);
-            g.end = g.end.min(hi);
-            s.top_gaps.push(g);
-        }
-    }
+    // Ascending order of Reverse is descending order of gaps: longest first.
+    s.top_gaps = top.into_sorted_vec().into_iter().map(|r| r.0 .0).collect();
     for (_, lanes) in store.devices() {
         let mut idle = 0;
         device_idle(store, &lanes, lo, hi, |a, b| idle += b - a);
