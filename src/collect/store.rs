@@ -227,7 +227,11 @@ impl Lane {
             busy = busy.saturating_add(Self::contrib(max_end, o));
             max_end = max_end.max(o.end);
         }
-        self.max_end = max_end;
+        self.max_end = if i == 0 {
+            max_end
+        } else {
+            self.max_end.max(max_end)
+        };
     }
 
     /// Index of the first op whose start is >= t.
@@ -249,13 +253,9 @@ impl Lane {
         if i == 0 {
             return 0;
         }
+        // Ops before p end before t (streams do not overlap, so this is exact); p may straddle t.
         let p = &self.ops[i - 1];
-        // Ops before p are fully before t unless they overlap; p may straddle t.
-        let full_end = p.busy_before;
-        let part = (p.end.min(t) - p.start).max(0);
-        // If an earlier op extends past p's start, busy_before already counted up to its end;
-        // keep the estimate monotone and never above t's share.
-        full_end + part
+        p.busy_before + (p.end.min(t) - p.start).max(0)
     }
 }
 
@@ -497,23 +497,16 @@ impl Store {
     }
 
     /// Appends an op, keeping the lane sorted (an out-of-order op is inserted in place).
-    pub fn add_op(&mut self, lane: usize, mut op: GpuOp) {
+    pub fn add_op(&mut self, lane: usize, op: GpuOp) {
         let l = &mut self.lanes[lane];
-        let in_order = l.ops.back().is_none_or(|b| b.start <= op.start);
-        if in_order {
-            op.busy_before = match l.ops.back() {
-                Some(b) => b
-                    .busy_before
-                    .saturating_add(Lane::contrib(Self::max_end_before_last(l), b)),
-                None => 0,
-            };
-            l.max_end = l.max_end.max(op.end);
-            l.ops.push_back(op);
+        // In order (the usual case) it goes at the end and only its own sum is computed.
+        let i = if l.ops.back().is_none_or(|b| b.start <= op.start) {
+            l.ops.len()
         } else {
-            let i = l.lower_bound(op.start + 1);
-            l.ops.insert(i, op);
-            l.recompute_from(i);
-        }
+            l.lower_bound(op.start + 1)
+        };
+        l.ops.insert(i, op);
+        l.recompute_from(i);
         self.total_ops += 1;
         self.bytes += OP_BYTES;
         self.generation += 1;
@@ -539,30 +532,10 @@ impl Store {
         l.ops.extend(ops.iter().copied());
         l.ops.make_contiguous()[i..].sort_by_key(|o| (o.start, o.end, o.corr));
         l.recompute_from(i);
-        l.max_end = l
-            .ops
-            .iter()
-            .rev()
-            .take(ops.len() + 1)
-            .map(|o| o.end)
-            .max()
-            .unwrap_or(l.max_end)
-            .max(l.max_end);
         self.total_ops += ops.len() as u64;
         self.bytes += OP_BYTES * ops.len();
         self.generation += 1;
         self.enforce_budget();
-    }
-
-    fn max_end_before_last(l: &Lane) -> Ns {
-        // The lane's running max end before its last op. Lanes almost never overlap, so the
-        // op before the last is the answer; that is exact whenever the lane has no overlap.
-        let n = l.ops.len();
-        if n >= 2 {
-            l.ops[n - 2].end
-        } else {
-            Ns::MIN
-        }
     }
 
     /// Adds ops in bulk without per-op bookkeeping; call [`Store::finish_bulk`] afterwards.
