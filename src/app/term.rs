@@ -1,7 +1,6 @@
 //! The terminal loop: one thread draws and handles input; source events arrive on a channel and
 //! are applied to the store between frames.
 
-use std::io::Read;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Receiver;
 use std::sync::Arc;
@@ -217,29 +216,12 @@ pub fn run(mut app: App, mut feed: Feed) -> anyhow::Result<()> {
 pub fn demo_feed(bytes: &'static [u8]) -> Receiver<LiveEvent> {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let mut r = bytes;
-        let mut magic = [0u8; 8];
-        if r.read_exact(&mut magic).is_err() {
+        let Ok(mut r) = crate::collect::recording::Reader::new(bytes) else {
             return;
-        }
+        };
         let started = Instant::now();
         let mut origin: Option<u64> = None;
-        let mut decoders: std::collections::HashMap<u32, gaptop_wire::Decoder> = Default::default();
-        loop {
-            let mut head = [0u8; 8];
-            if r.read_exact(&mut head).is_err() {
-                break;
-            }
-            let conn = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
-            let len = u32::from_le_bytes([head[4], head[5], head[6], head[7]]) as usize;
-            if len > r.len() {
-                break;
-            }
-            let d = decoders.entry(conn).or_default();
-            d.feed(&head[4..]);
-            d.feed(&r[..len]);
-            r = &r[len..];
-            let Ok(Some(f)) = d.next_frame() else { break };
+        while let Ok(Some((conn, f))) = r.next_entry() {
             if let gaptop_wire::Frame::Ops(ops) = &f {
                 if let Some(t) = ops.iter().map(|o| o.start).min() {
                     let o = *origin.get_or_insert(t);

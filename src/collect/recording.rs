@@ -54,59 +54,83 @@ pub struct ReadNote {
     pub cut: Option<(u64, String)>,
 }
 
-/// Reads a recording into `store`. Only a missing magic is an error; damage later on ends the
-/// read and is reported in the note.
-pub fn read_into(r: impl Read, store: &mut Store) -> anyhow::Result<ReadNote> {
-    let mut r = BufReader::with_capacity(1 << 20, r);
-    let mut magic = [0u8; 8];
-    r.read_exact(&mut magic)
-        .map_err(|_| anyhow::anyhow!("not a gaptop recording (too short)"))?;
-    if &magic != RECORDING_MAGIC {
-        anyhow::bail!("not a gaptop recording (bad magic)");
+/// Reads a recording's entries in order. Only a missing magic is an error; damage later on
+/// ends the entries and is described in `note`.
+pub struct Reader<R: Read> {
+    r: BufReader<R>,
+    offset: u64,
+    decoders: std::collections::HashMap<u32, Decoder>,
+    pub note: ReadNote,
+}
+
+impl<R: Read> Reader<R> {
+    pub fn new(r: R) -> anyhow::Result<Self> {
+        let mut r = BufReader::with_capacity(1 << 20, r);
+        let mut magic = [0u8; 8];
+        r.read_exact(&mut magic)
+            .map_err(|_| anyhow::anyhow!("not a gaptop recording (too short)"))?;
+        if &magic != RECORDING_MAGIC {
+            anyhow::bail!("not a gaptop recording (bad magic)");
+        }
+        Ok(Reader {
+            r,
+            offset: 8,
+            decoders: Default::default(),
+            note: ReadNote::default(),
+        })
     }
-    let mut ingest = Ingest::new();
-    let mut note = ReadNote::default();
-    let mut offset = 8u64;
-    let mut decoders: std::collections::HashMap<u32, Decoder> = Default::default();
-    loop {
+
+    /// The next (connection, frame), or None at the end or at the first damage.
+    pub fn next_entry(&mut self) -> anyhow::Result<Option<(u32, Frame)>> {
+        if self.note.cut.is_some() {
+            return Ok(None);
+        }
+        let at = self.offset;
         let mut head = [0u8; 8];
-        match read_full(&mut r, &mut head)? {
-            0 => break,
+        match read_full(&mut self.r, &mut head)? {
+            0 => return Ok(None),
             8 => {}
-            _ => {
-                note.cut = Some((offset, "file ends inside a record header".into()));
-                break;
-            }
+            _ => return self.cut(at, "file ends inside a record header".into()),
         }
         let conn = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
         let len = u32::from_le_bytes([head[4], head[5], head[6], head[7]]) as usize;
         if len == 0 || len > gaptop_wire::MAX_FRAME {
-            note.cut = Some((offset, format!("bad frame length {len}")));
-            break;
+            return self.cut(at, format!("bad frame length {len}"));
         }
         let mut body = vec![0u8; len];
-        if read_full(&mut r, &mut body)? != len {
-            note.cut = Some((offset, "file ends inside a frame".into()));
-            break;
+        if read_full(&mut self.r, &mut body)? != len {
+            return self.cut(at, "file ends inside a frame".into());
         }
-        let d = decoders.entry(conn).or_default();
+        let d = self.decoders.entry(conn).or_default();
         d.feed(&head[4..]);
         d.feed(&body);
         match d.next_frame() {
             Ok(Some(f)) => {
-                ingest.apply(store, conn, f);
-                note.frames += 1;
+                self.offset += 8 + len as u64;
+                self.note.frames += 1;
+                Ok(Some((conn, f)))
             }
             Ok(None) => unreachable!("a whole frame was fed"),
-            Err(e) => {
-                note.cut = Some((offset, e.to_string()));
-                break;
-            }
+            Err(e) => self.cut(at, e.to_string()),
         }
-        offset += 8 + len as u64;
+    }
+
+    fn cut(&mut self, at: u64, why: String) -> anyhow::Result<Option<(u32, Frame)>> {
+        self.note.cut = Some((at, why));
+        Ok(None)
+    }
+}
+
+/// Reads a recording into `store`. Only a missing magic is an error; damage later on ends the
+/// read and is reported in the note.
+pub fn read_into(r: impl Read, store: &mut Store) -> anyhow::Result<ReadNote> {
+    let mut reader = Reader::new(r)?;
+    let mut ingest = Ingest::new();
+    while let Some((conn, f)) = reader.next_entry()? {
+        ingest.apply(store, conn, f);
     }
     store.finish_bulk();
-    Ok(note)
+    Ok(reader.note)
 }
 
 fn read_full(r: &mut impl Read, buf: &mut [u8]) -> anyhow::Result<usize> {
