@@ -359,10 +359,7 @@ impl Builder {
             for r in raw {
                 while let Some(&top) = open.last() {
                     let t = &out[top as usize];
-                    if t.end >= r.end
-                        && t.start <= r.start
-                        && !(t.end == r.start && r.end > r.start)
-                    {
+                    if t.end >= r.end && t.start <= r.start {
                         break;
                     }
                     open.pop();

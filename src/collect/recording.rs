@@ -175,17 +175,20 @@ mod tests {
     use super::*;
     use gaptop_wire::{Hello, Op};
 
-    fn sample() -> Vec<u8> {
-        let mut w = Writer::new(Vec::new()).unwrap();
+    /// A writer that has written a connection's hello and the name of kernel id 1.
+    fn started<W: Write>(out: W) -> Writer<W> {
+        let mut w = Writer::new(out).unwrap();
         w.frame(1, &Frame::Hello(Hello::new(7, -1, "t"))).unwrap();
-        w.frame(
-            1,
-            &Frame::Name {
-                id: 1,
-                text: "k".into(),
-            },
-        )
-        .unwrap();
+        let name = Frame::Name {
+            id: 1,
+            text: "k".into(),
+        };
+        w.frame(1, &name).unwrap();
+        w
+    }
+
+    fn sample() -> Vec<u8> {
+        let mut w = started(Vec::new());
         for i in 0..20u64 {
             let op = Op {
                 start: 1_000 * i,
@@ -260,21 +263,11 @@ mod tests {
             }
         }
         let data = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
-        let mut w = Writer::new(Full {
+        let mut w = started(Full {
             data: data.clone(),
             room: 300,
-        })
-        .unwrap();
+        });
         let mut err = None;
-        w.frame(1, &Frame::Hello(Hello::new(7, -1, "t"))).unwrap();
-        w.frame(
-            1,
-            &Frame::Name {
-                id: 1,
-                text: "k".into(),
-            },
-        )
-        .unwrap();
         for i in 0..100u64 {
             let op = Op {
                 start: i * 10,
