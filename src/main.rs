@@ -178,14 +178,18 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let mut store = gaptop::collect::store::Store::new(1 << 30);
             store.source = "demo (gpt2.rec)".into();
             let app = ui_app(store, SourceState::Live, &ui)?;
-            term::run(app, term::Feed::Demo(term::demo_feed(DEMO)))?;
+            term::run(
+                app,
+                term::Feed::Demo(term::demo_feed(DEMO)),
+                term::stop_flag()?,
+            )?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Open { file, ui } => {
             use gaptop::app::{term, SourceState};
             let store = gaptop::collect::load_path(&file, usize::MAX)?;
             let app = ui_app(store, SourceState::File, &ui)?;
-            term::run(app, term::Feed::None)?;
+            term::run(app, term::Feed::None, term::stop_flag()?)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Run {
@@ -197,12 +201,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             use gaptop::app::{term, SourceState};
             let log =
                 log.unwrap_or_else(|| PathBuf::from(format!("gaptop-{}.log", std::process::id())));
+            let stop = term::stop_flag()?;
             let l = gaptop::collect::live::launch(&cmd, Some(&log))?;
             let mut store = gaptop::collect::store::Store::new(memory);
             store.source = cmd.join(" ");
             let mut app = ui_app(store, SourceState::Live, &ui)?;
             app.message = format!("program output: {}", log.display());
-            term::run(app, term::Feed::Live(Box::new(l)))?;
+            term::run(app, term::Feed::Live(Box::new(l)), stop)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Export {

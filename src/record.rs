@@ -57,7 +57,6 @@ pub fn run(cmd: &[String], out: &Path, duration: Option<f64>) -> anyhow::Result<
     let file =
         std::fs::File::create(out).with_context(|| format!("cannot create {}", out.display()))?;
     let mut w = Writer::new(file)?;
-    let mut l = live::launch(cmd, None)?;
     let signalled = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     for sig in [
         signal_hook::consts::SIGINT,
@@ -66,6 +65,8 @@ pub fn run(cmd: &[String], out: &Path, duration: Option<f64>) -> anyhow::Result<
     ] {
         signal_hook::flag::register_usize(sig, signalled.clone(), sig as usize)?;
     }
+    // Only now the program starts: a signal from here on finalises the recording.
+    let mut l = live::launch(cmd, None)?;
     let started = Instant::now();
     let mut t = Totals::default();
     let mut drops = Default::default();

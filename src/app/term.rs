@@ -171,9 +171,10 @@ where
     }
 }
 
-/// Runs the UI in the real terminal, restoring it on every way out (quit, error, panic,
-/// SIGTERM, SIGHUP).
-pub fn run(mut app: App, mut feed: Feed) -> anyhow::Result<()> {
+/// Catches SIGTERM, SIGHUP and SIGINT into a flag the UI loop watches. Call it before starting
+/// a program, so that no signal can end gaptop between the start and the loop (which would
+/// orphan the program).
+pub fn stop_flag() -> anyhow::Result<Arc<AtomicBool>> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [
         signal_hook::consts::SIGTERM,
@@ -182,6 +183,12 @@ pub fn run(mut app: App, mut feed: Feed) -> anyhow::Result<()> {
     ] {
         signal_hook::flag::register(sig, stop.clone())?;
     }
+    Ok(stop)
+}
+
+/// Runs the UI in the real terminal, restoring it on every way out (quit, error, panic,
+/// SIGTERM, SIGHUP).
+pub fn run(mut app: App, mut feed: Feed, stop: Arc<AtomicBool>) -> anyhow::Result<()> {
     let mut term = ratatui::init();
     let _ = crossterm::execute!(std::io::stdout(), crossterm::event::EnableMouseCapture);
     let r = run_loop(&mut term, &mut app, &mut feed, &stop);
