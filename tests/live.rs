@@ -64,6 +64,7 @@ fn good_stream(pid: u32, rank: i32, n: u32) -> Vec<u8> {
             collector_dropped: 3,
             cupti_dropped: 4,
             sent: n as u64,
+            lag_ns: 0,
         },
     );
     w::encode_bye(&mut b, 0);

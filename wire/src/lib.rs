@@ -152,6 +152,10 @@ pub struct Stats {
     pub cupti_dropped: u64,
     /// Records sent so far.
     pub sent: u64,
+    /// The oldest GPU record sent since the previous stats frame had ended this long (ns)
+    /// before it left the profiled process: how far the live view trails the GPU. 0 = unknown
+    /// (older collectors and recordings end the frame before this field).
+    pub lag_ns: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -285,6 +289,7 @@ pub fn encode_stats(out: &mut Vec<u8>, s: &Stats) {
     out.extend_from_slice(&s.collector_dropped.to_le_bytes());
     out.extend_from_slice(&s.cupti_dropped.to_le_bytes());
     out.extend_from_slice(&s.sent.to_le_bytes());
+    out.extend_from_slice(&s.lag_ns.to_le_bytes());
     finish(out, at);
 }
 
@@ -440,6 +445,7 @@ pub fn decode_payload(tag: u8, payload: &[u8]) -> Result<Frame, WireError> {
             collector_dropped: c.u64()?,
             cupti_dropped: c.u64()?,
             sent: c.u64()?,
+            lag_ns: if c.b.is_empty() { 0 } else { c.u64()? },
         }),
         TAG_BYE => Frame::Bye { reason: c.u8()? },
         _ => unreachable!("tag checked above"),
@@ -512,6 +518,29 @@ impl Decoder {
 mod tests {
     use super::*;
 
+    /// Recordings made before the lag field existed still decode (lag unknown).
+    #[test]
+    fn stats_without_lag_decode_as_unknown_lag() {
+        let mut p = Vec::new();
+        for v in [7u64, 8, 9] {
+            p.extend_from_slice(&v.to_le_bytes());
+        }
+        assert_eq!(
+            decode_payload(TAG_STATS, &p).unwrap(),
+            Frame::Stats(Stats {
+                collector_dropped: 7,
+                cupti_dropped: 8,
+                sent: 9,
+                lag_ns: 0
+            })
+        );
+        p.extend_from_slice(&[1, 2, 3]);
+        assert!(
+            decode_payload(TAG_STATS, &p).is_err(),
+            "a torn lag field is an error"
+        );
+    }
+
     fn hello() -> Frame {
         Frame::Hello(Hello::new(42, 1, "python3 train.py"))
     }
@@ -568,6 +597,7 @@ mod tests {
                 collector_dropped: 1,
                 cupti_dropped: 2,
                 sent: 3,
+                lag_ns: 4,
             }),
             Frame::Bye { reason: 0 },
         ]
