@@ -17,6 +17,23 @@ struct Cli {
     cmd: Cmd,
 }
 
+/// What the collector captures at each kernel launch.
+#[derive(clap::Args, Debug, Clone, Copy)]
+struct CollectArgs {
+    /// Also capture native (C/C++) frames between Python and the CUDA call; they are named
+    /// in the viewer from the libraries' symbol tables. Costs time at each launch.
+    #[arg(long)]
+    native: bool,
+}
+
+impl CollectArgs {
+    fn options(self) -> gaptop::collect::live::Options {
+        gaptop::collect::live::Options {
+            native: self.native,
+        }
+    }
+}
+
 #[derive(clap::Args, Clone)]
 struct WindowArgs {
     /// Window start, relative to the capture start (e.g. 1.5ms, 200us, 3s; bare numbers are µs)
@@ -63,6 +80,8 @@ enum Cmd {
         /// Where the program's stdout and stderr go (default gaptop-<pid>.log here)
         #[arg(long)]
         log: Option<PathBuf>,
+        #[command(flatten)]
+        collect: CollectArgs,
         /// The command and its arguments
         #[arg(last = true, required = true)]
         cmd: Vec<String>,
@@ -97,6 +116,8 @@ enum Cmd {
         /// Stop recording after this many seconds (the command keeps running)
         #[arg(long)]
         duration: Option<f64>,
+        #[command(flatten)]
+        collect: CollectArgs,
         /// The command and its arguments
         #[arg(last = true, required = true)]
         cmd: Vec<String>,
@@ -196,13 +217,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             ui,
             memory,
             log,
+            collect,
             cmd,
         } => {
             use gaptop::app::{term, SourceState};
             let log =
                 log.unwrap_or_else(|| PathBuf::from(format!("gaptop-{}.log", std::process::id())));
             let stop = term::stop_flag()?;
-            let l = gaptop::collect::live::launch(&cmd, Some(&log))?;
+            let l = gaptop::collect::live::launch(&cmd, Some(&log), &collect.options())?;
             let mut store = gaptop::collect::store::Store::new(memory);
             store.source = cmd.join(" ");
             let mut app = ui_app(store, SourceState::Live, &ui)?;
@@ -239,9 +261,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Record {
             output,
             duration,
+            collect,
             cmd,
         } => {
-            let code = gaptop::record::run(&cmd, &output, duration)?;
+            let code = gaptop::record::run(&cmd, &output, duration, &collect.options())?;
             Ok(ExitCode::from(code.clamp(0, 255) as u8))
         }
     }

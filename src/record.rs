@@ -18,6 +18,10 @@ pub struct Totals {
     pub conns: u64,
     pub dropped: u64,
     pub errors: Vec<String>,
+    /// Native frames are named before they are written, so the recording reads anywhere.
+    pub symbols: crate::collect::symbols::Symbolizer,
+    /// Lag reports from the collectors, in ms.
+    pub lags: Vec<u64>,
 }
 
 /// Writes every event's frames to `w`, keeping totals. Returns false for events that end the
@@ -30,13 +34,21 @@ pub fn record_event<W: std::io::Write>(
 ) -> anyhow::Result<Option<String>> {
     match ev {
         LiveEvent::Frames(conn, frames) => {
-            for f in frames {
+            for mut f in frames {
+                if let Frame::Name { text, .. } = &mut f {
+                    if crate::collect::symbols::is_native(text) {
+                        *text = t.symbols.resolve(text);
+                    }
+                }
                 match &f {
                     Frame::Hello(_) => t.conns += 1,
                     Frame::Ops(o) => t.ops += o.len() as u64,
                     Frame::Apis(a) => t.apis += a.len() as u64,
                     Frame::Stats(s) => {
                         drops.insert(conn, s.collector_dropped + s.cupti_dropped);
+                        if s.lag_ns > 0 {
+                            t.lags.push(s.lag_ns / 1_000_000);
+                        }
                     }
                     _ => {}
                 }
@@ -53,7 +65,12 @@ pub fn record_event<W: std::io::Write>(
     Ok(None)
 }
 
-pub fn run(cmd: &[String], out: &Path, duration: Option<f64>) -> anyhow::Result<i32> {
+pub fn run(
+    cmd: &[String],
+    out: &Path,
+    duration: Option<f64>,
+    opts: &live::Options,
+) -> anyhow::Result<i32> {
     let file =
         std::fs::File::create(out).with_context(|| format!("cannot create {}", out.display()))?;
     let mut w = Writer::new(file)?;
@@ -66,7 +83,7 @@ pub fn run(cmd: &[String], out: &Path, duration: Option<f64>) -> anyhow::Result<
         signal_hook::flag::register_usize(sig, signalled.clone(), sig as usize)?;
     }
     // Only now the program starts: a signal from here on finalises the recording.
-    let mut l = live::launch(cmd, None)?;
+    let mut l = live::launch(cmd, None, opts)?;
     let started = Instant::now();
     let mut t = Totals::default();
     let mut drops = Default::default();
@@ -132,6 +149,16 @@ pub fn run(cmd: &[String], out: &Path, duration: Option<f64>) -> anyhow::Result<
         w.bytes,
         out.display()
     );
+    if !t.lags.is_empty() {
+        let mut l = t.lags.clone();
+        l.sort_unstable();
+        eprintln!(
+            "gaptop: live lag (a GPU op's end to its record leaving the program): median {} ms, max {} ms over {} reports",
+            l[l.len() / 2],
+            l[l.len() - 1],
+            l.len()
+        );
+    }
     if t.conns == 0 {
         eprintln!("gaptop: no process connected: did the command use CUDA?");
     }

@@ -61,6 +61,10 @@ pub struct JsonReport {
     pub kernel_percentiles_ns: Percentiles,
     pub top_stacks: Vec<JsonStack>,
     pub top_gaps: Vec<JsonGap>,
+    /// Kernels whose launch call was found by correlation id, and of those, launched from a
+    /// known stack.
+    pub kernels_with_launch: u64,
+    pub kernels_with_stack: u64,
     pub dropped: u64,
     pub evicted_ops: u64,
     pub skipped: std::collections::BTreeMap<String, u64>,
@@ -172,6 +176,7 @@ pub fn build(store: &Store, w: Window, cfg: &Config, top: usize) -> (Summary, Js
             },
         );
     }
+    let launches = launch_coverage(store, s.lo, s.hi);
     let j = JsonReport {
         source: store.source.clone(),
         origin_ns: origin,
@@ -194,6 +199,8 @@ pub fn build(store: &Store, w: Window, cfg: &Config, top: usize) -> (Summary, Js
             .iter()
             .map(|g| gap_json(store, g, origin))
             .collect(),
+        kernels_with_launch: launches.0,
+        kernels_with_stack: launches.1,
         dropped: store.dropped,
         evicted_ops: store.evicted_ops,
         skipped: store.skipped.clone(),
@@ -203,6 +210,27 @@ pub fn build(store: &Store, w: Window, cfg: &Config, top: usize) -> (Summary, Js
         },
     };
     (s, j)
+}
+
+/// Kernels in [lo, hi) whose launch call is known, and those with a launch stack.
+fn launch_coverage(store: &Store, lo: Ns, hi: Ns) -> (u64, u64) {
+    let (mut with_launch, mut with_stack) = (0, 0);
+    for lane in &store.lanes {
+        let p = &store.procs[lane.key.proc as usize];
+        for op in lane.ops.range(lane.lower_bound(lo)..) {
+            if op.start >= hi {
+                break;
+            }
+            if op.kind != crate::collect::store::OpKind::Kernel {
+                continue;
+            }
+            if let Some(a) = p.api_by_corr(op.corr) {
+                with_launch += 1;
+                with_stack += (a.stack != 0) as u64;
+            }
+        }
+    }
+    (with_launch, with_stack)
 }
 
 fn short(s: &str, n: usize) -> String {
@@ -244,6 +272,13 @@ pub fn text(j: &JsonReport) -> String {
         fmt_ns(j.device_idle_ns),
         pctf(j.device_idle_ns, j.busy_ns + j.device_idle_ns),
     );
+    if j.kernels_with_launch > 0 {
+        let _ = writeln!(
+            o,
+            "launch calls found for {} of {} kernels, {} with a call stack",
+            j.kernels_with_launch, j.kernels, j.kernels_with_stack
+        );
+    }
     if j.dropped > 0 || j.evicted_ops > 0 {
         let _ = writeln!(
             o,

@@ -293,4 +293,30 @@ fn graph_replays_are_attributed_to_the_graph_launch() {
     assert_eq!(j["reasons"]["launch"]["count"], 1);
     let stacks = j["top_stacks"].to_string();
     assert!(stacks.contains("cudaGraphLaunch"), "{stacks}");
+    // Every kernel, the three replayed ones included, found the call that launched it.
+    assert_eq!(j["kernels_with_launch"], 4);
+}
+
+#[test]
+fn launch_coverage_counts_kernels_whose_launch_is_known() {
+    let doc = br#"{"traceEvents": [
+      {"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":1,"tid":1,"ts":0,"dur":2,"args":{"correlation":1}},
+      {"ph":"X","cat":"kernel","name":"a","pid":0,"tid":7,"ts":5,"dur":5,"args":{"device":0,"stream":7,"correlation":1}},
+      {"ph":"X","cat":"kernel","name":"orphan","pid":0,"tid":7,"ts":20,"dur":5,"args":{"device":0,"stream":7,"correlation":9}},
+      {"ph":"X","cat":"gpu_memcpy","name":"Memcpy HtoD","pid":0,"tid":7,"ts":30,"dur":5,"args":{"device":0,"stream":7,"correlation":1}}
+    ]}"#;
+    let dir = tempdir();
+    let p = dir.join("cover.json");
+    std::fs::write(&p, &doc[..]).unwrap();
+    let j = report_json(&p, &[]);
+    assert_eq!(
+        (j["kernels"].as_u64(), j["kernels_with_launch"].as_u64()),
+        (Some(2), Some(1))
+    );
+    let out = Command::new(bin()).arg("report").arg(&p).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("launch calls found for 1 of 2 kernels"),
+        "{text}"
+    );
 }

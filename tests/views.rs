@@ -154,6 +154,25 @@ fn threshold_zoom_and_pause() {
     assert!(!live.paused && live.follow);
 }
 
+/// Live, the status line says how far the view trails the GPU, as the collectors measured it;
+/// a file has no lag to show.
+#[test]
+fn live_status_shows_the_collectors_lag() {
+    let with_lag = || {
+        let mut store = app().store;
+        if store.procs.is_empty() {
+            store.add_process(1, -1, "x");
+        }
+        store.procs[0].stats.lag_ns = 180_000_000;
+        store
+    };
+    let mut file = App::new(with_lag(), SourceState::File);
+    assert!(!render(&mut file, 160, 24).contains("lag "));
+    let mut live = App::new(with_lag(), SourceState::Live);
+    let screen = render(&mut live, 160, 24);
+    assert!(screen.contains("lag 180ms"), "{screen}");
+}
+
 /// At a zoom where one cell holds many kernels, a big gap among them still shows: its cells
 /// keep their busy block but take the gap's colour.
 #[test]

@@ -6,6 +6,7 @@ held = ctypes.PyDLL(lib_path)
 free = ctypes.CDLL(lib_path)
 assert held.gaptop_selftest_calibrate() == 1, "calibration failed"
 free.gaptop_selftest_stack.restype = ctypes.c_ssize_t
+free.gaptop_selftest_stack_native.restype = ctypes.c_ssize_t
 buf = ctypes.create_string_buffer(1 << 16)
 
 class Model:
@@ -21,6 +22,11 @@ class Model:
 def launch_site():
     return Model().forward(2)
 
+def native_site():
+    n = free.gaptop_selftest_stack_native(buf, len(buf))
+    assert n > 0, "no native stack"
+    return buf.raw[:n].decode().splitlines()
+
 out = {}
 def worker():
     out["thread"] = launch_site()
@@ -33,4 +39,19 @@ for name, s in (("main", main), ("thread", out["thread"])):
     assert quals[-4:] == ["Model.forward", "Model.inner", "Model.inner", "Model.inner"], quals
     assert "launch_site" in quals, quals
     assert frames[-1].startswith(__file__), frames[-1]
+# --native: the Python frames, then the native frames from the interpreter down to the call
+# (here ctypes' foreign call), without gaptop's own frames or the interpreter's.
+import os
+frames = native_site()
+print("native", frames)
+py = [f for f in frames if not f.startswith("native:")]
+nat = [f for f in frames if f.startswith("native:")]
+assert py and py[-1].endswith(": native_site"), frames
+assert frames[len(py):] == nat and nat, "native frames follow the Python ones: %r" % frames
+exe = os.path.realpath(sys.executable)
+for f in nat:
+    path = f[len("native:"):].rsplit("+0x", 1)[0]
+    assert "gaptop_collector" not in path, f
+    assert os.path.realpath(path) != exe or "libpython" in path, "walk passed the interpreter: %r" % f
+assert any("ctypes" in f or "ffi" in f for f in nat), nat
 print("PYSTACK OK")

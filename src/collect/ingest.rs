@@ -23,6 +23,7 @@ struct Conn {
 #[derive(Default)]
 pub struct Ingest {
     conns: HashMap<u32, Conn>,
+    symbols: super::symbols::Symbolizer,
 }
 
 /// Shortens a Python frame's file path the way users read it: packages from their package
@@ -86,7 +87,9 @@ impl Ingest {
         match f {
             Frame::Hello(_) => {}
             Frame::Name { id, text } => {
-                let d = if text.contains(".py(") {
+                let d = if super::symbols::is_native(&text) {
+                    self.symbols.resolve(&text)
+                } else if text.contains(".py(") {
                     short_frame(&text)
                 } else {
                     demangle(&text)
@@ -164,6 +167,11 @@ impl Ingest {
                         store.skip("API call with implausible timestamps");
                         continue;
                     }
+                    // A synchronization from CUPTI's activity records (no thread) that a
+                    // callback already timed, with its thread and stack, is the same call.
+                    if a.tid == 0 && store.procs[proc as usize].api_by_corr(a.corr).is_some() {
+                        continue;
+                    }
                     let name = c.names.get(&a.name).copied().unwrap_or(0);
                     let stack = if a.stack == 0 {
                         0
@@ -235,9 +243,8 @@ mod tests {
         assert_eq!(demangle("ampere_sgemm"), "ampere_sgemm");
     }
 
-    /// Found by the fuzzer: ops with garbage timestamps overflowed the busy sums.
-    #[test]
-    fn implausible_timestamps_are_skipped_and_counted() {
+    /// A store and an ingest with connection 1 greeted.
+    fn connected() -> (Store, Ingest) {
         let mut st = Store::default();
         let mut ing = Ingest::new();
         ing.apply(
@@ -245,6 +252,13 @@ mod tests {
             1,
             Frame::Hello(gaptop_wire::Hello::new(1, -1, "x")),
         );
+        (st, ing)
+    }
+
+    /// Found by the fuzzer: ops with garbage timestamps overflowed the busy sums.
+    #[test]
+    fn implausible_timestamps_are_skipped_and_counted() {
+        let (mut st, mut ing) = connected();
         let op = |start: u64, end: u64| gaptop_wire::Op {
             start,
             end,
@@ -264,5 +278,50 @@ mod tests {
         assert_eq!(st.op_count(), 2);
         assert_eq!(st.skipped.get("op with implausible timestamps"), Some(&3));
         assert_eq!(st.lanes[0].busy_in(0, 100), 15);
+    }
+
+    /// CUPTI's synchronization records (no thread) describe calls the callbacks usually timed
+    /// already: those are not counted twice; the ones no callback saw are kept.
+    #[test]
+    fn activity_syncs_fill_in_only_what_callbacks_missed() {
+        let (mut st, mut ing) = connected();
+        let api = |corr: u32, tid: u32| gaptop_wire::Api {
+            start: 100,
+            end: 200,
+            corr,
+            tid,
+            kind: gaptop_wire::API_SYNC,
+            ..Default::default()
+        };
+        ing.apply(&mut st, 1, Frame::Apis(vec![api(7, 42)]));
+        ing.apply(&mut st, 1, Frame::Apis(vec![api(7, 0), api(8, 0)]));
+        let p = &st.procs[0];
+        assert_eq!(p.api_count(), 2);
+        assert_eq!(
+            p.api_by_corr(7).unwrap().tid,
+            42,
+            "the callback's call, with its thread"
+        );
+        assert_eq!(p.api_by_corr(8).unwrap().tid, 0);
+        assert_eq!(p.blocking.len(), 2);
+    }
+
+    /// Native frames arrive as module+offset and are named by the viewer.
+    #[test]
+    fn native_frame_names_are_resolved_on_arrival() {
+        let (mut st, mut ing) = connected();
+        ing.apply(
+            &mut st,
+            1,
+            Frame::Name {
+                id: 5,
+                text: "native:/nonexistent/libfoo.so+0x1f".into(),
+            },
+        );
+        assert!(st.names.lookup("libfoo.so+0x1f").is_some());
+        assert!(st
+            .names
+            .lookup("native:/nonexistent/libfoo.so+0x1f")
+            .is_none());
     }
 }

@@ -261,7 +261,14 @@ pub struct Launch {
 /// Starts `cmd` with the collector injected, listening for it (and its children) on a fresh
 /// private socket. `capture` sends the child's output to the channel (and a log) instead of the
 /// terminal.
-pub fn launch(cmd: &[String], capture: Option<&Path>) -> anyhow::Result<Launch> {
+/// What the collector takes at each launch, besides the GPU records.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Options {
+    /// Native frames between the interpreter and the CUDA call (costs time at each launch).
+    pub native: bool,
+}
+
+pub fn launch(cmd: &[String], capture: Option<&Path>, opts: &Options) -> anyhow::Result<Launch> {
     let Some((prog, args)) = cmd.split_first() else {
         bail!("no command given: use gaptop run -- CMD ARGS...");
     };
@@ -288,6 +295,9 @@ pub fn launch(cmd: &[String], capture: Option<&Path>) -> anyhow::Result<Launch> 
         .env("GAPTOP_SOCKET", &dir.socket)
         .env("LD_LIBRARY_PATH", ld)
         .stdin(Stdio::null());
+    if opts.native {
+        c.env("GAPTOP_NATIVE", "1");
+    }
     if let Some(log) = capture {
         let f = std::fs::File::create(log)
             .with_context(|| format!("cannot create the log {}", log.display()))?;

@@ -9,6 +9,7 @@ pub mod kineto;
 pub mod live;
 pub mod recording;
 pub mod store;
+pub mod symbols;
 
 use std::io::Read;
 use std::path::Path;

@@ -607,6 +607,22 @@ pub fn status(f: &mut Frame, area: Rect, app: &App) {
         ),
         Span::raw(format!(" │ zoom {} │ ", fmt_short(app.width()))),
     ];
+    // How far behind the GPU the live view is, as the collectors last measured it.
+    let lag = st
+        .procs
+        .iter()
+        .filter(|p| !p.ended)
+        .map(|p| p.stats.lag_ns)
+        .max();
+    if let (SourceState::Live, Some(lag)) = (&app.source, lag.filter(|&l| l > 0)) {
+        spans.insert(
+            spans.len() - 1,
+            Span::raw(format!(
+                " │ lag {}",
+                fmt_short(lag.min(i64::MAX as u64) as i64)
+            )),
+        );
+    }
     if !app.message.is_empty() {
         spans.push(Span::styled(
             app.message.clone(),
