@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine from the carried folder gpu/ (docs/perf.md says how it is built).
-# usage: gpu-run.sh check|bench|variants|all
+# usage: gpu-run.sh check|bench|variants|probe|graphs|sanitizer|all
 set -u
 cd "$(dirname "$0")"
 export PYTHONUNBUFFERED=1
@@ -17,12 +17,59 @@ if [ "$MODE" = check ] || [ "$MODE" = all ]; then
   python3 compare_kineto.py --gaptop $G --kineto kineto.py --out "$OUT" gpt2.py 10 --expect forward 2>&1 | tee "$OUT/compare_gpt2.txt"
   rm -f "$OUT"/*.kineto.json
 fi
+if [ "$MODE" = probe ]; then
+  # Native frames, callback self-timing and the lag report on one launch-bound run each.
+  python3 pystack.py ./libgaptop_collector.so 2>&1 | tail -2
+  GAPTOP_VERBOSE=1 $G record --native -o "$OUT/lb_native.rec" -- python3 launchbound.py 300 2>&1 | tail -5
+  $G report "$OUT/lb_native.rec" | sed -n '1,12p;/Top stacks/,/^$/p' | cut -c1-220 | head -60
+  GAPTOP_VERBOSE=1 $G record --native -o "$OUT/gpt2_native.rec" -- python3 gpt2.py 10 2>&1 | tail -4
+  $G report "$OUT/gpt2_native.rec" | sed -n '/Top stacks/,/^$/p' | cut -c1-220 | head -40
+  # Which correlation id do kernels carry when only driver callbacks run?
+  GAPTOP_RUNTIME_CB=0 $G record -o "$OUT/lb_driveronly.rec" -- python3 launchbound.py 300 2>&1 | tail -2
+  $G report "$OUT/lb_driveronly.rec" | grep -E "^(GPU ops|launch calls)"
+  GAPTOP_VERBOSE=1 $G record -o "$OUT/lb_plain.rec" -- python3 launchbound.py 3000 2>&1 | tail -4
+  $G report "$OUT/lb_plain.rec" | grep -E "^(GPU ops|launch calls)"
+  # Raw CUPTI buffers for the replay test.
+  GAPTOP_DUMP="$OUT/planted.cuptibuf" GAPTOP_DUMP_BYTES=${DUMP_BYTES:-700000} $G record -o "$OUT/planted_dump.rec" -- python3 planted.py 3 2>&1 | tail -2
+  ls -la "$OUT"/*.cuptibuf
+fi
+if [ "$MODE" = graphs ]; then
+  # CUDA graph replays and torch.compile'd (driver-API) launches, with stacks.
+  for w in graphs compiled; do
+    timeout 240 $G record -o "$OUT/$w.rec" -- python3 $w.py 200 2>&1 | grep -E "WORKLOAD|UNAVAILABLE|recorded|collector"
+    $G report "$OUT/$w.rec" --format json > "$OUT/$w.json" && python3 - "$OUT/$w.json" $w <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1])); w = sys.argv[2]
+frames = [" > ".join(s["frames"]) for s in j["top_stacks"][:4]]
+print(f"{w}: kernels {j['kernels']} with launch {j['kernels_with_launch']} with stack {j['kernels_with_stack']}; reasons " +
+      ", ".join(f"{k} {v['count']}" for k, v in j["reasons"].items() if v["count"]))
+for f in frames: print("   ", f[-400:])
+ok = j["kernels"] > 0 and j["kernels_with_launch"] == j["kernels"] and j["kernels_with_stack"] == j["kernels"]
+if w == "graphs": ok = ok and j["reasons"]["graph"]["count"] > 0 and any("replay" in f for f in frames)
+if w == "compiled": ok = ok and any("compiled_step" in f for f in frames)
+print(("PASS " if ok else "FAIL ") + w)
+PY
+  done
+fi
+if [ "$MODE" = sanitizer ]; then
+  # compute-sanitizer around a workload that runs under gaptop.
+  CS=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+  echo "compute-sanitizer: $CS"
+  python3 checksum.py 300 | grep CHECKSUM
+  echo "-- gaptop record -- compute-sanitizer python3"
+  timeout ${CS_TIMEOUT:-200} $G record -o "$OUT/sanitized.rec" -- "$CS" --tool memcheck --target-processes all python3 checksum.py 300 2>&1 | grep -vE "^=========  +(Host|Saved)" | tail -12
+  $G report "$OUT/sanitized.rec" 2>&1 | grep -E "^(GPU ops|launch calls)|error"
+  echo "-- compute-sanitizer gaptop record -- python3"
+  timeout ${CS_TIMEOUT:-200} "$CS" --tool memcheck --target-processes all $G record -o "$OUT/sanitized2.rec" -- python3 checksum.py 300 2>&1 | grep -vE "^=========  +(Host|Saved)" | tail -12
+  $G report "$OUT/sanitized2.rec" 2>&1 | grep -E "^(GPU ops|launch calls)|error"
+fi
 if [ "$MODE" = variants ]; then
   python3 overhead.py --gaptop $G --kineto kineto.py --reps ${REPS:-3} --no-profiler \
-    --variant nostack:GAPTOP_PYSTACKS=0 --variant nodriver:GAPTOP_DRIVER_CB=0 \
-    --variant noapi:GAPTOP_API=0 --variant noflush:GAPTOP_FLUSH_MS=0 \
-    launchbound.py:2000 2>&1 | tee "$OUT/variants.txt"
+    ${PIN:+--pin $PIN} --variant native:GAPTOP_NATIVE=1 --variant nostack:GAPTOP_PYSTACKS=0 \
+    --variant nodriver:GAPTOP_DRIVER_CB=0 --variant noruntime:GAPTOP_RUNTIME_CB=0 \
+    --variant noapi:GAPTOP_API=0 \
+    launchbound.py:${LB_ITERS:-1000} 2>&1 | tee "$OUT/variants.txt"
 fi
 if [ "$MODE" = bench ] || [ "$MODE" = all ]; then
-  python3 overhead.py --gaptop $G --kineto kineto.py --reps ${REPS:-5} launchbound.py:${LB_ITERS:-1000} gpt2.py:${GPT2_ITERS:-10} 2>&1 | tee "$OUT/overhead.txt"
+  python3 overhead.py --gaptop $G --kineto kineto.py --reps ${REPS:-5} ${PIN:+--pin $PIN} launchbound.py:${LB_ITERS:-1000} gpt2.py:${GPT2_ITERS:-10} 2>&1 | tee "$OUT/overhead.txt"
 fi
