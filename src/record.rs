@@ -167,3 +167,50 @@ pub fn run(
         None => 0,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collect::recording::read_into;
+    use crate::collect::store::Store;
+
+    /// Native frames are named before they are written, so a recording opened on another
+    /// machine does not need the libraries; lag reports are collected for the summary.
+    #[test]
+    fn recorded_native_frames_are_resolved_and_lags_kept() {
+        let mut out = Vec::new();
+        let mut t = Totals::default();
+        let mut drops = Default::default();
+        {
+            let mut w = Writer::new(&mut out).unwrap();
+            let frames = vec![
+                Frame::Hello(gaptop_wire::Hello::new(3, -1, "p")),
+                Frame::Name {
+                    id: 9,
+                    text: "native:/nonexistent/libfoo.so+0x2a".into(),
+                },
+                Frame::Stack {
+                    id: 1,
+                    parent: 0,
+                    frame: 9,
+                },
+                Frame::Stats(gaptop_wire::Stats {
+                    lag_ns: 150_000_000,
+                    ..Default::default()
+                }),
+            ];
+            let ended = record_event(&mut w, &mut t, &mut drops, LiveEvent::Frames(1, frames));
+            assert!(ended.unwrap().is_none());
+            w.flush().unwrap();
+        }
+        assert_eq!(t.lags, vec![150]);
+        let text = String::from_utf8_lossy(&out);
+        assert!(
+            !text.contains("native:"),
+            "the raw module path is not stored"
+        );
+        let mut st = Store::default();
+        read_into(&out[..], &mut st).unwrap();
+        assert!(st.names.lookup("libfoo.so+0x2a").is_some());
+    }
+}

@@ -320,3 +320,27 @@ fn launch_coverage_counts_kernels_whose_launch_is_known() {
         "{text}"
     );
 }
+
+/// A recording taken on the H200 with `--native`: the Python frames come first, then the native
+/// frames down to the CUDA call, named (at record time) from the libraries' symbol tables.
+#[test]
+fn native_recording_names_cpp_frames_below_python() {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/gpt2_native.rec");
+    let j = report_json(&p, &[]);
+    assert_eq!(j["kernels_with_stack"], j["kernels"]);
+    let top: Vec<String> = j["top_stacks"][0]["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap().to_string())
+        .collect();
+    let py = top.iter().rposition(|f| f.contains(".py(")).unwrap();
+    let native = top.iter().position(|f| f.contains("[libtorch_")).unwrap();
+    assert!(top[py].ends_with("Conv1D.forward"), "{top:?}");
+    assert!(
+        py < native,
+        "native frames come below the Python ones: {top:?}"
+    );
+    assert!(top.iter().any(|f| f.starts_with("at::native::")), "{top:?}");
+    assert!(!top.iter().any(|f| f.starts_with("native:")), "{top:?}");
+}

@@ -173,6 +173,38 @@ fn live_status_shows_the_collectors_lag() {
     assert!(screen.contains("lag 180ms"), "{screen}");
 }
 
+/// With `--native` stacks, the details of a gap name the Python frames on one line and the
+/// named native frames below them on the next; frames of stripped libraries are left out.
+#[test]
+fn details_split_python_and_native_frames() {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/gpt2_native.rec");
+    let mut a = App::new(load_path(&p, usize::MAX).unwrap(), SourceState::File);
+    a.refresh(true);
+    a.update(Action::BiggestGap);
+    let screen = render(&mut a, 160, 50);
+    let line = |tag: &str| {
+        screen
+            .lines()
+            .find(|l| l.contains(tag))
+            .unwrap_or_else(|| panic!("no {tag} line in\n{screen}"))
+            .to_string()
+    };
+    assert!(line("launch stack:").contains("Conv1D.forward"), "{screen}");
+    let native = line("│native: ");
+    assert!(native.contains("cublasLtMatmul [libcublasLt"), "{native}");
+    assert!(native.contains("[libtorch_cuda.so]"), "{native}");
+    assert!(
+        !native.contains("+0x"),
+        "unnamed frames say nothing: {native}"
+    );
+    assert!(
+        gaptop::app::is_unnamed_native("libcublasLt.so.13+0x71b8533")
+            && !gaptop::app::is_unnamed_native("f.py(3): g+0x1")
+            && gaptop::app::is_native_frame("at::native::add [libtorch_cuda.so]")
+            && !gaptop::app::is_native_frame("model.py(4): f")
+    );
+}
+
 /// At a zoom where one cell holds many kernels, a big gap among them still shows: its cells
 /// keep their busy block but take the gap's colour.
 #[test]

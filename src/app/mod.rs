@@ -748,6 +748,25 @@ pub fn pretty_frame(f: &str) -> String {
     f.to_string()
 }
 
+/// A native frame from `--native`: `symbol [libfoo.so]`, or `libfoo.so+0x1a2b` when the
+/// library had no symbol for it.
+pub fn is_native_frame(frame: &str) -> bool {
+    (frame.ends_with(']') && frame.contains(" [")) || is_unnamed_native(frame)
+}
+
+/// A native frame the viewer could not name (a stripped library).
+pub fn is_unnamed_native(frame: &str) -> bool {
+    match frame.rsplit_once("+0x") {
+        Some((lib, off)) => {
+            !lib.contains(' ')
+                && lib.contains(".so")
+                && !off.is_empty()
+                && off.chars().all(|c| c.is_ascii_hexdigit())
+        }
+        None => false,
+    }
+}
+
 /// Frames of framework plumbing that every module call passes through; the tree hides them so
 /// the user's modules are what shows (their totals flow into the nearest shown ancestor).
 pub fn is_plumbing(frame: &str) -> bool {

@@ -522,7 +522,11 @@ pub fn details(f: &mut Frame, area: Rect, app: &App) {
     )));
     let frames = app.store.frame_strings(g.stack);
     let room = (inner.height as usize).saturating_sub(4).max(1);
-    let launch: Vec<String> = frames
+    // Python (and API) frames on one line, native ones (`--native`) on the next; native
+    // frames that could not be named say nothing and are left out.
+    let (native, rest): (Vec<&String>, Vec<&String>) =
+        frames.iter().partition(|f| crate::app::is_native_frame(f));
+    let launch: Vec<String> = rest
         .iter()
         .rev()
         .filter(|f| !crate::app::is_plumbing(f))
@@ -533,6 +537,19 @@ pub fn details(f: &mut Frame, area: Rect, app: &App) {
         short(&format!("launch stack: {}", launch.join(" ‹ ")), w),
         Style::default().fg(Color::LightYellow),
     ));
+    let named: Vec<&str> = native
+        .iter()
+        .rev()
+        .filter(|f| !crate::app::is_unnamed_native(f))
+        .take(room.max(2))
+        .map(|f| f.as_str())
+        .collect();
+    if !named.is_empty() {
+        lines.push(Line::styled(
+            short(&format!("native: {}", named.join(" ‹ ")), w),
+            Style::default().fg(Color::LightCyan),
+        ));
+    }
     let cpu = app.store.frame_strings(g.cpu_stack);
     let cpu_text = if cpu.is_empty() {
         "CPU during gap: not known from this source".to_string()
