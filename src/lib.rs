@@ -6,6 +6,7 @@
 //! - [`app`] and [`views`]: the terminal UI (state, actions, pure render functions).
 #![forbid(unsafe_code)]
 
+pub mod advice;
 pub mod app;
 pub mod collect;
 pub mod export;

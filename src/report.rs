@@ -59,6 +59,8 @@ pub struct JsonReport {
     pub reasons: std::collections::BTreeMap<&'static str, JsonBucket>,
     pub gap_percentiles_ns: Percentiles,
     pub kernel_percentiles_ns: Percentiles,
+    /// The code with the most gap time, with why the GPU waited there and the usual fix.
+    pub advice: Vec<crate::advice::Advice>,
     pub top_stacks: Vec<JsonStack>,
     pub top_gaps: Vec<JsonGap>,
     /// Kernels whose launch call was found by correlation id, and of those, launched from a
@@ -193,6 +195,7 @@ pub fn build(store: &Store, w: Window, cfg: &Config, top: usize) -> (Summary, Js
         reasons,
         gap_percentiles_ns: pct(&s.gap_hist),
         kernel_percentiles_ns: pct(&s.kernel_hist),
+        advice: crate::advice::advise(store, &s, 5),
         top_stacks: top_stacks(store, &s, 20),
         top_gaps: s
             .top_gaps
@@ -320,6 +323,24 @@ pub fn text(j: &JsonReport) -> String {
         fmt_ns(k.p99 as Ns),
         fmt_ns(k.max as Ns)
     );
+    if !j.advice.is_empty() {
+        let _ = writeln!(o, "\nWhat to fix (code with the most gap time)");
+        for a in &j.advice {
+            let _ = writeln!(
+                o,
+                "  {:>10} {:5.1}%  {:>6} gaps  {}  [{}]",
+                fmt_ns(a.gap_ns),
+                100.0 * a.share,
+                a.gaps,
+                a.site,
+                serde_json::to_value(a.verdict)
+                    .ok()
+                    .and_then(|v| v.as_str().map(String::from))
+                    .unwrap_or_default()
+            );
+            let _ = writeln!(o, "      {}", a.text);
+        }
+    }
     let _ = writeln!(o, "\nTop stacks by gap time");
     for s in j.top_stacks.iter().take(8) {
         let _ = writeln!(

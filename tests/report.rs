@@ -344,3 +344,47 @@ fn native_recording_names_cpp_frames_below_python() {
     assert!(top.iter().any(|f| f.starts_with("at::native::")), "{top:?}");
     assert!(!top.iter().any(|f| f.starts_with("native:")), "{top:?}");
 }
+
+/// The planted workload (recorded on the H200) puts a known cause in each function: `fast`
+/// launches tiny kernels back to back, `sync_then_launch` synchronizes first, `host_stall`
+/// burns 200 µs of CPU before launching. The advice names each function with its cause.
+#[test]
+fn advice_names_each_planted_cause() {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/planted.rec");
+    let j = report_json(&p, &[]);
+    let advice = j["advice"].as_array().unwrap();
+    let verdict_of = |f: &str| {
+        advice
+            .iter()
+            .find(|a| a["site"].as_str().unwrap().starts_with(f))
+            .map(|a| a["verdict"].as_str().unwrap().to_string())
+            .unwrap_or_else(|| panic!("{f} not in {advice:?}"))
+    };
+    assert_eq!(verdict_of("fast "), "launch_bound");
+    assert_eq!(verdict_of("sync_then_launch "), "sync");
+    assert_eq!(verdict_of("host_stall "), "host_work");
+    let stall = advice
+        .iter()
+        .find(|a| a["site"].as_str().unwrap().starts_with("host_stall"))
+        .unwrap();
+    let typical = stall["typical_gap_ns"].as_i64().unwrap();
+    assert!((150_000..260_000).contains(&typical), "{typical}");
+    let shares: f64 = advice.iter().map(|a| a["share"].as_f64().unwrap()).sum();
+    assert!(
+        (shares - 1.0).abs() < 1e-9,
+        "the three functions hold all gap time: {shares}"
+    );
+
+    let lb = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/launchbound.rec");
+    let j = report_json(&lb, &[]);
+    let top = &j["advice"][0];
+    assert!(
+        top["site"]
+            .as_str()
+            .unwrap()
+            .starts_with("rope  launchbound.py:"),
+        "{top}"
+    );
+    assert_eq!(top["verdict"], "launch_bound");
+    assert!(top["share"].as_f64().unwrap() > 0.95);
+}

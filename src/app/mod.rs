@@ -64,6 +64,8 @@ pub struct Cache {
     pub analyzed: (Ns, Ns),
     /// Communication stalls across ranks in that part (None with fewer than two ranks).
     pub comm: Option<crate::collect::comm::CommReport>,
+    /// Why the GPU waited, per launching function, most gap time first.
+    pub advice: Vec<crate::advice::Advice>,
 }
 
 pub const MAX_GAPS: usize = 2000;
@@ -208,7 +210,9 @@ impl App {
             std::mem::take(&mut summary.tree)
         };
         let items = build_items(&self.store, &tree, summary.total_gap_ns());
+        let advice = crate::advice::advise(&self.store, &summary, usize::MAX);
         self.cache = Some(Cache {
+            advice,
             key,
             summary,
             gaps,

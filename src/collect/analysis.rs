@@ -444,6 +444,93 @@ pub struct Summary {
     pub kernel_hist: hdrhistogram::Histogram<u64>,
     /// Per (stack, api, op) leaf: (gaps, gap_ns).
     pub stacks: HashMap<(StackId, NameId, NameId), (u64, Ns)>,
+    /// Per launch stack: what its gaps were like (for advice).
+    pub leaves: HashMap<StackId, LeafAcc>,
+}
+
+/// The gaps charged to one launch stack: how many, how long, why, and the ops after them.
+#[derive(Clone, Debug)]
+pub struct LeafAcc {
+    pub gaps: u64,
+    pub gap_ns: Ns,
+    /// Gap time by reason, in `Reason` order.
+    pub by_reason: [Ns; 5],
+    /// Total duration of the ops the gaps were charged to.
+    pub next_ns: Ns,
+    /// Gap counts by duration: four buckets per power of two (within 25%).
+    pub hist: [u32; HIST_BUCKETS],
+}
+
+impl Default for LeafAcc {
+    fn default() -> Self {
+        LeafAcc {
+            gaps: 0,
+            gap_ns: 0,
+            by_reason: [0; 5],
+            next_ns: 0,
+            hist: [0; HIST_BUCKETS],
+        }
+    }
+}
+
+impl LeafAcc {
+    pub fn add(&mut self, gap: Ns, reason: Reason, next: Ns) {
+        self.gaps += 1;
+        self.gap_ns += gap;
+        self.by_reason[reason as usize] += gap;
+        self.next_ns += next.max(0);
+        self.hist[bucket(gap)] += 1;
+    }
+
+    pub fn merge(&mut self, o: &LeafAcc) {
+        self.gaps += o.gaps;
+        self.gap_ns += o.gap_ns;
+        for i in 0..5 {
+            self.by_reason[i] += o.by_reason[i];
+        }
+        self.next_ns += o.next_ns;
+        for (a, b) in self.hist.iter_mut().zip(o.hist.iter()) {
+            *a += b;
+        }
+    }
+
+    /// The median gap, to within its bucket (the bucket's middle).
+    pub fn typical_gap(&self) -> Ns {
+        let half = self.gaps.div_ceil(2);
+        let mut seen = 0u64;
+        for (i, &n) in self.hist.iter().enumerate() {
+            seen += n as u64;
+            if n > 0 && seen >= half {
+                let (lo, width) = bucket_range(i);
+                return (lo + width / 2) as Ns;
+            }
+        }
+        0
+    }
+}
+
+const HIST_BUCKETS: usize = 4 * 48;
+
+/// Bucket of a duration: the power of two below it and the next two bits.
+fn bucket(ns: Ns) -> usize {
+    let v = ns.max(1) as u64;
+    let k = 63 - v.leading_zeros() as usize;
+    let sub = if k >= 2 {
+        ((v >> (k - 2)) & 3) as usize
+    } else {
+        0
+    };
+    (k * 4 + sub).min(HIST_BUCKETS - 1)
+}
+
+/// First value and width of a bucket.
+fn bucket_range(i: usize) -> (u64, u64) {
+    let (k, sub) = (i / 4, (i % 4) as u64);
+    if k < 2 {
+        (1 << k, 1 << k)
+    } else {
+        ((4 + sub) << (k - 2), 1 << (k - 2))
+    }
 }
 
 impl Summary {
@@ -517,6 +604,7 @@ pub fn summarize_top(store: &Store, w: Window, cfg: &Config, top_n: usize, min_n
         gap_hist: hist(),
         kernel_hist: hist(),
         stacks: HashMap::default(),
+        leaves: HashMap::default(),
     };
     let win = Window::new(lo, hi);
     let mut top: std::collections::BinaryHeap<std::cmp::Reverse<Ranked>> = Default::default();
@@ -564,6 +652,8 @@ pub fn summarize_top(store: &Store, w: Window, cfg: &Config, top_n: usize, min_n
             let e = s.stacks.entry((g.stack, g.api, g.op_name)).or_default();
             e.0 += 1;
             e.1 += d;
+            let next = store.lanes[g.lane].ops.get(g.next).map_or(0, |o| o.dur());
+            s.leaves.entry(g.stack).or_default().add(d, g.reason, next);
             if d >= min_ns {
                 s.top_eligible += 1;
                 if top_n > 0 {

@@ -550,6 +550,31 @@ pub fn details(f: &mut Frame, area: Rect, app: &App) {
             Style::default().fg(Color::LightCyan),
         ));
     }
+    // What the gaps charged to this code have in common, and the usual fix.
+    let key = crate::advice::site_key(&app.store, g.stack);
+    if let Some(a) = app
+        .cache
+        .as_ref()
+        .and_then(|c| c.advice.iter().find(|a| a.key == key))
+    {
+        let verdict = serde_json::to_value(a.verdict)
+            .ok()
+            .and_then(|v| v.as_str().map(String::from))
+            .unwrap_or_default();
+        lines.push(Line::styled(
+            short(
+                &format!(
+                    "{verdict}: {} ({} gaps here, typically {} apart, {} of gap time)",
+                    a.fix,
+                    a.gaps,
+                    fmt_short(a.typical_gap_ns),
+                    fmt_short(a.gap_ns)
+                ),
+                w,
+            ),
+            Style::default().fg(Color::LightGreen),
+        ));
+    }
     let cpu = app.store.frame_strings(g.cpu_stack);
     let cpu_text = if cpu.is_empty() {
         "CPU during gap: not known from this source".to_string()
