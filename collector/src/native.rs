@@ -1,0 +1,131 @@
+//! Native frames for `--native`: the process's own unwinder, from the CUDA call up to the
+//! Python interpreter; frames leave as module path and offset.
+
+use super::*;
+
+// The walk uses the unwinder the process already has (libgcc's, which finds unwind tables
+// through glibc without a global lock), stops at the Python interpreter, and skips the frames of
+// gaptop, CUPTI and the CUDA libraries above the caller. No symbol is looked up here: a frame is
+// named by its module's path and offset, and the viewer resolves it.
+
+extern "C" {
+    fn _Unwind_Backtrace(
+        trace: unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int,
+        arg: *mut c_void,
+    ) -> c_int;
+    fn _Unwind_GetIP(ctx: *mut c_void) -> usize;
+}
+
+pub(crate) struct Walk<'a> {
+    pub(crate) map: &'a NativeMap,
+    pub(crate) out: &'a mut Vec<usize>,
+    pub(crate) started: bool,
+}
+
+pub(crate) unsafe extern "C" fn walk_step(ctx: *mut c_void, arg: *mut c_void) -> c_int {
+    const CONTINUE: c_int = 0;
+    const STOP: c_int = 4;
+    let w = &mut *(arg as *mut Walk);
+    let ip = _Unwind_GetIP(ctx);
+    if ip == 0 {
+        return STOP;
+    }
+    match w.map.region(ip) {
+        Some(Region::Plumbing) if !w.started => CONTINUE,
+        Some(Region::Interpreter) => STOP,
+        _ => {
+            w.started = true;
+            w.out.push(ip);
+            if w.out.len() >= MAX_NATIVE {
+                STOP
+            } else {
+                CONTINUE
+            }
+        }
+    }
+}
+
+/// Fills `out` with return addresses, innermost first.
+pub(crate) unsafe fn walk_native(map: &NativeMap, out: &mut Vec<usize>) {
+    let mut w = Walk {
+        map,
+        out,
+        started: false,
+    };
+    _Unwind_Backtrace(walk_step, &mut w as *mut Walk as *mut c_void);
+}
+
+/// Loaded modules: (first address, end, load base, path).
+pub(crate) unsafe fn modules() -> Vec<(usize, usize, usize, String)> {
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut c_void,
+    ) -> c_int {
+        let v = &mut *(data as *mut Vec<(usize, usize, usize, String)>);
+        let i = &*info;
+        let base = i.dlpi_addr as usize;
+        let (mut lo, mut hi) = (usize::MAX, 0usize);
+        for k in 0..i.dlpi_phnum as usize {
+            let ph = &*i.dlpi_phdr.add(k);
+            if ph.p_type == libc::PT_LOAD {
+                lo = lo.min(base + ph.p_vaddr as usize);
+                hi = hi.max(base + (ph.p_vaddr + ph.p_memsz) as usize);
+            }
+        }
+        let name = if i.dlpi_name.is_null() {
+            String::new()
+        } else {
+            CStr::from_ptr(i.dlpi_name).to_string_lossy().into_owned()
+        };
+        if lo < hi {
+            v.push((lo, hi, base, name));
+        }
+        0
+    }
+    let mut v: Vec<(usize, usize, usize, String)> = Vec::new();
+    libc::dl_iterate_phdr(Some(each), &mut v as *mut _ as *mut c_void);
+    let exe = std::fs::read_link("/proc/self/exe")
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    for m in &mut v {
+        if m.3.is_empty() {
+            m.3 = exe.clone();
+        }
+    }
+    v
+}
+
+/// The modules the walk skips (gaptop, CUPTI, libcuda, libcudart) and the interpreter's.
+pub(crate) unsafe fn native_map() -> NativeMap {
+    let mods = modules();
+    let here = native_map as *const () as usize;
+    let interp = libc::dlsym(libc::RTLD_DEFAULT, c"_PyEval_EvalFrameDefault".as_ptr()) as usize;
+    let mut regions = Vec::new();
+    for (lo, hi, _, path) in &mods {
+        let file = path.rsplit('/').next().unwrap_or(path);
+        let inside = |a: usize| a != 0 && *lo <= a && a < *hi;
+        if inside(here)
+            || file.starts_with("libcupti")
+            || file.starts_with("libcuda.so")
+            || file.starts_with("libcudart")
+        {
+            regions.push((*lo, *hi, Region::Plumbing));
+        } else if inside(interp) || file.starts_with("libpython3") {
+            regions.push((*lo, *hi, Region::Interpreter));
+        }
+    }
+    NativeMap { regions }
+}
+
+/// `native:<module path>+0x<offset>`: what the viewer resolves to a symbol. The address is a
+/// return address, so the offset names the call instruction (one byte back).
+pub(crate) unsafe fn native_name(ip: usize) -> String {
+    let at = ip.saturating_sub(1);
+    for (lo, hi, base, path) in modules() {
+        if lo <= at && at < hi {
+            return format!("native:{path}+0x{:x}", at - base);
+        }
+    }
+    format!("native:?+0x{at:x}")
+}

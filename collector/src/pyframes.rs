@@ -1,0 +1,292 @@
+//! Python frames without the GIL: a one-time calibration (as a CPython pending call) finds
+//! the interpreter's structure offsets, after which the launching thread's frames are read
+//! directly.
+
+use super::*;
+
+// PyTorch releases the GIL before it launches a kernel, so the launching thread cannot use the
+// CPython API at that moment. Its own frames are frozen while it is inside the launch, though,
+// and can be read directly, the way out-of-process samplers do. The struct offsets are not
+// hard-coded: a one-time calibration runs as a pending call (GIL held, main thread) and finds
+// them by comparing raw memory with what the CPython API returns, reading memory only through
+// a checked read. Walking starts only once every offset is confirmed; otherwise launches simply
+// carry no Python stack.
+
+pub(crate) type FnPtr = unsafe extern "C" fn() -> *mut c_void;
+pub(crate) type FnPtrPtr = unsafe extern "C" fn(*mut c_void) -> *mut c_void;
+pub(crate) type FnPtrInt = unsafe extern "C" fn(*mut c_void) -> c_int;
+pub(crate) type FnDec = unsafe extern "C" fn(*mut c_void);
+pub(crate) type FnAttr = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
+pub(crate) type FnUtf8 = unsafe extern "C" fn(*mut c_void, *mut isize) -> *const c_char;
+pub(crate) type FnAddr2Line = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;
+pub(crate) type FnPending =
+    unsafe extern "C" fn(unsafe extern "C" fn(*mut c_void) -> c_int, *mut c_void) -> c_int;
+
+pub(crate) unsafe fn sym<T: Copy>(name: &CStr) -> Option<T> {
+    let p = libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr());
+    if p.is_null() {
+        None
+    } else {
+        Some(std::mem::transmute_copy::<*mut c_void, T>(&p))
+    }
+}
+
+/// Offsets found by calibration, and the functions the walk may call without the GIL.
+#[derive(Clone, Copy)]
+pub(crate) struct Layout {
+    pub(crate) this_tstate: FnPtr,
+    pub(crate) lasti: Option<FnPtrInt>,
+    pub(crate) addr2line: Option<FnAddr2Line>,
+    pub(crate) code_type: usize,
+    pub(crate) unicode_type: usize,
+    /// tstate + ts_off holds a pointer; through `indirect` more (3.12's cframe) it is the
+    /// current interpreter frame.
+    pub(crate) ts_off: usize,
+    /// Offset of the current frame inside 3.11/3.12's `_PyCFrame`, when there is one.
+    pub(crate) indirect: Option<usize>,
+    pub(crate) code_off: usize,
+    pub(crate) prev_off: usize,
+    pub(crate) filename_off: usize,
+    pub(crate) qualname_off: usize,
+    /// Where a compact ASCII string's bytes start.
+    pub(crate) ascii_data_off: usize,
+}
+
+pub(crate) static LAYOUT: OnceLock<Layout> = OnceLock::new();
+
+/// Reads 8 bytes from `addr` without risking a fault (process_vm_readv on ourselves).
+pub(crate) unsafe fn checked_read(addr: usize) -> Option<usize> {
+    if addr < 4096 || !addr.is_multiple_of(8) {
+        return None;
+    }
+    let mut v: usize = 0;
+    let local = libc::iovec {
+        iov_base: &mut v as *mut usize as *mut c_void,
+        iov_len: 8,
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut c_void,
+        iov_len: 8,
+    };
+    let n = libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0);
+    (n == 8).then_some(v)
+}
+
+pub(crate) unsafe fn rd(addr: usize) -> usize {
+    std::ptr::read(addr as *const usize)
+}
+
+/// Calibration, run by CPython as a pending call: the GIL is held and Python code is running.
+pub(crate) unsafe extern "C" fn calibrate(_: *mut c_void) -> c_int {
+    let r = std::panic::catch_unwind(|| unsafe { calibrate_inner() });
+    match r {
+        Ok(Ok(l)) => {
+            let _ = LAYOUT.set(l);
+            if std::env::var_os("GAPTOP_VERBOSE").is_some() {
+                say!(
+                    "python frames: tstate+{} {} code@{} prev@{} file@{} qual@{}",
+                    l.ts_off,
+                    match l.indirect {
+                        Some(o) => format!("via cframe+{o}"),
+                        None => "direct".into(),
+                    },
+                    l.code_off,
+                    l.prev_off,
+                    l.filename_off,
+                    l.qualname_off
+                );
+            }
+        }
+        Ok(Err(e)) => say!("python stacks unavailable: {e}"),
+        Err(_) => say!("python stacks unavailable: calibration failed"),
+    }
+    0
+}
+
+pub(crate) unsafe fn calibrate_inner() -> Result<Layout, &'static str> {
+    let this_tstate: FnPtr =
+        sym(c"PyGILState_GetThisThreadState").ok_or("no PyGILState_GetThisThreadState")?;
+    let get_frame: FnPtr = sym(c"PyEval_GetFrame").ok_or("no PyEval_GetFrame")?;
+    let frame_code: FnPtrPtr = sym(c"PyFrame_GetCode").ok_or("no PyFrame_GetCode")?;
+    let frame_back: FnPtrPtr = sym(c"PyFrame_GetBack").ok_or("no PyFrame_GetBack")?;
+    let lineno: FnPtrInt = sym(c"PyFrame_GetLineNumber").ok_or("no PyFrame_GetLineNumber")?;
+    let decref: FnDec = sym(c"Py_DecRef").ok_or("no Py_DecRef")?;
+    let getattr: FnAttr = sym(c"PyObject_GetAttrString").ok_or("no PyObject_GetAttrString")?;
+    let utf8: FnUtf8 = sym(c"PyUnicode_AsUTF8AndSize").ok_or("no PyUnicode_AsUTF8AndSize")?;
+    let err_clear: unsafe extern "C" fn() = sym(c"PyErr_Clear").ok_or("no PyErr_Clear")?;
+    let code_type = libc::dlsym(libc::RTLD_DEFAULT, c"PyCode_Type".as_ptr()) as usize;
+    let unicode_type = libc::dlsym(libc::RTLD_DEFAULT, c"PyUnicode_Type".as_ptr()) as usize;
+    if code_type == 0 || unicode_type == 0 {
+        return Err("no PyCode_Type");
+    }
+    let lasti: Option<FnPtrInt> = sym(c"PyUnstable_InterpreterFrame_GetLasti");
+    let addr2line: Option<FnAddr2Line> = sym(c"PyCode_Addr2Line");
+    let ts = this_tstate() as usize;
+    let frame = get_frame();
+    if ts == 0 || frame.is_null() {
+        return Err("no running Python frame to calibrate on");
+    }
+    let code = frame_code(frame) as usize;
+    decref(code as *mut c_void);
+    let back = frame_back(frame);
+    let back_code = if back.is_null() {
+        0
+    } else {
+        let c = frame_code(back) as usize;
+        decref(c as *mut c_void);
+        decref(back);
+        c
+    };
+    // The interpreter frame: tstate -> (cframe ->) frame, whose code field is `code`, and whose
+    // `previous` chain reaches the caller's code within a few (shim) steps.
+    let mut found = None;
+    'search: for ts_off in (0..=1024).step_by(8) {
+        let Some(p) = checked_read(ts + ts_off) else {
+            continue;
+        };
+        for indirect in [Some(0usize), Some(8), None] {
+            let f = match indirect {
+                Some(o) => match checked_read(p + o) {
+                    Some(f) => f,
+                    None => continue,
+                },
+                None => p,
+            };
+            for (code_off, prev_off) in [(0usize, 8usize), (32, 48)] {
+                if checked_read(f + code_off) != Some(code) {
+                    continue;
+                }
+                if back_code != 0 {
+                    let mut g = f;
+                    let mut ok = false;
+                    for _ in 0..4 {
+                        g = match checked_read(g + prev_off) {
+                            Some(x) if x != 0 => x,
+                            _ => break,
+                        };
+                        if checked_read(g + code_off) == Some(back_code) {
+                            ok = true;
+                            break;
+                        }
+                    }
+                    if !ok {
+                        continue;
+                    }
+                }
+                found = Some((ts_off, indirect, f, code_off, prev_off));
+                break 'search;
+            }
+        }
+    }
+    let (ts_off, indirect, iframe, code_off, prev_off) =
+        found.ok_or("frame layout not recognized")?;
+    // Code object fields, found by identity with the attribute values.
+    // co_name and co_qualname may be the same object (module-level code), so collect every
+    // offset that holds the value and keep the qualname's that is not the name's.
+    let fields = |name: &CStr| -> Result<(Vec<usize>, usize), &'static str> {
+        let v = getattr(code as *mut c_void, name.as_ptr()) as usize;
+        if v == 0 {
+            err_clear();
+            return Err("code attribute missing");
+        }
+        decref(v as *mut c_void);
+        let offs: Vec<usize> = (16..=512)
+            .step_by(8)
+            .filter(|off| checked_read(code + off) == Some(v))
+            .collect();
+        if offs.is_empty() {
+            return Err("code layout not recognized");
+        }
+        Ok((offs, v))
+    };
+    let (file_offs, fname) = fields(c"co_filename")?;
+    let filename_off = file_offs[0];
+    let (name_offs, _) = fields(c"co_name")?;
+    let name_off = name_offs[0];
+    let qualname_off = match fields(c"co_qualname") {
+        Ok((q, _)) => q
+            .iter()
+            .copied()
+            .find(|&o| o != name_off)
+            .unwrap_or(name_off),
+        Err(_) => name_off,
+    };
+    // Where an ASCII string keeps its bytes.
+    let mut n: isize = 0;
+    let s = utf8(fname as *mut c_void, &mut n);
+    if s.is_null() || n <= 0 {
+        err_clear();
+        return Err("cannot read a file name");
+    }
+    let want = std::slice::from_raw_parts(s as *const u8, n as usize);
+    let mut ascii_data_off = 0;
+    for off in (24..=128).step_by(8) {
+        let mut buf = vec![0u8; want.len()];
+        let local = libc::iovec {
+            iov_base: buf.as_mut_ptr() as *mut c_void,
+            iov_len: buf.len(),
+        };
+        let remote = libc::iovec {
+            iov_base: (fname + off) as *mut c_void,
+            iov_len: buf.len(),
+        };
+        if libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) == buf.len() as isize
+            && buf == want
+        {
+            ascii_data_off = off;
+            break;
+        }
+    }
+    if ascii_data_off == 0 {
+        return Err("string layout not recognized");
+    }
+    if let (Some(l), Some(a)) = (lasti, addr2line) {
+        if a(code as *mut c_void, l(iframe as *mut c_void)) != lineno(frame) {
+            return Err("line numbers do not match");
+        }
+    }
+    Ok(Layout {
+        this_tstate,
+        lasti,
+        addr2line,
+        code_type,
+        unicode_type,
+        ts_off,
+        indirect,
+        code_off,
+        prev_off,
+        filename_off,
+        qualname_off,
+        ascii_data_off,
+    })
+}
+
+/// Decodes a str object's text without the GIL (compact strings only).
+pub(crate) unsafe fn read_str(l: &Layout, s: usize) -> String {
+    if s == 0 || rd(s + 8) != l.unicode_type {
+        return "?".into();
+    }
+    let len = rd(s + 16).min(4096);
+    let state = std::ptr::read((s + 32) as *const u32);
+    let kind = (state >> 2) & 7;
+    let compact = (state >> 5) & 1 == 1;
+    let ascii = (state >> 6) & 1 == 1;
+    if !compact {
+        return "?".into();
+    }
+    if ascii {
+        let b = std::slice::from_raw_parts((s + l.ascii_data_off) as *const u8, len);
+        return String::from_utf8_lossy(b).into_owned();
+    }
+    let data = s + l.ascii_data_off + 16;
+    (0..len)
+        .map(|i| {
+            let cp = match kind {
+                1 => *((data + i) as *const u8) as u32,
+                2 => *((data + 2 * i) as *const u16) as u32,
+                _ => *((data + 4 * i) as *const u32),
+            };
+            char::from_u32(cp).unwrap_or('?')
+        })
+        .collect()
+}

@@ -1,0 +1,157 @@
+//! The sender thread: the only socket I/O in the profiled process.
+
+use super::*;
+
+pub(crate) fn send_all(fd: c_int, mut b: &[u8]) -> bool {
+    while !b.is_empty() {
+        let r = unsafe { libc::send(fd, b.as_ptr() as *const c_void, b.len(), libc::MSG_NOSIGNAL) };
+        if r < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return false;
+        }
+        b = &b[r as usize..];
+    }
+    true
+}
+
+/// Wraps raw records into frames no larger than the wire limit.
+pub(crate) fn frame_records(out: &mut Vec<u8>, tag: u8, recs: &[u8], size: usize) {
+    let per = (w::MAX_FRAME - 16) / size * size;
+    for chunk in recs.chunks(per) {
+        out.extend_from_slice(&((chunk.len() + 1) as u32).to_le_bytes());
+        out.push(tag);
+        out.extend_from_slice(chunk);
+    }
+}
+
+/// One send's bytes: definitions first, then the threads' API records, then the queued GPU
+/// batches. Returns the number of records and the oldest end time among the batches.
+pub(crate) fn compose(
+    out: &mut Vec<u8>,
+    defs: &[u8],
+    apis: &[Vec<u8>],
+    batches: &[Batch],
+) -> (u64, u64) {
+    out.clear();
+    out.extend_from_slice(defs);
+    let mut nrec = 0u64;
+    for b in apis {
+        frame_records(out, w::TAG_APIS, b, w::API_SIZE);
+        nrec += (b.len() / w::API_SIZE) as u64;
+    }
+    let mut oldest = u64::MAX;
+    for b in batches {
+        let size = if b.tag == w::TAG_OPS {
+            w::OP_SIZE
+        } else {
+            w::API_SIZE
+        };
+        frame_records(out, b.tag, &b.bytes, size);
+        nrec += b.records as u64;
+        oldest = oldest.min(b.oldest_end);
+    }
+    (nrec, oldest)
+}
+
+pub(crate) fn sender(c: &'static Collector) {
+    let flush_period = match std::env::var("GAPTOP_FLUSH_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        Some(0) => None,
+        Some(ms) => Some(Duration::from_millis(ms)),
+        None => Some(FLUSH_PERIOD),
+    };
+    let mut last_flush = Instant::now();
+    let mut last_stats = Instant::now();
+    let mut out: Vec<u8> = Vec::with_capacity(1 << 20);
+    loop {
+        let stopping = c.shutting_down.load(Acquire);
+        {
+            let q = c.queue.lock().unwrap_or_else(|e| e.into_inner());
+            if q.batches.is_empty() && !stopping {
+                let _ = c.wake.wait_timeout(q, SEND_PERIOD);
+            }
+        }
+        // Flush only when buffers are not filling on their own: under load they complete
+        // every few hundred ms anyway, and a forced flush competes with the launching threads.
+        let quiet_ms = (c.started.elapsed().as_millis() as u64)
+            .saturating_sub(c.last_completed_ms.load(Relaxed));
+        let due = |p: Duration| last_flush.elapsed() >= p && quiet_ms >= p.as_millis() as u64;
+        if flush_period.is_some_and(due) && !stopping {
+            unsafe {
+                cu::cuptiActivityFlushAll(0);
+            }
+            last_flush = Instant::now();
+        }
+        // Records first, then the definitions they may use: a definition is always written
+        // before any record that refers to it, so it is in this take or an earlier one.
+        let batches: Vec<Batch> = {
+            let mut q = c.queue.lock().unwrap_or_else(|e| e.into_inner());
+            q.bytes = 0;
+            q.batches.drain(..).collect()
+        };
+        let threads: Vec<Arc<Mutex<Vec<u8>>>> =
+            c.threads.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut apis: Vec<Vec<u8>> = Vec::new();
+        for t in &threads {
+            let mut b = t.lock().unwrap_or_else(|e| e.into_inner());
+            if !b.is_empty() {
+                // The replacement is allocated here, on the sender thread, at the thread's
+                // fixed size, so the launching thread never allocates for its records.
+                let cap = b.capacity().max(THREAD_CAP);
+                apis.push(std::mem::replace(&mut *b, Vec::with_capacity(cap)));
+            }
+        }
+        let defs = std::mem::take(&mut *c.defs.lock().unwrap_or_else(|e| e.into_inner()));
+        let (nrec, oldest) = compose(&mut out, &defs, &apis, &batches);
+        if oldest != u64::MAX {
+            let lag = timestamp().saturating_sub(oldest);
+            c.lag_ns.fetch_max(lag, Relaxed);
+        }
+        if last_stats.elapsed() >= Duration::from_millis(500) || stopping {
+            w::encode_stats(
+                &mut out,
+                &w::Stats {
+                    collector_dropped: c.dropped.load(Relaxed),
+                    cupti_dropped: c.cupti_dropped.load(Relaxed),
+                    sent: c.sent.load(Relaxed) + nrec,
+                    lag_ns: c.lag_ns.swap(0, Relaxed),
+                },
+            );
+            last_stats = Instant::now();
+        }
+        if c.active.load(Relaxed) {
+            if send_all(c.fd, &out) {
+                c.sent.fetch_add(nrec, Relaxed);
+            } else {
+                c.count_drop(nrec);
+                go_quiet(c, "the viewer went away");
+            }
+        } else {
+            c.count_drop(nrec);
+        }
+        {
+            let mut q = c.queue.lock().unwrap_or_else(|e| e.into_inner());
+            for mut b in batches {
+                if q.free.len() < 8 && b.tag == w::TAG_OPS {
+                    b.bytes.clear();
+                    q.free.push(b.bytes);
+                }
+            }
+        }
+        if stopping {
+            if c.active.load(Relaxed) {
+                let mut bye = Vec::new();
+                w::encode_bye(&mut bye, 0);
+                send_all(c.fd, &bye);
+            }
+            let (m, cv) = &c.done;
+            *m.lock().unwrap_or_else(|e| e.into_inner()) = true;
+            cv.notify_all();
+            return;
+        }
+    }
+}
