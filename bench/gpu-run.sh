@@ -67,7 +67,7 @@ if [ "$MODE" = variants ]; then
   python3 overhead.py --gaptop $G --kineto kineto.py --reps ${REPS:-3} --no-profiler \
     ${PIN:+--pin $PIN} --variant native:GAPTOP_NATIVE=1 --variant nostack:GAPTOP_PYSTACKS=0 \
     --variant nodriver:GAPTOP_DRIVER_CB=0 --variant noruntime:GAPTOP_RUNTIME_CB=0 \
-    --variant noapi:GAPTOP_API=0 \
+    --variant noapi:GAPTOP_API=0 --variant hwtrace:GAPTOP_HWTRACE=1 \
     launchbound.py:${LB_ITERS:-1000} 2>&1 | tee "$OUT/variants.txt"
 fi
 if [ "$MODE" = bench ] || [ "$MODE" = all ]; then

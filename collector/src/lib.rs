@@ -701,6 +701,16 @@ unsafe fn start() -> Result<(), String> {
         cu::cuptiActivityRegisterCallbacks(Some(buffer_requested), Some(buffer_completed)),
         "cuptiActivityRegisterCallbacks",
     )?;
+    // Experiment (off by default, to be measured): hardware-based kernel timestamps instead of
+    // CUPTI's instrumentation of each launch, where the GPU and driver support it.
+    if std::env::var("GAPTOP_HWTRACE").is_ok_and(|v| v == "1") {
+        if let Err(e) = check(
+            cu::cuptiActivityEnableHWTrace(1),
+            "cuptiActivityEnableHWTrace",
+        ) {
+            say!("{e}; using CUPTI's default kernel tracing");
+        }
+    }
     for k in &ACTIVITY_KINDS[..3] {
         check(cu::cuptiActivityEnable(*k), "cuptiActivityEnable")?;
     }
