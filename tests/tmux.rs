@@ -131,6 +131,11 @@ fn open_zoom_walk_export_quit() {
         screen.contains("launch stack: mlp  model.py:30"),
         "{screen}"
     );
+    // And what the gaps charged to `mlp` have in common.
+    assert!(
+        screen.contains("host_work: move CPU work off the launch path (3 gaps here"),
+        "{screen}"
+    );
     // Enter zooms around it.
     s.keys(&["Enter"]);
     s.wait_for("zoomed to the 75µs gap");

@@ -510,7 +510,8 @@ pub fn details(f: &mut Frame, area: Rect, app: &App) {
         "launching call not in this source".into()
     };
     lines.push(Line::raw(short(&api, w)));
-    lines.push(Line::raw(short(
+    // Shown after the stack and the verdict: on a short pane, those matter more.
+    let neighbours = Line::raw(short(
         &format!(
             "before: {} ({})  after: {} ({})",
             short_kernel(app.store.names.get(prev.name)),
@@ -519,7 +520,7 @@ pub fn details(f: &mut Frame, area: Rect, app: &App) {
             fmt_short(next.dur())
         ),
         w,
-    )));
+    ));
     let frames = app.store.frame_strings(g.stack);
     let room = (inner.height as usize).saturating_sub(4).max(1);
     // Python (and API) frames on one line, native ones (`--native`) on the next; native
@@ -537,19 +538,6 @@ pub fn details(f: &mut Frame, area: Rect, app: &App) {
         short(&format!("launch stack: {}", launch.join(" ‹ ")), w),
         Style::default().fg(Color::LightYellow),
     ));
-    let named: Vec<&str> = native
-        .iter()
-        .rev()
-        .filter(|f| !crate::app::is_unnamed_native(f))
-        .take(room.max(2))
-        .map(|f| f.as_str())
-        .collect();
-    if !named.is_empty() {
-        lines.push(Line::styled(
-            short(&format!("native: {}", named.join(" ‹ ")), w),
-            Style::default().fg(Color::LightCyan),
-        ));
-    }
     // What the gaps charged to this code have in common, and the usual fix.
     let key = crate::advice::site_key(&app.store, g.stack);
     if let Some(a) = app
@@ -575,6 +563,20 @@ pub fn details(f: &mut Frame, area: Rect, app: &App) {
             Style::default().fg(Color::LightGreen),
         ));
     }
+    let named: Vec<&str> = native
+        .iter()
+        .rev()
+        .filter(|f| !crate::app::is_unnamed_native(f))
+        .take(room.max(2))
+        .map(|f| f.as_str())
+        .collect();
+    if !named.is_empty() {
+        lines.push(Line::styled(
+            short(&format!("native: {}", named.join(" ‹ ")), w),
+            Style::default().fg(Color::LightCyan),
+        ));
+    }
+    lines.push(neighbours);
     let cpu = app.store.frame_strings(g.cpu_stack);
     let cpu_text = if cpu.is_empty() {
         "CPU during gap: not known from this source".to_string()
