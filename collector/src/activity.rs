@@ -88,17 +88,28 @@ pub(crate) unsafe fn decode_record(
     names: &mut HashMap<usize, u32>,
     rec: *const u8,
 ) -> Option<Decoded> {
+    // Fields are read one at a time, as the integers they are: materializing a whole record
+    // would also read its enum fields, and a value this build does not know (a newer CUPTI)
+    // must not be undefined behaviour.
+    macro_rules! get {
+        ($ty:ty, $field:ident) => {{
+            let off = std::mem::offset_of!($ty, $field);
+            // Only for the field's type; nothing is read through it.
+            let like = std::mem::MaybeUninit::<$ty>::uninit();
+            read_field(rec, off, std::ptr::addr_of!((*like.as_ptr()).$field))
+        }};
+    }
     // The GPU op fields every kernel, memcpy and memset record has.
     macro_rules! op {
-        ($r:expr, $name:expr, $kind:expr) => {
+        ($ty:ty, $name:expr, $kind:expr) => {
             w::Op {
-                start: $r.start,
-                end: $r.end,
-                corr: $r.correlationId,
+                start: get!($ty, start),
+                end: get!($ty, end),
+                corr: get!($ty, correlationId),
                 name: $name,
-                stream: $r.streamId,
-                graph: $r.graphId,
-                device: $r.deviceId as u16,
+                stream: get!($ty, streamId),
+                graph: get!($ty, graphId),
+                device: get!($ty, deviceId) as u16,
                 kind: $kind,
                 flags: 0,
             }
@@ -108,34 +119,32 @@ pub(crate) unsafe fn decode_record(
     Some(Decoded::Op(match kind {
         // CONCURRENT_KERNEL / KERNEL
         10 | 3 => {
-            let k = std::ptr::read_unaligned(rec as *const cu::CUpti_ActivityKernel10);
-            let ptr = k.name as usize;
-            let name = match names.get(&ptr) {
+            let np: *const c_char = get!(cu::CUpti_ActivityKernel10, name);
+            let name = match names.get(&(np as usize)) {
                 Some(&id) => id,
                 None => {
-                    let id = c.new_name(&kernel_name(k.name));
-                    names.insert(ptr, id);
+                    let id = c.new_name(&kernel_name(np));
+                    names.insert(np as usize, id);
                     id
                 }
             };
-            op!(k, name, w::OP_KERNEL)
+            op!(cu::CUpti_ActivityKernel10, name, w::OP_KERNEL)
         }
         1 => {
-            let m = std::ptr::read_unaligned(rec as *const cu::CUpti_ActivityMemcpy6);
-            op!(m, c.copy_names[(m.copyKind as usize).min(10)], w::OP_MEMCPY)
+            let copy: u8 = get!(cu::CUpti_ActivityMemcpy6, copyKind);
+            let name = c.copy_names[(copy as usize).min(10)];
+            op!(cu::CUpti_ActivityMemcpy6, name, w::OP_MEMCPY)
         }
-        2 => {
-            let m = std::ptr::read_unaligned(rec as *const cu::CUpti_ActivityMemset4);
-            op!(m, c.memset_name, w::OP_MEMSET)
-        }
+        2 => op!(cu::CUpti_ActivityMemset4, c.memset_name, w::OP_MEMSET),
         // SYNCHRONIZATION (both record versions share this prefix)
         38 => {
-            let r = std::ptr::read_unaligned(rec as *const cu::CUpti_ActivitySynchronization);
-            let t = (r.type_ as u32).min(4) as usize;
+            type S = cu::CUpti_ActivitySynchronization;
+            let off = std::mem::offset_of!(S, type_);
+            let t = std::ptr::read_unaligned(rec.add(off) as *const u32).min(4) as usize;
             return Some(Decoded::Sync(w::Api {
-                start: r.start,
-                end: r.end,
-                corr: r.correlationId,
+                start: get!(S, start),
+                end: get!(S, end),
+                corr: get!(S, correlationId),
                 tid: 0,
                 name: c.sync_names[t],
                 stack: 0,
@@ -145,6 +154,14 @@ pub(crate) unsafe fn decode_record(
         }
         _ => return None,
     }))
+}
+
+/// Reads a plain field of type `T` at `off` in a record; `_like` only names the type.
+///
+/// # Safety
+/// `rec + off` must hold a `T` (any alignment); `T` must be valid for every bit pattern.
+unsafe fn read_field<T: Copy>(rec: *const u8, off: usize, _like: *const T) -> T {
+    std::ptr::read_unaligned(rec.add(off) as *const T)
 }
 
 /// Encoded records of one activity buffer.
@@ -232,9 +249,11 @@ pub(crate) unsafe fn dump_buffer(
         out.extend_from_slice(&(off as u32).to_le_bytes());
         let kind = std::ptr::read_unaligned(r as *const u32);
         if kind == 10 || kind == 3 {
-            let k = std::ptr::read_unaligned(r as *const cu::CUpti_ActivityKernel10);
-            let name = kernel_name(k.name);
-            let field = off + std::mem::offset_of!(cu::CUpti_ActivityKernel10, name);
+            let name_off = std::mem::offset_of!(cu::CUpti_ActivityKernel10, name);
+            let name = kernel_name(std::ptr::read_unaligned(
+                r.add(name_off) as *const *const c_char
+            ));
+            let field = off + name_off;
             fix.extend_from_slice(&(field as u32).to_le_bytes());
             fix.extend_from_slice(&(name.len() as u32).to_le_bytes());
             fix.extend_from_slice(name.as_bytes());

@@ -90,6 +90,8 @@ struct StackCache {
     /// Native walks remembered per (Python stack, call site): the stack id they gave and how
     /// often the memo was used since the last walk.
     native_memo: HashMap<u64, (u32, u32)>,
+    /// Loaded modules as last read, for naming native frames.
+    modules: Vec<Module>,
     next_stack: u32,
     /// Launches that got no stack because the tables were full.
     full: u64,
@@ -339,7 +341,7 @@ impl Collector {
             let frame = match c.native.get(&ip) {
                 Some(&id) => id,
                 None => {
-                    let id = self.new_name(&native_name(ip));
+                    let id = self.new_name(&native_name(ip, &mut c.modules));
                     c.native.insert(ip, id);
                     id
                 }
@@ -953,6 +955,51 @@ mod tests {
             let other: [u32; 16] = [39, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
             assert!(decode_record(&c, &mut names, other.as_ptr() as *const u8).is_none());
         }
+    }
+
+    /// A record whose other fields hold values this build has no names for (a newer CUPTI's
+    /// enum values, padding garbage) decodes from the fields gaptop reads, by offset.
+    #[test]
+    fn records_with_unknown_field_values_decode_by_offset() {
+        type K = cu::CUpti_ActivityKernel10;
+        let mut raw = vec![0xABu8; std::mem::size_of::<K>()];
+        let put = |raw: &mut Vec<u8>, off: usize, b: &[u8]| {
+            raw[off..off + b.len()].copy_from_slice(b);
+        };
+        let kname = std::ffi::CString::new("k_unknown_fields").unwrap();
+        put(&mut raw, 0, &10u32.to_le_bytes());
+        put(
+            &mut raw,
+            std::mem::offset_of!(K, start),
+            &100u64.to_le_bytes(),
+        );
+        put(
+            &mut raw,
+            std::mem::offset_of!(K, end),
+            &250u64.to_le_bytes(),
+        );
+        put(
+            &mut raw,
+            std::mem::offset_of!(K, correlationId),
+            &9u32.to_le_bytes(),
+        );
+        put(
+            &mut raw,
+            std::mem::offset_of!(K, streamId),
+            &13u32.to_le_bytes(),
+        );
+        put(
+            &mut raw,
+            std::mem::offset_of!(K, name),
+            &(kname.as_ptr() as usize).to_le_bytes(),
+        );
+        let c = Collector::bare(-1, AtomicU32::new(7));
+        let mut names = HashMap::new();
+        let op = decoded_op(unsafe { decode_record(&c, &mut names, raw.as_ptr()) });
+        assert_eq!(
+            (op.start, op.end, op.corr, op.stream, op.name),
+            (100, 250, 9, 13, 7)
+        );
     }
 
     /// The queue and the thread buffers drop (and let the caller count) instead of growing.

@@ -55,14 +55,17 @@ pub(crate) unsafe fn walk_native(map: &NativeMap, out: &mut Vec<usize>) {
     _Unwind_Backtrace(walk_step, &mut w as *mut Walk as *mut c_void);
 }
 
-/// Loaded modules: (first address, end, load base, path).
-pub(crate) unsafe fn modules() -> Vec<(usize, usize, usize, String)> {
+/// A loaded module: first address, end, load base, path.
+pub(crate) type Module = (usize, usize, usize, String);
+
+/// Loaded modules.
+pub(crate) unsafe fn modules() -> Vec<Module> {
     unsafe extern "C" fn each(
         info: *mut libc::dl_phdr_info,
         _size: usize,
         data: *mut c_void,
     ) -> c_int {
-        let v = &mut *(data as *mut Vec<(usize, usize, usize, String)>);
+        let v = &mut *(data as *mut Vec<Module>);
         let i = &*info;
         let base = i.dlpi_addr as usize;
         let (mut lo, mut hi) = (usize::MAX, 0usize);
@@ -83,7 +86,7 @@ pub(crate) unsafe fn modules() -> Vec<(usize, usize, usize, String)> {
         }
         0
     }
-    let mut v: Vec<(usize, usize, usize, String)> = Vec::new();
+    let mut v: Vec<Module> = Vec::new();
     libc::dl_iterate_phdr(Some(each), &mut v as *mut _ as *mut c_void);
     let exe = std::fs::read_link("/proc/self/exe")
         .map(|p| p.to_string_lossy().into_owned())
@@ -120,12 +123,18 @@ pub(crate) unsafe fn native_map() -> NativeMap {
 
 /// `native:<module path>+0x<offset>`: what the viewer resolves to a symbol. The address is a
 /// return address, so the offset names the call instruction (one byte back).
-pub(crate) unsafe fn native_name(ip: usize) -> String {
+pub(crate) unsafe fn native_name(ip: usize, known: &mut Vec<Module>) -> String {
     let at = ip.saturating_sub(1);
-    for (lo, hi, base, path) in modules() {
-        if lo <= at && at < hi {
-            return format!("native:{path}+0x{:x}", at - base);
-        }
+    let find = |mods: &[Module]| {
+        mods.iter()
+            .find(|m| m.0 <= at && at < m.1)
+            .map(|m| format!("native:{}+0x{:x}", m.3, at - m.2))
+    };
+    // The module list is read again only for an address it does not cover (a library loaded
+    // since): new frames are named under the stack table's lock.
+    if let Some(n) = find(known) {
+        return n;
     }
-    format!("native:?+0x{at:x}")
+    *known = modules();
+    find(known).unwrap_or_else(|| format!("native:?+0x{at:x}"))
 }
