@@ -56,6 +56,20 @@ pub struct Advice {
     pub fix: &'static str,
 }
 
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Busy => "busy",
+            Verdict::LaunchBound => "launch_bound",
+            Verdict::HostWork => "host_work",
+            Verdict::Sync => "sync",
+            Verdict::EventWait => "event_wait",
+            Verdict::Graph => "graph",
+            Verdict::Unknown => "unknown",
+        }
+    }
+}
+
 /// The usual fix for a verdict, in a few words.
 pub fn fix(v: Verdict) -> &'static str {
     match v {
@@ -101,6 +115,10 @@ fn function_of(frame: &str) -> (String, String, Option<u32>) {
 /// The key advice groups a launch stack under (its site's function).
 pub fn site_key(store: &Store, stack: StackId) -> String {
     let (file, qual, _) = site_function(store, stack);
+    key_of(&file, &qual)
+}
+
+fn key_of(file: &str, qual: &str) -> String {
     format!("{file}\u{1f}{qual}")
 }
 
@@ -179,7 +197,7 @@ pub fn advise(store: &Store, s: &Summary, n: usize) -> Vec<Advice> {
     for (&stack, acc) in &s.leaves {
         let (file, qual, line) = site_function(store, stack);
         let e = by_fn
-            .entry(format!("{file}\u{1f}{qual}"))
+            .entry(key_of(&file, &qual))
             .or_insert_with(|| (LeafAcc::default(), HashMap::new(), file, qual));
         e.0.merge(acc);
         *e.1.entry(line).or_default() += acc.gap_ns;
@@ -265,6 +283,21 @@ mod tests {
             Verdict::EventWait
         );
         assert_eq!(verdict(&acc(&[(5_000, Reason::Unknown)])), Verdict::Unknown);
+    }
+
+    #[test]
+    fn verdict_names_match_the_json_ones() {
+        for v in [
+            Verdict::Busy,
+            Verdict::LaunchBound,
+            Verdict::HostWork,
+            Verdict::Sync,
+            Verdict::EventWait,
+            Verdict::Graph,
+            Verdict::Unknown,
+        ] {
+            assert_eq!(serde_json::to_value(v).unwrap(), v.as_str());
+        }
     }
 
     #[test]

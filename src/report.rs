@@ -333,10 +333,7 @@ pub fn text(j: &JsonReport) -> String {
                 100.0 * a.share,
                 a.gaps,
                 a.site,
-                serde_json::to_value(a.verdict)
-                    .ok()
-                    .and_then(|v| v.as_str().map(String::from))
-                    .unwrap_or_default()
+                a.verdict.as_str()
             );
             let _ = writeln!(o, "      {}", a.text);
         }

@@ -165,10 +165,25 @@ fn tempdir() -> PathBuf {
     d
 }
 
-fn fails_with(content: &[u8], name: &str, want: &str) {
-    let dir = tempdir();
-    let p = dir.join(name);
+/// Writes `content` as `name` in a fresh directory.
+fn input_file(name: &str, content: &[u8]) -> PathBuf {
+    let p = tempdir().join(name);
     std::fs::write(&p, content).unwrap();
+    p
+}
+
+/// `gaptop report` in text form.
+fn report_text(path: &Path) -> String {
+    let out = Command::new(bin())
+        .arg("report")
+        .arg(path)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn fails_with(content: &[u8], name: &str, want: &str) {
+    let p = input_file(name, content);
     let out = Command::new(bin()).arg("report").arg(&p).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{name}: {err}");
@@ -262,8 +277,7 @@ fn two_gpu_recording_names_the_late_rank() {
     assert_eq!(planted["rank"], 1);
     assert_eq!(planted["count"], 20);
     // Both GPUs have their own lanes, labelled by rank.
-    let text = Command::new(bin()).arg("report").arg(&p).output().unwrap();
-    let text = String::from_utf8_lossy(&text.stdout);
+    let text = report_text(&p);
     assert!(
         text.contains("launching from /work/main/gpu/ddp.py(25): main.<locals>.late_allreduce"),
         "{text}"
@@ -283,9 +297,7 @@ fn graph_replays_are_attributed_to_the_graph_launch() {
       {"ph":"X","cat":"kernel","name":"g2","pid":0,"tid":7,"ts":37,"dur":5,"args":{"device":0,"stream":7,"correlation":2,"graph id":5}},
       {"ph":"X","cat":"kernel","name":"g3","pid":0,"tid":7,"ts":44,"dur":5,"args":{"device":0,"stream":7,"correlation":2,"graph id":5}}
     ]}"#;
-    let dir = tempdir();
-    let p = dir.join("graph.json");
-    std::fs::write(&p, &doc[..]).unwrap();
+    let p = input_file("graph.json", doc);
     let j = report_json(&p, &[]);
     assert_eq!(j["reasons"]["graph"]["count"], 2);
     assert_eq!(j["reasons"]["graph"]["total_ns"], 4_000);
@@ -305,16 +317,13 @@ fn launch_coverage_counts_kernels_whose_launch_is_known() {
       {"ph":"X","cat":"kernel","name":"orphan","pid":0,"tid":7,"ts":20,"dur":5,"args":{"device":0,"stream":7,"correlation":9}},
       {"ph":"X","cat":"gpu_memcpy","name":"Memcpy HtoD","pid":0,"tid":7,"ts":30,"dur":5,"args":{"device":0,"stream":7,"correlation":1}}
     ]}"#;
-    let dir = tempdir();
-    let p = dir.join("cover.json");
-    std::fs::write(&p, &doc[..]).unwrap();
+    let p = input_file("cover.json", doc);
     let j = report_json(&p, &[]);
     assert_eq!(
         (j["kernels"].as_u64(), j["kernels_with_launch"].as_u64()),
         (Some(2), Some(1))
     );
-    let out = Command::new(bin()).arg("report").arg(&p).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = report_text(&p);
     assert!(
         text.contains("launch calls found for 1 of 2 kernels"),
         "{text}"

@@ -47,6 +47,15 @@ const MAX_STACKS: u32 = 1 << 20;
 const SEND_PERIOD: Duration = Duration::from_millis(100);
 const FLUSH_PERIOD: Duration = Duration::from_millis(200);
 
+/// Names of CUPTI's synchronization types, in `CUpti_ActivitySynchronizationType` order.
+const SYNC_NAMES: [&str; 5] = [
+    "Synchronize",
+    "Event synchronize",
+    "Stream wait event",
+    "Stream synchronize",
+    "Context synchronize",
+];
+
 macro_rules! say {
     ($($t:tt)*) => {
         eprintln!("gaptop collector [pid {}]: {}", std::process::id(), format!($($t)*))
@@ -653,14 +662,7 @@ unsafe fn start() -> Result<(), String> {
         copy_names[i] = name(k);
     }
     let memset_name = name("Memset");
-    let sync_names = [
-        "Synchronize",
-        "Event synchronize",
-        "Stream wait event",
-        "Stream synchronize",
-        "Context synchronize",
-    ]
-    .map(&mut name);
+    let sync_names = SYNC_NAMES.map(&mut name);
     let mut hello = Vec::new();
     let rank = std::env::var("RANK")
         .ok()
@@ -825,6 +827,16 @@ pub unsafe extern "C" fn gaptop_selftest_stack_native(out: *mut u8, cap: usize) 
     selftest_write(c, out, cap)
 }
 
+/// A wire decoder fed a hello and then `bytes`, as a viewer sees a connection.
+fn decoder_after_hello(bytes: &[u8]) -> w::Decoder {
+    let mut d = w::Decoder::new();
+    let mut hello = Vec::new();
+    w::encode_hello(&mut hello, &w::Hello::new(0, -1, ""));
+    d.feed(&hello);
+    d.feed(bytes);
+    d
+}
+
 unsafe fn selftest_write(c: &Collector, out: *mut u8, cap: usize) -> isize {
     let mut frames = Vec::new();
     let mut native = Vec::new();
@@ -836,11 +848,7 @@ unsafe fn selftest_write(c: &Collector, out: *mut u8, cap: usize) -> isize {
     let defs = c.defs.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let mut names = HashMap::new();
     let mut nodes = HashMap::new();
-    let mut d = w::Decoder::new();
-    let mut hello = Vec::new();
-    w::encode_hello(&mut hello, &w::Hello::new(0, -1, ""));
-    d.feed(&hello);
-    d.feed(&defs);
+    let mut d = decoder_after_hello(&defs);
     while let Ok(Some(f)) = d.next_frame() {
         match f {
             w::Frame::Name { id, text } => {
@@ -904,11 +912,7 @@ mod tests {
             let again = decoded_op(decode_record(&c, &mut names, &k as *const _ as *const u8));
             assert_eq!(again.name, 100);
             let defs = c.defs.lock().unwrap().clone();
-            let mut d = w::Decoder::new();
-            let mut hello = Vec::new();
-            w::encode_hello(&mut hello, &w::Hello::new(1, -1, ""));
-            d.feed(&hello);
-            d.feed(&defs);
+            let mut d = decoder_after_hello(&defs);
             d.next_frame().unwrap();
             assert_eq!(
                 d.next_frame().unwrap(),
@@ -963,36 +967,21 @@ mod tests {
     fn records_with_unknown_field_values_decode_by_offset() {
         type K = cu::CUpti_ActivityKernel10;
         let mut raw = vec![0xABu8; std::mem::size_of::<K>()];
-        let put = |raw: &mut Vec<u8>, off: usize, b: &[u8]| {
-            raw[off..off + b.len()].copy_from_slice(b);
-        };
         let kname = std::ffi::CString::new("k_unknown_fields").unwrap();
-        put(&mut raw, 0, &10u32.to_le_bytes());
-        put(
-            &mut raw,
-            std::mem::offset_of!(K, start),
-            &100u64.to_le_bytes(),
-        );
-        put(
-            &mut raw,
-            std::mem::offset_of!(K, end),
-            &250u64.to_le_bytes(),
-        );
-        put(
-            &mut raw,
-            std::mem::offset_of!(K, correlationId),
-            &9u32.to_le_bytes(),
-        );
-        put(
-            &mut raw,
-            std::mem::offset_of!(K, streamId),
-            &13u32.to_le_bytes(),
-        );
-        put(
-            &mut raw,
-            std::mem::offset_of!(K, name),
-            &(kname.as_ptr() as usize).to_le_bytes(),
-        );
+        let fields: [(usize, &[u8]); 6] = [
+            (0, &10u32.to_le_bytes()),
+            (std::mem::offset_of!(K, start), &100u64.to_le_bytes()),
+            (std::mem::offset_of!(K, end), &250u64.to_le_bytes()),
+            (std::mem::offset_of!(K, correlationId), &9u32.to_le_bytes()),
+            (std::mem::offset_of!(K, streamId), &13u32.to_le_bytes()),
+            (
+                std::mem::offset_of!(K, name),
+                &(kname.as_ptr() as usize).to_le_bytes(),
+            ),
+        ];
+        for (off, b) in fields {
+            raw[off..off + b.len()].copy_from_slice(b);
+        }
         let c = Collector::bare(-1, AtomicU32::new(7));
         let mut names = HashMap::new();
         let op = decoded_op(unsafe { decode_record(&c, &mut names, raw.as_ptr()) });
@@ -1037,11 +1026,7 @@ mod tests {
         let recs = vec![7u8; w::API_SIZE * 300_000];
         let mut out = Vec::new();
         frame_records(&mut out, w::TAG_APIS, &recs, w::API_SIZE);
-        let mut d = w::Decoder::new();
-        let mut hello = Vec::new();
-        w::encode_hello(&mut hello, &w::Hello::new(1, -1, ""));
-        d.feed(&hello);
-        d.feed(&out);
+        let mut d = decoder_after_hello(&out);
         let mut n = 0;
         while let Some(f) = d.next_frame().unwrap() {
             if let w::Frame::Apis(a) = f {
@@ -1176,21 +1161,13 @@ mod tests {
         let mut bytes = Vec::new();
         let (nrec, oldest) = compose(&mut bytes, &defs, &[], &batches);
         assert_eq!(nrec as usize, total);
-        let mut dec = w::Decoder::new();
-        let mut hello = Vec::new();
-        w::encode_hello(&mut hello, &w::Hello::new(1, -1, "replay"));
-        // The sync names the live collector defined at start.
-        for (id, n) in c.sync_names.iter().zip([
-            "Synchronize",
-            "Event synchronize",
-            "Stream wait event",
-            "Stream synchronize",
-            "Context synchronize",
-        ]) {
-            w::encode_name(&mut hello, *id, n);
+        // The sync names the live collector defined at start, then the replayed records.
+        let mut stream = Vec::new();
+        for (id, n) in c.sync_names.iter().zip(SYNC_NAMES) {
+            w::encode_name(&mut stream, *id, n);
         }
-        dec.feed(&hello);
-        dec.feed(&bytes);
+        stream.extend_from_slice(&bytes);
+        let mut dec = decoder_after_hello(&stream);
         let replay = received(std::iter::from_fn(|| dec.next_frame().unwrap()));
 
         let f = std::fs::File::open(data.join("planted_dump.rec")).unwrap();
@@ -1263,11 +1240,7 @@ mod tests {
         let batches: Vec<Batch> = q.batches.drain(..).collect();
         let mut bytes = Vec::new();
         compose(&mut bytes, &[], &[], &batches);
-        let mut dec = w::Decoder::new();
-        let mut hello = Vec::new();
-        w::encode_hello(&mut hello, &w::Hello::new(1, -1, ""));
-        dec.feed(&hello);
-        dec.feed(&bytes);
+        let mut dec = decoder_after_hello(&bytes);
         let (ops, _) = received(std::iter::from_fn(|| dec.next_frame().unwrap()));
         assert_eq!(ops.len(), queued);
     }

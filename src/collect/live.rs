@@ -258,9 +258,6 @@ pub struct Launch {
     pub tx: Sender<LiveEvent>,
 }
 
-/// Starts `cmd` with the collector injected, listening for it (and its children) on a fresh
-/// private socket. `capture` sends the child's output to the channel (and a log) instead of the
-/// terminal.
 /// What the collector takes at each launch, besides the GPU records.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Options {
@@ -268,6 +265,9 @@ pub struct Options {
     pub native: bool,
 }
 
+/// Starts `cmd` with the collector injected, listening for it (and its children) on a fresh
+/// private socket. `capture` sends the child's output to the channel (and a log) instead of the
+/// terminal.
 pub fn launch(cmd: &[String], capture: Option<&Path>, opts: &Options) -> anyhow::Result<Launch> {
     let Some((prog, args)) = cmd.split_first() else {
         bail!("no command given: use gaptop run -- CMD ARGS...");

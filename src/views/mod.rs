@@ -545,14 +545,11 @@ pub fn details(f: &mut Frame, area: Rect, app: &App) {
         .as_ref()
         .and_then(|c| c.advice.iter().find(|a| a.key == key))
     {
-        let verdict = serde_json::to_value(a.verdict)
-            .ok()
-            .and_then(|v| v.as_str().map(String::from))
-            .unwrap_or_default();
         lines.push(Line::styled(
             short(
                 &format!(
-                    "{verdict}: {} ({} gaps here, typically {} apart, {} of gap time)",
+                    "{}: {} ({} gaps here, typically {} apart, {} of gap time)",
+                    a.verdict.as_str(),
                     a.fix,
                     a.gaps,
                     fmt_short(a.typical_gap_ns),
