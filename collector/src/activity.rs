@@ -22,6 +22,8 @@ pub(crate) unsafe extern "C" fn buffer_requested(
     let reused = c.pool.lock().unwrap_or_else(|e| e.into_inner()).pop();
     let p = match reused {
         Some(p) => p as *mut u8,
+        // Buffers CUPTI expects zeroed (see `zeroed`) come zeroed from calloc or the pool.
+        None if c.zeroed => libc::calloc(1, BUF_SIZE) as *mut u8,
         None => libc::malloc(BUF_SIZE) as *mut u8,
     };
     if p.is_null() {
@@ -35,8 +37,15 @@ pub(crate) unsafe extern "C" fn buffer_requested(
 /// Gives a finished activity buffer back to the pool, or frees it when the pool is full.
 pub(crate) unsafe fn release_buffer(c: &Collector, buffer: *mut u8) {
     c.buffers_out.fetch_sub(1, Relaxed);
+    let room = |c: &Collector| c.pool.lock().unwrap_or_else(|e| e.into_inner()).len() < POOL_KEEP;
+    let keep = room(c);
+    if keep && c.zeroed {
+        // Zeroed here, on CUPTI's completion thread, so that CUPTI does not clear it on the
+        // launching thread when it takes it again.
+        std::ptr::write_bytes(buffer, 0, BUF_SIZE);
+    }
     let mut pool = c.pool.lock().unwrap_or_else(|e| e.into_inner());
-    if pool.len() < POOL_KEEP {
+    if keep && pool.len() < POOL_KEEP {
         pool.push(buffer as usize);
     } else {
         drop(pool);

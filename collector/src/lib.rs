@@ -137,6 +137,9 @@ struct Collector {
     native: Option<NativeMap>,
     /// Free activity buffers for reuse (addresses), at most POOL_KEEP.
     pool: Mutex<Vec<usize>>,
+    /// CUPTI was told its buffers arrive zeroed (CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER),
+    /// so it does not clear each new buffer itself on the thread that needs it.
+    zeroed: bool,
     /// Name ids for synchronization records, by CUPTI synchronization type.
     sync_names: [u32; 5],
     /// Most lag (ns) seen in sends since the last stats frame.
@@ -174,6 +177,9 @@ struct Collector {
 
 static COLLECTOR: OnceLock<Collector> = OnceLock::new();
 static FORKED: AtomicBool = AtomicBool::new(false);
+/// Diagnostics (GAPTOP_CB_NOOP=1): callbacks stay enabled but return at once, to measure what
+/// CUPTI's callback machinery costs without gaptop's work in them.
+static CB_NOOP: AtomicBool = AtomicBool::new(false);
 
 struct Local {
     buf: Arc<Mutex<Vec<u8>>>,
@@ -207,6 +213,7 @@ impl Collector {
                 .unwrap_or(true),
             native: None,
             pool: Mutex::new(Vec::with_capacity(POOL_KEEP)),
+            zeroed: false,
             sync_names: [0; 5],
             lag_ns: AtomicU64::new(0),
             timing: std::env::var_os("GAPTOP_VERBOSE").is_some(),
@@ -387,6 +394,9 @@ unsafe extern "C" fn on_api(
     cbid: cu::CUpti_CallbackId,
     data: *const c_void,
 ) {
+    if CB_NOOP.load(Relaxed) {
+        return;
+    }
     // A panic must never unwind into CUDA (it would abort the program): contain it.
     let timed = COLLECTOR
         .get()
@@ -679,6 +689,17 @@ unsafe fn start() -> Result<(), String> {
         return Err("the viewer closed the connection".into());
     }
     let mut c = Collector::bare(fd, next_name);
+    // Hand CUPTI zeroed buffers, so that it does not clear each new 4 MiB buffer itself on the
+    // thread that filled the last one (a launching thread).
+    if flag("GAPTOP_ZEROED") {
+        let mut one: u8 = 1;
+        let mut len = std::mem::size_of::<u8>();
+        c.zeroed = cu::cuptiActivitySetAttribute(
+            cu::CUpti_ActivityAttribute::CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER,
+            &mut len,
+            &mut one as *mut u8 as *mut c_void,
+        ) == cu::CUptiResult::CUPTI_SUCCESS;
+    }
     c.api_table = api_table;
     c.copy_names = copy_names;
     c.memset_name = memset_name;
@@ -705,8 +726,9 @@ unsafe fn start() -> Result<(), String> {
         cu::cuptiActivityRegisterCallbacks(Some(buffer_requested), Some(buffer_completed)),
         "cuptiActivityRegisterCallbacks",
     )?;
-    // Experiment (off by default, to be measured): hardware-based kernel timestamps instead of
-    // CUPTI's instrumentation of each launch, where the GPU and driver support it.
+    // Off by default: hardware kernel timestamps (CUPTI's HES) instead of instrumenting each
+    // launch. CUPTI offers them on Blackwell and later; the H200 refused, and collection went
+    // on with the default tracing.
     if std::env::var("GAPTOP_HWTRACE").is_ok_and(|v| v == "1") {
         if let Err(e) = check(
             cu::cuptiActivityEnableHWTrace(1),
@@ -715,12 +737,23 @@ unsafe fn start() -> Result<(), String> {
             say!("{e}; using CUPTI's default kernel tracing");
         }
     }
-    for k in &ACTIVITY_KINDS[..3] {
+    // Copies and memsets can be left out to measure what kernel records alone cost.
+    // GAPTOP_ACTIVITY=0 leaves out GPU records altogether (diagnostics: callbacks alone).
+    let kinds = match (flag("GAPTOP_ACTIVITY"), flag("GAPTOP_MEM_ACTIVITY")) {
+        (false, _) => 0,
+        (true, true) => 3,
+        (true, false) => 1,
+    };
+    CB_NOOP.store(
+        std::env::var("GAPTOP_CB_NOOP").is_ok_and(|v| v == "1"),
+        Relaxed,
+    );
+    for k in &ACTIVITY_KINDS[..kinds] {
         check(cu::cuptiActivityEnable(*k), "cuptiActivityEnable")?;
     }
     // Synchronization records add host timing for syncs the callbacks do not see; without
     // them gaptop still works, so a refusal is only mentioned.
-    if flag("GAPTOP_SYNC_ACTIVITY") {
+    if kinds > 0 && flag("GAPTOP_SYNC_ACTIVITY") {
         if let Err(e) = check(
             cu::cuptiActivityEnable(ACTIVITY_KINDS[3]),
             "cuptiActivityEnable(SYNCHRONIZATION)",
@@ -748,12 +781,13 @@ unsafe fn start() -> Result<(), String> {
     libc::pthread_atfork(None, None, Some(in_forked_child));
     if std::env::var_os("GAPTOP_VERBOSE").is_some() {
         say!(
-            "collecting: {enabled} API callbacks, kernels, memcpy, memset, syncs{} -> {path}",
+            "collecting: {enabled} API callbacks, kernels, memcpy, memset, syncs{}{} -> {path}",
             if c.native.is_some() {
                 ", native frames"
             } else {
                 ""
-            }
+            },
+            if c.zeroed { ", zeroed buffers" } else { "" }
         );
     }
     Ok(())
@@ -1019,6 +1053,39 @@ mod tests {
             .count();
         assert_eq!(kept, cap / w::API_SIZE);
         assert_eq!(buf.len(), cap, "never grown past its first allocation");
+    }
+
+    /// Buffers promised to CUPTI as zeroed come back to the pool zeroed; the pool is capped.
+    #[test]
+    fn pooled_buffers_are_zeroed_when_cupti_expects_it() {
+        for zeroed in [true, false] {
+            let mut c = Collector::bare(-1, AtomicU32::new(1));
+            c.zeroed = zeroed;
+            let bufs: Vec<*mut u8> = (0..POOL_KEEP + 2)
+                .map(|_| unsafe {
+                    let p = libc::malloc(BUF_SIZE) as *mut u8;
+                    assert!(!p.is_null());
+                    std::ptr::write_bytes(p, 0xab, BUF_SIZE);
+                    p
+                })
+                .collect();
+            c.buffers_out.store(bufs.len(), Relaxed);
+            for &p in &bufs {
+                unsafe { release_buffer(&c, p) };
+            }
+            assert_eq!(c.buffers_out.load(Relaxed), 0);
+            let pool = c.pool.lock().unwrap().clone();
+            assert_eq!(pool.len(), POOL_KEEP, "the rest were freed");
+            for p in pool {
+                let b = unsafe { std::slice::from_raw_parts(p as *const u8, BUF_SIZE) };
+                if zeroed {
+                    assert!(b.iter().all(|&x| x == 0), "a pooled buffer was not cleared");
+                } else {
+                    assert_eq!(b[BUF_SIZE - 1], 0xab, "cleared without need");
+                }
+                unsafe { libc::free(p as *mut c_void) };
+            }
+        }
     }
 
     #[test]
