@@ -10,6 +10,10 @@ MODE=${1:-all}
 nvidia-smi -L
 python3 -c 'import sys; print(sys.version)'
 if [ "$MODE" = check ] || [ "$MODE" = all ]; then
+  nvidia-smi topo -m | head -4; nproc
+  # Hardware kernel timestamps (HES) are for Blackwell and later; say what this GPU answers.
+  GAPTOP_HWTRACE=1 GAPTOP_VERBOSE=1 $G record -o "$OUT/hw.rec" -- python3 launchbound.py 50 2>&1 | grep -iE "hwtrace|HES|recorded|API callbacks"
+  $G report "$OUT/hw.rec" | grep -E "^(GPU ops|launch calls)"; rm -f "$OUT/hw.rec"
   python3 pystack.py ./libgaptop_collector.so 2>&1 | tail -3
   GAPTOP_VERBOSE=1 $G record -o "$OUT/planted.rec" -- python3 planted.py 100 2>&1 | tail -4
   $G report "$OUT/planted.rec" | head -70
@@ -64,12 +68,13 @@ if [ "$MODE" = sanitizer ]; then
   $G report "$OUT/sanitized2.rec" 2>&1 | grep -E "^(GPU ops|launch calls)|error"
 fi
 if [ "$MODE" = variants ]; then
-  python3 overhead.py --gaptop $G --kineto kineto.py --reps ${REPS:-3} --no-profiler \
-    ${PIN:+--pin $PIN} --variant native:GAPTOP_NATIVE=1 --variant nostack:GAPTOP_PYSTACKS=0 \
-    --variant nodriver:GAPTOP_DRIVER_CB=0 --variant noruntime:GAPTOP_RUNTIME_CB=0 \
-    --variant noapi:GAPTOP_API=0 --variant hwtrace:GAPTOP_HWTRACE=1 \
-    launchbound.py:${LB_ITERS:-1000} 2>&1 | tee "$OUT/variants.txt"
+  # Collector switches side by side with bare and torch.profiler; VARIANTS replaces the list.
+  V=${VARIANTS:-"nozero:GAPTOP_ZEROED=0 nodriver:GAPTOP_DRIVER_CB=0 kernelonly:GAPTOP_API=0,GAPTOP_SYNC_ACTIVITY=0,GAPTOP_MEM_ACTIVITY=0"}
+  python3 overhead.py --gaptop $G --kineto kineto.py --reps ${REPS:-3} ${PIN:+--pin $PIN} \
+    $(for v in $V; do echo --variant $v; done) launchbound.py:${LB_ITERS:-1000} > "$OUT/variants.txt" 2>&1
+  tail -25 "$OUT/variants.txt"
 fi
 if [ "$MODE" = bench ] || [ "$MODE" = all ]; then
-  python3 overhead.py --gaptop $G --kineto kineto.py --reps ${REPS:-5} ${PIN:+--pin $PIN} launchbound.py:${LB_ITERS:-1000} gpt2.py:${GPT2_ITERS:-10} 2>&1 | tee "$OUT/overhead.txt"
+  python3 overhead.py --gaptop $G --kineto kineto.py --reps ${REPS:-5} ${PIN:+--pin $PIN} ${WORKLOADS:-launchbound.py:${LB_ITERS:-1000} gpt2.py:${GPT2_ITERS:-10}} > "$OUT/overhead.txt" 2>&1
+  tail -30 "$OUT/overhead.txt"
 fi

@@ -7,7 +7,7 @@ ratios to bare, measured side by side in one run.
 
 usage: overhead.py --gaptop PATH --kineto PATH/kineto.py [--reps 5] WORKLOAD.py:ITERS ...
 """
-import argparse, os, re, statistics, subprocess, sys, tempfile, time
+import argparse, os, random, re, statistics, subprocess, sys, tempfile, time
 
 def per_iter(out):
     m = re.search(r"WORKLOAD (\S+) iters=(\d+) wall_s=([\d.]+)", out)
@@ -38,8 +38,13 @@ def main():
         if not a.no_profiler:
             modes["torch.profiler"] = ([sys.executable, a.kineto, "-", "stack", "--", script, iters], {})
         times = {m: [] for m in modes}
+        by_rep = []  # {mode: µs/iter} for each repetition
         for rep in range(a.reps):
-            for m, (cmd, env) in modes.items():
+            # A fresh order each repetition: a mode never always follows the same one.
+            by_rep.append({})
+            order = list(modes.items())
+            random.Random(rep).shuffle(order)
+            for m, (cmd, env) in order:
                 if a.pin:
                     cmd = ["taskset", "-c", a.pin] + cmd
                 t0 = time.time()
@@ -49,12 +54,13 @@ def main():
                     print(f"{wl} {m}: no WORKLOAD line (exit {p.returncode})\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}", flush=True)
                     continue
                 times[m].append(v)
+                by_rep[-1][m] = v
                 extra = ""
                 if "record" in cmd:
                     extra = " | " + " ".join(l for l in p.stderr.splitlines() if "recorded" in l)
                 print(f"  {os.path.basename(script)} rep{rep} {m:15s} {v:10.1f} us/iter ({time.time()-t0:.1f}s){extra}", flush=True)
         med = {m: statistics.median(v) if v else float("nan") for m, v in times.items()}
-        rows.append((os.path.basename(script), iters, med, times))
+        rows.append((os.path.basename(script), iters, med, times, by_rep))
         # Each workload's table as soon as it is done: a run cut by a time limit keeps it.
         table(rows[-1:])
     if len(rows) > 1:
@@ -64,7 +70,7 @@ def main():
 def table(rows):
     print(flush=True)
     print(f"{'workload':16s} {'bare us/it':>11s} {'gaptop':>9s} {'torch.prof':>11s} {'gaptop/bare':>12s} {'prof/bare':>10s} {'overhead ratio':>15s}")
-    for name, iters, med, times in rows:
+    for name, iters, med, times, by_rep in rows:
         b, g, k = med["bare"], med["gaptop"], med.get("torch.profiler", float("nan"))
         for m, v in med.items():
             if m not in ("bare", "gaptop", "torch.profiler"):
@@ -79,6 +85,12 @@ def table(rows):
         for m, v in lo.items():
             if m not in ("bare", "gaptop", "torch.profiler"):
                 print(f"  variant {m:20s} min {v:10.1f} us/iter  {v/lb:.3f}x bare")
+        # Ratios within each repetition (each mode against that repetition's bare run), then
+        # their median: slow drifts of the machine cancel out of these.
+        paired = {m: [r[m] / r["bare"] for r in by_rep if m in r and "bare" in r]
+                  for m in times if m != "bare"}
+        print("  per-repetition ratios to bare, median: " + ", ".join(
+            f"{m} {statistics.median(r):.3f}" for m, r in paired.items() if r))
         print(f"  samples: " + "; ".join(f"{m}=" + ",".join(f"{x:.0f}" for x in v) for m, v in times.items()))
     sys.stdout.flush()
 
