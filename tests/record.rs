@@ -115,3 +115,36 @@ fn missing_collector_or_cupti_is_named() {
         "{err}"
     );
 }
+
+/// `--native` reaches the profiled command as the collector's switch.
+#[test]
+fn native_option_reaches_the_collector() {
+    let dir = tempdir("opts");
+    let (cuda, coll) = fake_cuda(&dir);
+    let seen = dir.join("env.txt");
+    for (args, want) in [(&["--native"][..], "native=1"), (&[][..], "native=")] {
+        let out = Command::new(env!("CARGO_BIN_EXE_gaptop"))
+            .arg("record")
+            .args(args)
+            .arg("-o")
+            .arg(dir.join("o.rec"))
+            .arg("--")
+            .args([
+                "sh",
+                "-c",
+                &format!("echo \"native=$GAPTOP_NATIVE\" > {}", seen.display()),
+            ])
+            .env("CUDA_HOME", &cuda)
+            .env("GAPTOP_COLLECTOR", &coll)
+            .env_remove("GAPTOP_NATIVE")
+            .output()
+            .unwrap();
+        let got = std::fs::read_to_string(&seen).unwrap_or_default();
+        assert_eq!(
+            got.trim(),
+            want,
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

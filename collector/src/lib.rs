@@ -180,12 +180,51 @@ static FORKED: AtomicBool = AtomicBool::new(false);
 /// Diagnostics (GAPTOP_CB_NOOP=1): callbacks stay enabled but return at once, to measure what
 /// CUPTI's callback machinery costs without gaptop's work in them.
 static CB_NOOP: AtomicBool = AtomicBool::new(false);
+/// Counts the windows in which API callbacks are on, with sampled stacks (GAPTOP_STACK_DUTY):
+/// a call entered in an earlier window may never see its exit.
+static EPOCH: AtomicU32 = AtomicU32::new(0);
+
+/// An API call whose entry callback ran and whose exit has not yet.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct OpenCall {
+    start: u64,
+    corr: u32,
+    stack: u32,
+    name: u32,
+    kind: u8,
+    /// The callback window (see `EPOCH`) the entry was seen in.
+    epoch: u32,
+}
+
+/// A thread's open API calls, innermost last. With sampled stacks, callbacks are switched off
+/// and on while calls are in flight, so an entry may never see its exit, and an exit may come
+/// without its entry; both are handled here.
+#[derive(Default)]
+struct OpenCalls(Vec<OpenCall>);
+
+impl OpenCalls {
+    /// The call a new entry is nested in (a runtime call's own driver call), if any. Calls
+    /// left open by an earlier callback window have lost their exits: they are forgotten.
+    fn enclosing(&mut self, epoch: u32) -> Option<&OpenCall> {
+        while self.0.last().is_some_and(|o| o.epoch != epoch) {
+            self.0.pop();
+        }
+        self.0.last()
+    }
+
+    /// Closes the call `corr` (and anything left open inside it); None if it was never seen.
+    fn close(&mut self, corr: u32) -> Option<OpenCall> {
+        let at = self.0.iter().rposition(|o| o.corr == corr)?;
+        let call = self.0[at];
+        self.0.truncate(at);
+        Some(call)
+    }
+}
 
 struct Local {
     buf: Arc<Mutex<Vec<u8>>>,
     tid: u32,
-    /// Open API calls on this thread: (start, corr, stack, name, kind).
-    open: Vec<(u64, u32, u32, u32, u8)>,
+    open: OpenCalls,
     frames: Vec<(usize, c_int)>,
     native: Vec<usize>,
     /// The sender was asked to empty this thread's buffer early; reset when it has.
@@ -449,17 +488,18 @@ unsafe fn api_inner(
             Local {
                 buf,
                 tid: libc::syscall(libc::SYS_gettid) as u32,
-                open: Vec::with_capacity(8),
+                open: OpenCalls(Vec::with_capacity(8)),
                 frames: Vec::with_capacity(MAX_DEPTH),
                 native: Vec::with_capacity(MAX_NATIVE),
                 asked: false,
             }
         });
+        let epoch = EPOCH.load(Relaxed);
         if enter {
             // A driver call made by a runtime call shares its stack and its start time: it
             // is only recorded so that either correlation id finds the launch.
-            let (start, stack) = match l.open.last() {
-                Some(o) => (o.0, o.2),
+            let (start, stack) = match l.open.enclosing(epoch) {
+                Some(o) => (o.start, o.stack),
                 None => {
                     let site = ((cbid as u64) << 48) ^ d.symbolName as u64;
                     (
@@ -468,22 +508,29 @@ unsafe fn api_inner(
                     )
                 }
             };
-            l.open.push((start, d.correlationId, stack, name, kind));
+            l.open.0.push(OpenCall {
+                start,
+                corr: d.correlationId,
+                stack,
+                name,
+                kind,
+                epoch,
+            });
         } else {
-            let Some((start, corr, stack, name, kind)) = l.open.pop() else {
+            let Some(call) = l.open.close(d.correlationId) else {
                 return;
             };
-            let outer = l.open.last().map(|o| o.1).unwrap_or(0);
-            let end = if outer != 0 { start } else { timestamp() };
+            let outer = l.open.0.last().map(|o| o.corr).unwrap_or(0);
+            let end = if outer != 0 { call.start } else { timestamp() };
             let rec = w::Api {
-                start,
+                start: call.start,
                 end,
-                corr,
+                corr: call.corr,
                 tid: l.tid,
-                name,
-                stack,
+                name: call.name,
+                stack: call.stack,
                 outer_corr: outer,
-                kind,
+                kind: call.kind,
             };
             let mut b = l.buf.lock().unwrap_or_else(|e| e.into_inner());
             let kept = append_api(&mut b, &rec);
@@ -502,6 +549,47 @@ unsafe fn api_inner(
             }
         }
     });
+}
+
+/// Switches the API callbacks gaptop enabled on or off.
+unsafe fn set_callbacks(c: &Collector, on: bool) {
+    let sub = c.subscriber.load(Relaxed) as cu::CUpti_SubscriberHandle;
+    if sub.is_null() {
+        return;
+    }
+    for (di, dom) in DOMAINS.iter().enumerate() {
+        if !on {
+            // Off for the whole domain, not callback by callback (no cheaper: docs/perf.md).
+            cu::cuptiEnableDomain(0, sub, *dom);
+            continue;
+        }
+        for (cbid, &(name, _)) in c.api_table[di].iter().enumerate() {
+            if name != 0 {
+                cu::cuptiEnableCallback(on as u32, sub, *dom, cbid as cu::CUpti_CallbackId);
+            }
+        }
+    }
+}
+
+/// Sampled stacks, a diagnostic (GAPTOP_STACK_DUTY): API callbacks on for `on`, off for `off`,
+/// repeatedly; kernels launched while they are off have no launch call or stack. On the H200
+/// this barely lowered the cost of the run (docs/perf.md): once launch callbacks have been on
+/// next to kernel records, launches stay slower, so it is not offered as an option.
+fn duty_cycle(c: &'static Collector, on: Duration, off: Duration) {
+    let running = || c.active.load(Relaxed) && !c.shutting_down.load(Relaxed);
+    loop {
+        std::thread::sleep(on);
+        if !running() {
+            return;
+        }
+        unsafe { set_callbacks(c, false) };
+        std::thread::sleep(off);
+        if !running() {
+            return;
+        }
+        EPOCH.fetch_add(1, Relaxed);
+        unsafe { set_callbacks(c, true) };
+    }
 }
 
 /// Stops collecting for good: callbacks off, activity off. The program runs on untouched.
@@ -524,6 +612,12 @@ fn go_quiet(c: &Collector, why: &str) {
         }
     }
 }
+
+/// The callback domains gaptop uses, in `api_table` order.
+const DOMAINS: [cu::CUpti_CallbackDomain; 2] = [
+    cu::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API,
+    cu::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_RUNTIME_API,
+];
 
 const ACTIVITY_KINDS: [cu::CUpti_ActivityKind; 4] = [
     cu::CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
@@ -623,17 +717,13 @@ unsafe fn start() -> Result<(), String> {
     };
     // Enable exactly the callbacks we time, by name, whatever this CUPTI numbers them.
     let mut api_table: [Vec<(u32, u8)>; 2] = [vec![(0, 0); 2048], vec![(0, 0); 2048]];
-    let domains = [
-        cu::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API,
-        cu::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_RUNTIME_API,
-    ];
     let mut enabled = 0;
     let flag = |k: &str| std::env::var(k).map(|v| v != "0").unwrap_or(true);
     let want_domain = [
         flag("GAPTOP_DRIVER_CB") && flag("GAPTOP_API"),
         flag("GAPTOP_RUNTIME_CB") && flag("GAPTOP_API"),
     ];
-    for (di, &dom) in domains.iter().enumerate() {
+    for (di, &dom) in DOMAINS.iter().enumerate() {
         if !want_domain[di] {
             continue;
         }
@@ -767,6 +857,13 @@ unsafe fn start() -> Result<(), String> {
         .name("gaptop-sender".into())
         .spawn(move || sender(c))
         .map_err(|e| format!("cannot start the sender thread: {e}"))?;
+    let duty = stack_duty();
+    if let Some((on, off)) = duty {
+        std::thread::Builder::new()
+            .name("gaptop-duty".into())
+            .spawn(move || duty_cycle(c, on, off))
+            .map_err(|e| format!("cannot start the sampling thread: {e}"))?;
+    }
     libc::atexit(at_exit);
     if c.py_stacks {
         // Calibrate the Python frame layout from inside the interpreter, when it next runs.
@@ -781,7 +878,11 @@ unsafe fn start() -> Result<(), String> {
     libc::pthread_atfork(None, None, Some(in_forked_child));
     if std::env::var_os("GAPTOP_VERBOSE").is_some() {
         say!(
-            "collecting: {enabled} API callbacks, kernels, memcpy, memset, syncs{}{} -> {path}",
+            "collecting: {enabled} API callbacks{}, kernels, memcpy, memset, syncs{}{} -> {path}",
+            match duty {
+                Some((on, off)) => format!(" ({on:?} of every {:?})", on + off),
+                None => String::new(),
+            },
             if c.native.is_some() {
                 ", native frames"
             } else {
@@ -791,6 +892,27 @@ unsafe fn start() -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+/// The callback windows for sampled stacks: GAPTOP_STACK_DUTY percent of every
+/// GAPTOP_DUTY_PERIOD_MS (default 100 ms). None (callbacks always on) when unset or 100.
+fn stack_duty() -> Option<(Duration, Duration)> {
+    let pct: u64 = std::env::var("GAPTOP_STACK_DUTY").ok()?.parse().ok()?;
+    let period: u64 = std::env::var("GAPTOP_DUTY_PERIOD_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&p| p > 0)
+        .unwrap_or(100);
+    duty_windows(pct, period)
+}
+
+fn duty_windows(pct: u64, period_ms: u64) -> Option<(Duration, Duration)> {
+    if pct == 0 || pct >= 100 {
+        return None;
+    }
+    let on = (period_ms * 1000 * pct / 100).max(1);
+    let off = (period_ms * 1000 - on).max(1);
+    Some((Duration::from_micros(on), Duration::from_micros(off)))
 }
 
 /// Entry point CUDA calls when `CUDA_INJECTION64_PATH` names this library.
@@ -1053,6 +1175,66 @@ mod tests {
             .count();
         assert_eq!(kept, cap / w::API_SIZE);
         assert_eq!(buf.len(), cap, "never grown past its first allocation");
+    }
+
+    fn call(corr: u32, epoch: u32) -> OpenCall {
+        OpenCall {
+            start: corr as u64 * 10,
+            corr,
+            stack: corr + 100,
+            name: 1,
+            kind: 0,
+            epoch,
+        }
+    }
+
+    /// Nested calls, and calls cut by switching callbacks off and on (sampled stacks).
+    #[test]
+    fn open_calls_survive_callbacks_switched_off_mid_call() {
+        let mut o = OpenCalls::default();
+        // A runtime launch and the driver call it makes, in one window.
+        assert!(o.enclosing(0).is_none());
+        o.0.push(call(1, 0));
+        assert_eq!(
+            o.enclosing(0).map(|c| c.corr),
+            Some(1),
+            "nested in the runtime call"
+        );
+        o.0.push(call(2, 0));
+        assert_eq!(o.close(2).map(|c| c.corr), Some(2));
+        assert_eq!(
+            o.0.last().map(|c| c.corr),
+            Some(1),
+            "the outer call stays open"
+        );
+        assert_eq!(o.close(1).map(|c| c.corr), Some(1));
+        assert!(o.0.is_empty());
+
+        // Callbacks went off after an entry: its exit never came. In the next window a new
+        // call is not taken for a nested one, and the lost call is forgotten.
+        o.0.push(call(3, 0));
+        assert!(o.enclosing(1).is_none());
+        assert!(o.0.is_empty());
+
+        // An exit whose entry was never seen (callbacks came on mid-call) changes nothing.
+        o.0.push(call(4, 1));
+        assert!(o.close(99).is_none());
+        assert_eq!(o.0.len(), 1);
+        // An exit that skips an inner call whose exit was lost closes both.
+        o.0.push(call(5, 1));
+        assert_eq!(o.close(4).map(|c| c.stack), Some(104));
+        assert!(o.0.is_empty());
+    }
+
+    #[test]
+    fn duty_windows_split_the_period() {
+        let ms = Duration::from_millis;
+        assert_eq!(duty_windows(10, 100), Some((ms(10), ms(90))));
+        assert_eq!(duty_windows(25, 200), Some((ms(50), ms(150))));
+        assert_eq!(duty_windows(100, 100), None, "always on");
+        assert_eq!(duty_windows(0, 100), None);
+        let (on, off) = duty_windows(1, 1).unwrap();
+        assert!(on > Duration::ZERO && off > Duration::ZERO);
     }
 
     /// Buffers promised to CUPTI as zeroed come back to the pool zeroed; the pool is capped.
