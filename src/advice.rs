@@ -17,7 +17,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use crate::collect::analysis::{LeafAcc, Reason, Summary};
+use crate::collect::analysis::{Gap, LeafAcc, Reason, Site, Summary};
 use crate::collect::store::{NameId, Ns, StackId, Store};
 
 /// Typical gaps below this are launch overhead; at or above it, host work.
@@ -112,9 +112,9 @@ fn function_of(frame: &str) -> (String, String, Option<u32>) {
     (String::new(), frame.to_string(), None)
 }
 
-/// The key advice groups a launch stack under (its site's function).
-pub fn site_key(store: &Store, stack: StackId) -> String {
-    let (file, qual, _) = site_function(store, stack);
+/// The key advice groups a gap under (its launch site's function).
+pub fn site_key(store: &Store, g: &Gap) -> String {
+    let (file, qual, _) = site_function(store, Site::of(g));
     key_of(&file, &qual)
 }
 
@@ -122,10 +122,19 @@ fn key_of(file: &str, qual: &str) -> String {
     format!("{file}\u{1f}{qual}")
 }
 
-/// `(file, function, line)` of a launch stack's site; all empty when it has no stack.
-fn site_function(store: &Store, stack: StackId) -> (String, String, Option<u32>) {
-    match site_of(store, stack) {
-        0 => (String::new(), String::new(), None),
+/// `(file, function, line)` of a launch site. Without a stack, the function says so, with
+/// the launching API and the op's short name (template arguments dropped, so that a kernel's
+/// variants group together).
+fn site_function(store: &Store, site: Site) -> (String, String, Option<u32>) {
+    match site_of(store, site.stack) {
+        0 => {
+            let op = crate::views::short_kernel(store.names.get(site.op));
+            let what = match site.api {
+                0 => format!("(launch call not seen) {op}"),
+                api => format!("(no Python stack) {} → {op}", store.names.get(api)),
+            };
+            (String::new(), what, None)
+        }
         f => function_of(store.names.get(f)),
     }
 }
@@ -194,8 +203,8 @@ type FnAcc = (LeafAcc, HashMap<Option<u32>, Ns>, String, String);
 pub fn advise(store: &Store, s: &Summary, n: usize) -> Vec<Advice> {
     // Per function: what its gaps were like, and gap time per line.
     let mut by_fn: HashMap<String, FnAcc> = HashMap::new();
-    for (&stack, acc) in &s.leaves {
-        let (file, qual, line) = site_function(store, stack);
+    for (&site, acc) in &s.leaves {
+        let (file, qual, line) = site_function(store, site);
         let e = by_fn
             .entry(key_of(&file, &qual))
             .or_insert_with(|| (LeafAcc::default(), HashMap::new(), file, qual));
@@ -219,9 +228,7 @@ pub fn advise(store: &Store, s: &Summary, n: usize) -> Vec<Advice> {
                 .map(|l| l.to_string())
                 .collect();
             let short_file = file.rsplit('/').next().unwrap_or(&file);
-            let site = if qual.is_empty() {
-                "(no launch stack)".to_string()
-            } else if shown.is_empty() {
+            let site = if shown.is_empty() {
                 qual.clone()
             } else {
                 let more = if lines.len() > shown.len() {

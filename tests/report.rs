@@ -397,3 +397,40 @@ fn advice_names_each_planted_cause() {
     assert_eq!(top["verdict"], "launch_bound");
     assert!(top["share"].as_f64().unwrap() > 0.95);
 }
+
+/// Launches without a Python stack (a C++ thread, a trace taken without stacks) are not lumped
+/// together: advice names the launching API and the kernel, with template variants grouped,
+/// and says when the launch call was not seen at all.
+#[test]
+fn stackless_gaps_are_told_apart_by_api_and_kernel() {
+    let doc = br#"{"traceEvents": [
+      {"ph":"X","cat":"kernel","name":"first","pid":0,"tid":7,"ts":0,"dur":7,"args":{"device":0,"stream":7,"correlation":8}},
+      {"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":1,"tid":1,"ts":0,"dur":2,"args":{"correlation":1}},
+      {"ph":"X","cat":"kernel","name":"void reduce<float>(float*)","pid":0,"tid":7,"ts":10,"dur":5,"args":{"device":0,"stream":7,"correlation":1}},
+      {"ph":"X","cat":"cuda_driver","name":"cuLaunchKernelEx","pid":1,"tid":2,"ts":20,"dur":2,"args":{"correlation":2}},
+      {"ph":"X","cat":"kernel","name":"ncclDevKernel_AllReduce_Sum_f32_RING_LL","pid":0,"tid":7,"ts":40,"dur":5,"args":{"device":0,"stream":7,"correlation":2}},
+      {"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":1,"tid":1,"ts":50,"dur":2,"args":{"correlation":3}},
+      {"ph":"X","cat":"kernel","name":"void reduce<half>(half*)","pid":0,"tid":7,"ts":60,"dur":5,"args":{"device":0,"stream":7,"correlation":3}},
+      {"ph":"X","cat":"kernel","name":"orphan","pid":0,"tid":7,"ts":100,"dur":5,"args":{"device":0,"stream":7,"correlation":9}}
+    ]}"#;
+    let p = input_file("stackless.json", doc);
+    let j = report_json(&p, &[]);
+    let advice = j["advice"].as_array().unwrap();
+    let gaps_of = |site: &str| {
+        advice
+            .iter()
+            .find(|a| a["site"] == site)
+            .map(|a| (a["gaps"].as_u64().unwrap(), a["gap_ns"].as_i64().unwrap()))
+            .unwrap_or_else(|| panic!("{site} not in {advice:?}"))
+    };
+    // reduce<float> and reduce<half> group as one kernel: the gaps 7..10 and 45..60 µs.
+    assert_eq!(
+        gaps_of("(no Python stack) cudaLaunchKernel → reduce"),
+        (2, 18_000)
+    );
+    assert_eq!(
+        gaps_of("(no Python stack) cuLaunchKernelEx → ncclDevKernel_AllReduce_Sum_f32_RING_LL"),
+        (1, 25_000)
+    );
+    assert_eq!(gaps_of("(launch call not seen) orphan"), (1, 35_000));
+}

@@ -444,8 +444,36 @@ pub struct Summary {
     pub kernel_hist: hdrhistogram::Histogram<u64>,
     /// Per (stack, api, op) leaf: (gaps, gap_ns).
     pub stacks: HashMap<(StackId, NameId, NameId), (u64, Ns)>,
-    /// Per launch stack: what its gaps were like (for advice).
-    pub leaves: HashMap<StackId, LeafAcc>,
+    /// Per launch site: what its gaps were like (for advice).
+    pub leaves: HashMap<Site, LeafAcc>,
+}
+
+/// Where advice charges a gap: the stack of the call that launched the op after it; for a
+/// launch without a stack (a C++ thread, a trace without stacks), the launching API and the
+/// op's name instead (api 0 when the launch call was not seen at all).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct Site {
+    pub stack: StackId,
+    pub api: NameId,
+    pub op: NameId,
+}
+
+impl Site {
+    pub fn of(g: &Gap) -> Site {
+        if g.stack != 0 {
+            Site {
+                stack: g.stack,
+                api: 0,
+                op: 0,
+            }
+        } else {
+            Site {
+                stack: 0,
+                api: g.api,
+                op: g.op_name,
+            }
+        }
+    }
 }
 
 /// The gaps charged to one launch stack: how many, how long, why, and the ops after them.
@@ -653,7 +681,10 @@ pub fn summarize_top(store: &Store, w: Window, cfg: &Config, top_n: usize, min_n
             e.0 += 1;
             e.1 += d;
             let next = store.lanes[g.lane].ops.get(g.next).map_or(0, |o| o.dur());
-            s.leaves.entry(g.stack).or_default().add(d, g.reason, next);
+            s.leaves
+                .entry(Site::of(&g))
+                .or_default()
+                .add(d, g.reason, next);
             if d >= min_ns {
                 s.top_eligible += 1;
                 if top_n > 0 {

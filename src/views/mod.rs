@@ -539,7 +539,7 @@ pub fn details(f: &mut Frame, area: Rect, app: &App) {
         Style::default().fg(Color::LightYellow),
     ));
     // What the gaps charged to this code have in common, and the usual fix.
-    let key = crate::advice::site_key(&app.store, g.stack);
+    let key = crate::advice::site_key(&app.store, &g);
     if let Some(a) = app
         .cache
         .as_ref()
