@@ -858,10 +858,32 @@ unsafe fn start() -> Result<(), String> {
         .spawn(move || sender(c))
         .map_err(|e| format!("cannot start the sender thread: {e}"))?;
     let duty = stack_duty();
-    if let Some((on, off)) = duty {
+    // Diagnostic (GAPTOP_CB_DELAY_MS): callbacks first switched on only after a delay, to
+    // tell whether launches are slowed by callbacks being on, or by their having been on
+    // while the program set up its context and loaded its kernels.
+    let delay = std::env::var("GAPTOP_CB_DELAY_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(Duration::from_millis);
+    if delay.is_some() {
+        set_callbacks(c, false);
+    }
+    if duty.is_some() || delay.is_some() {
         std::thread::Builder::new()
             .name("gaptop-duty".into())
-            .spawn(move || duty_cycle(c, on, off))
+            .spawn(move || {
+                if let Some(d) = delay {
+                    std::thread::sleep(d);
+                    if !c.active.load(Relaxed) {
+                        return;
+                    }
+                    EPOCH.fetch_add(1, Relaxed);
+                    unsafe { set_callbacks(c, true) };
+                }
+                if let Some((on, off)) = duty {
+                    duty_cycle(c, on, off);
+                }
+            })
             .map_err(|e| format!("cannot start the sampling thread: {e}"))?;
     }
     libc::atexit(at_exit);
