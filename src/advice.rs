@@ -199,6 +199,13 @@ fn text(v: Verdict, a: &LeafAcc, mean_op: Ns) -> String {
 /// One function's gaps, its gap time per line, its file and its name.
 type FnAcc = (LeafAcc, HashMap<Option<u32>, Ns>, String, String);
 
+/// How many times its code's typical gap a gap is, when it stands out as a one-off: at least
+/// a millisecond, 50 times the typical gap, and its code has other gaps to compare with.
+pub fn one_off(gap: Ns, typical: Ns, gaps_at_site: u64) -> Option<u64> {
+    (gaps_at_site >= 3 && gap >= 1_000_000 && gap >= 50 * typical.max(1))
+        .then(|| (gap / typical.max(1)) as u64)
+}
+
 /// The `n` functions with the most gap time in the summary's window, most first.
 pub fn advise(store: &Store, s: &Summary, n: usize) -> Vec<Advice> {
     // Per function: what its gaps were like, and gap time per line.
@@ -257,6 +264,16 @@ pub fn advise(store: &Store, s: &Summary, n: usize) -> Vec<Advice> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_offs_are_long_rare_and_far_from_typical() {
+        let ms = 1_000_000;
+        assert_eq!(one_off(60 * ms, 20_000, 100), Some(3000));
+        assert_eq!(one_off(999_999, 1_000, 100), None, "under a millisecond");
+        assert_eq!(one_off(2 * ms, 50_000, 100), None, "only 40x");
+        assert_eq!(one_off(60 * ms, 20_000, 2), None, "too few gaps to compare");
+        assert_eq!(one_off(60 * ms, 0, 10), Some(60 * ms as u64));
+    }
 
     fn acc(gaps: &[(Ns, Reason)]) -> LeafAcc {
         let mut a = LeafAcc::default();

@@ -15,6 +15,16 @@ fn app() -> App {
     a
 }
 
+/// One of the recordings in assets/, loaded and analysed.
+fn recording(name: &str) -> App {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("assets")
+        .join(name);
+    let mut a = App::new(load_path(&p, usize::MAX).unwrap(), SourceState::File);
+    a.refresh(true);
+    a
+}
+
 fn render(a: &mut App, w: u16, h: u16) -> String {
     let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
     t.draw(|f| gaptop::views::draw(f, a)).unwrap();
@@ -177,9 +187,7 @@ fn live_status_shows_the_collectors_lag() {
 /// named native frames below them on the next; frames of stripped libraries are left out.
 #[test]
 fn details_split_python_and_native_frames() {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/gpt2_native.rec");
-    let mut a = App::new(load_path(&p, usize::MAX).unwrap(), SourceState::File);
-    a.refresh(true);
+    let mut a = recording("gpt2_native.rec");
     a.update(Action::BiggestGap);
     let screen = render(&mut a, 160, 50);
     let line = |tag: &str| {
@@ -268,9 +276,7 @@ fn a_big_gap_inside_a_busy_cell_is_not_dropped() {
 /// The 2-GPU recording: both ranks' lanes, in rank order, and the NCCL stall in the rate pane.
 #[test]
 fn two_ranks_show_their_lanes_and_the_nccl_stall() {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/ddp2.rec");
-    let mut a = App::new(load_path(&p, usize::MAX).unwrap(), SourceState::File);
-    a.refresh(true);
+    let mut a = recording("ddp2.rec");
     let s = render(&mut a, 120, 44);
     let r0 = s.find("r0 gpu0 s7").expect("rank 0 lane");
     let r1 = s.find("r1 gpu1 s7").expect("rank 1 lane");
@@ -279,4 +285,26 @@ fn two_ranks_show_their_lanes_and_the_nccl_stall() {
         s.contains("NCCL wait") && s.contains("(rank 1 late 61x)"),
         "{s}"
     );
+}
+
+/// GPT-2's biggest gap (61.8 ms before a memset in Conv1D.forward, whose gaps are typically
+/// 22.5 µs apart) is told apart as a one-off before the site's usual verdict; an ordinary gap
+/// from the same code gets the verdict alone.
+#[test]
+fn an_outlier_gap_is_called_a_one_off() {
+    let mut a = recording("gpt2.rec");
+    a.update(Action::BiggestGap);
+    let screen = render(&mut a, 240, 50);
+    let verdict = screen
+        .lines()
+        .find(|l| l.contains("one-off, "))
+        .unwrap_or_else(|| panic!("no one-off line in\n{screen}"));
+    assert!(verdict.contains("x the typical 22.5us here"), "{verdict}");
+    assert!(verdict.contains("usually launch_bound: "), "{verdict}");
+    // The next gap in time is an ordinary one from the same code.
+    a.update(Action::NextGap);
+    let screen = render(&mut a, 240, 50);
+    assert!(screen.contains("Conv1D.forward"), "{screen}");
+    assert!(!screen.contains("one-off"), "{screen}");
+    assert!(screen.contains("│launch_bound: fuse"), "{screen}");
 }

@@ -545,18 +545,25 @@ pub fn details(f: &mut Frame, area: Rect, app: &App) {
         .as_ref()
         .and_then(|c| c.advice.iter().find(|a| a.key == key))
     {
-        lines.push(Line::styled(
-            short(
-                &format!(
-                    "{}: {} ({} gaps here, typically {} apart, {} of gap time)",
-                    a.verdict.as_str(),
-                    a.fix,
-                    a.gaps,
-                    fmt_short(a.typical_gap_ns),
-                    fmt_short(a.gap_ns)
-                ),
-                w,
+        let pattern = format!(
+            "{}: {} ({} gaps here, typically {} apart, {} of gap time)",
+            a.verdict.as_str(),
+            a.fix,
+            a.gaps,
+            fmt_short(a.typical_gap_ns),
+            fmt_short(a.gap_ns)
+        );
+        // A gap far longer than its code's usual ones is not what the usual fix addresses.
+        let text = match crate::advice::one_off(g.dur(), a.typical_gap_ns, a.gaps) {
+            Some(times) => format!(
+                "one-off, {times}x the typical {} here (first-call setup, allocation or \
+                 compilation?); usually {pattern}",
+                fmt_short(a.typical_gap_ns)
             ),
+            None => pattern,
+        };
+        lines.push(Line::styled(
+            short(&text, w),
             Style::default().fg(Color::LightGreen),
         ));
     }
