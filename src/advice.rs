@@ -50,6 +50,10 @@ pub struct Advice {
     /// Mean duration of the ops that waited.
     pub mean_op_ns: Ns,
     pub verdict: Verdict,
+    /// Gaps among these that stand out as one-offs (see `one_off`), and their time: the usual
+    /// fix does not address them.
+    pub one_offs: u64,
+    pub one_off_ns: Ns,
     /// One sentence: what happened and what usually fixes it.
     pub text: String,
     /// The usual fix alone, for narrow places.
@@ -199,11 +203,16 @@ fn text(v: Verdict, a: &LeafAcc, mean_op: Ns) -> String {
 /// One function's gaps, its gap time per line, its file and its name.
 type FnAcc = (LeafAcc, HashMap<Option<u32>, Ns>, String, String);
 
+/// The shortest gap that stands out as a one-off next to gaps of `typical`: a millisecond, or
+/// 50 times the typical gap if longer.
+fn one_off_floor(typical: Ns) -> Ns {
+    (50 * typical.max(1)).max(1_000_000)
+}
+
 /// How many times its code's typical gap a gap is, when it stands out as a one-off: at least
 /// a millisecond, 50 times the typical gap, and its code has other gaps to compare with.
 pub fn one_off(gap: Ns, typical: Ns, gaps_at_site: u64) -> Option<u64> {
-    (gaps_at_site >= 3 && gap >= 1_000_000 && gap >= 50 * typical.max(1))
-        .then(|| (gap / typical.max(1)) as u64)
+    (gaps_at_site >= 3 && gap >= one_off_floor(typical)).then(|| (gap / typical.max(1)) as u64)
 }
 
 /// The `n` functions with the most gap time in the summary's window, most first.
@@ -245,9 +254,16 @@ pub fn advise(store: &Store, s: &Summary, n: usize) -> Vec<Advice> {
                 };
                 format!("{qual}  {short_file}:{}{more}", shown.join(","))
             };
+            let (one_offs, one_off_ns) = if a.gaps >= 3 {
+                a.at_least(one_off_floor(a.typical_gap()))
+            } else {
+                (0, 0)
+            };
             Advice {
                 site,
                 key,
+                one_offs,
+                one_off_ns,
                 gaps: a.gaps,
                 gap_ns: a.gap_ns,
                 share: a.gap_ns as f64 / total as f64,
@@ -264,6 +280,21 @@ pub fn advise(store: &Store, s: &Summary, n: usize) -> Vec<Advice> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_off_time_is_split_from_the_typical_gaps() {
+        // 100 gaps of 20 µs and two of 30 ms and 61.8 ms: the typical gap stays ~20 µs and the
+        // two long ones are counted apart, to within their buckets.
+        let mut gaps = vec![(20_000, Reason::Launch); 100];
+        gaps.push((30_000_000, Reason::Launch));
+        gaps.push((61_800_000, Reason::Launch));
+        let a = acc(&gaps);
+        let typical = a.typical_gap();
+        assert!((18_000..=22_000).contains(&typical), "{typical}");
+        assert_eq!(a.at_least(one_off_floor(typical)), (2, 91_800_000));
+        assert_eq!(a.at_least(0), (102, a.gap_ns), "every gap is at least 0");
+        assert_eq!(a.at_least(100_000_000), (0, 0));
+    }
 
     #[test]
     fn one_offs_are_long_rare_and_far_from_typical() {

@@ -336,6 +336,16 @@ pub fn text(j: &JsonReport) -> String {
                 a.verdict.as_str()
             );
             let _ = writeln!(o, "      {}", a.text);
+            if a.one_offs > 0 {
+                let _ = writeln!(
+                    o,
+                    "      {} of it in {} one-off gap{} (over 50x the typical gap: a first \
+                     call's setup, allocation or compilation?), which that fix does not remove.",
+                    fmt_ns(a.one_off_ns),
+                    a.one_offs,
+                    if a.one_offs == 1 { "" } else { "s" }
+                );
+            }
         }
     }
     let _ = writeln!(o, "\nTop stacks by gap time");

@@ -434,3 +434,31 @@ fn stackless_gaps_are_told_apart_by_api_and_kernel() {
     );
     assert_eq!(gaps_of("(launch call not seen) orphan"), (1, 35_000));
 }
+
+/// GPT-2's Conv1D.forward gaps are launch-bound (typically ~22 µs) but hold the two longest
+/// gaps of the run (61.8 and 47.9 ms, first calls): the advice counts them apart, and the text
+/// says the usual fix does not remove them.
+#[test]
+fn advice_counts_one_off_gaps_apart() {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/gpt2.rec");
+    let j = report_json(&p, &[]);
+    let conv = j["advice"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["site"].as_str().unwrap().starts_with("Conv1D.forward"))
+        .expect("Conv1D.forward advised");
+    assert_eq!(conv["verdict"], "launch_bound");
+    let (n, ns, all) = (
+        conv["one_offs"].as_u64().unwrap(),
+        conv["one_off_ns"].as_i64().unwrap(),
+        conv["gap_ns"].as_i64().unwrap(),
+    );
+    assert!((2..10).contains(&n), "{conv}");
+    assert!(ns >= 61_800_000 + 47_900_000 && ns < all, "{conv}");
+    let text = report_text(&p);
+    assert!(
+        text.contains("one-off gaps (over 50x the typical gap"),
+        "{text}"
+    );
+}

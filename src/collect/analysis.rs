@@ -487,6 +487,8 @@ pub struct LeafAcc {
     pub next_ns: Ns,
     /// Gap counts by duration: four buckets per power of two (within 25%).
     pub hist: [u32; HIST_BUCKETS],
+    /// Gap time in each of those buckets.
+    pub hist_ns: [Ns; HIST_BUCKETS],
 }
 
 impl Default for LeafAcc {
@@ -497,6 +499,7 @@ impl Default for LeafAcc {
             by_reason: [0; 5],
             next_ns: 0,
             hist: [0; HIST_BUCKETS],
+            hist_ns: [0; HIST_BUCKETS],
         }
     }
 }
@@ -508,6 +511,7 @@ impl LeafAcc {
         self.by_reason[reason as usize] += gap;
         self.next_ns += next.max(0);
         self.hist[bucket(gap)] += 1;
+        self.hist_ns[bucket(gap)] += gap;
     }
 
     pub fn merge(&mut self, o: &LeafAcc) {
@@ -520,6 +524,24 @@ impl LeafAcc {
         for (a, b) in self.hist.iter_mut().zip(o.hist.iter()) {
             *a += b;
         }
+        for (a, b) in self.hist_ns.iter_mut().zip(o.hist_ns.iter()) {
+            *a += b;
+        }
+    }
+
+    /// Gaps of at least `min` (to within a bucket: those in buckets that start at `min` or
+    /// later): how many, and their time.
+    pub fn at_least(&self, min: Ns) -> (u64, Ns) {
+        let mut n = 0u64;
+        let mut ns = 0;
+        for i in (0..HIST_BUCKETS).rev() {
+            if (bucket_range(i).0 as Ns) < min {
+                break;
+            }
+            n += self.hist[i] as u64;
+            ns += self.hist_ns[i];
+        }
+        (n, ns)
     }
 
     /// The median gap, to within its bucket (the bucket's middle).
