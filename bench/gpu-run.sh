@@ -72,7 +72,8 @@ if [ "$MODE" = variants ]; then
   # Next to try (docs/perf.md): does the slowdown come from callbacks having been on while the
   # program loaded its kernels? "late" switches them on 1 s after CUDA starts, after the
   # warm-up: run it with LB_ITERS=6000 or more so that most of the timed section has them on.
-  V=${VARIANTS:-"late:GAPTOP_CB_DELAY_MS=${LATE_MS:-1000} late10:GAPTOP_CB_DELAY_MS=${LATE_MS:-1000},GAPTOP_STACK_DUTY=10 kernelonly:GAPTOP_API=0,GAPTOP_SYNC_ACTIVITY=0,GAPTOP_MEM_ACTIVITY=0"}
+  # And are CUPTI's API records (no stacks) cheaper than its callbacks? apiact1/apiact2.
+  V=${VARIANTS:-"late:GAPTOP_CB_DELAY_MS=${LATE_MS:-1000} apiact1:GAPTOP_API_ACTIVITY=1 apiact2:GAPTOP_API_ACTIVITY=2 kernelonly:GAPTOP_API=0,GAPTOP_SYNC_ACTIVITY=0,GAPTOP_MEM_ACTIVITY=0"}
   python3 overhead.py --gaptop $G --kineto kineto.py --reps ${REPS:-3} ${PIN:+--pin $PIN} \
     $(for v in $V; do echo --variant $v; done) launchbound.py:${LB_ITERS:-1000} > "$OUT/variants.txt" 2>&1
   tail -25 "$OUT/variants.txt"

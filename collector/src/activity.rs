@@ -73,8 +73,9 @@ pub(crate) unsafe extern "C" fn buffer_completed(
 #[derive(Debug, PartialEq)]
 pub(crate) enum Decoded {
     Op(w::Op),
-    /// A synchronization seen by CUPTI's activity API: host timing without a thread or stack.
-    Sync(w::Api),
+    /// Host timing of a call seen by CUPTI's activity API, without a stack: a synchronization
+    /// (no thread either) or, with GAPTOP_API_ACTIVITY, a launch.
+    Api(w::Api),
 }
 
 /// Reads a kernel record's name; records replayed in tests carry names fixed up the same way.
@@ -150,7 +151,7 @@ pub(crate) unsafe fn decode_record(
             type S = cu::CUpti_ActivitySynchronization;
             let off = std::mem::offset_of!(S, type_);
             let t = std::ptr::read_unaligned(rec.add(off) as *const u32).min(4) as usize;
-            return Some(Decoded::Sync(w::Api {
+            return Some(Decoded::Api(w::Api {
                 start: get!(S, start),
                 end: get!(S, end),
                 corr: get!(S, correlationId),
@@ -159,6 +160,28 @@ pub(crate) unsafe fn decode_record(
                 stack: 0,
                 outer_corr: 0,
                 kind: if t == 2 { w::API_WAIT } else { w::API_SYNC },
+            }));
+        }
+        // DRIVER / RUNTIME API records (GAPTOP_API_ACTIVITY): the calls gaptop times, by the
+        // names and kinds its callback table gives them.
+        4 | 5 => {
+            type A = cu::CUpti_ActivityAPI;
+            let cbid: u32 =
+                std::ptr::read_unaligned(rec.add(std::mem::offset_of!(A, cbid)) as *const u32);
+            let di = (kind == 5) as usize;
+            let &(name, api_kind) = c.api_table[di].get(cbid as usize)?;
+            if name == 0 {
+                return None;
+            }
+            return Some(Decoded::Api(w::Api {
+                start: get!(A, start),
+                end: get!(A, end),
+                corr: get!(A, correlationId),
+                tid: get!(A, threadId),
+                name,
+                stack: 0,
+                outer_corr: 0,
+                kind: api_kind,
             }));
         }
         _ => return None,
@@ -201,7 +224,7 @@ pub(crate) unsafe fn decode_records(
                 w::put_op(&mut out.ops, &op);
                 out.n_ops += 1;
             }
-            Some(Decoded::Sync(a)) => {
+            Some(Decoded::Api(a)) => {
                 w::put_api(&mut out.syncs, &a);
                 out.n_syncs += 1;
             }

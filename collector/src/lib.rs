@@ -723,6 +723,15 @@ unsafe fn start() -> Result<(), String> {
         flag("GAPTOP_DRIVER_CB") && flag("GAPTOP_API"),
         flag("GAPTOP_RUNTIME_CB") && flag("GAPTOP_API"),
     ];
+    // Diagnostic (GAPTOP_API_ACTIVITY): the same calls timed by CUPTI's API activity records
+    // instead of callbacks, without stacks: 1 enables them call by call, 2 enables the whole
+    // runtime and driver record kinds and then switches the other calls off.
+    let api_activity: u8 = std::env::var("GAPTOP_API_ACTIVITY")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let mut timed: Vec<(usize, u32)> = Vec::new();
+    let mut untimed: Vec<(usize, u32)> = Vec::new();
     for (di, &dom) in DOMAINS.iter().enumerate() {
         if !want_domain[di] {
             continue;
@@ -736,10 +745,13 @@ unsafe fn start() -> Result<(), String> {
             }
             let n = CStr::from_ptr(p).to_string_lossy();
             let kind = w::api_kind(&n);
-            if kind != w::API_OTHER
-                && cu::cuptiEnableCallback(1, sub, dom, cbid) == cu::CUptiResult::CUPTI_SUCCESS
+            if kind == w::API_OTHER {
+                untimed.push((di, cbid));
+            } else if api_activity > 0
+                || cu::cuptiEnableCallback(1, sub, dom, cbid) == cu::CUptiResult::CUPTI_SUCCESS
             {
                 api_table[di][cbid as usize] = (name(&n), kind);
+                timed.push((di, cbid));
                 enabled += 1;
             }
         }
@@ -826,6 +838,9 @@ unsafe fn start() -> Result<(), String> {
         ) {
             say!("{e}; using CUPTI's default kernel tracing");
         }
+    }
+    if api_activity > 0 {
+        enable_api_records(api_activity, &timed, &untimed);
     }
     // Copies and memsets can be left out to measure what kernel records alone cost.
     // GAPTOP_ACTIVITY=0 leaves out GPU records altogether (diagnostics: callbacks alone).
@@ -914,6 +929,46 @@ unsafe fn start() -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+/// GAPTOP_API_ACTIVITY: CUPTI's API records for the `timed` calls (see `start`). What CUPTI
+/// refuses is said once; the run goes on with what it accepted.
+unsafe fn enable_api_records(mode: u8, timed: &[(usize, u32)], untimed: &[(usize, u32)]) {
+    let per_call = |di: usize, cbid: u32, on: u8| {
+        if di == 0 {
+            cu::cuptiActivityEnableDriverApi(cbid, on)
+        } else {
+            cu::cuptiActivityEnableRuntimeApi(cbid, on)
+        }
+    };
+    cu::cuptiSetThreadIdType(cu::CUpti_ActivityThreadIdType::CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM);
+    if mode >= 2 {
+        for k in [
+            cu::CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_DRIVER,
+            cu::CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_RUNTIME,
+        ] {
+            if let Err(e) = check(cu::cuptiActivityEnable(k), "cuptiActivityEnable(API)") {
+                say!("{e}");
+            }
+        }
+    }
+    let apply = |calls: &[(usize, u32)], on: u8| {
+        let refused = calls
+            .iter()
+            .filter(|&&(di, cbid)| per_call(di, cbid, on) != cu::CUptiResult::CUPTI_SUCCESS)
+            .count();
+        if refused > 0 {
+            say!(
+                "CUPTI refused to switch {refused} of {} API records {}",
+                calls.len(),
+                ["off", "on"][on as usize]
+            );
+        }
+    };
+    if mode >= 2 {
+        apply(untimed, 0);
+    }
+    apply(timed, 1);
 }
 
 /// The callback windows for sampled stacks: GAPTOP_STACK_DUTY percent of every
@@ -1064,7 +1119,7 @@ mod tests {
 
     /// CUPTI records decoded without a GPU: records built in memory as CUPTI lays them out.
     #[test]
-    fn decodes_kernel_memcpy_and_memset_records() {
+    fn decodes_gpu_op_sync_and_api_records() {
         let mut c = Collector::bare(-1, AtomicU32::new(100));
         c.copy_names = [0, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20];
         c.memset_name = 30;
@@ -1124,7 +1179,7 @@ mod tests {
             y.end = 9;
             y.correlationId = 77;
             c.sync_names = [40, 41, 42, 43, 44];
-            let Some(Decoded::Sync(a)) = decode_record(&c, &mut names, &y as *const _ as *const u8)
+            let Some(Decoded::Api(a)) = decode_record(&c, &mut names, &y as *const _ as *const u8)
             else {
                 panic!("a synchronization record decodes as a host call");
             };
@@ -1132,6 +1187,30 @@ mod tests {
                 (a.start, a.end, a.corr, a.name, a.kind, a.tid, a.stack),
                 (5, 9, 77, 42, w::API_WAIT, 0, 0)
             );
+
+            // A runtime API record (GAPTOP_API_ACTIVITY) for a call gaptop times, and one
+            // for a call it does not.
+            c.api_table[1] = vec![(0, 0); 300];
+            c.api_table[1][211] = (50, w::API_LAUNCH);
+            let mut r: cu::CUpti_ActivityAPI = std::mem::zeroed();
+            r.kind = cu::CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_RUNTIME;
+            r.cbid = 211;
+            r.start = 100;
+            r.end = 104;
+            r.threadId = 4242;
+            r.correlationId = 9;
+            let Some(Decoded::Api(a)) = decode_record(&c, &mut names, &r as *const _ as *const u8)
+            else {
+                panic!("an API record decodes as a host call");
+            };
+            assert_eq!(
+                (a.start, a.end, a.corr, a.name, a.kind, a.tid, a.stack),
+                (100, 104, 9, 50, w::API_LAUNCH, 4242, 0)
+            );
+            r.cbid = 10;
+            assert!(decode_record(&c, &mut names, &r as *const _ as *const u8).is_none());
+            r.cbid = 5000;
+            assert!(decode_record(&c, &mut names, &r as *const _ as *const u8).is_none());
 
             // Kinds gaptop does not keep are skipped.
             let other: [u32; 16] = [39, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
