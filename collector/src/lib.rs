@@ -730,6 +730,9 @@ unsafe fn start() -> Result<(), String> {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
+    let cb_only: Option<Vec<String>> = std::env::var("GAPTOP_CB_ONLY")
+        .ok()
+        .map(|v| v.split(',').map(str::to_string).collect());
     let mut timed: Vec<(usize, u32)> = Vec::new();
     let mut untimed: Vec<(usize, u32)> = Vec::new();
     for (di, &dom) in DOMAINS.iter().enumerate() {
@@ -745,14 +748,26 @@ unsafe fn start() -> Result<(), String> {
             }
             let n = CStr::from_ptr(p).to_string_lossy();
             let kind = w::api_kind(&n);
-            if kind == w::API_OTHER {
-                untimed.push((di, cbid));
-            } else if api_activity > 0
-                || cu::cuptiEnableCallback(1, sub, dom, cbid) == cu::CUptiResult::CUPTI_SUCCESS
+            // Which calls get a callback: the timed ones, none when API records time them,
+            // or (GAPTOP_CB_ONLY, diagnostics) the calls named there.
+            let callback = match &cb_only {
+                Some(names) => names.iter().any(|p| n.starts_with(p.as_str())),
+                None => kind != w::API_OTHER && api_activity == 0,
+            };
+            let recorded = kind != w::API_OTHER && api_activity > 0;
+            if callback
+                && cu::cuptiEnableCallback(1, sub, dom, cbid) != cu::CUptiResult::CUPTI_SUCCESS
             {
+                continue;
+            }
+            if callback || recorded {
                 api_table[di][cbid as usize] = (name(&n), kind);
-                timed.push((di, cbid));
                 enabled += 1;
+            }
+            if recorded {
+                timed.push((di, cbid));
+            } else if kind == w::API_OTHER {
+                untimed.push((di, cbid));
             }
         }
     }
