@@ -66,11 +66,13 @@ mod activity;
 mod native;
 mod pyframes;
 mod sender;
+mod switches;
 
 use activity::*;
 use native::*;
 use pyframes::*;
 use sender::*;
+use switches::*;
 
 // ------------------------------------------------------------------ shared state
 
@@ -132,6 +134,8 @@ impl NativeMap {
 
 struct Collector {
     fd: c_int,
+    /// The environment switches, read at start.
+    sw: Switches,
     py_stacks: bool,
     /// Native frames at launches (`gaptop run --native`), with the module map for the walk.
     native: Option<NativeMap>,
@@ -245,17 +249,16 @@ fn timestamp() -> u64 {
 
 impl Collector {
     fn bare(fd: c_int, next_name: AtomicU32) -> Collector {
+        let sw = Switches::from_env();
         Collector {
             fd,
-            py_stacks: std::env::var("GAPTOP_PYSTACKS")
-                .map(|v| v != "0")
-                .unwrap_or(true),
+            py_stacks: sw.py_stacks,
             native: None,
             pool: Mutex::new(Vec::with_capacity(POOL_KEEP)),
             zeroed: false,
             sync_names: [0; 5],
             lag_ns: AtomicU64::new(0),
-            timing: std::env::var_os("GAPTOP_VERBOSE").is_some(),
+            timing: sw.verbose,
             cb_ns: AtomicU64::new(0),
             cb_calls: AtomicU64::new(0),
             dump: Mutex::new(None),
@@ -279,6 +282,7 @@ impl Collector {
             started: Instant::now(),
             subscriber: AtomicUsize::new(0),
             done: (Mutex::new(false), Condvar::new()),
+            sw,
         }
     }
 
@@ -718,25 +722,12 @@ unsafe fn start() -> Result<(), String> {
     // Enable exactly the callbacks we time, by name, whatever this CUPTI numbers them.
     let mut api_table: [Vec<(u32, u8)>; 2] = [vec![(0, 0); 2048], vec![(0, 0); 2048]];
     let mut enabled = 0;
-    let flag = |k: &str| std::env::var(k).map(|v| v != "0").unwrap_or(true);
-    let want_domain = [
-        flag("GAPTOP_DRIVER_CB") && flag("GAPTOP_API"),
-        flag("GAPTOP_RUNTIME_CB") && flag("GAPTOP_API"),
-    ];
-    // Diagnostic (GAPTOP_API_ACTIVITY): the same calls timed by CUPTI's API activity records
-    // instead of callbacks, without stacks: 1 enables them call by call, 2 enables the whole
-    // runtime and driver record kinds and then switches the other calls off.
-    let api_activity: u8 = std::env::var("GAPTOP_API_ACTIVITY")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    let cb_only: Option<Vec<String>> = std::env::var("GAPTOP_CB_ONLY")
-        .ok()
-        .map(|v| v.split(',').map(str::to_string).collect());
+    let sw = Switches::from_env();
+    let api_activity = sw.api_activity;
     let mut timed: Vec<(usize, u32)> = Vec::new();
     let mut untimed: Vec<(usize, u32)> = Vec::new();
     for (di, &dom) in DOMAINS.iter().enumerate() {
-        if !want_domain[di] {
+        if !sw.domains[di] {
             continue;
         }
         for cbid in 1..2048u32 {
@@ -750,7 +741,7 @@ unsafe fn start() -> Result<(), String> {
             let kind = w::api_kind(&n);
             // Which calls get a callback: the timed ones, none when API records time them,
             // or (GAPTOP_CB_ONLY, diagnostics) the calls named there.
-            let callback = match &cb_only {
+            let callback = match &sw.cb_only {
                 Some(names) => names.iter().any(|p| n.starts_with(p.as_str())),
                 None => kind != w::API_OTHER && api_activity == 0,
             };
@@ -806,9 +797,10 @@ unsafe fn start() -> Result<(), String> {
         return Err("the viewer closed the connection".into());
     }
     let mut c = Collector::bare(fd, next_name);
+    c.sw = sw;
     // Hand CUPTI zeroed buffers, so that it does not clear each new 4 MiB buffer itself on the
     // thread that filled the last one (a launching thread).
-    if flag("GAPTOP_ZEROED") {
+    if c.sw.zeroed {
         let mut one: u8 = 1;
         let mut len = std::mem::size_of::<u8>();
         c.zeroed = cu::cuptiActivitySetAttribute(
@@ -821,17 +813,13 @@ unsafe fn start() -> Result<(), String> {
     c.copy_names = copy_names;
     c.memset_name = memset_name;
     c.sync_names = sync_names;
-    if flag("GAPTOP_NATIVE") && std::env::var_os("GAPTOP_NATIVE").is_some() {
+    if c.sw.native {
         c.native = Some(native_map());
     }
-    if let Some(p) = std::env::var_os("GAPTOP_DUMP") {
-        let budget = std::env::var("GAPTOP_DUMP_BYTES")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(1 << 20);
-        match std::fs::File::create(&p) {
-            Ok(f) => *c.dump.lock().unwrap_or_else(|e| e.into_inner()) = Some((f, budget)),
-            Err(e) => say!("cannot write CUPTI buffers to {}: {e}", p.to_string_lossy()),
+    if let Some((p, budget)) = &c.sw.dump {
+        match std::fs::File::create(p) {
+            Ok(f) => *c.dump.lock().unwrap_or_else(|e| e.into_inner()) = Some((f, *budget)),
+            Err(e) => say!("cannot write CUPTI buffers to {}: {e}", p.display()),
         }
     }
     c.subscriber = AtomicUsize::new(sub as usize);
@@ -846,7 +834,7 @@ unsafe fn start() -> Result<(), String> {
     // Off by default: hardware kernel timestamps (CUPTI's HES) instead of instrumenting each
     // launch. CUPTI offers them on Blackwell and later; the H200 refused, and collection went
     // on with the default tracing.
-    if std::env::var("GAPTOP_HWTRACE").is_ok_and(|v| v == "1") {
+    if c.sw.hwtrace {
         if let Err(e) = check(
             cu::cuptiActivityEnableHWTrace(1),
             "cuptiActivityEnableHWTrace",
@@ -857,23 +845,13 @@ unsafe fn start() -> Result<(), String> {
     if api_activity > 0 {
         enable_api_records(api_activity, &timed, &untimed);
     }
-    // Copies and memsets can be left out to measure what kernel records alone cost.
-    // GAPTOP_ACTIVITY=0 leaves out GPU records altogether (diagnostics: callbacks alone).
-    let kinds = match (flag("GAPTOP_ACTIVITY"), flag("GAPTOP_MEM_ACTIVITY")) {
-        (false, _) => 0,
-        (true, true) => 3,
-        (true, false) => 1,
-    };
-    CB_NOOP.store(
-        std::env::var("GAPTOP_CB_NOOP").is_ok_and(|v| v == "1"),
-        Relaxed,
-    );
-    for k in &ACTIVITY_KINDS[..kinds] {
+    CB_NOOP.store(c.sw.cb_noop, Relaxed);
+    for k in &ACTIVITY_KINDS[..c.sw.gpu_kinds] {
         check(cu::cuptiActivityEnable(*k), "cuptiActivityEnable")?;
     }
     // Synchronization records add host timing for syncs the callbacks do not see; without
     // them gaptop still works, so a refusal is only mentioned.
-    if kinds > 0 && flag("GAPTOP_SYNC_ACTIVITY") {
+    if c.sw.sync_activity {
         if let Err(e) = check(
             cu::cuptiActivityEnable(ACTIVITY_KINDS[3]),
             "cuptiActivityEnable(SYNCHRONIZATION)",
@@ -887,14 +865,10 @@ unsafe fn start() -> Result<(), String> {
         .name("gaptop-sender".into())
         .spawn(move || sender(c))
         .map_err(|e| format!("cannot start the sender thread: {e}"))?;
-    let duty = stack_duty();
     // Diagnostic (GAPTOP_CB_DELAY_MS): callbacks first switched on only after a delay, to
     // tell whether launches are slowed by callbacks being on, or by their having been on
     // while the program set up its context and loaded its kernels.
-    let delay = std::env::var("GAPTOP_CB_DELAY_MS")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-        .map(Duration::from_millis);
+    let (duty, delay) = (c.sw.duty, c.sw.cb_delay);
     if delay.is_some() {
         set_callbacks(c, false);
     }
@@ -928,7 +902,7 @@ unsafe fn start() -> Result<(), String> {
         }
     }
     libc::pthread_atfork(None, None, Some(in_forked_child));
-    if std::env::var_os("GAPTOP_VERBOSE").is_some() {
+    if c.sw.verbose {
         say!(
             "collecting: {enabled} API callbacks{}, kernels, memcpy, memset, syncs{}{} -> {path}",
             match duty {
@@ -984,27 +958,6 @@ unsafe fn enable_api_records(mode: u8, timed: &[(usize, u32)], untimed: &[(usize
         apply(untimed, 0);
     }
     apply(timed, 1);
-}
-
-/// The callback windows for sampled stacks: GAPTOP_STACK_DUTY percent of every
-/// GAPTOP_DUTY_PERIOD_MS (default 100 ms). None (callbacks always on) when unset or 100.
-fn stack_duty() -> Option<(Duration, Duration)> {
-    let pct: u64 = std::env::var("GAPTOP_STACK_DUTY").ok()?.parse().ok()?;
-    let period: u64 = std::env::var("GAPTOP_DUTY_PERIOD_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|&p| p > 0)
-        .unwrap_or(100);
-    duty_windows(pct, period)
-}
-
-fn duty_windows(pct: u64, period_ms: u64) -> Option<(Duration, Duration)> {
-    if pct == 0 || pct >= 100 {
-        return None;
-    }
-    let on = (period_ms * 1000 * pct / 100).max(1);
-    let off = (period_ms * 1000 - on).max(1);
-    Some((Duration::from_micros(on), Duration::from_micros(off)))
 }
 
 /// Entry point CUDA calls when `CUDA_INJECTION64_PATH` names this library.
@@ -1340,17 +1293,6 @@ mod tests {
         o.0.push(call(5, 1));
         assert_eq!(o.close(4).map(|c| c.stack), Some(104));
         assert!(o.0.is_empty());
-    }
-
-    #[test]
-    fn duty_windows_split_the_period() {
-        let ms = Duration::from_millis;
-        assert_eq!(duty_windows(10, 100), Some((ms(10), ms(90))));
-        assert_eq!(duty_windows(25, 200), Some((ms(50), ms(150))));
-        assert_eq!(duty_windows(100, 100), None, "always on");
-        assert_eq!(duty_windows(0, 100), None);
-        let (on, off) = duty_windows(1, 1).unwrap();
-        assert!(on > Duration::ZERO && off > Duration::ZERO);
     }
 
     /// Buffers promised to CUPTI as zeroed come back to the pool zeroed; the pool is capped.

@@ -56,14 +56,7 @@ pub(crate) fn compose(
 }
 
 pub(crate) fn sender(c: &'static Collector) {
-    let flush_period = match std::env::var("GAPTOP_FLUSH_MS")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-    {
-        Some(0) => None,
-        Some(ms) => Some(Duration::from_millis(ms)),
-        None => Some(FLUSH_PERIOD),
-    };
+    let flush_period = c.sw.flush;
     let mut last_flush = Instant::now();
     let mut last_stats = Instant::now();
     let mut out: Vec<u8> = Vec::with_capacity(1 << 20);
