@@ -723,7 +723,6 @@ unsafe fn start() -> Result<(), String> {
     let mut api_table: [Vec<(u32, u8)>; 2] = [vec![(0, 0); 2048], vec![(0, 0); 2048]];
     let mut enabled = 0;
     let sw = Switches::from_env();
-    let api_activity = sw.api_activity;
     let mut timed: Vec<(usize, u32)> = Vec::new();
     let mut untimed: Vec<(usize, u32)> = Vec::new();
     for (di, &dom) in DOMAINS.iter().enumerate() {
@@ -738,26 +737,19 @@ unsafe fn start() -> Result<(), String> {
                 continue;
             }
             let n = CStr::from_ptr(p).to_string_lossy();
-            let kind = w::api_kind(&n);
-            // Which calls get a callback: the timed ones, none when API records time them,
-            // or (GAPTOP_CB_ONLY, diagnostics) the calls named there.
-            let callback = match &sw.cb_only {
-                Some(names) => names.iter().any(|p| n.starts_with(p.as_str())),
-                None => kind != w::API_OTHER && api_activity == 0,
-            };
-            let recorded = kind != w::API_OTHER && api_activity > 0;
-            if callback
+            let plan = plan_call(&n, &sw);
+            if plan.callback
                 && cu::cuptiEnableCallback(1, sub, dom, cbid) != cu::CUptiResult::CUPTI_SUCCESS
             {
                 continue;
             }
-            if callback || recorded {
-                api_table[di][cbid as usize] = (name(&n), kind);
+            if plan.callback || plan.recorded {
+                api_table[di][cbid as usize] = (name(&n), plan.kind);
                 enabled += 1;
             }
-            if recorded {
+            if plan.recorded {
                 timed.push((di, cbid));
-            } else if kind == w::API_OTHER {
+            } else if plan.kind == w::API_OTHER {
                 untimed.push((di, cbid));
             }
         }
@@ -842,8 +834,8 @@ unsafe fn start() -> Result<(), String> {
             say!("{e}; using CUPTI's default kernel tracing");
         }
     }
-    if api_activity > 0 {
-        enable_api_records(api_activity, &timed, &untimed);
+    if c.sw.api_activity > 0 {
+        enable_api_records(c.sw.api_activity, &timed, &untimed);
     }
     CB_NOOP.store(c.sw.cb_noop, Relaxed);
     for k in &ACTIVITY_KINDS[..c.sw.gpu_kinds] {
@@ -918,6 +910,32 @@ unsafe fn start() -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+/// What the collector does with one CUDA API call, by its name.
+#[derive(Debug, PartialEq)]
+struct CallPlan {
+    /// Its wire kind (`API_OTHER` for calls gaptop does not time).
+    kind: u8,
+    /// A callback at its entry and exit (with the stack walk at the entry).
+    callback: bool,
+    /// Timed by CUPTI's API records instead (GAPTOP_API_ACTIVITY).
+    recorded: bool,
+}
+
+/// By default the launches, syncs, copies and waits get callbacks and nothing else does; with
+/// GAPTOP_API_ACTIVITY they get API records instead; GAPTOP_CB_ONLY picks the callbacks by name.
+fn plan_call(name: &str, sw: &Switches) -> CallPlan {
+    let kind = w::api_kind(name);
+    let timed = kind != w::API_OTHER;
+    CallPlan {
+        kind,
+        callback: match &sw.cb_only {
+            Some(names) => names.iter().any(|p| name.starts_with(p.as_str())),
+            None => timed && sw.api_activity == 0,
+        },
+        recorded: timed && sw.api_activity > 0,
+    }
 }
 
 /// GAPTOP_API_ACTIVITY: CUPTI's API records for the `timed` calls (see `start`). What CUPTI
@@ -1293,6 +1311,60 @@ mod tests {
         o.0.push(call(5, 1));
         assert_eq!(o.close(4).map(|c| c.stack), Some(104));
         assert!(o.0.is_empty());
+    }
+
+    /// Which calls get callbacks or API records, by default and under the diagnostics.
+    #[test]
+    fn calls_are_planned_by_name() {
+        let plan = |name: &str, sw: &Switches| {
+            let p = plan_call(name, sw);
+            (p.kind, p.callback, p.recorded)
+        };
+        let default = Switches::read(|_| None);
+        assert_eq!(
+            plan("cudaLaunchKernel_v7000", &default),
+            (w::API_LAUNCH, true, false)
+        );
+        assert_eq!(
+            plan("cuLaunchKernelEx", &default),
+            (w::API_LAUNCH, true, false)
+        );
+        assert_eq!(
+            plan("cudaGraphLaunch_v10000", &default),
+            (w::API_GRAPH_LAUNCH, true, false)
+        );
+        assert_eq!(
+            plan("cudaStreamSynchronize_v3020", &default),
+            (w::API_SYNC, true, false)
+        );
+        assert_eq!(
+            plan("cudaGetLastError_v3020", &default),
+            (w::API_OTHER, false, false)
+        );
+        assert_eq!(
+            plan("cuCtxGetCurrent", &default),
+            (w::API_OTHER, false, false)
+        );
+
+        let records = Switches::read(|k| (k == "GAPTOP_API_ACTIVITY").then(|| "1".into()));
+        assert_eq!(
+            plan("cudaLaunchKernel_v7000", &records),
+            (w::API_LAUNCH, false, true)
+        );
+        assert_eq!(
+            plan("cudaGetLastError_v3020", &records),
+            (w::API_OTHER, false, false)
+        );
+
+        let only = Switches::read(|k| (k == "GAPTOP_CB_ONLY").then(|| "cudaGetLastError".into()));
+        assert_eq!(
+            plan("cudaGetLastError_v3020", &only),
+            (w::API_OTHER, true, false)
+        );
+        assert_eq!(
+            plan("cudaLaunchKernel_v7000", &only),
+            (w::API_LAUNCH, false, false)
+        );
     }
 
     /// Buffers promised to CUPTI as zeroed come back to the pool zeroed; the pool is capped.
