@@ -1,0 +1,412 @@
+//! A stand-in for libcupti, for tests without a GPU. It exports the CUPTI calls gaptop's
+//! collector makes, and a few `fake_*` calls that play the CUDA program's part: a "launch"
+//! runs the subscriber's callbacks as CUPTI would (the runtime call, with the driver call it
+//! makes nested inside) and queues a kernel record; records go out through the collector's
+//! buffer callbacks when a buffer fills or on a flush, as CUPTI's do.
+//!
+//! It models only what the collector relies on, and no GPU: kernels run one after another on
+//! one stream, each starting a little after its launch call returned and after the previous one.
+
+#![allow(non_snake_case, clippy::missing_safety_doc)]
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::{c_char, c_void, CStr, CString};
+use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
+
+use cu::CUptiResult as R;
+use cudarc::cupti::sys as cu;
+
+const RUNTIME: u32 = cu::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_RUNTIME_API as u32;
+const DRIVER: u32 = cu::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_DRIVER_API as u32;
+
+/// The calls this fake knows, by (domain, callback id): what CUPTI 13 numbers them.
+const CALLS: [(u32, u32, &str); 5] = [
+    (RUNTIME, 211, "cudaLaunchKernel_v7000"),
+    (RUNTIME, 165, "cudaDeviceSynchronize_v3020"),
+    (RUNTIME, 10, "cudaGetLastError_v3020"),
+    (DRIVER, 307, "cuLaunchKernel"),
+    (DRIVER, 17, "cuCtxSynchronize"),
+];
+const RT_LAUNCH: u32 = 211;
+const RT_SYNC: u32 = 165;
+const DRV_LAUNCH: u32 = 307;
+
+type Record = cu::CUpti_ActivityKernel10;
+const RECORD: usize = std::mem::size_of::<Record>();
+
+#[derive(Default)]
+struct State {
+    callback:
+        Option<unsafe extern "C" fn(*mut c_void, cu::CUpti_CallbackDomain, u32, *const c_void)>,
+    userdata: usize,
+    enabled: HashSet<(u32, u32)>,
+    request: cu::CUpti_BuffersCallbackRequestFunc,
+    complete: cu::CUpti_BuffersCallbackCompleteFunc,
+    kernels_on: bool,
+    /// The buffer being filled: address, size, bytes used.
+    buffer: Option<(usize, usize, usize)>,
+    dropped: usize,
+    corr: u32,
+    /// When the fake GPU is next free (CUPTI timestamp, ns).
+    gpu_free: u64,
+    names: HashMap<String, CString>,
+    call_names: HashMap<(u32, u32), CString>,
+}
+
+fn state() -> &'static Mutex<State> {
+    static S: OnceLock<Mutex<State>> = OnceLock::new();
+    S.get_or_init(|| {
+        let mut s = State {
+            corr: 1,
+            ..Default::default()
+        };
+        for (d, id, n) in CALLS {
+            s.call_names.insert((d, id), CString::new(n).unwrap());
+        }
+        Mutex::new(s)
+    })
+}
+
+fn lock() -> std::sync::MutexGuard<'static, State> {
+    state().lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn now() -> u64 {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    1_000_000_000 + BASE.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+// ------------------------------------------------------------------ the CUPTI calls
+
+#[no_mangle]
+pub unsafe extern "C" fn cuptiSubscribe(
+    sub: *mut cu::CUpti_SubscriberHandle,
+    cb: cu::CUpti_CallbackFunc,
+    ud: *mut c_void,
+) -> R {
+    let mut s = lock();
+    // FAKE_CUPTI_BUSY=1: another profiler holds CUPTI.
+    if s.callback.is_some() || std::env::var_os("FAKE_CUPTI_BUSY").is_some() {
+        return R::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
+    }
+    s.callback = cb;
+    s.userdata = ud as usize;
+    *sub = 1 as cu::CUpti_SubscriberHandle;
+    R::CUPTI_SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuptiUnsubscribe(_: cu::CUpti_SubscriberHandle) -> R {
+    let mut s = lock();
+    s.callback = None;
+    s.enabled.clear();
+    R::CUPTI_SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuptiGetCallbackName(
+    domain: cu::CUpti_CallbackDomain,
+    cbid: u32,
+    name: *mut *const c_char,
+) -> R {
+    match lock().call_names.get(&(domain as u32, cbid)) {
+        Some(n) => {
+            *name = n.as_ptr();
+            R::CUPTI_SUCCESS
+        }
+        None => R::CUPTI_ERROR_INVALID_PARAMETER,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuptiEnableCallback(
+    on: u32,
+    _: cu::CUpti_SubscriberHandle,
+    domain: cu::CUpti_CallbackDomain,
+    cbid: u32,
+) -> R {
+    let mut s = lock();
+    if on != 0 {
+        s.enabled.insert((domain as u32, cbid));
+    } else {
+        s.enabled.remove(&(domain as u32, cbid));
+    }
+    R::CUPTI_SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuptiEnableDomain(
+    on: u32,
+    _: cu::CUpti_SubscriberHandle,
+    domain: cu::CUpti_CallbackDomain,
+) -> R {
+    let mut s = lock();
+    let d = domain as u32;
+    if on == 0 {
+        s.enabled.retain(|&(dd, _)| dd != d);
+    } else {
+        for (dd, id, _) in CALLS {
+            if dd == d {
+                s.enabled.insert((dd, id));
+            }
+        }
+    }
+    R::CUPTI_SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuptiActivityRegisterCallbacks(
+    request: cu::CUpti_BuffersCallbackRequestFunc,
+    complete: cu::CUpti_BuffersCallbackCompleteFunc,
+) -> R {
+    let mut s = lock();
+    s.request = request;
+    s.complete = complete;
+    R::CUPTI_SUCCESS
+}
+
+#[no_mangle]
+pub extern "C" fn cuptiActivityEnable(kind: cu::CUpti_ActivityKind) -> R {
+    if kind == cu::CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL {
+        lock().kernels_on = true;
+    }
+    R::CUPTI_SUCCESS
+}
+
+#[no_mangle]
+pub extern "C" fn cuptiActivityDisable(kind: cu::CUpti_ActivityKind) -> R {
+    if kind == cu::CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL {
+        lock().kernels_on = false;
+    }
+    R::CUPTI_SUCCESS
+}
+
+#[no_mangle]
+pub extern "C" fn cuptiActivityFlushAll(_flag: u32) -> R {
+    flush();
+    R::CUPTI_SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuptiActivityGetNextRecord(
+    buffer: *mut u8,
+    valid: usize,
+    rec: *mut *mut cu::CUpti_Activity,
+) -> R {
+    let next = if (*rec).is_null() {
+        buffer
+    } else {
+        ((*rec) as *mut u8).add(RECORD)
+    };
+    if next.add(RECORD) > buffer.add(valid) {
+        return R::CUPTI_ERROR_MAX_LIMIT_REACHED;
+    }
+    *rec = next as *mut cu::CUpti_Activity;
+    R::CUPTI_SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuptiActivityGetNumDroppedRecords(
+    _: cudarc::driver::sys::CUcontext,
+    _: u32,
+    dropped: *mut usize,
+) -> R {
+    let mut s = lock();
+    *dropped = std::mem::take(&mut s.dropped);
+    R::CUPTI_SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuptiGetTimestamp(t: *mut u64) -> R {
+    *t = now();
+    R::CUPTI_SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuptiGetResultString(_: R, s: *mut *const c_char) -> R {
+    *s = c"fake CUPTI error".as_ptr();
+    R::CUPTI_SUCCESS
+}
+
+#[no_mangle]
+pub extern "C" fn cuptiActivitySetAttribute(
+    _: cu::CUpti_ActivityAttribute,
+    _: *mut usize,
+    _: *mut c_void,
+) -> R {
+    R::CUPTI_SUCCESS
+}
+
+#[no_mangle]
+pub extern "C" fn cuptiActivityEnableHWTrace(_: u8) -> R {
+    R::CUPTI_ERROR_NOT_SUPPORTED
+}
+
+#[no_mangle]
+pub extern "C" fn cuptiActivityEnableRuntimeApi(_: u32, _: u8) -> R {
+    R::CUPTI_ERROR_NOT_SUPPORTED
+}
+
+#[no_mangle]
+pub extern "C" fn cuptiActivityEnableDriverApi(_: u32, _: u8) -> R {
+    R::CUPTI_ERROR_NOT_SUPPORTED
+}
+
+#[no_mangle]
+pub extern "C" fn cuptiSetThreadIdType(_: cu::CUpti_ActivityThreadIdType) -> R {
+    R::CUPTI_SUCCESS
+}
+
+// ------------------------------------------------------------------ the program's side
+
+/// Runs the subscriber's callback for one site of a call, if enabled. Called without the lock:
+/// the callback may call back into CUPTI.
+unsafe fn callback(domain: u32, cbid: u32, enter: bool, corr: u32, symbol: *const c_char) {
+    let (cb, ud, on, name) = {
+        let s = lock();
+        (
+            s.callback,
+            s.userdata,
+            s.enabled.contains(&(domain, cbid)),
+            s.call_names.get(&(domain, cbid)).map(|n| n.as_ptr()),
+        )
+    };
+    let (Some(cb), true) = (cb, on) else { return };
+    let data = cu::CUpti_CallbackData {
+        callbackSite: if enter {
+            cu::CUpti_ApiCallbackSite::CUPTI_API_ENTER
+        } else {
+            cu::CUpti_ApiCallbackSite::CUPTI_API_EXIT
+        },
+        functionName: name.unwrap_or(std::ptr::null()),
+        functionParams: std::ptr::null(),
+        functionReturnValue: std::ptr::null_mut(),
+        symbolName: symbol,
+        context: std::ptr::null_mut(),
+        contextUid: 1,
+        correlationData: std::ptr::null_mut(),
+        correlationId: corr,
+    };
+    let dom: cu::CUpti_CallbackDomain = std::mem::transmute(domain);
+    cb(
+        ud as *mut c_void,
+        dom,
+        cbid,
+        &data as *const _ as *const c_void,
+    );
+}
+
+/// Hands the buffer being filled to the collector.
+fn flush() {
+    let (complete, buf) = {
+        let mut s = lock();
+        (s.complete, s.buffer.take())
+    };
+    if let (Some(complete), Some((p, size, used))) = (complete, buf) {
+        unsafe { complete(std::ptr::null_mut(), 0, p as *mut u8, size, used) };
+    }
+}
+
+/// Appends a kernel record, asking for a buffer when there is none or the current one is full.
+fn record(k: &Record) {
+    for _ in 0..2 {
+        let want = {
+            let mut s = lock();
+            match s.buffer {
+                Some((p, size, used)) if used + RECORD <= size => {
+                    unsafe {
+                        std::ptr::write_unaligned((p + used) as *mut Record, *k);
+                    }
+                    s.buffer = Some((p, size, used + RECORD));
+                    return;
+                }
+                Some(_) => None,
+                None => s.request,
+            }
+        };
+        match want {
+            None => flush(),
+            Some(request) => {
+                let (mut p, mut size, mut max) = (std::ptr::null_mut(), 0usize, 0usize);
+                unsafe { request(&mut p, &mut size, &mut max) };
+                let mut s = lock();
+                if p.is_null() || size < RECORD {
+                    s.dropped += 1;
+                    return;
+                }
+                s.buffer = Some((p as usize, size, 0));
+            }
+        }
+    }
+}
+
+/// A kernel launch through the runtime API: `cudaLaunchKernel`'s callbacks, with the driver's
+/// `cuLaunchKernel` nested inside, then the kernel's record (when kernel records are on). The
+/// kernel starts 2 µs after the call returns or when the previous one ends, and runs `dur_ns`.
+/// Returns the launch's correlation id.
+#[no_mangle]
+pub unsafe extern "C" fn fake_launch(kernel: *const c_char, dur_ns: u64) -> u32 {
+    let name = CStr::from_ptr(kernel).to_string_lossy().into_owned();
+    let (corr, symbol) = {
+        let mut s = lock();
+        let corr = s.corr;
+        s.corr += 2;
+        let sym = s
+            .names
+            .entry(name.clone())
+            .or_insert_with(|| CString::new(name).unwrap())
+            .as_ptr();
+        (corr, sym)
+    };
+    callback(RUNTIME, RT_LAUNCH, true, corr, symbol);
+    callback(DRIVER, DRV_LAUNCH, true, corr + 1, symbol);
+    callback(DRIVER, DRV_LAUNCH, false, corr + 1, symbol);
+    callback(RUNTIME, RT_LAUNCH, false, corr, symbol);
+    let returned = now();
+    let (on, start) = {
+        let mut s = lock();
+        let start = s.gpu_free.max(returned + 2_000);
+        s.gpu_free = start + dur_ns;
+        (s.kernels_on, start)
+    };
+    if on {
+        let mut k: Record = std::mem::zeroed();
+        k.kind = cu::CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+        k.start = start;
+        k.end = start + dur_ns;
+        k.correlationId = corr;
+        k.streamId = 7;
+        k.deviceId = 0;
+        k.contextId = 1;
+        k.name = symbol;
+        record(&k);
+    }
+    corr
+}
+
+/// `cudaDeviceSynchronize`: its callbacks around a wait for the fake GPU to be free.
+#[no_mangle]
+pub unsafe extern "C" fn fake_synchronize() {
+    let corr = {
+        let mut s = lock();
+        s.corr += 1;
+        s.corr - 1
+    };
+    callback(RUNTIME, RT_SYNC, true, corr, std::ptr::null());
+    loop {
+        let free = lock().gpu_free;
+        let t = now();
+        if t >= free {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_nanos(free - t));
+    }
+    callback(RUNTIME, RT_SYNC, false, corr, std::ptr::null());
+}
+
+/// How many callbacks are enabled (for tests of the collector's choices).
+#[no_mangle]
+pub extern "C" fn fake_enabled_callbacks() -> u32 {
+    lock().enabled.len() as u32
+}

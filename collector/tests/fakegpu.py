@@ -1,0 +1,36 @@
+# Plays a CUDA program against the fake libcupti (collector/fake-cupti), without a GPU: the
+# collector is loaded and started as the CUDA driver would start it (CUDA_INJECTION64_PATH,
+# InitializeInjection); then named Python functions launch kernels, in the main thread and in
+# another one, with a synchronization after each step.
+import ctypes, os, sys, threading
+
+fake = ctypes.CDLL("libcupti.so")  # through LD_LIBRARY_PATH, as the collector finds it
+fake.fake_launch.restype = ctypes.c_uint32
+collector = ctypes.CDLL(os.environ["CUDA_INJECTION64_PATH"])
+assert collector.InitializeInjection() == 1
+sum(range(10000))  # the interpreter runs the collector's pending calibration here
+
+steps = int(sys.argv[1]) if len(sys.argv) > 1 else 20
+
+def rope():
+    for _ in range(8):
+        fake.fake_launch(b"void rope_kernel<float>(float*, int)", 1500)
+
+def attention():
+    fake.fake_launch(b"attention_kernel", 40000)
+
+def step():
+    rope()
+    attention()
+    fake.fake_synchronize()
+
+def worker():
+    for _ in range(50):
+        fake.fake_launch(b"worker_kernel", 1000)
+
+for _ in range(steps):
+    step()
+t = threading.Thread(target=worker)
+t.start()
+t.join()
+print(f"FAKE launched={steps * 9 + 50} callbacks={fake.fake_enabled_callbacks()}", flush=True)

@@ -1,0 +1,156 @@
+//! The collector end to end without a GPU: `gaptop record` runs a Python program that plays a
+//! CUDA program against a fake libcupti (collector/fake-cupti). What the viewer recorded must
+//! be every kernel launched, each with its launch call and its Python stack.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Builds what a user would run (the viewer, the collector) and the fake libcupti; returns the
+/// folder they are in.
+fn build() -> PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut c = Command::new(cargo);
+    c.args([
+        "build",
+        "-q",
+        "-p",
+        "gaptop",
+        "-p",
+        "gaptop-collector",
+        "-p",
+        "gaptop-fake-cupti",
+    ]);
+    if !cfg!(debug_assertions) {
+        c.arg("--release");
+    }
+    assert!(c.status().expect("cargo runs").success(), "build failed");
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().unwrap().parent().unwrap().to_path_buf()
+}
+
+/// A CUDA install holding only the fake libcupti, where `gaptop run` looks for it.
+fn fake_cuda(target: &Path, tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("gaptop-fakegpu-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let lib = dir.join("cuda/lib64");
+    std::fs::create_dir_all(&lib).unwrap();
+    for name in ["libcupti.so", "libcupti.so.13"] {
+        std::fs::copy(target.join("libcupti.so"), lib.join(name)).unwrap();
+    }
+    dir
+}
+
+/// Records the script under `gaptop record`; returns what it printed (the program's output and
+/// gaptop's) and the recording's JSON report, or the report's error.
+fn run(
+    target: &Path,
+    dir: &Path,
+    env: &[(&str, &str)],
+) -> (String, Result<serde_json::Value, String>) {
+    let rec = dir.join("fake.rec");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fakegpu.py");
+    let mut c = Command::new(target.join("gaptop"));
+    c.args(["record", "-o"])
+        .arg(&rec)
+        .args(["--", "python3"])
+        .arg(&script)
+        .arg("20")
+        .env("CUDA_HOME", dir.join("cuda"))
+        .env("GAPTOP_COLLECTOR", target.join("libgaptop_collector.so"))
+        .env_remove("LD_LIBRARY_PATH");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c.output().expect("gaptop runs");
+    let log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{log}");
+    let report = Command::new(target.join("gaptop"))
+        .args(["report", "--format", "json"])
+        .arg(&rec)
+        .output()
+        .unwrap();
+    let j = if report.status.success() {
+        Ok(serde_json::from_slice(&report.stdout).unwrap())
+    } else {
+        Err(String::from_utf8_lossy(&report.stderr).into_owned())
+    };
+    (log, j)
+}
+
+#[test]
+fn every_fake_launch_arrives_with_its_call_and_python_stack() {
+    let target = build();
+    let dir = fake_cuda(&target, "plain");
+    let (log, j) = run(&target, &dir, &[]);
+    let j = j.unwrap();
+    // 20 steps of 8 rope launches and 1 attention launch, then 50 from a thread.
+    let launched = 20 * 9 + 50;
+    assert!(log.contains(&format!("FAKE launched={launched}")), "{log}");
+    assert_eq!(j["kernels"], launched, "{log}");
+    assert_eq!(j["kernels_with_launch"], launched, "{log}");
+    assert_eq!(j["kernels_with_stack"], launched, "{log}");
+    assert!(log.contains(" 0 dropped"), "{log}");
+    // Callbacks on the launch and sync calls the fake knows (two of each), not on the rest.
+    assert!(log.contains("callbacks=4"), "{log}");
+    // Each stack names the script's functions, outermost first (line numbers are the call's
+    // on Python 3.12 and later, the function's first line before).
+    let quals = |i: usize| -> Vec<String> {
+        j["top_stacks"][i]["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|f| f.as_str()?.split_once("fakegpu.py(")?.1.split_once("): "))
+            .map(|(_, q)| q.to_string())
+            .collect()
+    };
+    let stacks: Vec<Vec<String>> = (0..3).map(quals).collect();
+    for want in [
+        &["<module>", "step", "rope"][..],
+        &["worker"][..],
+        &["<module>", "step", "attention"][..],
+    ] {
+        assert!(
+            stacks.iter().any(|s| s == want),
+            "{want:?} not in {stacks:?}"
+        );
+    }
+    // The gaps after each synchronization are charged to it; the rope launches are launch-bound.
+    assert!(
+        j["reasons"]["sync"]["count"].as_u64().unwrap() >= 19,
+        "{}",
+        j["reasons"]
+    );
+    let rope = j["advice"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["site"].as_str().unwrap().starts_with("rope "))
+        .unwrap_or_else(|| panic!("rope not advised: {}", j["advice"]));
+    assert_eq!(rope["gaps"], 20 * 8 - 1, "{rope}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// When CUPTI is held by another profiler, the collector says so once and the program runs on
+/// unchanged; when CUPTI refuses the API records a diagnostic asks for, GPU records still come.
+#[test]
+fn refusals_leave_the_program_running() {
+    let target = build();
+    let dir = fake_cuda(&target, "busy");
+    let (log, j) = run(&target, &dir, &[("FAKE_CUPTI_BUSY", "1")]);
+    assert!(log.contains("FAKE launched=230"), "{log}");
+    assert!(log.contains("is another profiler attached?"), "{log}");
+    assert!(log.contains("the program runs unchanged"), "{log}");
+    assert!(j.unwrap_err().contains("holds no GPU ops"), "{log}");
+
+    let (log, j) = run(&target, &dir, &[("GAPTOP_API_ACTIVITY", "1")]);
+    let j = j.unwrap();
+    assert!(log.contains("FAKE launched=230 callbacks=0"), "{log}");
+    assert!(log.contains("CUPTI refused to switch"), "{log}");
+    assert_eq!(j["kernels"], 230, "{log}");
+    assert_eq!(j["kernels_with_launch"], 0, "{log}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
