@@ -326,10 +326,7 @@ impl Collector {
                 if code == 0 || rd(code + 8) != l.code_type {
                     break;
                 }
-                let at = match l.lasti {
-                    Some(g) => g(f as *mut c_void),
-                    None => -1,
-                };
+                let at = frame_lasti(l, f, code);
                 frames.push((code, at));
                 h = mix(h, code as u64);
                 h = mix(h, at as u32 as u64);

@@ -36,6 +36,10 @@ pub(crate) unsafe fn sym<T: Copy>(name: &CStr) -> Option<T> {
 pub(crate) struct Layout {
     pub(crate) this_tstate: FnPtr,
     pub(crate) lasti: Option<FnPtrInt>,
+    /// Without `lasti` (before 3.12): the offset of the frame's instruction pointer and of the
+    /// bytecode inside the code object, so that their difference is the offset `addr2line`
+    /// takes.
+    pub(crate) instr: Option<(usize, usize)>,
     pub(crate) addr2line: Option<FnAddr2Line>,
     pub(crate) code_type: usize,
     pub(crate) unicode_type: usize,
@@ -84,7 +88,7 @@ pub(crate) unsafe extern "C" fn calibrate(_: *mut c_void) -> c_int {
             let _ = LAYOUT.set(l);
             if std::env::var_os("GAPTOP_VERBOSE").is_some() {
                 say!(
-                    "python frames: tstate+{} {} code@{} prev@{} file@{} qual@{}",
+                    "python frames: tstate+{} {} code@{} prev@{} file@{} qual@{} lines {}",
                     l.ts_off,
                     match l.indirect {
                         Some(o) => format!("via cframe+{o}"),
@@ -93,7 +97,12 @@ pub(crate) unsafe extern "C" fn calibrate(_: *mut c_void) -> c_int {
                     l.code_off,
                     l.prev_off,
                     l.filename_off,
-                    l.qualname_off
+                    l.qualname_off,
+                    match (l.lasti, l.instr) {
+                        (Some(_), _) => "by PyUnstable_InterpreterFrame_GetLasti".to_string(),
+                        (None, Some((fo, cs))) => format!("by instr@{fo} - code+{cs}"),
+                        (None, None) => "unknown (functions' first lines)".to_string(),
+                    }
                 );
             }
         }
@@ -129,13 +138,14 @@ pub(crate) unsafe fn calibrate_inner() -> Result<Layout, &'static str> {
     let code = frame_code(frame) as usize;
     decref(code as *mut c_void);
     let back = frame_back(frame);
-    let back_code = if back.is_null() {
-        0
+    let (back_code, back_line) = if back.is_null() {
+        (0, 0)
     } else {
         let c = frame_code(back) as usize;
+        let line = lineno(back);
         decref(c as *mut c_void);
         decref(back);
-        c
+        (c, line)
     };
     // The interpreter frame: tstate -> (cframe ->) frame, whose code field is `code`, and whose
     // `previous` chain reaches the caller's code within a few (shim) steps.
@@ -156,22 +166,8 @@ pub(crate) unsafe fn calibrate_inner() -> Result<Layout, &'static str> {
                 if checked_read(f + code_off) != Some(code) {
                     continue;
                 }
-                if back_code != 0 {
-                    let mut g = f;
-                    let mut ok = false;
-                    for _ in 0..4 {
-                        g = match checked_read(g + prev_off) {
-                            Some(x) if x != 0 => x,
-                            _ => break,
-                        };
-                        if checked_read(g + code_off) == Some(back_code) {
-                            ok = true;
-                            break;
-                        }
-                    }
-                    if !ok {
-                        continue;
-                    }
+                if back_code != 0 && caller_frame(f, code_off, prev_off, back_code).is_none() {
+                    continue;
                 }
                 found = Some((ts_off, indirect, f, code_off, prev_off));
                 break 'search;
@@ -245,9 +241,31 @@ pub(crate) unsafe fn calibrate_inner() -> Result<Layout, &'static str> {
             return Err("line numbers do not match");
         }
     }
+    let instr = match (lasti, addr2line) {
+        (None, Some(a)) => {
+            // The caller's interpreter frame (past any shim frames), to confirm on a second
+            // frame what the first one suggests.
+            let back_frame = (back_code != 0)
+                .then(|| caller_frame(iframe, code_off, prev_off, back_code))
+                .flatten()
+                .map(|g| (g, back_code, back_line));
+            let bytecode = code_bytes(getattr, err_clear, decref, code);
+            bytecode.and_then(|b| {
+                find_instr(
+                    a,
+                    &b,
+                    (iframe, code, lineno(frame)),
+                    back_frame,
+                    &[code_off, prev_off],
+                )
+            })
+        }
+        _ => None,
+    };
     Ok(Layout {
         this_tstate,
         lasti,
+        instr,
         addr2line,
         code_type,
         unicode_type,
@@ -259,6 +277,140 @@ pub(crate) unsafe fn calibrate_inner() -> Result<Layout, &'static str> {
         qualname_off,
         ascii_data_off,
     })
+}
+
+/// The interpreter frame of the caller of frame `f`, which runs `back_code`: the first frame
+/// with that code within a few `previous` steps (past the interpreter's shim frames).
+unsafe fn caller_frame(
+    f: usize,
+    code_off: usize,
+    prev_off: usize,
+    back_code: usize,
+) -> Option<usize> {
+    let mut g = f;
+    for _ in 0..4 {
+        g = match checked_read(g + prev_off) {
+            Some(x) if x != 0 => x,
+            _ => return None,
+        };
+        if checked_read(g + code_off) == Some(back_code) {
+            return Some(g);
+        }
+    }
+    None
+}
+
+/// A code object's `co_code` (its bytecode as Python shows it), copied.
+unsafe fn code_bytes(
+    getattr: FnAttr,
+    err_clear: unsafe extern "C" fn(),
+    decref: FnDec,
+    code: usize,
+) -> Option<Vec<u8>> {
+    type FnSize = unsafe extern "C" fn(*mut c_void) -> isize;
+    type FnData = unsafe extern "C" fn(*mut c_void) -> *const u8;
+    let size: FnSize = sym(c"PyBytes_Size")?;
+    let data: FnData = sym(c"PyBytes_AsString")?;
+    let b = getattr(code as *mut c_void, c"co_code".as_ptr());
+    if b.is_null() {
+        err_clear();
+        return None;
+    }
+    let (n, p) = (size(b), data(b));
+    let out = (n > 0 && !p.is_null()).then(|| std::slice::from_raw_parts(p, n as usize).to_vec());
+    if out.is_none() {
+        err_clear();
+    }
+    decref(b);
+    out
+}
+
+/// Reads `n` bytes at `addr` without risking a fault.
+unsafe fn checked_bytes(addr: usize, n: usize) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; n];
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr() as *mut c_void,
+        iov_len: n,
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut c_void,
+        iov_len: n,
+    };
+    (libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) == n as isize).then_some(buf)
+}
+
+/// Whether `live` (a code object's running bytecode, which 3.11 specializes in place and whose
+/// inline caches it fills) is `shown` (`co_code`): every real instruction's argument agrees.
+/// Caches (opcode 0 in `co_code`) and the opcodes themselves may differ.
+fn same_bytecode(shown: &[u8], live: &[u8]) -> bool {
+    let mut compared = 0;
+    for (s, l) in shown.chunks_exact(2).zip(live.chunks_exact(2)) {
+        if s[0] != 0 {
+            if s[1] != l[1] {
+                return false;
+            }
+            compared += 1;
+        }
+    }
+    compared >= 3
+}
+
+/// Finds where an interpreter frame keeps its instruction pointer and where a code object's
+/// bytecode starts (Python 3.11): the bytecode start is where `co_code`'s arguments are found
+/// inside the code object, and the pointer the frame field whose distance from it gives each
+/// calibration frame its known line. `frame` and `back` are (interpreter frame, code object,
+/// line); `taken` are frame offsets already known to hold something else.
+unsafe fn find_instr(
+    addr2line: FnAddr2Line,
+    bytecode: &[u8],
+    frame: (usize, usize, c_int),
+    back: Option<(usize, usize, c_int)>,
+    taken: &[usize],
+) -> Option<(usize, usize)> {
+    let (_, code, _) = frame;
+    let probe = bytecode.len().min(128) & !1;
+    let cs = (48..=512).step_by(2).find(|&cs| {
+        checked_bytes(code + cs, probe).is_some_and(|live| same_bytecode(&bytecode[..probe], &live))
+    })?;
+    let line_at = |(f, code, _): (usize, usize, c_int), fo: usize, limit: usize| -> Option<c_int> {
+        let p = checked_read(f + fo)?;
+        let start = code + cs;
+        (p >= start && p - start < limit && (p - start) % 2 == 0)
+            .then(|| addr2line(code as *mut c_void, (p - start) as c_int))
+    };
+    (0..=96)
+        .step_by(8)
+        .filter(|o| !taken.contains(o))
+        .find_map(|fo| {
+            if line_at(frame, fo, bytecode.len()) != Some(frame.2) {
+                return None;
+            }
+            if let Some(b) = back {
+                if line_at(b, fo, 1 << 24) != Some(b.2) {
+                    return None;
+                }
+            }
+            Some((fo, cs))
+        })
+}
+
+/// The instruction offset `addr2line` takes for interpreter frame `f` running `code`, or -1.
+pub(crate) unsafe fn frame_lasti(l: &Layout, f: usize, code: usize) -> c_int {
+    if let Some(g) = l.lasti {
+        return g(f as *mut c_void);
+    }
+    match l.instr {
+        Some((fo, cs)) => {
+            let p = rd(f + fo);
+            let start = code + cs;
+            if p >= start && p - start < 1 << 24 {
+                (p - start) as c_int
+            } else {
+                -1
+            }
+        }
+        None => -1,
+    }
 }
 
 /// Decodes a str object's text without the GIL (compact strings only).

@@ -96,27 +96,40 @@ fn every_fake_launch_arrives_with_its_call_and_python_stack() {
     assert!(log.contains(" 0 dropped"), "{log}");
     // Callbacks on the launch and sync calls the fake knows (two of each), not on the rest.
     assert!(log.contains("callbacks=4"), "{log}");
-    // Each stack names the script's functions, outermost first (line numbers are the call's
-    // on Python 3.12 and later, the function's first line before).
-    let quals = |i: usize| -> Vec<String> {
+    // Each stack names the script's functions, outermost first, each at the line of the call
+    // it was making.
+    let script =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fakegpu.py"))
+            .unwrap();
+    let line = |text: &str| {
+        1 + script
+            .lines()
+            .position(|l| l.trim_start().starts_with(text))
+            .unwrap_or_else(|| panic!("{text} not in the script"))
+    };
+    let frames = |i: usize| -> Vec<String> {
         j["top_stacks"][i]["frames"]
             .as_array()
             .unwrap()
             .iter()
-            .filter_map(|f| f.as_str()?.split_once("fakegpu.py(")?.1.split_once("): "))
-            .map(|(_, q)| q.to_string())
+            .filter_map(|f| Some(f.as_str()?.split_once("fakegpu.py(")?.1.to_string()))
             .collect()
     };
-    let stacks: Vec<Vec<String>> = (0..3).map(quals).collect();
+    let stacks: Vec<Vec<String>> = (0..3).map(frames).collect();
     for want in [
-        &["<module>", "step", "rope"][..],
-        &["worker"][..],
-        &["<module>", "step", "attention"][..],
+        vec![
+            format!("{}): <module>", line("step()")),
+            format!("{}): step", line("rope()")),
+            format!("{}): rope", line("fake.fake_launch(b\"void rope")),
+        ],
+        vec![format!("{}): worker", line("fake.fake_launch(b\"worker"))],
+        vec![
+            format!("{}): <module>", line("step()")),
+            format!("{}): step", line("attention()")),
+            format!("{}): attention", line("fake.fake_launch(b\"attention")),
+        ],
     ] {
-        assert!(
-            stacks.iter().any(|s| s == want),
-            "{want:?} not in {stacks:?}"
-        );
+        assert!(stacks.contains(&want), "{want:?} not in {stacks:?}");
     }
     // The gaps after each synchronization are charged to it; the rope launches are launch-bound.
     assert!(
