@@ -2,7 +2,7 @@
 # collector is loaded and started as the CUDA driver would start it (CUDA_INJECTION64_PATH,
 # InitializeInjection); then named Python functions launch kernels, in the main thread and in
 # another one, with a synchronization after each step.
-import ctypes, os, sys, threading
+import ctypes, os, sys, threading, time
 
 fake = ctypes.CDLL("libcupti.so")  # through LD_LIBRARY_PATH, as the collector finds it
 fake.fake_launch.restype = ctypes.c_uint32
@@ -11,6 +11,10 @@ assert collector.InitializeInjection() == 1
 sum(range(10000))  # the interpreter runs the collector's pending calibration here
 
 steps = int(sys.argv[1]) if len(sys.argv) > 1 else 20
+pause = float(os.environ.get("FAKE_STEP_SLEEP", "0"))
+if "FAKE_PIDFILE" in os.environ:
+    with open(os.environ["FAKE_PIDFILE"], "w") as f:
+        f.write(str(os.getpid()))
 
 def rope():
     for _ in range(8):
@@ -30,6 +34,8 @@ def worker():
 
 for _ in range(steps):
     step()
+    if pause:
+        time.sleep(pause)
 t = threading.Thread(target=worker)
 t.start()
 t.join()

@@ -167,3 +167,51 @@ fn refusals_leave_the_program_running() {
     assert_eq!(j["kernels_with_launch"], 0, "{log}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The viewer killed mid-run: the program runs to its end, and the collector says once that it
+/// stopped collecting.
+#[test]
+fn the_program_finishes_when_the_viewer_is_killed() {
+    let target = build();
+    let dir = fake_cuda(&target, "kill");
+    let pidfile = dir.join("pid");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fakegpu.py");
+    let mut g = Command::new(target.join("gaptop"))
+        .args(["record", "-o"])
+        .arg(dir.join("killed.rec"))
+        .args(["--", "python3"])
+        .arg(&script)
+        .arg("300")
+        .env("CUDA_HOME", dir.join("cuda"))
+        .env("GAPTOP_COLLECTOR", target.join("libgaptop_collector.so"))
+        .env("FAKE_STEP_SLEEP", "0.005")
+        .env("FAKE_PIDFILE", &pidfile)
+        .env_remove("LD_LIBRARY_PATH")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = std::time::Instant::now();
+    while std::fs::read_to_string(&pidfile).map_or(true, |p| p.is_empty()) {
+        assert!(t.elapsed().as_secs() < 20, "the program did not start");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    g.kill().unwrap();
+    let _ = g.wait();
+    // The program still holds the pipes: reading them to the end waits for it to finish.
+    let mut out = String::new();
+    let mut err = String::new();
+    use std::io::Read;
+    g.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    g.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(out.contains("FAKE launched=2750"), "out: {out}\nerr: {err}");
+    assert!(t.elapsed().as_secs() < 30, "the program was held up");
+    assert_eq!(
+        err.matches("collection stopped, the program continues")
+            .count(),
+        1,
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
