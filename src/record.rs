@@ -162,15 +162,56 @@ pub fn run(
     if t.conns == 0 {
         eprintln!("gaptop: no process connected: did the command use CUDA?");
     }
+    if let Some(why) = exit.and_then(ended_badly) {
+        eprintln!("gaptop: the command {why}; the recording holds what arrived before");
+    }
     Ok(match exit {
-        Some(s) => s.code().unwrap_or(1),
+        Some(s) => exit_code(s),
         None => 0,
     })
+}
+
+/// How a command that did not succeed ended, in words; None when it succeeded.
+fn ended_badly(s: std::process::ExitStatus) -> Option<String> {
+    use std::os::unix::process::ExitStatusExt;
+    if let Some(sig) = s.signal() {
+        let name = nix::sys::signal::Signal::try_from(sig)
+            .map(|n| format!(" ({})", n.as_str()))
+            .unwrap_or_default();
+        return Some(format!("was killed by signal {sig}{name}"));
+    }
+    match s.code() {
+        Some(0) | None => None,
+        Some(c) => Some(format!("exited with status {c}")),
+    }
+}
+
+/// The status `gaptop record` exits with: the command's, or 128 + the signal that ended it,
+/// as shells report it.
+fn exit_code(s: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    s.code().or(s.signal().map(|g| 128 + g)).unwrap_or(1)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_command_is_described_and_its_status_passed_on() {
+        use std::os::unix::process::ExitStatusExt;
+        let killed = std::process::ExitStatus::from_raw(9);
+        assert_eq!(
+            ended_badly(killed).as_deref(),
+            Some("was killed by signal 9 (SIGKILL)")
+        );
+        assert_eq!(exit_code(killed), 137);
+        let failed = std::process::ExitStatus::from_raw(3 << 8);
+        assert_eq!(ended_badly(failed).as_deref(), Some("exited with status 3"));
+        assert_eq!(exit_code(failed), 3);
+        let ok = std::process::ExitStatus::from_raw(0);
+        assert_eq!((ended_badly(ok), exit_code(ok)), (None, 0));
+    }
     use crate::collect::recording::read_into;
     use crate::collect::store::Store;
 

@@ -81,6 +81,37 @@ fn run(
     (log, j)
 }
 
+/// Starts `gaptop record` on a slow run of the script (300 steps, 5 ms apart) with its output
+/// piped, and waits until the program is running; returns gaptop and the program's pid.
+fn start_slow(target: &Path, dir: &Path, rec: &Path) -> (std::process::Child, String) {
+    let pidfile = dir.join("pid");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fakegpu.py");
+    let g = Command::new(target.join("gaptop"))
+        .args(["record", "-o"])
+        .arg(rec)
+        .args(["--", "python3"])
+        .arg(&script)
+        .arg("300")
+        .env("CUDA_HOME", dir.join("cuda"))
+        .env("GAPTOP_COLLECTOR", target.join("libgaptop_collector.so"))
+        .env("FAKE_STEP_SLEEP", "0.005")
+        .env("FAKE_PIDFILE", &pidfile)
+        .env_remove("LD_LIBRARY_PATH")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = std::time::Instant::now();
+    loop {
+        match std::fs::read_to_string(&pidfile) {
+            Ok(p) if !p.is_empty() => return (g, p.trim().to_string()),
+            _ => {}
+        }
+        assert!(t.elapsed().as_secs() < 20, "the program did not start");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn every_fake_launch_arrives_with_its_call_and_python_stack() {
     let target = build();
@@ -174,28 +205,8 @@ fn refusals_leave_the_program_running() {
 fn the_program_finishes_when_the_viewer_is_killed() {
     let target = build();
     let dir = fake_cuda(&target, "kill");
-    let pidfile = dir.join("pid");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fakegpu.py");
-    let mut g = Command::new(target.join("gaptop"))
-        .args(["record", "-o"])
-        .arg(dir.join("killed.rec"))
-        .args(["--", "python3"])
-        .arg(&script)
-        .arg("300")
-        .env("CUDA_HOME", dir.join("cuda"))
-        .env("GAPTOP_COLLECTOR", target.join("libgaptop_collector.so"))
-        .env("FAKE_STEP_SLEEP", "0.005")
-        .env("FAKE_PIDFILE", &pidfile)
-        .env_remove("LD_LIBRARY_PATH")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
     let t = std::time::Instant::now();
-    while std::fs::read_to_string(&pidfile).map_or(true, |p| p.is_empty()) {
-        assert!(t.elapsed().as_secs() < 20, "the program did not start");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let (mut g, _) = start_slow(&target, &dir, &dir.join("killed.rec"));
     std::thread::sleep(std::time::Duration::from_millis(300));
     g.kill().unwrap();
     let _ = g.wait();
@@ -213,5 +224,36 @@ fn the_program_finishes_when_the_viewer_is_killed() {
         1,
         "{err}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The program killed mid-run: `gaptop record` keeps what arrived (every kernel it holds has
+/// its launch call), says how the program ended, and exits as shells report a killed command.
+#[test]
+fn what_arrived_is_kept_when_the_program_is_killed() {
+    let target = build();
+    let dir = fake_cuda(&target, "prog");
+    let rec = dir.join("prog.rec");
+    let (g, pid) = start_slow(&target, &dir, &rec);
+    // Long enough for a periodic flush (200 ms) to have sent records.
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    Command::new("kill").args(["-KILL", &pid]).status().unwrap();
+    let out = g.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(137), "{err}");
+    assert!(
+        err.contains("the command was killed by signal 9 (SIGKILL)"),
+        "{err}"
+    );
+    let report = Command::new(target.join("gaptop"))
+        .args(["report", "--format", "json"])
+        .arg(&rec)
+        .output()
+        .unwrap();
+    assert!(report.status.success(), "{err}");
+    let j: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+    let kernels = j["kernels"].as_u64().unwrap();
+    assert!(kernels > 0 && kernels < 2750, "{kernels} kernels\n{err}");
+    assert_eq!(j["kernels_with_launch"], kernels, "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
