@@ -163,7 +163,7 @@ pub fn run(
         eprintln!("gaptop: no process connected: did the command use CUDA?");
     }
     if let Some(why) = exit.and_then(ended_badly) {
-        eprintln!("gaptop: the command {why}; the recording holds what arrived before");
+        eprintln!("gaptop: the command ended: {why}; the recording holds what arrived before");
     }
     Ok(match exit {
         Some(s) => exit_code(s),
@@ -173,17 +173,7 @@ pub fn run(
 
 /// How a command that did not succeed ended, in words; None when it succeeded.
 fn ended_badly(s: std::process::ExitStatus) -> Option<String> {
-    use std::os::unix::process::ExitStatusExt;
-    if let Some(sig) = s.signal() {
-        let name = nix::sys::signal::Signal::try_from(sig)
-            .map(|n| format!(" ({})", n.as_str()))
-            .unwrap_or_default();
-        return Some(format!("was killed by signal {sig}{name}"));
-    }
-    match s.code() {
-        Some(0) | None => None,
-        Some(c) => Some(format!("exited with status {c}")),
-    }
+    (!s.success()).then(|| live::how_it_ended(s))
 }
 
 /// The status `gaptop record` exits with: the command's, or 128 + the signal that ended it,
@@ -203,11 +193,11 @@ mod tests {
         let killed = std::process::ExitStatus::from_raw(9);
         assert_eq!(
             ended_badly(killed).as_deref(),
-            Some("was killed by signal 9 (SIGKILL)")
+            Some("killed by signal 9 (SIGKILL)")
         );
         assert_eq!(exit_code(killed), 137);
         let failed = std::process::ExitStatus::from_raw(3 << 8);
-        assert_eq!(ended_badly(failed).as_deref(), Some("exited with status 3"));
+        assert_eq!(ended_badly(failed).as_deref(), Some("exit status 3"));
         assert_eq!(exit_code(failed), 3);
         let ok = std::process::ExitStatus::from_raw(0);
         assert_eq!((ended_badly(ok), exit_code(ok)), (None, 0));

@@ -328,7 +328,7 @@ fn run_shows_the_program_output_and_its_end() {
         150,
         40,
     );
-    let screen = s.wait_for("ENDED (exit 0)");
+    let screen = s.wait_for("ENDED (exit status 0)");
     assert!(screen.contains("program output"), "{screen}");
     let screen = s.wait_for("bye");
     assert!(screen.contains("hello from the program"), "{screen}");

@@ -242,7 +242,7 @@ fn what_arrived_is_kept_when_the_program_is_killed() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(137), "{err}");
     assert!(
-        err.contains("the command was killed by signal 9 (SIGKILL)"),
+        err.contains("the command ended: killed by signal 9 (SIGKILL)"),
         "{err}"
     );
     let report = Command::new(target.join("gaptop"))

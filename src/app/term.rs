@@ -117,10 +117,7 @@ where
                 dirty |= drain(app, &mut ingest, &l.rx, Duration::from_millis(30));
                 if app.source == SourceState::Live {
                     if let Ok(Some(st)) = l.child.try_wait() {
-                        app.source = SourceState::Ended(match st.code() {
-                            Some(c) => format!("exit {c}"),
-                            None => "killed".into(),
-                        });
+                        app.source = SourceState::Ended(crate::collect::live::how_it_ended(st));
                         dirty = true;
                     }
                 }

@@ -258,6 +258,21 @@ pub struct Launch {
     pub tx: Sender<LiveEvent>,
 }
 
+/// How a program ended, in a few words: `exit status 3`, `killed by signal 9 (SIGKILL)`.
+pub fn how_it_ended(s: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (s.code(), s.signal()) {
+        (Some(c), _) => format!("exit status {c}"),
+        (None, Some(sig)) => {
+            let name = nix::sys::signal::Signal::try_from(sig)
+                .map(|n| format!(" ({})", n.as_str()))
+                .unwrap_or_default();
+            format!("killed by signal {sig}{name}")
+        }
+        (None, None) => "ended".into(),
+    }
+}
+
 /// What the collector takes at each launch, besides the GPU records.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Options {
