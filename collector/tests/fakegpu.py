@@ -4,6 +4,15 @@
 # another one, with a synchronization after each step.
 import ctypes, os, sys, threading, time
 
+# FAKE_RANKS=N: N processes, as torchrun starts them: this one is rank 0 and starts the others
+# (which inherit the collector's environment) before it touches "CUDA".
+import subprocess
+children = []
+if "FAKE_RANKS" in os.environ and "RANK" not in os.environ:
+    os.environ["RANK"] = "0"
+    for r in range(1, int(os.environ["FAKE_RANKS"])):
+        children.append(subprocess.Popen([sys.executable] + sys.argv, env={**os.environ, "RANK": str(r)}))
+
 fake = ctypes.CDLL("libcupti.so")  # through LD_LIBRARY_PATH, as the collector finds it
 fake.fake_launch.restype = ctypes.c_uint32
 collector = ctypes.CDLL(os.environ["CUDA_INJECTION64_PATH"])
@@ -39,4 +48,6 @@ for _ in range(steps):
 t = threading.Thread(target=worker)
 t.start()
 t.join()
+for c in children:
+    assert c.wait() == 0
 print(f"FAKE launched={steps * 9 + 50} callbacks={fake.fake_enabled_callbacks()}", flush=True)

@@ -257,3 +257,53 @@ fn what_arrived_is_kept_when_the_program_is_killed() {
     assert_eq!(j["kernels_with_launch"], kernels, "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Two "ranks" started by the first, as torchrun's workers are: both report to the one viewer,
+/// each labelled by pid and rank, each with all its kernels.
+#[test]
+fn every_process_reports_labelled_by_rank() {
+    let target = build();
+    let dir = fake_cuda(&target, "ranks");
+    let (log, j) = run(&target, &dir, &[("FAKE_RANKS", "2")]);
+    let j = j.unwrap();
+    assert!(log.contains("from 2 process(es)"), "{log}");
+    assert_eq!(j["kernels"], 2 * 230, "{log}");
+    assert_eq!(j["kernels_with_stack"], 2 * 230, "{log}");
+    let store = gaptop::collect::load_path(&dir.join("fake.rec"), usize::MAX).unwrap();
+    let mut ranks: Vec<i32> = store.procs.iter().map(|p| p.rank).collect();
+    ranks.sort();
+    assert_eq!(ranks, [0, 1], "{log}");
+    assert!(store
+        .procs
+        .iter()
+        .all(|p| p.pid > 0 && p.label.contains("fakegpu.py")));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Callbacks switched off and on while calls are in flight (GAPTOP_STACK_DUTY, 5 ms of every
+/// 10): the kernels launched in the windows have their calls and stacks, the others none, and
+/// nothing is lost or mismatched.
+#[test]
+fn callbacks_switched_off_and_on_mid_run_stay_consistent() {
+    let target = build();
+    let dir = fake_cuda(&target, "duty");
+    let (log, j) = run(
+        &target,
+        &dir,
+        &[
+            ("GAPTOP_STACK_DUTY", "50"),
+            ("GAPTOP_DUTY_PERIOD_MS", "10"),
+            ("FAKE_STEP_SLEEP", "0.002"),
+        ],
+    );
+    let j = j.unwrap();
+    assert_eq!(j["kernels"], 230, "{log}");
+    let with = j["kernels_with_launch"].as_u64().unwrap();
+    assert!(
+        with > 10 && with < 220,
+        "{with} of 230 with a launch\n{log}"
+    );
+    assert_eq!(j["kernels_with_stack"], with, "{log}");
+    assert!(log.contains(" 0 dropped"), "{log}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
