@@ -35,11 +35,8 @@ pub(crate) unsafe fn sym<T: Copy>(name: &CStr) -> Option<T> {
 #[derive(Clone, Copy)]
 pub(crate) struct Layout {
     pub(crate) this_tstate: FnPtr,
-    pub(crate) lasti: Option<FnPtrInt>,
-    /// Without `lasti` (before 3.12): the offset of the frame's instruction pointer and of the
-    /// bytecode inside the code object, so that their difference is the offset `addr2line`
-    /// takes.
-    pub(crate) instr: Option<(usize, usize)>,
+    /// Where a frame's current instruction is, for its line number.
+    pub(crate) lines: Lines,
     pub(crate) addr2line: Option<FnAddr2Line>,
     pub(crate) code_type: usize,
     pub(crate) unicode_type: usize,
@@ -54,6 +51,20 @@ pub(crate) struct Layout {
     pub(crate) qualname_off: usize,
     /// Where a compact ASCII string's bytes start.
     pub(crate) ascii_data_off: usize,
+}
+
+/// How a frame's current instruction offset (the one `PyCode_Addr2Line` takes, in bytes) is
+/// found.
+#[derive(Clone, Copy)]
+pub(crate) enum Lines {
+    /// 3.12 and later: `PyUnstable_InterpreterFrame_GetLasti`.
+    Api(FnPtrInt),
+    /// 3.11: an instruction pointer at `frame + frame_off`, into bytecode at `code + code_off`.
+    Pointer { frame_off: usize, code_off: usize },
+    /// 3.10: an instruction index (an int, in 2-byte units) at `frame + frame_off`.
+    Index { frame_off: usize },
+    /// Not found: frames show their function's first line.
+    Unknown,
 }
 
 pub(crate) static LAYOUT: OnceLock<Layout> = OnceLock::new();
@@ -98,10 +109,14 @@ pub(crate) unsafe extern "C" fn calibrate(_: *mut c_void) -> c_int {
                     l.prev_off,
                     l.filename_off,
                     l.qualname_off,
-                    match (l.lasti, l.instr) {
-                        (Some(_), _) => "by PyUnstable_InterpreterFrame_GetLasti".to_string(),
-                        (None, Some((fo, cs))) => format!("by instr@{fo} - code+{cs}"),
-                        (None, None) => "unknown (functions' first lines)".to_string(),
+                    match l.lines {
+                        Lines::Api(_) => "by PyUnstable_InterpreterFrame_GetLasti".to_string(),
+                        Lines::Pointer {
+                            frame_off,
+                            code_off,
+                        } => format!("by instr@{frame_off} - code+{code_off}"),
+                        Lines::Index { frame_off } => format!("by lasti@{frame_off}"),
+                        Lines::Unknown => "unknown (functions' first lines)".to_string(),
                     }
                 );
             }
@@ -130,6 +145,16 @@ pub(crate) unsafe fn calibrate_inner() -> Result<Layout, &'static str> {
     }
     let lasti: Option<FnPtrInt> = sym(c"PyUnstable_InterpreterFrame_GetLasti");
     let addr2line: Option<FnAddr2Line> = sym(c"PyCode_Addr2Line");
+    // The frame layouts to try, (code, previous) offsets: 3.10's frame objects, 3.11's and
+    // 3.12's interpreter frames. The version picks one when it is known: with no caller frame
+    // to check against, two layouts could both seem to fit.
+    let minor = python_minor();
+    let layouts: &[(usize, usize)] = match minor {
+        Some(m) if m <= 10 => &[(32, 24)],
+        Some(11) => &[(32, 48)],
+        Some(_) => &[(0, 8)],
+        None => &[(0, 8), (32, 48), (32, 24)],
+    };
     let ts = this_tstate() as usize;
     let frame = get_frame();
     if ts == 0 || frame.is_null() {
@@ -162,7 +187,7 @@ pub(crate) unsafe fn calibrate_inner() -> Result<Layout, &'static str> {
                 },
                 None => p,
             };
-            for (code_off, prev_off) in [(0usize, 8usize), (32, 48)] {
+            for &(code_off, prev_off) in layouts {
                 if checked_read(f + code_off) != Some(code) {
                     continue;
                 }
@@ -241,31 +266,30 @@ pub(crate) unsafe fn calibrate_inner() -> Result<Layout, &'static str> {
             return Err("line numbers do not match");
         }
     }
-    let instr = match (lasti, addr2line) {
+    let lines = match (lasti, addr2line) {
+        (Some(g), _) => Lines::Api(g),
         (None, Some(a)) => {
-            // The caller's interpreter frame (past any shim frames), to confirm on a second
-            // frame what the first one suggests.
+            // The caller's frame (past any shim frames), to confirm on a second frame what
+            // the first one suggests.
             let back_frame = (back_code != 0)
                 .then(|| caller_frame(iframe, code_off, prev_off, back_code))
                 .flatten()
                 .map(|g| (g, back_code, back_line));
-            let bytecode = code_bytes(getattr, err_clear, decref, code);
-            bytecode.and_then(|b| {
-                find_instr(
-                    a,
-                    &b,
-                    (iframe, code, lineno(frame)),
-                    back_frame,
-                    &[code_off, prev_off],
-                )
-            })
+            let here = (iframe, code, lineno(frame));
+            let taken = [code_off, prev_off];
+            match code_bytes(getattr, err_clear, decref, code) {
+                Some(b) if minor.is_some_and(|m| m <= 10) => {
+                    find_index(a, &b, here, back_frame, &taken)
+                }
+                Some(b) => find_instr(a, &b, here, back_frame, &taken),
+                None => Lines::Unknown,
+            }
         }
-        _ => None,
+        (None, None) => Lines::Unknown,
     };
     Ok(Layout {
         this_tstate,
-        lasti,
-        instr,
+        lines,
         addr2line,
         code_type,
         unicode_type,
@@ -366,12 +390,14 @@ unsafe fn find_instr(
     frame: (usize, usize, c_int),
     back: Option<(usize, usize, c_int)>,
     taken: &[usize],
-) -> Option<(usize, usize)> {
+) -> Lines {
     let (_, code, _) = frame;
     let probe = bytecode.len().min(128) & !1;
-    let cs = (48..=512).step_by(2).find(|&cs| {
+    let Some(cs) = (48..=512).step_by(2).find(|&cs| {
         checked_bytes(code + cs, probe).is_some_and(|live| same_bytecode(&bytecode[..probe], &live))
-    })?;
+    }) else {
+        return Lines::Unknown;
+    };
     let line_at = |(f, code, _): (usize, usize, c_int), fo: usize, limit: usize| -> Option<c_int> {
         let p = checked_read(f + fo)?;
         let start = code + cs;
@@ -381,35 +407,79 @@ unsafe fn find_instr(
     (0..=96)
         .step_by(8)
         .filter(|o| !taken.contains(o))
-        .find_map(|fo| {
-            if line_at(frame, fo, bytecode.len()) != Some(frame.2) {
-                return None;
-            }
-            if let Some(b) = back {
-                if line_at(b, fo, 1 << 24) != Some(b.2) {
-                    return None;
-                }
-            }
-            Some((fo, cs))
+        .find(|&fo| {
+            line_at(frame, fo, bytecode.len()) == Some(frame.2)
+                && back.is_none_or(|b| line_at(b, fo, 1 << 24) == Some(b.2))
         })
+        .map_or(Lines::Unknown, |fo| Lines::Pointer {
+            frame_off: fo,
+            code_off: cs,
+        })
+}
+
+/// Finds where a frame object keeps its instruction index (Python 3.10's `f_lasti`): the int
+/// field that gives each calibration frame its known line. Arguments as for `find_instr`.
+unsafe fn find_index(
+    addr2line: FnAddr2Line,
+    bytecode: &[u8],
+    frame: (usize, usize, c_int),
+    back: Option<(usize, usize, c_int)>,
+    taken: &[usize],
+) -> Lines {
+    let line_at = |(f, code, _): (usize, usize, c_int), fo: usize, limit: usize| -> Option<c_int> {
+        let word = checked_read((f + fo) & !7)?;
+        let v = (word >> (8 * ((f + fo) & 7))) as u32 as i32;
+        (v >= 0 && (v as usize) * 2 < limit).then(|| addr2line(code as *mut c_void, v * 2))
+    };
+    (40..=160)
+        .step_by(4)
+        .filter(|o| !taken.contains(o))
+        .find(|&fo| {
+            line_at(frame, fo, bytecode.len()) == Some(frame.2)
+                && back.is_none_or(|b| line_at(b, fo, 1 << 24) == Some(b.2))
+        })
+        .map_or(Lines::Unknown, |fo| Lines::Index { frame_off: fo })
+}
+
+/// The running interpreter's minor version (3.x), if it says.
+unsafe fn python_minor() -> Option<u32> {
+    let version: unsafe extern "C" fn() -> *const c_char = sym(c"Py_GetVersion")?;
+    let v = version();
+    if v.is_null() {
+        return None;
+    }
+    let text = CStr::from_ptr(v).to_str().ok()?;
+    let mut parts = text.split(|c: char| !c.is_ascii_digit());
+    let major: u32 = parts.next()?.parse().ok()?;
+    let minor: u32 = parts.next()?.parse().ok()?;
+    (major == 3).then_some(minor)
 }
 
 /// The instruction offset `addr2line` takes for interpreter frame `f` running `code`, or -1.
 pub(crate) unsafe fn frame_lasti(l: &Layout, f: usize, code: usize) -> c_int {
-    if let Some(g) = l.lasti {
-        return g(f as *mut c_void);
-    }
-    match l.instr {
-        Some((fo, cs)) => {
-            let p = rd(f + fo);
-            let start = code + cs;
+    match l.lines {
+        Lines::Api(g) => g(f as *mut c_void),
+        Lines::Pointer {
+            frame_off,
+            code_off,
+        } => {
+            let p = rd(f + frame_off);
+            let start = code + code_off;
             if p >= start && p - start < 1 << 24 {
                 (p - start) as c_int
             } else {
                 -1
             }
         }
-        None => -1,
+        Lines::Index { frame_off } => {
+            let v = std::ptr::read_unaligned((f + frame_off) as *const i32);
+            if (0..1 << 23).contains(&v) {
+                v * 2
+            } else {
+                -1
+            }
+        }
+        Lines::Unknown => -1,
     }
 }
 

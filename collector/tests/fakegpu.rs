@@ -47,12 +47,16 @@ fn run(
     dir: &Path,
     env: &[(&str, &str)],
 ) -> (String, Result<serde_json::Value, String>) {
+    let python = env
+        .iter()
+        .find(|(k, _)| *k == "PYTHON")
+        .map_or("python3", |(_, v)| *v);
     let rec = dir.join("fake.rec");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fakegpu.py");
     let mut c = Command::new(target.join("gaptop"));
     c.args(["record", "-o"])
         .arg(&rec)
-        .args(["--", "python3"])
+        .args(["--", python])
         .arg(&script)
         .arg("20")
         .env("CUDA_HOME", dir.join("cuda"))
@@ -112,23 +116,9 @@ fn start_slow(target: &Path, dir: &Path, rec: &Path) -> (std::process::Child, St
     }
 }
 
-#[test]
-fn every_fake_launch_arrives_with_its_call_and_python_stack() {
-    let target = build();
-    let dir = fake_cuda(&target, "plain");
-    let (log, j) = run(&target, &dir, &[]);
-    let j = j.unwrap();
-    // 20 steps of 8 rope launches and 1 attention launch, then 50 from a thread.
-    let launched = 20 * 9 + 50;
-    assert!(log.contains(&format!("FAKE launched={launched}")), "{log}");
-    assert_eq!(j["kernels"], launched, "{log}");
-    assert_eq!(j["kernels_with_launch"], launched, "{log}");
-    assert_eq!(j["kernels_with_stack"], launched, "{log}");
-    assert!(log.contains(" 0 dropped"), "{log}");
-    // Callbacks on the launch and sync calls the fake knows (two of each), not on the rest.
-    assert!(log.contains("callbacks=4"), "{log}");
-    // Each stack names the script's functions, outermost first, each at the line of the call
-    // it was making.
+/// Each stack names the script's functions, outermost first, each at the line of the call it
+/// was making.
+fn assert_stacks_name_each_call(j: &serde_json::Value) {
     let script =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fakegpu.py"))
             .unwrap();
@@ -162,6 +152,24 @@ fn every_fake_launch_arrives_with_its_call_and_python_stack() {
     ] {
         assert!(stacks.contains(&want), "{want:?} not in {stacks:?}");
     }
+}
+
+#[test]
+fn every_fake_launch_arrives_with_its_call_and_python_stack() {
+    let target = build();
+    let dir = fake_cuda(&target, "plain");
+    let (log, j) = run(&target, &dir, &[]);
+    let j = j.unwrap();
+    // 20 steps of 8 rope launches and 1 attention launch, then 50 from a thread.
+    let launched = 20 * 9 + 50;
+    assert!(log.contains(&format!("FAKE launched={launched}")), "{log}");
+    assert_eq!(j["kernels"], launched, "{log}");
+    assert_eq!(j["kernels_with_launch"], launched, "{log}");
+    assert_eq!(j["kernels_with_stack"], launched, "{log}");
+    assert!(log.contains(" 0 dropped"), "{log}");
+    // Callbacks on the launch and sync calls the fake knows (two of each), not on the rest.
+    assert!(log.contains("callbacks=4"), "{log}");
+    assert_stacks_name_each_call(&j);
     // The gaps after each synchronization are charged to it; the rope launches are launch-bound.
     assert!(
         j["reasons"]["sync"]["count"].as_u64().unwrap() >= 19,
@@ -305,5 +313,44 @@ fn callbacks_switched_off_and_on_mid_run_stay_consistent() {
     );
     assert_eq!(j["kernels_with_stack"], with, "{log}");
     assert!(log.contains(" 0 dropped"), "{log}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The Python stack walk on every CPython found besides `python3` (3.10 to 3.13 each find
+/// their frames and lines differently): GAPTOP_TEST_PYTHONS (paths, `:`-separated), else
+/// pyenv's installs.
+#[test]
+fn stacks_and_lines_on_each_python_found() {
+    let target = build();
+    let dir = fake_cuda(&target, "pythons");
+    let mut pythons: Vec<String> = match std::env::var("GAPTOP_TEST_PYTHONS") {
+        Ok(v) => v
+            .split(':')
+            .filter(|p| !p.is_empty())
+            .map(String::from)
+            .collect(),
+        Err(_) => std::fs::read_dir(
+            Path::new(&std::env::var("HOME").unwrap_or_default()).join(".pyenv/versions"),
+        )
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            ["3.10.", "3.11.", "3.12.", "3.13."]
+                .iter()
+                .any(|v| n.starts_with(v))
+        })
+        .map(|e| e.path().join("bin/python3").to_string_lossy().into_owned())
+        .collect(),
+    };
+    pythons.insert(0, "python3".into());
+    for py in &pythons {
+        let (log, j) = run(&target, &dir, &[("PYTHON", py.as_str())]);
+        let j = j.unwrap_or_else(|e| panic!("{py}: {e}\n{log}"));
+        assert_eq!(j["kernels_with_stack"], 230, "{py}: {log}");
+        assert_stacks_name_each_call(&j);
+        eprintln!("{py}: stacks and lines as expected");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
