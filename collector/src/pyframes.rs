@@ -278,10 +278,10 @@ pub(crate) unsafe fn calibrate_inner() -> Result<Layout, &'static str> {
             let here = (iframe, code, lineno(frame));
             let taken = [code_off, prev_off];
             match code_bytes(getattr, err_clear, decref, code) {
-                Some(b) if minor.is_some_and(|m| m <= 10) => {
-                    find_index(a, &b, here, back_frame, &taken)
+                Some(b) => {
+                    let pointer = minor.is_none_or(|m| m >= 11);
+                    find_lines(pointer, a, &b, (here, back_frame), &taken)
                 }
-                Some(b) => find_instr(a, &b, here, back_frame, &taken),
                 None => Lines::Unknown,
             }
         }
@@ -379,66 +379,70 @@ fn same_bytecode(shown: &[u8], live: &[u8]) -> bool {
     compared >= 3
 }
 
-/// Finds where an interpreter frame keeps its instruction pointer and where a code object's
-/// bytecode starts (Python 3.11): the bytecode start is where `co_code`'s arguments are found
-/// inside the code object, and the pointer the frame field whose distance from it gives each
-/// calibration frame its known line. `frame` and `back` are (interpreter frame, code object,
-/// line); `taken` are frame offsets already known to hold something else.
-unsafe fn find_instr(
+/// A calibration frame: the frame, its code object and its line as the CPython API gives it.
+type Known = (usize, usize, c_int);
+
+/// The first offset, of those not `taken`, at which `lasti` (the byte offset `addr2line` takes,
+/// as read from a frame at that offset) gives `frame` its known line, and `back` too when there
+/// is one. Offsets at or past `limit` do not count for `frame`.
+unsafe fn first_fitting(
+    addr2line: FnAddr2Line,
+    offsets: impl Iterator<Item = usize>,
+    taken: &[usize],
+    (frame, back): (Known, Option<Known>),
+    limit: usize,
+    lasti: impl Fn(usize, usize, usize) -> Option<usize>,
+) -> Option<usize> {
+    let fits = |(f, code, line): Known, fo: usize, limit: usize| {
+        lasti(f, code, fo)
+            .is_some_and(|b| b < limit && addr2line(code as *mut c_void, b as c_int) == line)
+    };
+    offsets
+        .filter(|o| !taken.contains(o))
+        .find(|&fo| fits(frame, fo, limit) && back.is_none_or(|b| fits(b, fo, 1 << 24)))
+}
+
+/// Finds where a frame keeps its current instruction, for interpreters without
+/// `PyUnstable_InterpreterFrame_GetLasti`. 3.11 (`pointer`): an instruction pointer into the
+/// bytecode, which starts where `co_code`'s arguments are found inside the code object; 3.10:
+/// an int field holding the instruction index. Either way, the frame field that gives each
+/// calibration frame its known line. `taken` are frame offsets known to hold something else.
+unsafe fn find_lines(
+    pointer: bool,
     addr2line: FnAddr2Line,
     bytecode: &[u8],
-    frame: (usize, usize, c_int),
-    back: Option<(usize, usize, c_int)>,
+    known: (Known, Option<Known>),
     taken: &[usize],
 ) -> Lines {
-    let (_, code, _) = frame;
-    let probe = bytecode.len().min(128) & !1;
+    let limit = bytecode.len();
+    if !pointer {
+        let index = |f: usize, _code: usize, fo: usize| {
+            let word = checked_read((f + fo) & !7)?;
+            let v = (word >> (8 * ((f + fo) & 7))) as u32 as i32;
+            (v >= 0).then(|| v as usize * 2)
+        };
+        return first_fitting(addr2line, (40..=160).step_by(4), taken, known, limit, index)
+            .map_or(Lines::Unknown, |fo| Lines::Index { frame_off: fo });
+    }
+    let (_, code, _) = known.0;
+    let probe = limit.min(128) & !1;
     let Some(cs) = (48..=512).step_by(2).find(|&cs| {
         checked_bytes(code + cs, probe).is_some_and(|live| same_bytecode(&bytecode[..probe], &live))
     }) else {
         return Lines::Unknown;
     };
-    let line_at = |(f, code, _): (usize, usize, c_int), fo: usize, limit: usize| -> Option<c_int> {
+    let instr = |f: usize, code: usize, fo: usize| {
         let p = checked_read(f + fo)?;
         let start = code + cs;
-        (p >= start && p - start < limit && (p - start) % 2 == 0)
-            .then(|| addr2line(code as *mut c_void, (p - start) as c_int))
+        (p >= start && (p - start).is_multiple_of(2)).then(|| p - start)
     };
-    (0..=96)
-        .step_by(8)
-        .filter(|o| !taken.contains(o))
-        .find(|&fo| {
-            line_at(frame, fo, bytecode.len()) == Some(frame.2)
-                && back.is_none_or(|b| line_at(b, fo, 1 << 24) == Some(b.2))
-        })
-        .map_or(Lines::Unknown, |fo| Lines::Pointer {
+    first_fitting(addr2line, (0..=96).step_by(8), taken, known, limit, instr).map_or(
+        Lines::Unknown,
+        |fo| Lines::Pointer {
             frame_off: fo,
             code_off: cs,
-        })
-}
-
-/// Finds where a frame object keeps its instruction index (Python 3.10's `f_lasti`): the int
-/// field that gives each calibration frame its known line. Arguments as for `find_instr`.
-unsafe fn find_index(
-    addr2line: FnAddr2Line,
-    bytecode: &[u8],
-    frame: (usize, usize, c_int),
-    back: Option<(usize, usize, c_int)>,
-    taken: &[usize],
-) -> Lines {
-    let line_at = |(f, code, _): (usize, usize, c_int), fo: usize, limit: usize| -> Option<c_int> {
-        let word = checked_read((f + fo) & !7)?;
-        let v = (word >> (8 * ((f + fo) & 7))) as u32 as i32;
-        (v >= 0 && (v as usize) * 2 < limit).then(|| addr2line(code as *mut c_void, v * 2))
-    };
-    (40..=160)
-        .step_by(4)
-        .filter(|o| !taken.contains(o))
-        .find(|&fo| {
-            line_at(frame, fo, bytecode.len()) == Some(frame.2)
-                && back.is_none_or(|b| line_at(b, fo, 1 << 24) == Some(b.2))
-        })
-        .map_or(Lines::Unknown, |fo| Lines::Index { frame_off: fo })
+        },
+    )
 }
 
 /// The running interpreter's minor version (3.x), if it says.
