@@ -4,6 +4,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+#[path = "../collector/tests/support/mod.rs"]
+mod fake_gpu;
+
 struct Session {
     name: String,
 }
@@ -336,4 +339,46 @@ fn run_shows_the_program_output_and_its_end() {
     s.wait_for("GAPTOP_EXIT=0");
     let text = std::fs::read_to_string(&log).unwrap();
     assert_eq!(text, "hello from the program\nbye\n");
+}
+
+/// The live path end to end, without a GPU: `gaptop run` starts a Python program that plays a
+/// CUDA one against the fake libcupti (collector/fake-cupti) with the real collector injected.
+/// The UI fills while it runs, keeps everything when it ends, and names the launching Python
+/// function of the gap picked.
+#[test]
+fn run_shows_a_live_programs_kernels_and_stacks() {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_gaptop"));
+    let target = fake_gpu::build();
+    let dir = fake_gpu::fake_cuda(&target, "live");
+    let script = fake_gpu::script();
+    let s = Session::start(
+        &format!(
+            "cd {d} && unset LD_LIBRARY_PATH && CUDA_HOME={d}/cuda GAPTOP_COLLECTOR={t}/libgaptop_collector.so FAKE_STEP_SLEEP=0.01 {bin} run --log {d}/p.log -- python3 {script} 150",
+            d = dir.display(),
+            t = target.display(),
+            bin = bin.display(),
+            script = script.display(),
+        ),
+        160,
+        45,
+    );
+    let screen = s.wait_for("ENDED (exit status 0)");
+    assert!(screen.contains("FAKE launched=1400"), "{screen}");
+    assert!(screen.contains(" 0 dropped"), "{screen}");
+    assert!(screen.contains("rope"), "{screen}");
+    // The biggest gap: a step's synchronization and pause, charged to the next launch.
+    s.keys(&["b"]);
+    let screen = s.wait_for("launch stack:");
+    let details = screen
+        .lines()
+        .find(|l| l.contains("launch stack:"))
+        .unwrap()
+        .to_string();
+    assert!(
+        details.contains("rope  fakegpu.py:") && details.contains("step  fakegpu.py:"),
+        "{screen}"
+    );
+    assert!(screen.contains("cause host_wait (sync)"), "{screen}");
+    s.keys(&["q"]);
+    s.wait_for("GAPTOP_EXIT=0");
 }

@@ -2,43 +2,11 @@
 //! CUDA program against a fake libcupti (collector/fake-cupti). What the viewer recorded must
 //! be every kernel launched, each with its launch call and its Python stack.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-/// Builds what a user would run (the viewer, the collector) and the fake libcupti; returns the
-/// folder they are in.
-fn build() -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut c = Command::new(cargo);
-    c.args([
-        "build",
-        "-q",
-        "-p",
-        "gaptop",
-        "-p",
-        "gaptop-collector",
-        "-p",
-        "gaptop-fake-cupti",
-    ]);
-    if !cfg!(debug_assertions) {
-        c.arg("--release");
-    }
-    assert!(c.status().expect("cargo runs").success(), "build failed");
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().parent().unwrap().to_path_buf()
-}
-
-/// A CUDA install holding only the fake libcupti, where `gaptop run` looks for it.
-fn fake_cuda(target: &Path, tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("gaptop-fakegpu-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let lib = dir.join("cuda/lib64");
-    std::fs::create_dir_all(&lib).unwrap();
-    for name in ["libcupti.so", "libcupti.so.13"] {
-        std::fs::copy(target.join("libcupti.so"), lib.join(name)).unwrap();
-    }
-    dir
-}
+mod support;
+use support::{build, fake_cuda, script};
 
 /// Records the script under `gaptop record`; returns what it printed (the program's output and
 /// gaptop's) and the recording's JSON report, or the report's error.
@@ -52,7 +20,7 @@ fn run(
         .find(|(k, _)| *k == "PYTHON")
         .map_or("python3", |(_, v)| *v);
     let rec = dir.join("fake.rec");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fakegpu.py");
+    let script = script();
     let mut c = Command::new(target.join("gaptop"));
     c.args(["record", "-o"])
         .arg(&rec)
@@ -89,7 +57,7 @@ fn run(
 /// piped, and waits until the program is running; returns gaptop and the program's pid.
 fn start_slow(target: &Path, dir: &Path, rec: &Path) -> (std::process::Child, String) {
     let pidfile = dir.join("pid");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fakegpu.py");
+    let script = script();
     let g = Command::new(target.join("gaptop"))
         .args(["record", "-o"])
         .arg(rec)
@@ -119,9 +87,7 @@ fn start_slow(target: &Path, dir: &Path, rec: &Path) -> (std::process::Child, St
 /// Each stack names the script's functions, outermost first, each at the line of the call it
 /// was making.
 fn assert_stacks_name_each_call(j: &serde_json::Value) {
-    let script =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fakegpu.py"))
-            .unwrap();
+    let script = std::fs::read_to_string(script()).unwrap();
     let line = |text: &str| {
         1 + script
             .lines()
