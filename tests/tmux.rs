@@ -382,3 +382,58 @@ fn run_shows_a_live_programs_kernels_and_stacks() {
     s.keys(&["q"]);
     s.wait_for("GAPTOP_EXIT=0");
 }
+
+/// Quitting the UI while the program runs: the program goes on to its end with its collector
+/// quiet, and its output, which never passed through gaptop, goes on into the log.
+#[test]
+fn quitting_mid_run_leaves_the_program_running_to_its_end() {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_gaptop"));
+    let target = fake_gpu::build();
+    let dir = fake_gpu::fake_cuda(&target, "quit");
+    let s = Session::start(
+        &format!(
+            "cd {d} && unset LD_LIBRARY_PATH && CUDA_HOME={d}/cuda GAPTOP_COLLECTOR={t}/libgaptop_collector.so FAKE_STEP_SLEEP=0.01 FAKE_PIDFILE={d}/pid {bin} run --log {d}/p.log -- python3 {script} 300",
+            d = dir.display(),
+            t = target.display(),
+            bin = bin.display(),
+            script = fake_gpu::script().display(),
+        ),
+        160,
+        45,
+    );
+    s.wait_for("launches/s");
+    let t = Instant::now();
+    while !dir.join("pid").exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the program did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    s.keys(&["q"]);
+    let screen = s.wait_for("GAPTOP_EXIT=0");
+    assert!(
+        screen.contains("keeps running without the collector"),
+        "{screen}"
+    );
+    let pid = std::fs::read_to_string(dir.join("pid")).unwrap();
+    let t = Instant::now();
+    while Path::new(&format!("/proc/{}", pid.trim())).exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "the program did not end"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = std::fs::read_to_string(dir.join("p.log")).unwrap();
+    assert!(
+        log.contains("FAKE launched=2750"),
+        "the program's last line: {log}"
+    );
+    assert!(
+        log.contains("collection stopped, the program continues"),
+        "{log}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

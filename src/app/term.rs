@@ -203,13 +203,17 @@ pub fn run(mut app: App, mut feed: Feed, stop: Arc<AtomicBool>) -> anyhow::Resul
             }
         } else if let Ok(None) = l.child.try_wait() {
             eprintln!(
-                "gaptop: {} (pid {}) keeps running without the collector",
+                "gaptop: {} (pid {}) keeps running without the collector{}",
                 app.store
                     .procs
                     .first()
                     .map(|p| p.label.as_str())
                     .unwrap_or("the program"),
-                l.child.id()
+                l.child.id(),
+                l.log
+                    .as_ref()
+                    .map(|p| format!("; its output goes on into {}", p.display()))
+                    .unwrap_or_default()
             );
         }
     }

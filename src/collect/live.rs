@@ -256,6 +256,8 @@ pub struct Launch {
     pub stop: Arc<AtomicBool>,
     pub rx: Receiver<LiveEvent>,
     pub tx: Sender<LiveEvent>,
+    /// Where the program's output goes, when it is not the terminal.
+    pub log: Option<PathBuf>,
 }
 
 /// How a program ended, in a few words: `exit status 3`, `killed by signal 9 (SIGKILL)`.
@@ -314,31 +316,26 @@ pub fn launch(cmd: &[String], capture: Option<&Path>, opts: &Options) -> anyhow:
         c.env("GAPTOP_NATIVE", "1");
     }
     if let Some(log) = capture {
-        let f = std::fs::File::create(log)
+        // The program writes straight into the log (stdout and stderr, one shared file
+        // position), and the output pane follows the file: no pipe through gaptop, so quitting
+        // the viewer never leaves the program writing into a closed pipe.
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .open(log)
             .with_context(|| format!("cannot create the log {}", log.display()))?;
         let f2 = f.try_clone()?;
-        c.stdout(Stdio::piped()).stderr(Stdio::piped());
-        let mut child = c.spawn().with_context(|| format!("cannot start {prog}"))?;
-        for (out, file) in [
-            (
-                child
-                    .stdout
-                    .take()
-                    .map(|o| Box::new(o) as Box<dyn Read + Send>),
-                f,
-            ),
-            (
-                child
-                    .stderr
-                    .take()
-                    .map(|o| Box::new(o) as Box<dyn Read + Send>),
-                f2,
-            ),
-        ] {
-            if let Some(o) = out {
-                let tx = tx.clone();
-                std::thread::spawn(move || pump(o, file, tx));
-            }
+        let reader = std::fs::File::open(log)
+            .with_context(|| format!("cannot read the log {}", log.display()))?;
+        c.stdout(Stdio::from(f)).stderr(Stdio::from(f2));
+        let child = c.spawn().with_context(|| format!("cannot start {prog}"))?;
+        {
+            let tx = tx.clone();
+            let stop = stop.clone();
+            std::thread::Builder::new()
+                .name("gaptop-output".into())
+                .spawn(move || follow(reader, tx, stop))?;
         }
         return Ok(Launch {
             child,
@@ -346,6 +343,7 @@ pub fn launch(cmd: &[String], capture: Option<&Path>, opts: &Options) -> anyhow:
             stop,
             rx,
             tx,
+            log: Some(log.to_path_buf()),
         });
     }
     let child = c.spawn().with_context(|| format!("cannot start {prog}"))?;
@@ -355,25 +353,46 @@ pub fn launch(cmd: &[String], capture: Option<&Path>, opts: &Options) -> anyhow:
         stop,
         rx,
         tx,
+        log: None,
     })
 }
 
-fn pump(r: Box<dyn Read + Send>, mut log: std::fs::File, tx: Sender<LiveEvent>) {
-    use std::io::{BufRead, BufReader, Write};
-    let mut r = BufReader::new(r);
-    let mut line = Vec::new();
+/// Sends the program's output lines as the log grows. A last line without its newline is sent
+/// once it has sat unfinished for half a second.
+fn follow(mut log: std::fs::File, tx: Sender<LiveEvent>, stop: Arc<AtomicBool>) {
+    let mut buf: Vec<u8> = Vec::new();
+    let mut chunk = vec![0u8; 64 << 10];
+    let mut unfinished_since: Option<std::time::Instant> = None;
+    let send = |line: &[u8]| {
+        let s = String::from_utf8_lossy(line).trim_end().to_string();
+        tx.send(LiveEvent::Output(s)).is_ok()
+    };
     loop {
-        line.clear();
-        match r.read_until(b'\n', &mut line) {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {
-                let _ = log.write_all(&line);
-                let s = String::from_utf8_lossy(&line).trim_end().to_string();
-                if tx.send(LiveEvent::Output(s)).is_err() {
-                    // The viewer is gone: keep draining so the child never blocks on a pipe.
-                    continue;
+        match log.read(&mut chunk) {
+            Ok(0) => {
+                if unfinished_since.is_some_and(|t| t.elapsed() > Duration::from_millis(500)) {
+                    if !send(&buf) {
+                        return;
+                    }
+                    buf.clear();
+                    unfinished_since = None;
                 }
+                if stop.load(Ordering::Relaxed) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
             }
+            Ok(n) => {
+                buf.extend_from_slice(&chunk[..n]);
+                while let Some(i) = memchr::memchr(b'\n', &buf) {
+                    if !send(&buf[..i]) {
+                        return;
+                    }
+                    buf.drain(..=i);
+                }
+                unfinished_since = (!buf.is_empty()).then(std::time::Instant::now);
+            }
+            Err(_) => return,
         }
     }
 }
