@@ -320,3 +320,40 @@ fn stacks_and_lines_on_each_python_found() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--native`: after the Python frames come the native ones between the interpreter and the
+/// launch (here ctypes' foreign call), named from the libraries' symbols by the viewer.
+#[test]
+fn native_frames_follow_the_python_ones() {
+    let target = build();
+    let dir = fake_cuda(&target, "native");
+    let (log, j) = run(&target, &dir, &[("GAPTOP_NATIVE", "1")]);
+    let j = j.unwrap();
+    assert_eq!(j["kernels_with_stack"], 230, "{log}");
+    let frames: Vec<String> = j["top_stacks"][0]["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap().to_string())
+        .collect();
+    let last_py = frames
+        .iter()
+        .rposition(|f| f.contains("fakegpu.py("))
+        .unwrap_or_else(|| panic!("no Python frame in {frames:?}"));
+    let api = frames
+        .iter()
+        .position(|f| f.starts_with("cudaLaunchKernel"))
+        .unwrap_or_else(|| panic!("no launch call in {frames:?}"));
+    let native = &frames[last_py + 1..api];
+    assert!(
+        native.iter().any(|f| f.contains("ffi_call [libffi")),
+        "native frames {native:?} in {frames:?}"
+    );
+    assert!(
+        !native
+            .iter()
+            .any(|f| f.contains("gaptop") || f.contains("libcupti")),
+        "gaptop's and CUPTI's frames are left out: {native:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
