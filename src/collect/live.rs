@@ -357,6 +357,9 @@ pub fn launch(cmd: &[String], capture: Option<&Path>, opts: &Options) -> anyhow:
     })
 }
 
+/// The longest output line kept whole; longer ones are cut into pieces this long.
+const MAX_LINE: usize = 4096;
+
 /// Sends the program's output lines as the log grows. A last line without its newline is sent
 /// once it has sat unfinished for half a second.
 fn follow(mut log: std::fs::File, tx: Sender<LiveEvent>, stop: Arc<AtomicBool>) {
@@ -384,15 +387,61 @@ fn follow(mut log: std::fs::File, tx: Sender<LiveEvent>, stop: Arc<AtomicBool>) 
             }
             Ok(n) => {
                 buf.extend_from_slice(&chunk[..n]);
-                while let Some(i) = memchr::memchr(b'\n', &buf) {
-                    if !send(&buf[..i]) {
+                // Lines end at \n, and at \r too: progress bars redraw with \r and would
+                // otherwise make one endless line. Overlong lines are cut.
+                loop {
+                    let end = memchr::memchr2(b'\n', b'\r', &buf);
+                    let (line, used) = match end {
+                        Some(i) if i <= MAX_LINE => (i, i + 1),
+                        _ if buf.len() >= MAX_LINE => (MAX_LINE, MAX_LINE),
+                        _ => break,
+                    };
+                    if line > 0 && !send(&buf[..line]) {
                         return;
                     }
-                    buf.drain(..=i);
+                    buf.drain(..used);
                 }
                 unfinished_since = (!buf.is_empty()).then(std::time::Instant::now);
             }
             Err(_) => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    /// The output pane's lines as the log grows: \n and \r end lines (a progress bar shows its
+    /// last state instead of growing one endless line), overlong lines are cut, and an
+    /// unfinished last line shows after half a second.
+    #[test]
+    fn output_follows_the_log_line_by_line() {
+        let path = std::env::temp_dir().join(format!("gaptop-follow-{}.log", std::process::id()));
+        let mut w = std::fs::File::create(&path).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let reader = std::fs::File::open(&path).unwrap();
+        let s2 = stop.clone();
+        let t = std::thread::spawn(move || follow(reader, tx, s2));
+        let next = || match rx.recv_timeout(Duration::from_secs(5)) {
+            Ok(LiveEvent::Output(l)) => l,
+            Ok(_) => panic!("expected a line, got another event"),
+            Err(e) => panic!("no line: {e}"),
+        };
+        w.write_all(b"epoch 1\nloss 0.5\r\n").unwrap();
+        assert_eq!((next(), next()), ("epoch 1".into(), "loss 0.5".into()));
+        w.write_all(b"  3%|#  \r  7%|##  \r").unwrap();
+        assert_eq!((next(), next()), ("  3%|#".into(), "  7%|##".into()));
+        w.write_all(&vec![b'x'; MAX_LINE + 10]).unwrap();
+        w.write_all(b"\n").unwrap();
+        assert_eq!(next().len(), MAX_LINE);
+        assert_eq!(next(), "x".repeat(10));
+        w.write_all(b"no newline yet").unwrap();
+        assert_eq!(next(), "no newline yet");
+        stop.store(true, Ordering::Relaxed);
+        t.join().unwrap();
+        let _ = std::fs::remove_file(&path);
     }
 }
