@@ -203,6 +203,9 @@ fn text(v: Verdict, a: &LeafAcc, mean_op: Ns) -> String {
 /// One function's gaps, its gap time per line, its file and its name.
 type FnAcc = (LeafAcc, HashMap<Option<u32>, Ns>, String, String);
 
+/// Gaps a function needs before any of them can stand out as a one-off.
+const ONE_OFF_MIN_GAPS: u64 = 3;
+
 /// The shortest gap that stands out as a one-off next to gaps of `typical`: a millisecond, or
 /// 50 times the typical gap if longer.
 fn one_off_floor(typical: Ns) -> Ns {
@@ -212,7 +215,8 @@ fn one_off_floor(typical: Ns) -> Ns {
 /// How many times its code's typical gap a gap is, when it stands out as a one-off: at least
 /// a millisecond, 50 times the typical gap, and its code has other gaps to compare with.
 pub fn one_off(gap: Ns, typical: Ns, gaps_at_site: u64) -> Option<u64> {
-    (gaps_at_site >= 3 && gap >= one_off_floor(typical)).then(|| (gap / typical.max(1)) as u64)
+    (gaps_at_site >= ONE_OFF_MIN_GAPS && gap >= one_off_floor(typical))
+        .then(|| (gap / typical.max(1)) as u64)
 }
 
 /// The `n` functions with the most gap time in the summary's window, most first.
@@ -254,7 +258,7 @@ pub fn advise(store: &Store, s: &Summary, n: usize) -> Vec<Advice> {
                 };
                 format!("{qual}  {short_file}:{}{more}", shown.join(","))
             };
-            let (one_offs, one_off_ns) = if a.gaps >= 3 {
+            let (one_offs, one_off_ns) = if a.gaps >= ONE_OFF_MIN_GAPS {
                 a.at_least(one_off_floor(a.typical_gap()))
             } else {
                 (0, 0)

@@ -319,11 +319,7 @@ pub fn launch(cmd: &[String], capture: Option<&Path>, opts: &Options) -> anyhow:
         // The program writes straight into the log (stdout and stderr, one shared file
         // position), and the output pane follows the file: no pipe through gaptop, so quitting
         // the viewer never leaves the program writing into a closed pipe.
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .write(true)
-            .truncate(true)
-            .open(log)
+        let f = std::fs::File::create(log)
             .with_context(|| format!("cannot create the log {}", log.display()))?;
         let f2 = f.try_clone()?;
         let reader = std::fs::File::open(log)
