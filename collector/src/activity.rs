@@ -37,8 +37,7 @@ pub(crate) unsafe extern "C" fn buffer_requested(
 /// Gives a finished activity buffer back to the pool, or frees it when the pool is full.
 pub(crate) unsafe fn release_buffer(c: &Collector, buffer: *mut u8) {
     c.buffers_out.fetch_sub(1, Relaxed);
-    let room = |c: &Collector| c.pool.lock().unwrap_or_else(|e| e.into_inner()).len() < POOL_KEEP;
-    let keep = room(c);
+    let keep = c.pool.lock().unwrap_or_else(|e| e.into_inner()).len() < POOL_KEEP;
     if keep && c.zeroed {
         // Zeroed here, on CUPTI's completion thread, so that CUPTI does not clear it on the
         // launching thread when it takes it again.
@@ -166,8 +165,7 @@ pub(crate) unsafe fn decode_record(
         // names and kinds its callback table gives them.
         4 | 5 => {
             type A = cu::CUpti_ActivityAPI;
-            let cbid: u32 =
-                std::ptr::read_unaligned(rec.add(std::mem::offset_of!(A, cbid)) as *const u32);
+            let cbid: u32 = get!(A, cbid);
             let di = (kind == 5) as usize;
             let &(name, api_kind) = c.api_table[di].get(cbid as usize)?;
             if name == 0 {
