@@ -29,6 +29,7 @@ fn run(
         .arg("20")
         .env("CUDA_HOME", dir.join("cuda"))
         .env("GAPTOP_COLLECTOR", target.join("libgaptop_collector.so"))
+        .env("GAPTOP_FAKE_CUPTI", "1")
         .env_remove("LD_LIBRARY_PATH");
     for (k, v) in env {
         c.env(k, v);
@@ -66,6 +67,7 @@ fn start_slow(target: &Path, dir: &Path, rec: &Path) -> (std::process::Child, St
         .arg("300")
         .env("CUDA_HOME", dir.join("cuda"))
         .env("GAPTOP_COLLECTOR", target.join("libgaptop_collector.so"))
+        .env("GAPTOP_FAKE_CUPTI", "1")
         .env("FAKE_STEP_SLEEP", "0.005")
         .env("FAKE_PIDFILE", &pidfile)
         .env_remove("LD_LIBRARY_PATH")
@@ -163,6 +165,11 @@ fn refusals_leave_the_program_running() {
     assert!(log.contains("is another profiler attached?"), "{log}");
     assert!(log.contains("the program runs unchanged"), "{log}");
     assert!(j.unwrap_err().contains("holds no GPU ops"), "{log}");
+
+    // The fake itself, loaded where no test asked for it, does not pass for CUPTI.
+    let (log, _) = run(&target, &dir, &[("GAPTOP_FAKE_CUPTI", "0")]);
+    assert!(log.contains("FAKE launched=230"), "{log}");
+    assert!(log.contains("gaptop's test double of libcupti"), "{log}");
 
     let (log, j) = run(&target, &dir, &[("GAPTOP_API_ACTIVITY", "1")]);
     let j = j.unwrap();

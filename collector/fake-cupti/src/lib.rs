@@ -85,6 +85,11 @@ pub unsafe extern "C" fn cuptiSubscribe(
     cb: cu::CUpti_CallbackFunc,
     ud: *mut c_void,
 ) -> R {
+    // Only where a test asks for it: loaded by mistake (it is built as target/*/libcupti.so),
+    // it must not pass for CUPTI.
+    if std::env::var("GAPTOP_FAKE_CUPTI").map_or(true, |v| v != "1") {
+        return R::CUPTI_ERROR_NOT_INITIALIZED;
+    }
     let mut s = lock();
     // FAKE_CUPTI_BUSY=1: another profiler holds CUPTI.
     if s.callback.is_some() || std::env::var_os("FAKE_CUPTI_BUSY").is_some() {
@@ -225,7 +230,7 @@ pub unsafe extern "C" fn cuptiGetTimestamp(t: *mut u64) -> R {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuptiGetResultString(_: R, s: *mut *const c_char) -> R {
-    *s = c"fake CUPTI error".as_ptr();
+    *s = c"gaptop's test double of libcupti (tests set GAPTOP_FAKE_CUPTI=1)".as_ptr();
     R::CUPTI_SUCCESS
 }
 
