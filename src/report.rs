@@ -67,12 +67,27 @@ pub struct JsonReport {
     /// known stack.
     pub kernels_with_launch: u64,
     pub kernels_with_stack: u64,
+    /// Each process with kernels in the window: who it is and what arrived from it.
+    pub processes: Vec<JsonProcess>,
     pub dropped: u64,
     pub evicted_ops: u64,
     pub skipped: std::collections::BTreeMap<String, u64>,
     /// Communication stalls across ranks (present when two or more processes ran NCCL kernels).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub comm: Option<crate::collect::comm::CommReport>,
+}
+
+#[derive(Serialize)]
+pub struct JsonProcess {
+    pub pid: u32,
+    /// `RANK` where the process had one.
+    pub rank: Option<i32>,
+    pub label: String,
+    pub kernels: u64,
+    pub kernels_with_launch: u64,
+    pub kernels_with_stack: u64,
+    /// Records its collector could not keep, and those CUPTI reported dropped.
+    pub dropped: u64,
 }
 
 #[derive(Serialize)]
@@ -202,8 +217,9 @@ pub fn build(store: &Store, w: Window, cfg: &Config, top: usize) -> (Summary, Js
             .iter()
             .map(|g| gap_json(store, g, origin))
             .collect(),
-        kernels_with_launch: launches.0,
-        kernels_with_stack: launches.1,
+        kernels_with_launch: launches.iter().map(|p| p.kernels_with_launch).sum(),
+        kernels_with_stack: launches.iter().map(|p| p.kernels_with_stack).sum(),
+        processes: launches,
         dropped: store.dropped,
         evicted_ops: store.evicted_ops,
         skipped: store.skipped.clone(),
@@ -215,11 +231,25 @@ pub fn build(store: &Store, w: Window, cfg: &Config, top: usize) -> (Summary, Js
     (s, j)
 }
 
-/// Kernels in [lo, hi) whose launch call is known, and those with a launch stack.
-fn launch_coverage(store: &Store, lo: Ns, hi: Ns) -> (u64, u64) {
-    let (mut with_launch, mut with_stack) = (0, 0);
+/// Per process with kernels in [lo, hi): its kernels, those whose launch call is known, and
+/// of those the ones with a launch stack.
+fn launch_coverage(store: &Store, lo: Ns, hi: Ns) -> Vec<JsonProcess> {
+    let mut per: Vec<JsonProcess> = store
+        .procs
+        .iter()
+        .map(|p| JsonProcess {
+            pid: p.pid,
+            rank: (p.rank >= 0).then_some(p.rank),
+            label: p.label.clone(),
+            kernels: 0,
+            kernels_with_launch: 0,
+            kernels_with_stack: 0,
+            dropped: p.stats.collector_dropped + p.stats.cupti_dropped,
+        })
+        .collect();
     for lane in &store.lanes {
-        let p = &store.procs[lane.key.proc as usize];
+        let i = lane.key.proc as usize;
+        let p = &store.procs[i];
         for op in lane.ops.range(lane.lower_bound(lo)..) {
             if op.start >= hi {
                 break;
@@ -227,13 +257,15 @@ fn launch_coverage(store: &Store, lo: Ns, hi: Ns) -> (u64, u64) {
             if op.kind != crate::collect::store::OpKind::Kernel {
                 continue;
             }
+            per[i].kernels += 1;
             if let Some(a) = p.api_by_corr(op.corr) {
-                with_launch += 1;
-                with_stack += (a.stack != 0) as u64;
+                per[i].kernels_with_launch += 1;
+                per[i].kernels_with_stack += (a.stack != 0) as u64;
             }
         }
     }
-    (with_launch, with_stack)
+    per.retain(|p| p.kernels > 0);
+    per
 }
 
 fn short(s: &str, n: usize) -> String {
@@ -281,6 +313,22 @@ pub fn text(j: &JsonReport) -> String {
             "launch calls found for {} of {} kernels, {} with a call stack",
             j.kernels_with_launch, j.kernels, j.kernels_with_stack
         );
+    }
+    if j.processes.len() > 1 || j.processes.iter().any(|p| p.dropped > 0) {
+        let _ = writeln!(o, "\nProcesses");
+        for p in &j.processes {
+            let _ = writeln!(
+                o,
+                "  pid {:<7} {:<8} {:>9} kernels, {} with launch, {} with stack, {} dropped  {}",
+                p.pid,
+                p.rank.map(|r| format!("rank {r}")).unwrap_or_default(),
+                p.kernels,
+                p.kernels_with_launch,
+                p.kernels_with_stack,
+                p.dropped,
+                short(&p.label, 60)
+            );
+        }
     }
     if j.dropped > 0 || j.evicted_ops > 0 {
         let _ = writeln!(

@@ -276,8 +276,18 @@ fn two_gpu_recording_names_the_late_rank() {
         .expect("the planted function is named");
     assert_eq!(planted["rank"], 1);
     assert_eq!(planted["count"], 20);
-    // Both GPUs have their own lanes, labelled by rank.
+    // Each rank's process is listed with what arrived from it.
+    let procs = j["processes"].as_array().unwrap();
+    assert_eq!(procs.len(), 2, "{procs:?}");
+    for p in procs {
+        assert_eq!(p["kernels"], p["kernels_with_launch"], "{p}");
+        assert_eq!(p["dropped"], 0, "{p}");
+    }
     let text = report_text(&p);
+    assert!(
+        text.contains("\nProcesses\n  pid 615     rank 1         887 kernels, 887 with launch"),
+        "{text}"
+    );
     assert!(
         text.contains("launching from /work/main/gpu/ddp.py(25): main.<locals>.late_allreduce"),
         "{text}"
