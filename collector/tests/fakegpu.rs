@@ -372,3 +372,53 @@ fn native_frames_follow_the_python_ones() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `record --duration`: recording stops on time, the program goes on to its end without its
+/// collector, and what arrived is a complete recording.
+#[test]
+fn record_duration_stops_recording_not_the_program() {
+    let target = build();
+    let dir = fake_cuda(&target, "duration");
+    let rec = dir.join("d.rec");
+    let pidfile = dir.join("pid");
+    let t = std::time::Instant::now();
+    let out = Command::new(target.join("gaptop"))
+        .args(["record", "--duration", "0.5", "-o"])
+        .arg(&rec)
+        .args(["--", "python3"])
+        .arg(script())
+        .arg("200")
+        .env("CUDA_HOME", dir.join("cuda"))
+        .env("GAPTOP_COLLECTOR", target.join("libgaptop_collector.so"))
+        .env("GAPTOP_FAKE_CUPTI", "1")
+        .env("FAKE_STEP_SLEEP", "0.01")
+        .env("FAKE_PIDFILE", &pidfile)
+        .env_remove("LD_LIBRARY_PATH")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("--duration reached"), "{err}");
+    let pid = std::fs::read_to_string(&pidfile).unwrap();
+    assert!(
+        Path::new(&format!("/proc/{}", pid.trim())).exists(),
+        "the program should still be running ({:?} in)",
+        t.elapsed()
+    );
+    let report = Command::new(target.join("gaptop"))
+        .args(["report", "--format", "json"])
+        .arg(&rec)
+        .output()
+        .unwrap();
+    let j: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+    let kernels = j["kernels"].as_u64().unwrap();
+    assert!(kernels > 0 && kernels < 1850, "{kernels}");
+    assert_eq!(j["kernels_with_launch"], kernels);
+    while Path::new(&format!("/proc/{}", pid.trim())).exists() {
+        assert!(t.elapsed().as_secs() < 30, "the program did not end");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
