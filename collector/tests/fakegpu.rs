@@ -8,6 +8,45 @@ use std::process::Command;
 mod support;
 use support::{build, fake_cuda, script};
 
+/// `gaptop record -o REC [ARGS] -- PYTHON fakegpu.py STEPS` with the fake CUDA install and
+/// the built collector.
+fn record_cmd(
+    target: &Path,
+    dir: &Path,
+    rec: &Path,
+    args: &[&str],
+    python: &str,
+    steps: u32,
+) -> Command {
+    let mut c = Command::new(target.join("gaptop"));
+    c.arg("record")
+        .args(args)
+        .arg("-o")
+        .arg(rec)
+        .args(["--", python])
+        .arg(script())
+        .arg(steps.to_string())
+        .env("CUDA_HOME", dir.join("cuda"))
+        .env("GAPTOP_COLLECTOR", target.join("libgaptop_collector.so"))
+        .env("GAPTOP_FAKE_CUPTI", "1")
+        .env_remove("LD_LIBRARY_PATH");
+    c
+}
+
+/// A recording's JSON report, or the report's error.
+fn report(target: &Path, rec: &Path) -> Result<serde_json::Value, String> {
+    let out = Command::new(target.join("gaptop"))
+        .args(["report", "--format", "json"])
+        .arg(rec)
+        .output()
+        .unwrap();
+    if out.status.success() {
+        Ok(serde_json::from_slice(&out.stdout).unwrap())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
 /// Records the script under `gaptop record`; returns what it printed (the program's output and
 /// gaptop's) and the recording's JSON report, or the report's error.
 fn run(
@@ -20,17 +59,7 @@ fn run(
         .find(|(k, _)| *k == "PYTHON")
         .map_or("python3", |(_, v)| *v);
     let rec = dir.join("fake.rec");
-    let script = script();
-    let mut c = Command::new(target.join("gaptop"));
-    c.args(["record", "-o"])
-        .arg(&rec)
-        .args(["--", python])
-        .arg(&script)
-        .arg("20")
-        .env("CUDA_HOME", dir.join("cuda"))
-        .env("GAPTOP_COLLECTOR", target.join("libgaptop_collector.so"))
-        .env("GAPTOP_FAKE_CUPTI", "1")
-        .env_remove("LD_LIBRARY_PATH");
+    let mut c = record_cmd(target, dir, &rec, &[], python, 20);
     for (k, v) in env {
         c.env(k, v);
     }
@@ -41,36 +70,16 @@ fn run(
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success(), "{log}");
-    let report = Command::new(target.join("gaptop"))
-        .args(["report", "--format", "json"])
-        .arg(&rec)
-        .output()
-        .unwrap();
-    let j = if report.status.success() {
-        Ok(serde_json::from_slice(&report.stdout).unwrap())
-    } else {
-        Err(String::from_utf8_lossy(&report.stderr).into_owned())
-    };
-    (log, j)
+    (log, report(target, &rec))
 }
 
 /// Starts `gaptop record` on a slow run of the script (300 steps, 5 ms apart) with its output
 /// piped, and waits until the program is running; returns gaptop and the program's pid.
 fn start_slow(target: &Path, dir: &Path, rec: &Path) -> (std::process::Child, String) {
     let pidfile = dir.join("pid");
-    let script = script();
-    let g = Command::new(target.join("gaptop"))
-        .args(["record", "-o"])
-        .arg(rec)
-        .args(["--", "python3"])
-        .arg(&script)
-        .arg("300")
-        .env("CUDA_HOME", dir.join("cuda"))
-        .env("GAPTOP_COLLECTOR", target.join("libgaptop_collector.so"))
-        .env("GAPTOP_FAKE_CUPTI", "1")
+    let g = record_cmd(target, dir, rec, &[], "python3", 300)
         .env("FAKE_STEP_SLEEP", "0.005")
         .env("FAKE_PIDFILE", &pidfile)
-        .env_remove("LD_LIBRARY_PATH")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -226,13 +235,7 @@ fn what_arrived_is_kept_when_the_program_is_killed() {
         err.contains("the command ended: killed by signal 9 (SIGKILL)"),
         "{err}"
     );
-    let report = Command::new(target.join("gaptop"))
-        .args(["report", "--format", "json"])
-        .arg(&rec)
-        .output()
-        .unwrap();
-    assert!(report.status.success(), "{err}");
-    let j: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+    let j = report(&target, &rec).unwrap_or_else(|e| panic!("{e}\n{err}"));
     let kernels = j["kernels"].as_u64().unwrap();
     assert!(kernels > 0 && kernels < 2750, "{kernels} kernels\n{err}");
     assert_eq!(j["kernels_with_launch"], kernels, "{err}");
@@ -382,18 +385,9 @@ fn record_duration_stops_recording_not_the_program() {
     let rec = dir.join("d.rec");
     let pidfile = dir.join("pid");
     let t = std::time::Instant::now();
-    let out = Command::new(target.join("gaptop"))
-        .args(["record", "--duration", "0.5", "-o"])
-        .arg(&rec)
-        .args(["--", "python3"])
-        .arg(script())
-        .arg("200")
-        .env("CUDA_HOME", dir.join("cuda"))
-        .env("GAPTOP_COLLECTOR", target.join("libgaptop_collector.so"))
-        .env("GAPTOP_FAKE_CUPTI", "1")
+    let out = record_cmd(&target, &dir, &rec, &["--duration", "0.5"], "python3", 200)
         .env("FAKE_STEP_SLEEP", "0.01")
         .env("FAKE_PIDFILE", &pidfile)
-        .env_remove("LD_LIBRARY_PATH")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .output()
@@ -407,12 +401,7 @@ fn record_duration_stops_recording_not_the_program() {
         "the program should still be running ({:?} in)",
         t.elapsed()
     );
-    let report = Command::new(target.join("gaptop"))
-        .args(["report", "--format", "json"])
-        .arg(&rec)
-        .output()
-        .unwrap();
-    let j: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+    let j = report(&target, &rec).unwrap();
     let kernels = j["kernels"].as_u64().unwrap();
     assert!(kernels > 0 && kernels < 1850, "{kernels}");
     assert_eq!(j["kernels_with_launch"], kernels);
