@@ -76,11 +76,11 @@ if [ "$MODE" = variants ]; then
   # And is a callback on a call that is not a launch cheap? PyTorch checks cudaGetLastError
   # after each launch: gle takes stacks there, gleact adds the launches' API records.
   V=${VARIANTS:-"late:GAPTOP_CB_DELAY_MS=${LATE_MS:-1000} apiact1:GAPTOP_API_ACTIVITY=1 apiact2:GAPTOP_API_ACTIVITY=2 gle:GAPTOP_CB_ONLY=cudaGetLastError gleact:GAPTOP_CB_ONLY=cudaGetLastError,GAPTOP_API_ACTIVITY=1 kernelonly:GAPTOP_API=0,GAPTOP_SYNC_ACTIVITY=0,GAPTOP_MEM_ACTIVITY=0"}
-  python3 overhead.py --gaptop $G --kineto kineto.py --reps ${REPS:-3} ${PIN:+--pin $PIN} ${NOPROF:+--no-profiler} \
+  python3 overhead.py --gaptop $G --kineto kineto.py --reps ${REPS:-3} --budget ${BUDGET:-520} ${PIN:+--pin $PIN} ${NOPROF:+--no-profiler} \
     $(for v in $V; do echo --variant $v; done) launchbound.py:${LB_ITERS:-1000} > "$OUT/variants.txt" 2>&1
   tail -25 "$OUT/variants.txt"
 fi
 if [ "$MODE" = bench ] || [ "$MODE" = all ]; then
-  python3 overhead.py --gaptop $G --kineto kineto.py --reps ${REPS:-5} ${PIN:+--pin $PIN} ${WORKLOADS:-launchbound.py:${LB_ITERS:-1000} gpt2.py:${GPT2_ITERS:-10}} > "$OUT/overhead.txt" 2>&1
+  python3 overhead.py --gaptop $G --kineto kineto.py --reps ${REPS:-5} --budget ${BUDGET:-520} ${PIN:+--pin $PIN} ${WORKLOADS:-launchbound.py:${LB_ITERS:-1000} gpt2.py:${GPT2_ITERS:-30}} > "$OUT/overhead.txt" 2>&1
   tail -30 "$OUT/overhead.txt"
 fi

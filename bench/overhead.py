@@ -3,9 +3,11 @@
 torch.profiler (kineto.py, stacks on, nothing written), interleaved, REPS times each.
 
 Prints the median per-iteration time of the workload's own timed section for each mode and the
-ratios to bare, measured side by side in one run.
+ratios to bare, measured side by side in one run. Each repetition runs every workload once in
+every mode (in a shuffled order); with --budget a run stops before a repetition that would pass
+it, so a run cut short still compares every workload.
 
-usage: overhead.py --gaptop PATH --kineto PATH/kineto.py [--reps 5] WORKLOAD.py:ITERS ...
+usage: overhead.py --gaptop PATH --kineto PATH/kineto.py [--reps 5] [--budget S] WORKLOAD.py:ITERS ...
 """
 import argparse, os, random, re, statistics, subprocess, sys, tempfile, time
 
@@ -24,10 +26,12 @@ def main():
                     help="extra gaptop mode NAME:ENV=V,ENV=V (collector knobs)")
     ap.add_argument("--no-profiler", action="store_true")
     ap.add_argument("--pin", help="run every command under taskset -c PIN (less noise)")
+    ap.add_argument("--budget", type=float, default=0,
+                    help="seconds: start no repetition that would end past this (0: no limit)")
     ap.add_argument("workloads", nargs="+")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp()
-    rows = []
+    plans = []  # (workload, {mode: (cmd, env)}, {mode: [µs/iter]}, [{mode: µs/iter} per rep])
     for wl in a.workloads:
         script, iters = wl.split(":")
         grec = [a.gaptop, "record", "-o", os.path.join(tmp, "r.rec"), "--", sys.executable, script, iters]
@@ -37,9 +41,17 @@ def main():
             modes[name] = (grec, dict(x.split("=", 1) for x in kv.split(",") if x))
         if not a.no_profiler:
             modes["torch.profiler"] = ([sys.executable, a.kineto, "-", "stack", "--", script, iters], {})
-        times = {m: [] for m in modes}
-        by_rep = []  # {mode: µs/iter} for each repetition
-        for rep in range(a.reps):
+        plans.append((wl, modes, {m: [] for m in modes}, []))
+    t_start = time.time()
+    # Repetitions outside, workloads inside: a run cut short still has samples of every workload.
+    for rep in range(a.reps):
+        if a.budget and rep > 0:
+            spent = time.time() - t_start
+            if spent / rep * (rep + 1) > a.budget:
+                print(f"(stopping after {rep} repetitions: another would pass the {a.budget:.0f} s budget)", flush=True)
+                break
+        for wl, modes, times, by_rep in plans:
+            script = wl.split(":")[0]
             # A fresh order each repetition: a mode never always follows the same one.
             by_rep.append({})
             order = list(modes.items())
@@ -59,12 +71,12 @@ def main():
                 if "record" in cmd:
                     extra = " | " + " ".join(l for l in p.stderr.splitlines() if "recorded" in l)
                 print(f"  {os.path.basename(script)} rep{rep} {m:15s} {v:10.1f} us/iter ({time.time()-t0:.1f}s){extra}", flush=True)
+    rows = []
+    for wl, modes, times, by_rep in plans:
+        script, iters = wl.split(":")
         med = {m: statistics.median(v) if v else float("nan") for m, v in times.items()}
         rows.append((os.path.basename(script), iters, med, times, by_rep))
-        # Each workload's table as soon as it is done: a run cut by a time limit keeps it.
-        table(rows[-1:])
-    if len(rows) > 1:
-        table(rows)
+    table(rows)
     print("(overhead ratio = gaptop's added time / torch.profiler's added time; target < 0.5)", flush=True)
 
 def table(rows):
@@ -76,7 +88,7 @@ def table(rows):
             if m not in ("bare", "gaptop", "torch.profiler"):
                 print(f"  variant {m:20s} {v:10.1f} us/iter  {v/b:.3f}x bare")
         ratio = (g - b) / (k - b) if k > b else float("nan")
-        print(f"{name:16s} {b:11.1f} {g:9.1f} {k:11.1f} {g/b:12.3f} {k/b:10.3f} {ratio:15.2f}")
+        print(f"{name + ':' + iters:16s} {b:11.1f} {g:9.1f} {k:11.1f} {g/b:12.3f} {k/b:10.3f} {ratio:15.2f}")
         # Minimums too: on a shared machine interference only ever adds time.
         lo = {m: min(v) if v else float("nan") for m, v in times.items()}
         lb, lg, lk = lo["bare"], lo["gaptop"], lo.get("torch.profiler", float("nan"))
@@ -89,8 +101,13 @@ def table(rows):
         # their median: slow drifts of the machine cancel out of these.
         paired = {m: [r[m] / r["bare"] for r in by_rep if m in r and "bare" in r]
                   for m in times if m != "bare"}
-        print("  per-repetition ratios to bare, median: " + ", ".join(
-            f"{m} {statistics.median(r):.3f}" for m, r in paired.items() if r))
+        print("  per-repetition ratios to bare, median (range): " + ", ".join(
+            f"{m} {statistics.median(r):.3f} ({min(r):.2f}-{max(r):.2f})" for m, r in paired.items() if r))
+        # The overhead ratio from the same repetitions' ratios: (gaptop - 1) / (profiler - 1).
+        pg, pk = paired.get("gaptop", []), paired.get("torch.profiler", [])
+        if pg and pk and statistics.median(pk) > 1:
+            print(f"  overhead ratio from per-repetition medians: "
+                  f"{(statistics.median(pg) - 1) / (statistics.median(pk) - 1):.2f}")
         print(f"  samples: " + "; ".join(f"{m}=" + ",".join(f"{x:.0f}" for x in v) for m, v in times.items()))
     sys.stdout.flush()
 
