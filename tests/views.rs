@@ -164,6 +164,31 @@ fn threshold_zoom_and_pause() {
     assert!(!live.paused && live.follow);
 }
 
+/// Live, picking a gap holds the window on it: the next tick neither moves the cursor off the
+/// gap nor scrolls it away, the status line says the view is held, and `z` follows again.
+#[test]
+fn selecting_a_gap_live_holds_the_window() {
+    let mut live = App::new(app().store, SourceState::Live);
+    live.tick();
+    assert!(live.follow);
+    let (lo, hi) = (live.lo, live.hi);
+    live.update(Action::BiggestGap);
+    let g = live.selected_gap().expect("a gap is selected");
+    let at = g.start + g.dur() / 2;
+    assert_eq!(live.cursor, at);
+    live.tick();
+    assert_eq!(
+        live.cursor, at,
+        "a tick while following moved the cursor off the gap"
+    );
+    assert_eq!((live.lo, live.hi), (lo, hi));
+    let screen = render(&mut live, 160, 24);
+    assert!(screen.contains("LIVE, held (z follows)"), "{screen}");
+    live.update(Action::ZoomAll);
+    assert!(live.follow);
+    assert!(render(&mut live, 160, 24).contains(" LIVE "));
+}
+
 /// Live, the status line says how far the view trails the GPU, as the collectors measured it;
 /// a file has no lag to show.
 #[test]

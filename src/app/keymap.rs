@@ -72,7 +72,7 @@ impl Action {
             "enter",
             "zoom to the gap; in the tree, walk this node's gaps",
         ),
-        (Action::ZoomAll, "zoom_all", "zoom to the whole capture"),
+        (Action::ZoomAll, "zoom_all", "whole capture; follow live"),
         (Action::FocusNext, "focus_next", "focus the next pane"),
         (Action::FocusPrev, "focus_prev", "focus the previous pane"),
         (Action::Invert, "invert", "invert the call tree (bottom-up)"),

@@ -293,11 +293,13 @@ impl App {
             end: g.end,
         });
         self.cursor = g.start + g.dur() / 2;
+        // Looking at a gap holds the window: following would move the cursor off it and,
+        // live, scroll it away. `z` (or pause and resume) follows again.
+        self.follow = false;
         if self.cursor < self.lo || self.cursor >= self.hi {
             let w = self.width();
             self.lo = self.cursor - w / 2;
             self.hi = self.lo + w;
-            self.follow = false;
         }
         self.reveal_in_tree(g);
     }

@@ -626,7 +626,8 @@ pub fn status(f: &mut Frame, area: Rect, app: &App) {
     let mode = match &app.source {
         SourceState::File => "FILE".to_string(),
         SourceState::Live if app.paused => "PAUSED".into(),
-        SourceState::Live => "LIVE".into(),
+        SourceState::Live if app.follow => "LIVE".into(),
+        SourceState::Live => "LIVE, held (z follows)".into(),
         SourceState::Ended(s) => format!("ENDED ({s})"),
     };
     let lost = st.dropped + st.evicted_ops;
