@@ -189,6 +189,20 @@ fn selecting_a_gap_live_holds_the_window() {
     assert!(render(&mut live, 160, 24).contains(" LIVE "));
 }
 
+/// Panning cannot move a window that holds the whole capture off the data.
+#[test]
+fn panning_the_whole_capture_stays_on_the_data() {
+    let mut a = app();
+    let (slo, shi) = a.store.span().unwrap();
+    a.update(Action::ZoomAll);
+    for _ in 0..3 {
+        a.update(Action::PanRight);
+    }
+    assert_eq!((a.lo, a.hi), (slo, shi));
+    a.update(Action::PanLeft);
+    assert_eq!((a.lo, a.hi), (slo, shi));
+}
+
 /// Live, the status line says how far the view trails the GPU, as the collectors measured it;
 /// a file has no lag to show.
 #[test]

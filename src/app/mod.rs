@@ -371,6 +371,9 @@ impl App {
         if let Some((slo, shi)) = self.store.span() {
             let w = self.width();
             if w >= shi - slo {
+                // The whole capture fits: show all of it, never a window off its end.
+                self.lo = slo;
+                self.hi = slo + w;
                 return;
             }
             if self.lo < slo {
