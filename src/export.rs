@@ -232,16 +232,18 @@ pub fn write(
 }
 
 fn sanitize(s: &str) -> String {
-    let t: String = s
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '-'
-            }
-        })
-        .collect();
+    let mut t = String::with_capacity(s.len());
+    for c in s.chars() {
+        let c = if c.is_ascii_alphanumeric() || c == '_' {
+            c
+        } else {
+            '-'
+        };
+        // One dash for a run of other characters: "demo (gpt2.rec)" is "demo-gpt2-rec".
+        if c != '-' || !t.ends_with('-') {
+            t.push(c);
+        }
+    }
     let t = t.trim_matches('-').to_string();
     if t.is_empty() {
         "trace".into()
@@ -273,4 +275,17 @@ pub fn export_window(app: &App) -> anyhow::Result<PathBuf> {
         .with_context(|| format!("cannot create {}", path.display()))?;
     write(&app.store, app.lo, app.hi, &app.cfg, f)?;
     Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sanitize;
+
+    #[test]
+    fn export_names_are_plain_and_short() {
+        assert_eq!(sanitize("demo (gpt2.rec)"), "demo-gpt2-rec");
+        assert_eq!(sanitize("/tmp/a b/trace.json"), "tmp-a-b-trace-json");
+        assert_eq!(sanitize("  ..  "), "trace");
+        assert_eq!(sanitize(&"x".repeat(100)).len(), 40);
+    }
 }
