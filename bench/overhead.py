@@ -31,7 +31,7 @@ def main():
     ap.add_argument("workloads", nargs="+")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp()
-    plans = []  # (workload, {mode: (cmd, env)}, {mode: [µs/iter]}, [{mode: µs/iter} per rep])
+    plans = []  # (script, iters, {mode: (cmd, env)}, {mode: [µs/iter]}, [{mode: µs/iter} per rep])
     for wl in a.workloads:
         script, iters = wl.split(":")
         grec = [a.gaptop, "record", "-o", os.path.join(tmp, "r.rec"), "--", sys.executable, script, iters]
@@ -41,7 +41,7 @@ def main():
             modes[name] = (grec, dict(x.split("=", 1) for x in kv.split(",") if x))
         if not a.no_profiler:
             modes["torch.profiler"] = ([sys.executable, a.kineto, "-", "stack", "--", script, iters], {})
-        plans.append((wl, modes, {m: [] for m in modes}, []))
+        plans.append((script, iters, modes, {m: [] for m in modes}, []))
     t_start = time.time()
     # Repetitions outside, workloads inside: a run cut short still has samples of every workload.
     for rep in range(a.reps):
@@ -50,8 +50,7 @@ def main():
             if spent / rep * (rep + 1) > a.budget:
                 print(f"(stopping after {rep} repetitions: another would pass the {a.budget:.0f} s budget)", flush=True)
                 break
-        for wl, modes, times, by_rep in plans:
-            script = wl.split(":")[0]
+        for script, iters, modes, times, by_rep in plans:
             # A fresh order each repetition: a mode never always follows the same one.
             by_rep.append({})
             order = list(modes.items())
@@ -63,7 +62,7 @@ def main():
                 p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env})
                 v = per_iter(p.stdout)
                 if v is None:
-                    print(f"{wl} {m}: no WORKLOAD line (exit {p.returncode})\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}", flush=True)
+                    print(f"{script}:{iters} {m}: no WORKLOAD line (exit {p.returncode})\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}", flush=True)
                     continue
                 times[m].append(v)
                 by_rep[-1][m] = v
@@ -71,12 +70,9 @@ def main():
                 if "record" in cmd:
                     extra = " | " + " ".join(l for l in p.stderr.splitlines() if "recorded" in l)
                 print(f"  {os.path.basename(script)} rep{rep} {m:15s} {v:10.1f} us/iter ({time.time()-t0:.1f}s){extra}", flush=True)
-    rows = []
-    for wl, modes, times, by_rep in plans:
-        script, iters = wl.split(":")
-        med = {m: statistics.median(v) if v else float("nan") for m, v in times.items()}
-        rows.append((os.path.basename(script), iters, med, times, by_rep))
-    table(rows)
+    table([(os.path.basename(script), iters,
+            {m: statistics.median(v) if v else float("nan") for m, v in times.items()}, times, by_rep)
+           for script, iters, modes, times, by_rep in plans])
     print("(overhead ratio = gaptop's added time / torch.profiler's added time; target < 0.5)", flush=True)
 
 def table(rows):
