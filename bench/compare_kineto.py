@@ -49,6 +49,7 @@ def main():
         hit = any(e in f for f in frames)
         print(f"stack names {e!r}: {'yes' if hit else 'NO'}")
         ok &= hit
+    print(f"gaptop kernels with a launch call {g.get('kernels_with_launch')}, with a stack {g.get('kernels_with_stack')}")
     print("top gaptop stack:", g["top_stacks"][0]["frames"][-6:] if g["top_stacks"] else None)
     print(f"idle gaptop: {g['idle']}\nidle torch.profiler: {k['idle']}")
     print("RESULT", name, "PASS" if ok else "FAIL")

@@ -838,8 +838,8 @@ unsafe fn start() -> Result<(), String> {
     for k in &ACTIVITY_KINDS[..c.sw.gpu_kinds] {
         check(cu::cuptiActivityEnable(*k), "cuptiActivityEnable")?;
     }
-    // Synchronization records add host timing for syncs the callbacks do not see; without
-    // them gaptop still works, so a refusal is only mentioned.
+    // Synchronization records (GAPTOP_SYNC_ACTIVITY=1) add host timing for syncs the callbacks
+    // do not see, at a high price on launch-bound programs; a refusal is only mentioned.
     if c.sw.sync_activity {
         if let Err(e) = check(
             cu::cuptiActivityEnable(ACTIVITY_KINDS[3]),
@@ -893,10 +893,15 @@ unsafe fn start() -> Result<(), String> {
     libc::pthread_atfork(None, None, Some(in_forked_child));
     if c.sw.verbose {
         say!(
-            "collecting: {enabled} API callbacks{}, kernels, memcpy, memset, syncs{}{} -> {path}",
+            "collecting: {enabled} API callbacks{}, kernels, memcpy, memset{}{}{} -> {path}",
             match duty {
                 Some((on, off)) => format!(" ({on:?} of every {:?})", on + off),
                 None => String::new(),
+            },
+            if c.sw.sync_activity {
+                ", sync records"
+            } else {
+                ""
             },
             if c.native.is_some() {
                 ", native frames"

@@ -47,7 +47,8 @@ pub(crate) struct Switches {
     /// GPU record kinds taken, in `ACTIVITY_KINDS` order: kernels, copies, memsets
     /// (GAPTOP_ACTIVITY=0: none; GAPTOP_MEM_ACTIVITY=0: kernels only).
     pub gpu_kinds: usize,
-    /// CUPTI's synchronization records (GAPTOP_SYNC_ACTIVITY=0 off).
+    /// CUPTI's synchronization records (GAPTOP_SYNC_ACTIVITY=1; off by default: on the H200
+    /// they made a launch-bound program 1.49x slower instead of 1.21x, docs/perf.md).
     pub sync_activity: bool,
     /// Hardware kernel timestamps where CUPTI offers them (GAPTOP_HWTRACE=1).
     pub hwtrace: bool,
@@ -93,7 +94,7 @@ impl Switches {
                 (true, true) => 3,
                 (true, false) => 1,
             },
-            sync_activity: on(&get, "GAPTOP_ACTIVITY") && on(&get, "GAPTOP_SYNC_ACTIVITY"),
+            sync_activity: on(&get, "GAPTOP_ACTIVITY") && one(&get, "GAPTOP_SYNC_ACTIVITY"),
             hwtrace: one(&get, "GAPTOP_HWTRACE"),
             flush: match number::<u64>(&get, "GAPTOP_FLUSH_MS") {
                 Some(0) => None,
@@ -144,7 +145,7 @@ mod tests {
             (0, None, false)
         );
         assert_eq!((s.cb_delay, s.duty), (None, None));
-        assert!(s.zeroed && s.sync_activity && !s.hwtrace);
+        assert!(s.zeroed && !s.sync_activity && !s.hwtrace);
         assert_eq!(s.gpu_kinds, 3);
         assert_eq!(s.flush, Some(super::super::FLUSH_PERIOD));
         assert_eq!(s.dump, None);
@@ -164,7 +165,7 @@ mod tests {
             ("GAPTOP_STACK_DUTY", "10"),
             ("GAPTOP_ZEROED", "0"),
             ("GAPTOP_MEM_ACTIVITY", "0"),
-            ("GAPTOP_SYNC_ACTIVITY", "0"),
+            ("GAPTOP_SYNC_ACTIVITY", "1"),
             ("GAPTOP_HWTRACE", "1"),
             ("GAPTOP_FLUSH_MS", "0"),
             ("GAPTOP_DUMP", "/tmp/x.buf"),
@@ -177,7 +178,7 @@ mod tests {
             s.cb_only,
             Some(vec!["cudaGetLastError".to_string(), "cuLaunch".to_string()])
         );
-        assert!(s.cb_noop && !s.zeroed && !s.sync_activity && s.hwtrace);
+        assert!(s.cb_noop && !s.zeroed && s.sync_activity && s.hwtrace);
         assert_eq!(s.cb_delay, Some(Duration::from_millis(1500)));
         assert_eq!(
             s.duty,
@@ -190,6 +191,7 @@ mod tests {
             ("GAPTOP_API", "0"),
             ("GAPTOP_ACTIVITY", "0"),
             ("GAPTOP_NATIVE", "0"),
+            ("GAPTOP_SYNC_ACTIVITY", "1"),
         ]);
         assert_eq!(s.domains, [false, false]);
         assert_eq!(s.gpu_kinds, 0);
