@@ -69,13 +69,9 @@ if [ "$MODE" = sanitizer ]; then
 fi
 if [ "$MODE" = variants ]; then
   # Collector switches side by side with bare and torch.profiler; VARIANTS replaces the list.
-  # Next to try (docs/perf.md): does the slowdown come from callbacks having been on while the
-  # program loaded its kernels? "late" switches them on 1 s after CUDA starts, after the
-  # warm-up: run it with LB_ITERS=6000 or more so that most of the timed section has them on.
-  # And are CUPTI's API records (no stacks) cheaper than its callbacks? apiact1/apiact2.
-  # And is a callback on a call that is not a launch cheap? PyTorch checks cudaGetLastError
-  # after each launch: gle takes stacks there, gleact adds the launches' API records.
-  V=${VARIANTS:-"late:GAPTOP_CB_DELAY_MS=${LATE_MS:-1000} apiact1:GAPTOP_API_ACTIVITY=1 apiact2:GAPTOP_API_ACTIVITY=2 gle:GAPTOP_CB_ONLY=cudaGetLastError gleact:GAPTOP_CB_ONLY=cudaGetLastError,GAPTOP_API_ACTIVITY=1 kernelonly:GAPTOP_API=0,GAPTOP_SYNC_ACTIVITY=0,GAPTOP_MEM_ACTIVITY=0"}
+  # By default: what CUPTI's synchronization records cost (the fourth session of 2026-12-01
+  # found them to be most of gaptop's overhead), next to kernel records alone.
+  V=${VARIANTS:-"sync:GAPTOP_SYNC_ACTIVITY=1 kernelonly:GAPTOP_API=0,GAPTOP_MEM_ACTIVITY=0"}
   python3 overhead.py --gaptop $G --kineto kineto.py --reps ${REPS:-3} --budget ${BUDGET:-520} ${PIN:+--pin $PIN} ${NOPROF:+--no-profiler} \
     $(for v in $V; do echo --variant $v; done) launchbound.py:${LB_ITERS:-1000} > "$OUT/variants.txt" 2>&1
   tail -25 "$OUT/variants.txt"
