@@ -77,6 +77,10 @@ if [ "$MODE" = variants ]; then
   tail -25 "$OUT/variants.txt"
 fi
 if [ "$MODE" = bench ] || [ "$MODE" = all ]; then
-  python3 overhead.py --gaptop $G --kineto kineto.py --reps ${REPS:-5} --budget ${BUDGET:-520} ${PIN:+--pin $PIN} ${WORKLOADS:-launchbound.py:${LB_ITERS:-1000} gpt2.py:${GPT2_ITERS:-30}} > "$OUT/overhead.txt" 2>&1
-  tail -30 "$OUT/overhead.txt"
+  # torch.profiler's runs stop once their timed section has printed (overhead.py), so each
+  # repetition costs about three plain runs a workload; up to REPS of them fit the budget.
+  python3 overhead.py --gaptop $G --kineto kineto.py --reps ${REPS:-10} --budget ${BUDGET:-520} ${PIN:+--pin $PIN} \
+    $(for v in ${VARIANTS:-}; do echo --variant $v; done) \
+    ${WORKLOADS:-launchbound.py:${LB_ITERS:-3000} gpt2.py:${GPT2_ITERS:-100}} > "$OUT/overhead.txt" 2>&1
+  tail -34 "$OUT/overhead.txt"
 fi
