@@ -347,3 +347,30 @@ fn an_outlier_gap_is_called_a_one_off() {
     assert!(!screen.contains("one-off"), "{screen}");
     assert!(screen.contains("│launch_bound: fuse"), "{screen}");
 }
+
+/// GPT-2's stacks are a dozen frames deep: at 100 columns the tree pane is half the screen, and
+/// every frame on the biggest gap's path must still be named there, the deepest too.
+#[test]
+fn deep_stacks_keep_their_names_in_a_narrow_tree() {
+    let mut a = recording("gpt2.rec");
+    a.update(Action::BiggestGap);
+    let s = render(&mut a, 100, 30);
+    let tree: Vec<&str> = s
+        .lines()
+        .filter_map(|l| l.split_once("││").map(|(_, t)| t))
+        .collect();
+    for frame in [
+        "<module>",
+        "GPT2LMHeadModel.forward",
+        "GPT2Model.forward",
+        "GPT2Block.forward",
+        "GPT2Attention.forward",
+        "Conv1D.forward",
+        "cudaMemsetAsync",
+    ] {
+        assert!(
+            tree.iter().any(|row| row.contains(frame)),
+            "{frame} is not named in the tree pane:\n{s}"
+        );
+    }
+}

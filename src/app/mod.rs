@@ -10,6 +10,8 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 use std::time::Instant;
 
+use ratatui::style::{Color, Style};
+use ratatui::text::{Line, Span};
 use tui_tree_widget::{TreeItem, TreeState};
 
 use crate::collect::analysis::{self, CallTree, Category, Config, Gap, Reason, Summary, Window};
@@ -822,15 +824,26 @@ fn build_items(store: &Store, t: &CallTree, total: Ns) -> Vec<TreeItem<'static, 
         if name.chars().count() > 90 {
             name = name.chars().take(89).collect::<String>() + "…";
         }
-        let text = format!(
-            "{:>6} {:>3.0}% {:>5} {:>5} {:>6}  {}",
-            crate::units::fmt_short(node.gap_ns),
-            share,
-            node.gaps,
-            node.launches,
-            crate::units::fmt_short(node.kernel_ns),
-            name
-        );
+        // The frame comes right after gap time and share, so that it stays visible under the
+        // tree's indentation on deep stacks; the counts follow it, dimmed, and are what a
+        // narrow pane cuts.
+        let text = Line::from(vec![
+            Span::raw(format!(
+                "{:>6} {:>3.0}%  ",
+                crate::units::fmt_short(node.gap_ns),
+                share,
+            )),
+            Span::raw(name),
+            Span::styled(
+                format!(
+                    "  {} gaps · {} launches · {} kernel",
+                    node.gaps,
+                    node.launches,
+                    crate::units::fmt_short(node.kernel_ns),
+                ),
+                Style::default().fg(Color::DarkGray),
+            ),
+        ]);
         let children: Vec<_> = if depth < 64 {
             visible_children(store, t, n)
                 .into_iter()

@@ -439,7 +439,7 @@ pub fn gap_list(f: &mut Frame, area: Rect, app: &App) {
 /// The call tree of gap time.
 pub fn tree(f: &mut Frame, area: Rect, app: &mut App) {
     let title = format!(
-        " Call tree ({}): gap, share, gaps, launches, kernel time ",
+        " Call tree ({}): gap, share, frame · gaps, launches, kernel time ",
         if app.inverted {
             "bottom-up"
         } else {
