@@ -196,6 +196,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Cmd::Demo { ui } => {
             use gaptop::app::{term, SourceState};
+            term::need_terminal("demo")?;
             let mut store = gaptop::collect::store::Store::new(1 << 30);
             store.source = "demo (gpt2.rec)".into();
             let mut app = ui_app(store, SourceState::Live, &ui)?;
@@ -216,6 +217,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Cmd::Open { file, ui } => {
             use gaptop::app::{term, SourceState};
+            term::need_terminal("open")?;
             let store = gaptop::collect::load_path(&file, usize::MAX)?;
             let app = ui_app(store, SourceState::File, &ui)?;
             term::run(app, term::Feed::None, term::stop_flag()?)?;
@@ -229,6 +231,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             cmd,
         } => {
             use gaptop::app::{term, SourceState};
+            term::need_terminal("run")?;
             let log =
                 log.unwrap_or_else(|| PathBuf::from(format!("gaptop-{}.log", std::process::id())));
             let stop = term::stop_flag()?;

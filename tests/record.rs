@@ -1,7 +1,7 @@
 //! `gaptop record` without a GPU: the command runs with the collector's environment; signals
 //! finalise the recording and leave no orphan; a missing collector or libcupti is named.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -147,4 +147,54 @@ fn native_option_reaches_the_collector() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+/// The UI commands without a terminal on stdout (redirected, a job without a tty) exit at once
+/// with one line that says so and what to use instead; `run` does not start the program.
+#[test]
+fn ui_commands_without_a_terminal_say_so_and_start_nothing() {
+    let dir = tempdir("notty");
+    let (cuda, coll) = fake_cuda(&dir);
+    let marker = dir.join("started");
+    let rec = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/planted.rec");
+    let cases: [(Vec<String>, &str); 3] = [
+        (
+            vec!["demo".into()],
+            "`gaptop demo` shows its UI in a terminal",
+        ),
+        (
+            vec!["open".into(), rec.display().to_string()],
+            "`gaptop report FILE` prints the analysis as text",
+        ),
+        (
+            vec![
+                "run".into(),
+                "--log".into(),
+                dir.join("p.log").display().to_string(),
+                "--".into(),
+                "touch".into(),
+                marker.display().to_string(),
+            ],
+            "`gaptop record -o FILE -- CMD` records without one",
+        ),
+    ];
+    for (args, says) in cases {
+        let o = Command::new(env!("CARGO_BIN_EXE_gaptop"))
+            .args(&args)
+            .env("CUDA_HOME", &cuda)
+            .env("GAPTOP_COLLECTOR", &coll)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(
+            err.starts_with("gaptop: ") && err.contains(says),
+            "{args:?}: {err}"
+        );
+        assert!(o.stdout.is_empty(), "{args:?} wrote to stdout");
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!marker.exists(), "`gaptop run` started the program");
 }

@@ -183,10 +183,37 @@ pub fn stop_flag() -> anyhow::Result<Arc<AtomicBool>> {
     Ok(stop)
 }
 
+/// The UI needs a terminal on stdout; without one (output redirected, a job without a tty) say
+/// so before anything starts, rather than fail inside the terminal set-up.
+pub fn need_terminal(cmd: &str) -> anyhow::Result<()> {
+    if std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+        return Ok(());
+    }
+    let instead = match cmd {
+        "run" => "; `gaptop record -o FILE -- CMD` records without one",
+        "open" => "; `gaptop report FILE` prints the analysis as text",
+        _ => "",
+    };
+    anyhow::bail!("`gaptop {cmd}` shows its UI in a terminal, and stdout is not one{instead}")
+}
+
 /// Runs the UI in the real terminal, restoring it on every way out (quit, error, panic,
 /// SIGTERM, SIGHUP).
 pub fn run(mut app: App, mut feed: Feed, stop: Arc<AtomicBool>) -> anyhow::Result<()> {
-    let mut term = ratatui::init();
+    let mut term = match ratatui::try_init() {
+        Ok(t) => t,
+        Err(e) => {
+            ratatui::restore();
+            if let Feed::Live(l) = &mut feed {
+                // No UI to watch it with: stop the program rather than leave it running unseen.
+                l.stop.store(true, Ordering::Relaxed);
+                let pid = nix::unistd::Pid::from_raw(l.child.id() as i32);
+                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+                let _ = l.child.wait();
+            }
+            anyhow::bail!("cannot set up the terminal: {e}");
+        }
+    };
     let _ = crossterm::execute!(std::io::stdout(), crossterm::event::EnableMouseCapture);
     let r = run_loop(&mut term, &mut app, &mut feed, &stop);
     let _ = crossterm::execute!(std::io::stdout(), crossterm::event::DisableMouseCapture);
