@@ -374,3 +374,39 @@ fn deep_stacks_keep_their_names_in_a_narrow_tree() {
         );
     }
 }
+
+/// At 80x24 the panes are narrow: the call tree takes most of the width while it has the focus,
+/// so the frames of the biggest gap's path are named, and the gap list keeps its durations.
+#[test]
+fn a_focused_tree_takes_the_width_its_names_need() {
+    let mut a = recording("gpt2.rec");
+    a.update(Action::BiggestGap);
+    // The column where the gap list's frame meets the tree's.
+    let border = |s: &str| {
+        let top: Vec<char> = s
+            .lines()
+            .find(|l| l.contains("Call tree"))
+            .unwrap()
+            .chars()
+            .collect();
+        top.windows(2).position(|w| w == ['┐', '┌'])
+    };
+    let before = border(&render(&mut a, 80, 24)).unwrap();
+    a.update(Action::FocusNext);
+    assert_eq!(a.focus, Focus::Tree);
+    let s = render(&mut a, 80, 24);
+    let after = border(&s).unwrap();
+    assert!(
+        after + 10 < before,
+        "the tree did not widen: {before} -> {after}\n{s}"
+    );
+    let tree: Vec<&str> = s
+        .lines()
+        .filter_map(|l| l.split_once("││").map(|(_, t)| t))
+        .collect();
+    assert!(
+        tree.iter().any(|r| r.contains("Conv1D.forward")),
+        "the deep frame is not named:\n{s}"
+    );
+    assert!(s.contains("61.8ms host_wait"), "{s}");
+}

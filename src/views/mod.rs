@@ -120,9 +120,15 @@ pub fn draw(f: &mut Frame, app: &mut App) {
         .split(area);
     timeline(f, rows[0], app);
     rate(f, rows[1], app);
+    // The call tree takes most of the width while it has the focus: its indentation grows
+    // with the stack's depth, and the frame names are what it is for.
+    let tree_pct = if app.focus == Focus::Tree { 65 } else { 50 };
     let mid = Layout::default()
         .direction(Direction::Horizontal)
-        .constraints([Constraint::Percentage(50), Constraint::Percentage(50)])
+        .constraints([
+            Constraint::Percentage(100 - tree_pct),
+            Constraint::Percentage(tree_pct),
+        ])
         .split(rows[2]);
     gap_list(f, mid[0], app);
     tree(f, mid[1], app);
