@@ -9,8 +9,8 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 MODE=${1:-all}
 nvidia-smi -L
 python3 -c 'import sys; print(sys.version)'
-# Which CPUs share a core: per-process noise was bimodal (docs/perf.md, fifth session); pinning
-# to one CPU per core (PIN=...) is the next thing to try against it.
+# Which CPUs share a core, as the VM shows it (on 2026-12-01: 16 cores of one thread; per-
+# process noise was bimodal however the runs were pinned, docs/perf.md).
 lscpu -e=CPU,CORE,SOCKET,NODE 2>/dev/null | tr -s ' ' | paste -sd ';' | cut -c1-400
 if [ "$MODE" = check ] || [ "$MODE" = all ]; then
   nvidia-smi topo -m | head -4; nproc
