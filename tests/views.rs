@@ -410,3 +410,46 @@ fn a_focused_tree_takes_the_width_its_names_need() {
     );
     assert!(s.contains("61.8ms host_wait"), "{s}");
 }
+
+/// The frames from the root to the selected tree node, outermost first.
+fn selected_path(a: &App) -> Vec<String> {
+    let (Some(mut n), Some(c)) = (a.selected_node(), a.cache.as_ref()) else {
+        return Vec::new();
+    };
+    let mut path = Vec::new();
+    while n != 0 && n < c.tree.nodes.len() {
+        path.push(a.store.names.get(c.tree.nodes[n].frame).to_string());
+        n = c.tree.nodes[n].parent;
+    }
+    path.reverse();
+    path
+}
+
+/// The tree is rebuilt whenever the window or the data changes (live, four times a second),
+/// and its nodes are numbered anew each time: the selected and opened rows must stay on the
+/// same frames, not on whatever now has their numbers.
+#[test]
+fn tree_selection_stays_on_its_frames_when_the_tree_is_rebuilt() {
+    let mut a = recording("gpt2.rec");
+    a.update(Action::BiggestGap);
+    let before = selected_path(&a);
+    assert!(before.len() > 5, "{before:?}");
+    assert!(
+        before.iter().any(|f| f.contains("Conv1D.forward")),
+        "{before:?}"
+    );
+    for _ in 0..2 {
+        // Around the selected gap: it stays in the window, the rest of the tree changes.
+        a.update(Action::ZoomIn);
+        a.refresh(true);
+        let c = a.cache.as_ref().unwrap();
+        assert!(c.tree.nodes.len() > 1);
+        assert_eq!(
+            selected_path(&a),
+            before,
+            "the selection moved to other frames"
+        );
+        let s = render(&mut a, 160, 48);
+        assert!(s.contains("Conv1D.forward"), "the opened path closed:\n{s}");
+    }
+}

@@ -6,7 +6,7 @@
 pub mod keymap;
 pub mod term;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -60,6 +60,11 @@ pub struct Cache {
     pub gaps_total: u64,
     /// The tree as displayed (top-down or inverted).
     pub tree: CallTree,
+    /// Each node's identifier in the tree widget (by node index) and the way back. Identifiers
+    /// come from the frames on the node's path, so an opened or selected row stays on the same
+    /// frames when the window or the data changes and the tree is rebuilt with other indices.
+    pub tree_ids: Vec<usize>,
+    pub tree_nodes: HashMap<usize, usize>,
     pub items: Vec<TreeItem<'static, usize>>,
     pub built: Instant,
     /// The part of the window the panes describe (all of it unless it held too many ops).
@@ -211,7 +216,13 @@ impl App {
         } else {
             std::mem::take(&mut summary.tree)
         };
-        let items = build_items(&self.store, &tree, summary.total_gap_ns());
+        let tree_ids = path_ids(&tree);
+        let tree_nodes = tree_ids
+            .iter()
+            .enumerate()
+            .map(|(n, &id)| (id, n))
+            .collect();
+        let items = build_items(&self.store, &tree, &tree_ids, summary.total_gap_ns());
         let advice = crate::advice::advise(&self.store, &summary, usize::MAX);
         self.cache = Some(Cache {
             advice,
@@ -220,6 +231,8 @@ impl App {
             gaps,
             gaps_total: total,
             tree,
+            tree_ids,
+            tree_nodes,
             items,
             built: Instant::now(),
             analyzed: (alo, ahi),
@@ -341,6 +354,7 @@ impl App {
                     || t.nodes[n].children.is_empty()
             })
             .collect();
+        let path: Vec<usize> = path.into_iter().map(|n| c.tree_ids[n]).collect();
         for i in 1..path.len() {
             self.tree_state.open(path[..i].to_vec());
         }
@@ -492,8 +506,10 @@ impl App {
         fmt_ns(t - origin)
     }
 
-    fn selected_node(&self) -> Option<usize> {
-        self.tree_state.selected().last().copied()
+    /// The tree node selected in the call tree pane (an index into `cache.tree.nodes`).
+    pub fn selected_node(&self) -> Option<usize> {
+        let id = self.tree_state.selected().last()?;
+        self.cache.as_ref()?.tree_nodes.get(id).copied()
     }
 
     /// Applies one action. This is the only place state changes in response to input.
@@ -805,11 +821,34 @@ fn visible_children(store: &Store, t: &CallTree, n: usize) -> Vec<usize> {
     out
 }
 
+/// An identifier for every node from the frames on its path from the root (plumbing frames
+/// too, so that two shown siblings never share one), by node index. Parents come before their
+/// children in `nodes`, so one pass does it.
+fn path_ids(t: &CallTree) -> Vec<usize> {
+    let mut ids = vec![0usize; t.nodes.len()];
+    for (n, node) in t.nodes.iter().enumerate().skip(1) {
+        let parent = ids.get(node.parent).copied().unwrap_or(0) as u64;
+        // splitmix64 of the parent's identifier and the frame.
+        let mut z =
+            (parent.rotate_left(17) ^ node.frame as u64).wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        ids[n] = (z ^ (z >> 31)) as usize;
+    }
+    ids
+}
+
 /// Tree items for tui-tree-widget, children sorted by gap time, at most 50 a level.
-fn build_items(store: &Store, t: &CallTree, total: Ns) -> Vec<TreeItem<'static, usize>> {
+fn build_items(
+    store: &Store,
+    t: &CallTree,
+    ids: &[usize],
+    total: Ns,
+) -> Vec<TreeItem<'static, usize>> {
     fn item(
         store: &Store,
         t: &CallTree,
+        ids: &[usize],
         n: usize,
         total: Ns,
         depth: usize,
@@ -848,16 +887,17 @@ fn build_items(store: &Store, t: &CallTree, total: Ns) -> Vec<TreeItem<'static, 
             visible_children(store, t, n)
                 .into_iter()
                 .take(50)
-                .map(|c| item(store, t, c, total, depth + 1))
+                .map(|c| item(store, t, ids, c, total, depth + 1))
                 .collect()
         } else {
             Vec::new()
         };
-        TreeItem::new(n, text.clone(), children).unwrap_or_else(|_| TreeItem::new_leaf(n, text))
+        let id = ids[n];
+        TreeItem::new(id, text.clone(), children).unwrap_or_else(|_| TreeItem::new_leaf(id, text))
     }
     visible_children(store, t, 0)
         .into_iter()
         .take(50)
-        .map(|c| item(store, t, c, total, 1))
+        .map(|c| item(store, t, ids, c, total, 1))
         .collect()
 }
