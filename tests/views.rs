@@ -453,3 +453,41 @@ fn tree_selection_stays_on_its_frames_when_the_tree_is_rebuilt() {
         assert!(s.contains("Conv1D.forward"), "the opened path closed:\n{s}");
     }
 }
+
+/// The gap list's highlighted row is the selected gap, whatever rebuilt or re-sorted the list:
+/// a zoom, a threshold, a sort.
+#[test]
+fn the_highlighted_gap_row_is_the_selected_gap() {
+    let mut a = recording("gpt2.rec");
+    for _ in 0..3 {
+        a.update(Action::Down);
+    }
+    let chosen = a.selected_gap().expect("a gap is selected");
+    let same = |a: &App| {
+        let row = a.gaps().get(a.gap_sel).copied();
+        row.is_some_and(|g| g.lane == chosen.lane && g.end == chosen.end)
+    };
+    assert!(same(&a));
+    for k in [
+        Action::ZoomIn,
+        Action::ZoomIn,
+        Action::ThresholdUp,
+        Action::Sort,
+        Action::ZoomOut,
+        Action::Sort,
+    ] {
+        a.update(k);
+        a.refresh(true);
+        let listed = a.gaps().iter().any(|g| a.is_selected(g));
+        assert!(
+            !listed || same(&a),
+            "after {k:?} row {} is another gap",
+            a.gap_sel
+        );
+        assert!(listed, "after {k:?} the selected gap left the list");
+    }
+    // Down moves on from the selected gap's row, not from a stale index.
+    let row = a.gap_sel;
+    a.update(Action::Down);
+    assert_eq!(a.gap_sel, row + 1);
+}

@@ -242,9 +242,7 @@ impl App {
             },
         });
         self.apply_sort();
-        if self.gap_sel >= self.gaps().len() {
-            self.gap_sel = self.gaps().len().saturating_sub(1);
-        }
+        self.sync_gap_sel();
     }
 
     /// The window, or the part of it around the cursor that holds about [`ANALYSIS_CAP`] ops.
@@ -281,6 +279,21 @@ impl App {
                     .sort_by(|a, b| b.dur().cmp(&a.dur()).then(a.start.cmp(&b.start))),
                 GapSort::Time => c.gaps.sort_by_key(|g| (g.start, g.lane)),
             }
+        }
+    }
+
+    /// Whether `g` is the selected gap (a gap is known by its lane and the op that ends it).
+    pub fn is_selected(&self, g: &Gap) -> bool {
+        self.selected
+            .is_some_and(|s| s.lane == g.lane && s.end == g.end)
+    }
+
+    /// Puts the gap list's row back on the selected gap after the list was rebuilt or sorted
+    /// (its index moves with the window and the data); without one there, keeps it in range.
+    fn sync_gap_sel(&mut self) {
+        match self.gaps().iter().position(|g| self.is_selected(g)) {
+            Some(i) => self.gap_sel = i,
+            None => self.gap_sel = self.gap_sel.min(self.gaps().len().saturating_sub(1)),
         }
     }
 
@@ -669,8 +682,9 @@ impl App {
                     GapSort::Duration => GapSort::Time,
                     GapSort::Time => GapSort::Duration,
                 };
-                self.apply_sort();
                 self.gap_sel = 0;
+                self.apply_sort();
+                self.sync_gap_sel();
             }
         }
         self.refresh(false);

@@ -412,7 +412,7 @@ pub fn gap_list(f: &mut Frame, area: Rect, app: &App) {
         .saturating_sub(h / 2)
         .min(gaps.len().saturating_sub(h));
     let mut lines = Vec::new();
-    for (i, g) in gaps.iter().enumerate().skip(first).take(h) {
+    for g in gaps.iter().skip(first).take(h) {
         let lane = &app.store.lanes[g.lane];
         let next = short_kernel(app.store.names.get(lane.ops[g.next].name));
         let site = crate::app::pretty_frame(&launch_site(app, g));
@@ -428,7 +428,7 @@ pub fn gap_list(f: &mut Frame, area: Rect, app: &App) {
         if app.highlighted(g) {
             style = style.add_modifier(Modifier::BOLD);
         }
-        if i == app.gap_sel && app.selected.is_some() {
+        if app.is_selected(g) {
             style = style.bg(Color::Indexed(24)).fg(Color::White);
         }
         lines.push(Line::styled(short(&text, inner.width as usize), style));
