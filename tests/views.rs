@@ -491,3 +491,53 @@ fn the_highlighted_gap_row_is_the_selected_gap() {
     a.update(Action::Down);
     assert_eq!(a.gap_sel, row + 1);
 }
+
+/// While the tree has the focus, the details pane describes the selected node: its frame in
+/// full, what is charged to it, and its path (callers top-down; callees bottom-up).
+#[test]
+fn details_describe_the_selected_tree_node() {
+    let mut a = recording("gpt2.rec");
+    a.update(Action::BiggestGap);
+    let s = render(&mut a, 120, 40);
+    assert!(
+        s.contains("┌ Details ─"),
+        "the gap's details while the gap list has the focus"
+    );
+    a.update(Action::FocusNext);
+    assert_eq!(a.focus, Focus::Tree);
+    let s = render(&mut a, 120, 40);
+    let details: Vec<&str> = s
+        .lines()
+        .skip_while(|l| !l.contains("Details: call tree node"))
+        .collect();
+    let text = details.join("\n");
+    assert!(!details.is_empty(), "{s}");
+    // The biggest gap's leaf: GPT-2's first-call cuBLASLt workspace memset.
+    assert!(details[1].contains("│Memset "), "{text}");
+    assert!(
+        text.contains("of gap time (") && text.contains("60 gaps, 60 launches"),
+        "{text}"
+    );
+    assert!(
+        text.contains("called from: cudaMemsetAsync_v3020 ‹ Conv1D.forward  pytorch_utils.py:119 ‹ GPT2Attention.forward"),
+        "{text}"
+    );
+    // Bottom-up, a node below a root reads down to its kernel. (The tree widget moves by the
+    // rows it last drew, so draw after each key, as the terminal loop does.)
+    a.update(Action::Invert);
+    assert!(
+        a.selected_node().is_some(),
+        "inverting selects the new tree's first row"
+    );
+    let mut s = render(&mut a, 120, 40);
+    for k in [Action::Right, Action::Down] {
+        a.update(k);
+        s = render(&mut a, 120, 40);
+    }
+    let text: String = s
+        .lines()
+        .skip_while(|l| !l.contains("Details: call tree node"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(text.contains("leads to: Memset ‹ (this)"), "{text}");
+}

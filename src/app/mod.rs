@@ -644,7 +644,11 @@ impl App {
                 self.inverted = !self.inverted;
                 self.tree_state = TreeState::default();
                 self.refresh(true);
-                self.tree_state.select_first();
+                // The widget's own select_first knows only the rows it last drew (the other
+                // tree's): select the new tree's first row by its identifier.
+                if let Some(first) = self.cache.as_ref().and_then(|c| c.items.first()) {
+                    self.tree_state.select(vec![*first.identifier()]);
+                }
                 self.message = if self.inverted {
                     "call tree: bottom-up".into()
                 } else {

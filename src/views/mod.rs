@@ -473,6 +473,11 @@ pub fn tree(f: &mut Frame, area: Rect, app: &mut App) {
 
 /// The selected gap: times, cause, launch, neighbours and stacks.
 pub fn details(f: &mut Frame, area: Rect, app: &App) {
+    if app.focus == Focus::Tree {
+        if let (Some(n), Some(c)) = (app.selected_node(), app.cache.as_ref()) {
+            return node_details(f, area, app, c, n);
+        }
+    }
     let block = Block::default().borders(Borders::ALL).title(" Details ");
     let inner = block.inner(area);
     f.render_widget(block, area);
@@ -602,6 +607,78 @@ pub fn details(f: &mut Frame, area: Rect, app: &App) {
     lines.push(Line::styled(
         short(&cpu_text, w),
         Style::default().fg(Color::LightMagenta),
+    ));
+    f.render_widget(Paragraph::new(lines), inner);
+}
+
+/// The selected call tree node, while the tree has the focus: its frame in full (the row is
+/// cut on a narrow pane), what is charged to it, and its path to the root.
+fn node_details(f: &mut Frame, area: Rect, app: &App, c: &crate::app::Cache, n: usize) {
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .title(" Details: call tree node ");
+    let inner = block.inner(area);
+    f.render_widget(block, area);
+    let w = inner.width as usize;
+    let t = &c.tree;
+    let node = &t.nodes[n];
+    let frame = app.store.names.get(node.frame);
+    let total = c.summary.total_gap_ns();
+    let share = if total > 0 {
+        100.0 * node.gap_ns as f64 / total as f64
+    } else {
+        0.0
+    };
+    let mut lines = vec![
+        Line::styled(
+            short(&crate::app::pretty_frame(frame), w),
+            Style::default().add_modifier(Modifier::BOLD),
+        ),
+        Line::raw(short(
+            &format!(
+                "{} of gap time ({share:.1}%) in {} gaps, {} launches, {} of kernel time",
+                fmt_ns(node.gap_ns),
+                node.gaps,
+                node.launches,
+                fmt_ns(node.kernel_ns)
+            ),
+            w,
+        )),
+    ];
+    if crate::app::pretty_frame(frame) != frame {
+        // The source location as the trace gives it, to open in an editor.
+        lines.push(Line::styled(
+            short(&format!("at {frame}"), w),
+            Style::default().fg(Color::DarkGray),
+        ));
+    }
+    let mut path = Vec::new();
+    let mut p = node.parent;
+    while p != 0 && p < t.nodes.len() {
+        let name = app.store.names.get(t.nodes[p].frame);
+        if !crate::app::is_plumbing(name) {
+            path.push(crate::app::pretty_frame(name));
+        }
+        p = t.nodes[p].parent;
+    }
+    // Top-down, the node's ancestors are its callers, nearest first; bottom-up they are what
+    // it calls, down to the kernel: written the other way round, so that ‹ always reads
+    // "called by".
+    let text = if path.is_empty() {
+        "at the root of the tree".to_string()
+    } else if app.inverted {
+        path.reverse();
+        format!("leads to: {} ‹ (this)", path.join(" ‹ "))
+    } else {
+        format!("called from: {}", path.join(" ‹ "))
+    };
+    lines.push(Line::styled(
+        short(&text, w),
+        Style::default().fg(Color::LightYellow),
+    ));
+    lines.push(Line::styled(
+        "Enter: walk this node's gaps with n/N · ←/→ collapse/expand · i inverts the tree",
+        Style::default().fg(Color::DarkGray),
     ));
     f.render_widget(Paragraph::new(lines), inner);
 }
