@@ -411,3 +411,20 @@ fn record_duration_stops_recording_not_the_program() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A driver call that a runtime call makes under the runtime call's correlation id (CUPTI's
+/// way) is not sent again; one under an id of its own is. Either way every kernel finds its
+/// launch and its stack.
+#[test]
+fn nested_driver_calls_are_sent_only_under_an_id_of_their_own() {
+    let target = build();
+    let (launched, syncs) = (20 * 9 + 50, 20);
+    for (own, apis) in [("0", launched + syncs), ("1", 2 * launched + syncs)] {
+        let dir = fake_cuda(&target, &format!("nested{own}"));
+        let (log, j) = run(&target, &dir, &[("FAKE_DRIVER_OWN_CORR", own)]);
+        let j = j.unwrap();
+        assert!(log.contains(&format!("and {apis} API calls")), "{log}");
+        assert_eq!(j["kernels_with_launch"], launched, "{log}");
+        assert_eq!(j["kernels_with_stack"], launched, "{log}");
+    }
+}

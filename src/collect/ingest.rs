@@ -167,6 +167,12 @@ impl Ingest {
                         store.skip("API call with implausible timestamps");
                         continue;
                     }
+                    // A driver call made by a runtime call under the runtime call's id
+                    // (recordings from collectors that still sent them) repeats that call: the
+                    // same start and stack, no time of its own.
+                    if a.outer_corr != 0 && a.outer_corr == a.corr {
+                        continue;
+                    }
                     // A synchronization from CUPTI's activity records (no thread) that a
                     // callback already timed, with its thread and stack, is the same call.
                     if a.tid == 0 && store.procs[proc as usize].api_by_corr(a.corr).is_some() {
@@ -304,6 +310,39 @@ mod tests {
         );
         assert_eq!(p.api_by_corr(8).unwrap().tid, 0);
         assert_eq!(p.blocking.len(), 2);
+    }
+
+    /// Recordings of earlier collectors hold each runtime launch twice: the driver call it made,
+    /// under the same correlation id, and the call itself. Only the call is kept; a driver call
+    /// under an id of its own stays, and is found by it.
+    #[test]
+    fn nested_driver_calls_under_the_runtime_calls_id_are_dropped() {
+        let (mut st, mut ing) = connected();
+        let api = |corr: u32, outer_corr: u32, start: u64| gaptop_wire::Api {
+            start,
+            end: start + 50,
+            corr,
+            tid: 42,
+            outer_corr,
+            kind: gaptop_wire::API_LAUNCH,
+            ..Default::default()
+        };
+        // The nested call's record arrives first (its exit comes first).
+        ing.apply(&mut st, 1, Frame::Apis(vec![api(7, 7, 100), api(7, 0, 90)]));
+        ing.apply(
+            &mut st,
+            1,
+            Frame::Apis(vec![api(9, 8, 200), api(8, 0, 190)]),
+        );
+        let p = &st.procs[0];
+        assert_eq!(p.api_count(), 3);
+        assert_eq!(p.api_by_corr(7).unwrap().start, 90, "the runtime call");
+        assert_eq!(
+            p.api_by_corr(9).unwrap().start,
+            200,
+            "its own id, its own record"
+        );
+        assert_eq!(p.api_by_corr(8).unwrap().start, 190);
     }
 
     /// Native frames arrive as module+offset and are named by the viewer.

@@ -364,9 +364,16 @@ pub unsafe extern "C" fn fake_launch(kernel: *const c_char, dur_ns: u64) -> u32 
             .as_ptr();
         (corr, sym)
     };
+    // CUPTI gives the driver call a runtime call makes the runtime call's correlation id (as
+    // every recording from the H200 shows); FAKE_DRIVER_OWN_CORR=1 gives it one of its own.
+    let inner = if std::env::var("FAKE_DRIVER_OWN_CORR").is_ok_and(|v| v == "1") {
+        corr + 1
+    } else {
+        corr
+    };
     callback(RUNTIME, RT_LAUNCH, true, corr, symbol);
-    callback(DRIVER, DRV_LAUNCH, true, corr + 1, symbol);
-    callback(DRIVER, DRV_LAUNCH, false, corr + 1, symbol);
+    callback(DRIVER, DRV_LAUNCH, true, inner, symbol);
+    callback(DRIVER, DRV_LAUNCH, false, inner, symbol);
     callback(RUNTIME, RT_LAUNCH, false, corr, symbol);
     let returned = now();
     let (on, start) = {
