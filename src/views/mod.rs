@@ -93,7 +93,19 @@ fn launch_site(app: &App, g: &Gap) -> String {
         .unwrap_or_else(|| app.store.names.get(g.api).to_string())
 }
 
-/// Draws the whole screen.
+/// Draws the whole screen:
+///
+/// ```text
+/// ┌ GPU timeline (a row per lane, 3..1/3 of the height) ──────────────────┐
+/// ┌ launches/s · GPU busy · NCCL wait (launch rate and busy sparklines) ──┐
+/// ┌ Gaps (50%; 35% while the tree   ┐┌ Call tree (50%; 65% with the focus) ┐
+/// │ has the focus)                  ││                                     │
+/// ┌ Details: the selected gap, or the   ┐┌ program output (live, ≥140 cols) ┐
+/// │ selected tree node while the tree has the focus                        │
+///  status line: source state, span, ops, drops, lag, zoom, last message
+/// ```
+///
+/// Under 80x24 only a notice is drawn; `?` draws the help over everything.
 pub fn draw(f: &mut Frame, app: &mut App) {
     let area = f.area();
     if area.width < MIN_W || area.height < MIN_H {
