@@ -122,6 +122,27 @@ pub fn site_key(store: &Store, g: &Gap) -> String {
     key_of(&file, &qual)
 }
 
+/// The key advice groups a function's gaps under, for a frame of the call tree (`file(line):
+/// qual`); None for frames that are not a Python function (APIs, kernels, native frames).
+pub fn frame_key(frame: &str) -> Option<String> {
+    match function_of(frame) {
+        (file, qual, Some(_)) => Some(key_of(&file, &qual)),
+        _ => None,
+    }
+}
+
+/// One line on a function's gaps: the verdict, its usual fix, and how its gaps looked.
+pub fn summary_line(a: &Advice) -> String {
+    format!(
+        "{}: {} ({} gaps here, typically {} apart, {} of gap time)",
+        a.verdict.as_str(),
+        a.fix,
+        a.gaps,
+        crate::units::fmt_short(a.typical_gap_ns),
+        crate::units::fmt_short(a.gap_ns)
+    )
+}
+
 fn key_of(file: &str, qual: &str) -> String {
     format!("{file}\u{1f}{qual}")
 }

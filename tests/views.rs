@@ -492,8 +492,19 @@ fn the_highlighted_gap_row_is_the_selected_gap() {
     assert_eq!(a.gap_sel, row + 1);
 }
 
+/// The details pane's lines, from its title down, when it describes a tree node.
+fn node_details_text(screen: &str) -> String {
+    screen
+        .lines()
+        .skip_while(|l| !l.contains("Details: call tree node"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// While the tree has the focus, the details pane describes the selected node: its frame in
-/// full, what is charged to it, and its path (callers top-down; callees bottom-up).
+/// full, what is charged to it, its path (callers top-down; callees bottom-up) and, for a
+/// function that launches, its verdict. (The tree widget moves by the rows it last drew, so the
+/// test draws after each key, as the terminal loop does.)
 #[test]
 fn details_describe_the_selected_tree_node() {
     let mut a = recording("gpt2.rec");
@@ -505,15 +516,12 @@ fn details_describe_the_selected_tree_node() {
     );
     a.update(Action::FocusNext);
     assert_eq!(a.focus, Focus::Tree);
-    let s = render(&mut a, 120, 40);
-    let details: Vec<&str> = s
-        .lines()
-        .skip_while(|l| !l.contains("Details: call tree node"))
-        .collect();
-    let text = details.join("\n");
-    assert!(!details.is_empty(), "{s}");
+    let text = node_details_text(&render(&mut a, 120, 40));
     // The biggest gap's leaf: GPT-2's first-call cuBLASLt workspace memset.
-    assert!(details[1].contains("│Memset "), "{text}");
+    assert!(
+        text.lines().nth(1).is_some_and(|l| l.contains("│Memset ")),
+        "{text}"
+    );
     assert!(
         text.contains("of gap time (") && text.contains("60 gaps, 60 launches"),
         "{text}"
@@ -522,22 +530,36 @@ fn details_describe_the_selected_tree_node() {
         text.contains("called from: cudaMemsetAsync_v3020 ‹ Conv1D.forward  pytorch_utils.py:119 ‹ GPT2Attention.forward"),
         "{text}"
     );
-    // Bottom-up, a node below a root reads down to its kernel. (The tree widget moves by the
-    // rows it last drew, so draw after each key, as the terminal loop does.)
+    assert!(
+        !text.contains("all its launches"),
+        "a kernel has no verdict of its own"
+    );
+    // Two rows up, the function that launched it: its verdict over all its launches.
+    let mut s = String::new();
+    for _ in 0..2 {
+        a.update(Action::Up);
+        s = render(&mut a, 120, 40);
+    }
+    let text = node_details_text(&s);
+    assert!(
+        text.contains("│Conv1D.forward  pytorch_utils.py:119"),
+        "{text}"
+    );
+    assert!(
+        text.contains("all its launches: launch_bound: fuse"),
+        "{text}"
+    );
+    // Bottom-up, a node below a root reads down to its kernel.
     a.update(Action::Invert);
     assert!(
         a.selected_node().is_some(),
         "inverting selects the new tree's first row"
     );
-    let mut s = render(&mut a, 120, 40);
+    s = render(&mut a, 120, 40);
     for k in [Action::Right, Action::Down] {
         a.update(k);
         s = render(&mut a, 120, 40);
     }
-    let text: String = s
-        .lines()
-        .skip_while(|l| !l.contains("Details: call tree node"))
-        .collect::<Vec<_>>()
-        .join("\n");
+    let text = node_details_text(&s);
     assert!(text.contains("leads to: Memset ‹ (this)"), "{text}");
 }

@@ -568,14 +568,7 @@ pub fn details(f: &mut Frame, area: Rect, app: &App) {
         .as_ref()
         .and_then(|c| c.advice.iter().find(|a| a.key == key))
     {
-        let pattern = format!(
-            "{}: {} ({} gaps here, typically {} apart, {} of gap time)",
-            a.verdict.as_str(),
-            a.fix,
-            a.gaps,
-            fmt_short(a.typical_gap_ns),
-            fmt_short(a.gap_ns)
-        );
+        let pattern = crate::advice::summary_line(a);
         // A gap far longer than its code's usual ones is not what the usual fix addresses.
         let text = match crate::advice::one_off(g.dur(), a.typical_gap_ns, a.gaps) {
             Some(times) => format!(
@@ -688,6 +681,18 @@ fn node_details(f: &mut Frame, area: Rect, app: &App, c: &crate::app::Cache, n: 
         short(&text, w),
         Style::default().fg(Color::LightYellow),
     ));
+    // A function that launches: what its gaps have in common, over all its call paths.
+    if let Some(a) =
+        crate::advice::frame_key(frame).and_then(|k| c.advice.iter().find(|a| a.key == k))
+    {
+        lines.push(Line::styled(
+            short(
+                &format!("all its launches: {}", crate::advice::summary_line(a)),
+                w,
+            ),
+            Style::default().fg(Color::LightGreen),
+        ));
+    }
     lines.push(Line::styled(
         "Enter: walk this node's gaps with n/N · ←/→ collapse/expand · i inverts the tree",
         Style::default().fg(Color::DarkGray),
