@@ -97,7 +97,8 @@ enum Cmd {
     /// Summarize a trace or recording: idle breakdown, top gaps and stacks, percentiles
     Report {
         file: PathBuf,
-        #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+        /// text, json, or folded (gap time by launch stack, for flame graph tools)
+        #[arg(long, default_value = "text", value_parser = ["text", "json", "folded"])]
         format: String,
         #[command(flatten)]
         window: WindowArgs,
@@ -186,11 +187,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 from: window.from,
                 to: window.to,
             };
-            let (_, j) = gaptop::report::build(&store, w, &cfg, top);
-            if format == "json" {
-                println!("{}", serde_json::to_string_pretty(&j)?);
-            } else {
-                print!("{}", gaptop::report::text(&j));
+            let (summary, j) = gaptop::report::build(&store, w, &cfg, top);
+            match format.as_str() {
+                "json" => println!("{}", serde_json::to_string_pretty(&j)?),
+                "folded" => print!("{}", gaptop::report::folded(&store, &summary)),
+                _ => print!("{}", gaptop::report::text(&j)),
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -158,6 +158,40 @@ pub fn top_stacks(store: &Store, s: &Summary, n: usize) -> Vec<JsonStack> {
         .collect()
 }
 
+/// Gap time by launch stack in the folded format flame graph tools read (flamegraph.pl,
+/// inferno, speedscope): one line per stack, `outermost;...;innermost;API;op NANOSECONDS`,
+/// heaviest first. Framework plumbing frames are left out, as in the UI's tree; a `;` inside a
+/// name becomes `:`.
+pub fn folded(store: &Store, s: &Summary) -> String {
+    let mut lines: Vec<(Ns, String)> = s
+        .stacks
+        .iter()
+        .filter(|(_, &(_, gap_ns))| gap_ns > 0)
+        .map(|(&(stack, api, op), &(_, gap_ns))| {
+            let mut frames: Vec<String> = store
+                .frame_strings(stack)
+                .into_iter()
+                .filter(|f| !crate::app::is_plumbing(f))
+                .collect();
+            if api != 0 {
+                frames.push(store.names.get(api).to_string());
+            }
+            frames.push(store.names.get(op).to_string());
+            let path: Vec<String> = frames
+                .iter()
+                .map(|f| f.replace(';', ":").replace(['\n', '\r'], " "))
+                .collect();
+            (gap_ns, path.join(";"))
+        })
+        .collect();
+    lines.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    let mut out = String::new();
+    for (ns, path) in lines {
+        out.push_str(&format!("{path} {ns}\n"));
+    }
+    out
+}
+
 pub fn build(store: &Store, w: Window, cfg: &Config, top: usize) -> (Summary, JsonReport) {
     let origin = store.span().map(|s| s.0).unwrap_or(0);
     let abs = Window {

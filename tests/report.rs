@@ -472,3 +472,52 @@ fn advice_counts_one_off_gaps_apart() {
         "{text}"
     );
 }
+
+/// `--format folded`: gap time by launch stack for flame graph tools. Every gap's time is in
+/// it once (the lines add up to the idle breakdown's total), heaviest first, each line
+/// `frame;frame;...;API;op NANOSECONDS`, without the framework plumbing the UI hides.
+#[test]
+fn folded_stacks_carry_all_gap_time_for_flame_graphs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for (path, expect) in [
+        (
+            root.join("assets/gpt2.rec"),
+            "Conv1D.forward;cudaMemsetAsync",
+        ),
+        (
+            root.join("../shared/traces/kineto-launchbound.json.gz"),
+            "launchbound.py(6): rope;aten::mul;cudaLaunchKernel",
+        ),
+    ] {
+        assert!(path.is_file(), "missing {}", path.display());
+        let out = Command::new(bin())
+            .args(["report", "--format", "folded"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8(out.stdout).unwrap();
+        let mut total: u64 = 0;
+        let mut last = u64::MAX;
+        for line in text.lines() {
+            let (stack, ns) = line.rsplit_once(' ').expect("`stack value`");
+            let ns: u64 = ns.parse().expect("a whole number of ns");
+            assert!(ns > 0 && ns <= last, "not heaviest first: {line}");
+            assert!(stack.split(';').count() >= 2, "{line}");
+            assert!(!stack.contains("torch/nn/modules/module.py("), "{line}");
+            last = ns;
+            total += ns;
+        }
+        assert!(text.contains(expect), "{expect} not in:\n{text}");
+        let j = report_json(&path, &[]);
+        let idle: u64 = ["host_wait", "kernel_wait", "other"]
+            .iter()
+            .map(|c| j["idle"][c]["total_ns"].as_u64().unwrap())
+            .sum();
+        assert_eq!(total, idle, "{}", path.display());
+    }
+}
