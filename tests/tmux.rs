@@ -438,3 +438,32 @@ fn quitting_mid_run_leaves_the_program_running_to_its_end() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Searching the call tree in the real terminal: while the query is typed, keys are its text
+/// (a `q` in it does not quit), Enter goes to the next match, Esc ends the search with the
+/// match selected, and `q` quits again.
+#[test]
+fn tree_search_takes_keys_as_text_until_esc() {
+    let rec = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/gpt2.rec");
+    let s = Session::start(
+        &format!("{} open {}", env!("CARGO_BIN_EXE_gaptop"), rec.display()),
+        120,
+        40,
+    );
+    s.wait_for("Call tree");
+    s.keys(&["/", "q", "k", "v"]);
+    s.wait_for(" SEARCH  /qkv▏ ");
+    s.keys(&["BSpace", "BSpace", "BSpace"]);
+    s.keys(&["c", "o", "n", "v", "1", "d"]);
+    s.wait_for("/conv1d▏ 1 of 8");
+    s.keys(&["Enter"]);
+    s.wait_for("/conv1d▏ 2 of 8");
+    s.keys(&["Escape"]);
+    let screen = s.wait_for("search for \"conv1d\" ended");
+    assert!(
+        screen.contains("│Conv1D.forward  pytorch_utils.py:119"),
+        "{screen}"
+    );
+    s.keys(&["q"]);
+    s.wait_for("GAPTOP_EXIT=0");
+}

@@ -563,3 +563,54 @@ fn details_describe_the_selected_tree_node() {
     let text = node_details_text(&s);
     assert!(text.contains("leads to: Memset ‹ (this)"), "{text}");
 }
+
+/// `/` searches the call tree's frames (any case) in the order the tree shows them: typing
+/// selects the first match and opens its path, Enter steps through the matches and wraps,
+/// Backspace edits the query, Esc ends the search with the match still selected.
+#[test]
+fn tree_search_selects_matches_in_order() {
+    let mut a = recording("gpt2.rec");
+    a.update(Action::Search);
+    assert_eq!(a.focus, Focus::Tree);
+    for c in "CONV1D".chars() {
+        a.update(Action::SearchChar(c));
+    }
+    assert!(a.message.starts_with("1 of "), "{}", a.message);
+    let n: usize = a.message[5..].split(' ').next().unwrap().parse().unwrap();
+    assert!(n > 1, "{}", a.message);
+    let first = selected_path(&a);
+    assert!(
+        first.last().unwrap().contains("Conv1D.forward"),
+        "{first:?}"
+    );
+    let s = render(&mut a, 120, 40);
+    assert!(s.contains(" SEARCH  /CONV1D▏ 1 of "), "{s}");
+    assert!(s.contains("Details: call tree node"), "{s}");
+    // Enter: every match once, then the first again.
+    let mut seen = vec![first.clone()];
+    for i in 2..=n {
+        a.update(Action::SearchNext);
+        assert!(
+            a.message.starts_with(&format!("{i} of {n}")),
+            "{}",
+            a.message
+        );
+        let p = selected_path(&a);
+        assert!(p.last().unwrap().contains("Conv1D.forward"), "{p:?}");
+        assert!(!seen.contains(&p), "match {i} repeats {p:?}");
+        seen.push(p);
+    }
+    a.update(Action::SearchNext);
+    assert_eq!(selected_path(&a), first, "wraps to the first match");
+    // A query that matches nothing says so and leaves the selection where it was.
+    a.update(Action::SearchChar('!'));
+    assert_eq!(a.message, "not in the call tree");
+    assert_eq!(selected_path(&a), first);
+    a.update(Action::SearchBack);
+    assert!(a.message.starts_with("1 of "), "{}", a.message);
+    a.update(Action::SearchEnd);
+    assert!(a.search.is_none());
+    assert_eq!(selected_path(&a), first, "the match stays selected");
+    let s = render(&mut a, 120, 40);
+    assert!(!s.contains(" SEARCH "), "{s}");
+}

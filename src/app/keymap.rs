@@ -34,10 +34,18 @@ pub enum Action {
     ThresholdDown,
     Sort,
     Clear,
+    /// Start searching the call tree's frames.
+    Search,
+    /// While searching (not bindable; `search_action` makes them): a typed character, a
+    /// deleted one, the next match, and the end of the search.
+    SearchChar(char),
+    SearchBack,
+    SearchNext,
+    SearchEnd,
 }
 
 impl Action {
-    pub const ALL: [(Action, &'static str, &'static str); 24] = [
+    pub const ALL: [(Action, &'static str, &'static str); 25] = [
         (Action::Quit, "quit", "quit (the terminal is restored)"),
         (
             Action::Pause,
@@ -102,6 +110,11 @@ impl Action {
             "clear",
             "clear the tree-node filter, close help",
         ),
+        (
+            Action::Search,
+            "search",
+            "search the call tree (type; enter: next; esc: done)",
+        ),
     ];
 
     pub fn name(self) -> &'static str {
@@ -114,6 +127,23 @@ impl Action {
 
     fn from_name(s: &str) -> Option<Action> {
         Self::ALL.iter().find(|a| a.1 == s).map(|a| a.0)
+    }
+}
+
+/// What a key does while a search of the call tree is being typed: characters go into the
+/// query, Backspace takes one out, Enter goes to the next match, Esc ends the search (the match
+/// stays selected), Ctrl-C still quits; other keys do nothing.
+pub fn search_action(e: &KeyEvent) -> Option<Action> {
+    let ctrl = e.modifiers.contains(KeyModifiers::CONTROL);
+    match e.code {
+        KeyCode::Char('c') if ctrl => Some(Action::Quit),
+        KeyCode::Char(c) if !ctrl && !e.modifiers.contains(KeyModifiers::ALT) => {
+            Some(Action::SearchChar(c))
+        }
+        KeyCode::Backspace => Some(Action::SearchBack),
+        KeyCode::Enter => Some(Action::SearchNext),
+        KeyCode::Esc => Some(Action::SearchEnd),
+        _ => None,
     }
 }
 
@@ -384,5 +414,26 @@ mod tests {
             Some(Action::Pause)
         );
         assert!(KeyMap::with_overrides("quit = n").is_err());
+    }
+
+    #[test]
+    fn a_search_takes_keys_as_its_text() {
+        use crossterm::event::{KeyCode as C, KeyEvent, KeyModifiers as M};
+        let k = |code, mods| search_action(&KeyEvent::new(code, mods));
+        assert_eq!(k(C::Char('q'), M::NONE), Some(Action::SearchChar('q')));
+        assert_eq!(k(C::Char('Q'), M::SHIFT), Some(Action::SearchChar('Q')));
+        assert_eq!(k(C::Char('/'), M::NONE), Some(Action::SearchChar('/')));
+        assert_eq!(k(C::Backspace, M::NONE), Some(Action::SearchBack));
+        assert_eq!(k(C::Enter, M::NONE), Some(Action::SearchNext));
+        assert_eq!(k(C::Esc, M::NONE), Some(Action::SearchEnd));
+        assert_eq!(k(C::Char('c'), M::CONTROL), Some(Action::Quit));
+        assert_eq!(k(C::Char('x'), M::ALT), None);
+        assert_eq!(k(C::Down, M::NONE), None);
+        // `/` starts one by default.
+        let m = KeyMap::default();
+        assert_eq!(
+            m.action(&KeyEvent::new(C::Char('/'), M::NONE)),
+            Some(Action::Search)
+        );
     }
 }

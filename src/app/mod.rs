@@ -104,6 +104,9 @@ pub struct App {
     pub tree_state: TreeState<usize>,
     /// Leaf keys of the tree node whose gaps `n`/`N` walk.
     pub node_filter: Option<(String, HashSet<GapKey>)>,
+    /// The call tree search being typed (`/`), and which of its matches is selected.
+    pub search: Option<String>,
+    search_hit: usize,
     pub help: bool,
     pub message: String,
     pub export_dir: PathBuf,
@@ -144,6 +147,8 @@ impl App {
             min_gap: 0,
             inverted: false,
             tree_state: TreeState::default(),
+            search: None,
+            search_hit: 0,
             node_filter: None,
             help: false,
             message: String::new(),
@@ -359,6 +364,13 @@ impl App {
                 None => Vec::new(),
             }
         };
+        self.open_tree_path(path);
+    }
+
+    /// Opens the tree along `path` (node indices from the root) and selects its last node;
+    /// the plumbing nodes on it are not rows of their own.
+    fn open_tree_path(&mut self, path: Vec<usize>) {
+        let Some(c) = &self.cache else { return };
         let path: Vec<usize> = path
             .into_iter()
             .filter(|&n| {
@@ -366,14 +378,49 @@ impl App {
                 !is_plumbing(self.store.names.get(t.nodes[n].frame))
                     || t.nodes[n].children.is_empty()
             })
+            .map(|n| c.tree_ids[n])
             .collect();
-        let path: Vec<usize> = path.into_iter().map(|n| c.tree_ids[n]).collect();
         for i in 1..path.len() {
             self.tree_state.open(path[..i].to_vec());
         }
         if !path.is_empty() {
             self.tree_state.select(path);
         }
+    }
+
+    /// Selects the current match of the call tree search: the frames whose name holds the
+    /// query (any case), in the order the tree shows them; says which of how many it is.
+    fn find_in_tree(&mut self) {
+        let (Some(q), Some(c)) = (self.search.clone(), &self.cache) else {
+            return;
+        };
+        if q.is_empty() {
+            self.message = "type part of a frame's name; enter: next match, esc: done".into();
+            return;
+        }
+        let needle = q.to_lowercase();
+        let hits: Vec<usize> = display_order(&self.store, &c.tree)
+            .into_iter()
+            .filter(|&n| {
+                self.store
+                    .names
+                    .get(c.tree.nodes[n].frame)
+                    .to_lowercase()
+                    .contains(&needle)
+            })
+            .collect();
+        if hits.is_empty() {
+            self.message = "not in the call tree".into();
+            return;
+        }
+        self.search_hit %= hits.len();
+        let path = c.tree.path_to(hits[self.search_hit]);
+        self.open_tree_path(path);
+        self.message = format!(
+            "{} of {} (enter: next, esc: done)",
+            self.search_hit + 1,
+            hits.len()
+        );
     }
 
     fn zoom(&mut self, factor: f64, around: Ns) {
@@ -681,6 +728,35 @@ impl App {
                     format!("hiding gaps under {}", fmt_ns(self.min_gap))
                 };
             }
+            Action::Search => {
+                self.search = Some(String::new());
+                self.search_hit = 0;
+                self.focus = Focus::Tree;
+                self.find_in_tree();
+            }
+            Action::SearchChar(ch) => {
+                if let Some(q) = &mut self.search {
+                    q.push(ch);
+                    self.search_hit = 0;
+                    self.find_in_tree();
+                }
+            }
+            Action::SearchBack => {
+                if let Some(q) = &mut self.search {
+                    q.pop();
+                    self.search_hit = 0;
+                    self.find_in_tree();
+                }
+            }
+            Action::SearchNext => {
+                self.search_hit += 1;
+                self.find_in_tree();
+            }
+            Action::SearchEnd => {
+                if let Some(q) = self.search.take() {
+                    self.message = format!("search for {q:?} ended");
+                }
+            }
             Action::Sort => {
                 self.sort = match self.sort {
                     GapSort::Duration => GapSort::Time,
@@ -856,6 +932,33 @@ fn path_ids(t: &CallTree) -> Vec<usize> {
     ids
 }
 
+/// Most children shown under a tree node, and the deepest level shown.
+const TREE_CHILDREN: usize = 50;
+const TREE_DEPTH: usize = 64;
+
+/// The nodes the tree shows, in the order it shows them when every node is open.
+fn display_order(store: &Store, t: &CallTree) -> Vec<usize> {
+    fn walk(store: &Store, t: &CallTree, n: usize, depth: usize, out: &mut Vec<usize>) {
+        out.push(n);
+        if depth < TREE_DEPTH {
+            for c in visible_children(store, t, n)
+                .into_iter()
+                .take(TREE_CHILDREN)
+            {
+                walk(store, t, c, depth + 1, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for c in visible_children(store, t, 0)
+        .into_iter()
+        .take(TREE_CHILDREN)
+    {
+        walk(store, t, c, 1, &mut out);
+    }
+    out
+}
+
 /// Tree items for tui-tree-widget, children sorted by gap time, at most 50 a level.
 fn build_items(
     store: &Store,
@@ -901,10 +1004,10 @@ fn build_items(
                 Style::default().fg(Color::DarkGray),
             ),
         ]);
-        let children: Vec<_> = if depth < 64 {
+        let children: Vec<_> = if depth < TREE_DEPTH {
             visible_children(store, t, n)
                 .into_iter()
-                .take(50)
+                .take(TREE_CHILDREN)
                 .map(|c| item(store, t, ids, c, total, depth + 1))
                 .collect()
         } else {
@@ -915,7 +1018,7 @@ fn build_items(
     }
     visible_children(store, t, 0)
         .into_iter()
-        .take(50)
+        .take(TREE_CHILDREN)
         .map(|c| item(store, t, ids, c, total, 1))
         .collect()
 }

@@ -140,7 +140,13 @@ where
         while event::poll(Duration::ZERO)? {
             match event::read()? {
                 Event::Key(k) if k.kind != KeyEventKind::Release => {
-                    if let Some(a) = app.keys.action(&k) {
+                    // While a tree search is typed, keys are its text, not bindings.
+                    let a = if app.search.is_some() {
+                        super::keymap::search_action(&k)
+                    } else {
+                        app.keys.action(&k)
+                    };
+                    if let Some(a) = a {
                         app.update(a);
                     } else if app.help {
                         app.update(Action::Help);

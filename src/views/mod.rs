@@ -721,6 +721,22 @@ pub fn output(f: &mut Frame, area: Rect, app: &App) {
 
 /// Source, span, ops kept and dropped, mode, window and the last message.
 pub fn status(f: &mut Frame, area: Rect, app: &App) {
+    // While a tree search is typed, the line is its prompt: the query must stay in view.
+    if let Some(q) = &app.search {
+        let line = Line::from(vec![
+            Span::styled(
+                " SEARCH ",
+                Style::default().bg(Color::Magenta).fg(Color::White),
+            ),
+            Span::styled(
+                format!(" /{q}▏ "),
+                Style::default().add_modifier(Modifier::BOLD),
+            ),
+            Span::styled(app.message.clone(), Style::default().fg(Color::LightYellow)),
+        ]);
+        f.render_widget(Paragraph::new(line), area);
+        return;
+    }
     let st = &app.store;
     let span = st.span().map(|(a, b)| b - a).unwrap_or(0);
     let mode = match &app.source {
