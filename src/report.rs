@@ -3,7 +3,7 @@
 use serde::Serialize;
 
 use crate::collect::analysis::{self, Category, Config, Gap, Reason, Summary, Window};
-use crate::collect::store::{Ns, Store};
+use crate::collect::store::{NameId, Ns, StackId, Store};
 use crate::units::fmt_ns;
 
 #[derive(Serialize)]
@@ -113,14 +113,21 @@ fn pct(h: &hdrhistogram::Histogram<u64>) -> Percentiles {
     }
 }
 
+/// A launch stack as reports write it: its frames, outermost first, then the launching API
+/// (when known) and the op.
+fn stack_frames(store: &Store, stack: StackId, api: NameId, op: NameId) -> Vec<String> {
+    let mut frames = store.frame_strings(stack);
+    if api != 0 {
+        frames.push(store.names.get(api).to_string());
+    }
+    frames.push(store.names.get(op).to_string());
+    frames
+}
+
 pub fn gap_json(store: &Store, g: &Gap, origin: Ns) -> JsonGap {
     let l = &store.lanes[g.lane];
     let name = |i: usize| store.names.get(l.ops[i].name).to_string();
-    let mut frames = store.frame_strings(g.stack);
-    if g.api != 0 {
-        frames.push(store.names.get(g.api).to_string());
-    }
-    frames.push(store.names.get(g.op_name).to_string());
+    let frames = stack_frames(store, g.stack, g.api, g.op_name);
     JsonGap {
         start_ns: g.start - origin,
         duration_ns: g.dur(),
@@ -143,17 +150,10 @@ pub fn top_stacks(store: &Store, s: &Summary, n: usize) -> Vec<JsonStack> {
     v.sort_by(|a, b| b.1 .1.cmp(&a.1 .1).then(a.0.cmp(b.0)));
     v.into_iter()
         .take(n)
-        .map(|(&(stack, api, op), &(gaps, gap_ns))| {
-            let mut frames = store.frame_strings(stack);
-            if api != 0 {
-                frames.push(store.names.get(api).to_string());
-            }
-            frames.push(store.names.get(op).to_string());
-            JsonStack {
-                frames,
-                gaps,
-                gap_ns,
-            }
+        .map(|(&(stack, api, op), &(gaps, gap_ns))| JsonStack {
+            frames: stack_frames(store, stack, api, op),
+            gaps,
+            gap_ns,
         })
         .collect()
 }
@@ -168,17 +168,9 @@ pub fn folded(store: &Store, s: &Summary) -> String {
         .iter()
         .filter(|(_, &(_, gap_ns))| gap_ns > 0)
         .map(|(&(stack, api, op), &(_, gap_ns))| {
-            let mut frames: Vec<String> = store
-                .frame_strings(stack)
-                .into_iter()
-                .filter(|f| !crate::app::is_plumbing(f))
-                .collect();
-            if api != 0 {
-                frames.push(store.names.get(api).to_string());
-            }
-            frames.push(store.names.get(op).to_string());
-            let path: Vec<String> = frames
+            let path: Vec<String> = stack_frames(store, stack, api, op)
                 .iter()
+                .filter(|f| !crate::app::is_plumbing(f))
                 .map(|f| f.replace(';', ":").replace(['\n', '\r'], " "))
                 .collect();
             (gap_ns, path.join(";"))
