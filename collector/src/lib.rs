@@ -522,7 +522,7 @@ unsafe fn api_inner(
                 return;
             };
             let outer = l.open.0.last().map(|o| o.corr).unwrap_or(0);
-            if is_redundant(call.corr, outer) {
+            if w::repeats_outer_call(call.corr, outer) {
                 return;
             }
             let end = if outer != 0 { call.start } else { timestamp() };
@@ -553,16 +553,6 @@ unsafe fn api_inner(
             }
         }
     });
-}
-
-/// Whether a call's record would repeat the one of the call around it: a driver call made by
-/// a runtime call under the same correlation id. CUPTI gives them one id (every nested call in
-/// the H200 recordings in assets/ shares its runtime call's), the runtime call's record joins
-/// the kernels by it, and the nested record adds nothing (same start and stack, no time of its
-/// own), so it is not sent: half the API records of a launch-bound program. A nested call
-/// under an id of its own is still recorded, so that its kernels find it.
-fn is_redundant(corr: u32, outer: u32) -> bool {
-    outer != 0 && outer == corr
 }
 
 /// Switches the API callbacks gaptop enabled on or off.

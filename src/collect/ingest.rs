@@ -167,10 +167,8 @@ impl Ingest {
                         store.skip("API call with implausible timestamps");
                         continue;
                     }
-                    // A driver call made by a runtime call under the runtime call's id
-                    // (recordings from collectors that still sent them) repeats that call: the
-                    // same start and stack, no time of its own.
-                    if a.outer_corr != 0 && a.outer_corr == a.corr {
+                    // Recordings from collectors that still sent repeats of a runtime call.
+                    if gaptop_wire::repeats_outer_call(a.corr, a.outer_corr) {
                         continue;
                     }
                     // A synchronization from CUPTI's activity records (no thread) that a

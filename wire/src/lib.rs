@@ -144,6 +144,17 @@ pub struct Api {
     pub kind: u8,
 }
 
+/// Whether a call `corr` made inside the call `outer_corr` (0: inside none) would only repeat
+/// that call's record: a driver call a runtime call makes under the runtime call's correlation
+/// id. CUPTI gives them one id (every nested call in the H200 recordings in assets/ shares its
+/// runtime call's); the outer call's record joins the kernels by it and has the same start and
+/// stack, so the nested one adds nothing. A nested call under an id of its own is no repeat:
+/// its kernels find it by that id. The collector does not send repeats and the viewer drops
+/// them from older recordings.
+pub fn repeats_outer_call(corr: u32, outer_corr: u32) -> bool {
+    outer_corr != 0 && outer_corr == corr
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct Stats {
     /// Records the collector could not keep (queue full, viewer slow or gone).
