@@ -399,7 +399,7 @@ impl App {
             return;
         }
         let needle = q.to_lowercase();
-        let hits: Vec<usize> = display_order(&self.store, &c.tree)
+        let hits: Vec<usize> = display_order(c)
             .into_iter()
             .filter(|&n| {
                 self.store
@@ -936,26 +936,17 @@ fn path_ids(t: &CallTree) -> Vec<usize> {
 const TREE_CHILDREN: usize = 50;
 const TREE_DEPTH: usize = 64;
 
-/// The nodes the tree shows, in the order it shows them when every node is open.
-fn display_order(store: &Store, t: &CallTree) -> Vec<usize> {
-    fn walk(store: &Store, t: &CallTree, n: usize, depth: usize, out: &mut Vec<usize>) {
-        out.push(n);
-        if depth < TREE_DEPTH {
-            for c in visible_children(store, t, n)
-                .into_iter()
-                .take(TREE_CHILDREN)
-            {
-                walk(store, t, c, depth + 1, out);
-            }
+/// The nodes the tree shows, in the order it shows them when every node is open: read from
+/// its items, so it is the tree's own order.
+fn display_order(c: &Cache) -> Vec<usize> {
+    fn walk(c: &Cache, items: &[TreeItem<'static, usize>], out: &mut Vec<usize>) {
+        for it in items {
+            out.extend(c.tree_nodes.get(it.identifier()));
+            walk(c, it.children(), out);
         }
     }
     let mut out = Vec::new();
-    for c in visible_children(store, t, 0)
-        .into_iter()
-        .take(TREE_CHILDREN)
-    {
-        walk(store, t, c, 1, &mut out);
-    }
+    walk(c, &c.items, &mut out);
     out
 }
 

@@ -657,15 +657,14 @@ fn node_details(f: &mut Frame, area: Rect, app: &App, c: &crate::app::Cache, n: 
             Style::default().fg(Color::DarkGray),
         ));
     }
-    let mut path = Vec::new();
-    let mut p = node.parent;
-    while p != 0 && p < t.nodes.len() {
-        let name = app.store.names.get(t.nodes[p].frame);
-        if !crate::app::is_plumbing(name) {
-            path.push(crate::app::pretty_frame(name));
-        }
-        p = t.nodes[p].parent;
-    }
+    let mut path: Vec<String> = t
+        .path_to(node.parent)
+        .into_iter()
+        .rev()
+        .map(|p| app.store.names.get(t.nodes[p].frame))
+        .filter(|name| !crate::app::is_plumbing(name))
+        .map(crate::app::pretty_frame)
+        .collect();
     // Top-down, the node's ancestors are its callers, nearest first; bottom-up they are what
     // it calls, down to the kernel: written the other way round, so that ‹ always reads
     // "called by".
