@@ -16,11 +16,12 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-fn report_json(path: &Path, extra: &[&str]) -> Value {
+/// `gaptop report PATH --format FORMAT EXTRA...`'s output; the report must succeed.
+fn report_out(path: &Path, format: &str, extra: &[&str]) -> Vec<u8> {
     let out = Command::new(bin())
         .arg("report")
         .arg(path)
-        .args(["--format", "json"])
+        .args(["--format", format])
         .args(extra)
         .output()
         .unwrap();
@@ -29,7 +30,11 @@ fn report_json(path: &Path, extra: &[&str]) -> Value {
         "report failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).unwrap()
+    out.stdout
+}
+
+fn report_json(path: &Path, extra: &[&str]) -> Value {
+    serde_json::from_slice(&report_out(path, "json", extra)).unwrap()
 }
 
 #[test]
@@ -490,17 +495,7 @@ fn folded_stacks_carry_all_gap_time_for_flame_graphs() {
         ),
     ] {
         assert!(path.is_file(), "missing {}", path.display());
-        let out = Command::new(bin())
-            .args(["report", "--format", "folded"])
-            .arg(&path)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let text = String::from_utf8(out.stdout).unwrap();
+        let text = String::from_utf8(report_out(&path, "folded", &[])).unwrap();
         let mut total: u64 = 0;
         let mut last = u64::MAX;
         for line in text.lines() {
