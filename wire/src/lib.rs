@@ -151,6 +151,7 @@ pub struct Api {
 /// stack, so the nested one adds nothing. A nested call under an id of its own is no repeat:
 /// its kernels find it by that id. The collector does not send repeats and the viewer drops
 /// them from older recordings.
+#[inline]
 pub fn repeats_outer_call(corr: u32, outer_corr: u32) -> bool {
     outer_corr != 0 && outer_corr == corr
 }
