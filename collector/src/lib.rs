@@ -623,6 +623,44 @@ const DOMAINS: [cu::CUpti_CallbackDomain; 2] = [
     cu::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_RUNTIME_API,
 ];
 
+/// Sets the CUPTI activity attributes asked for with GAPTOP_CUPTI_ATTRS (a measuring aid,
+/// docs/perf.md), before any activity kind is enabled. A refusal is said and tracing goes on
+/// with CUPTI's own value.
+unsafe fn set_cupti_attrs(sw: &Switches) {
+    use cu::CUpti_ActivityAttribute as K;
+    use switches::CuptiAttr as A;
+    for item in &sw.bad_attrs {
+        say!(
+            "GAPTOP_CUPTI_ATTRS: cannot read {item:?} (names: {}; flags take 0 or 1)",
+            A::ALL.map(|(n, _)| n).join(", ")
+        );
+    }
+    for &(attr, value) in &sw.cupti_attrs {
+        let key = match attr {
+            A::DeviceBuffer => K::CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_SIZE,
+            A::DeviceBufferPool => K::CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_POOL_LIMIT,
+            A::DeviceBufferPrealloc => K::CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_PRE_ALLOCATE_VALUE,
+            A::HostPinned => K::CUPTI_ACTIVITY_ATTR_MEM_ALLOCATION_TYPE_HOST_PINNED,
+            A::PerThread => K::CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER,
+        };
+        let (mut flag, mut size) = (value as u8, value);
+        let (mut len, ptr) = if attr.is_flag() {
+            (1, &mut flag as *mut u8 as *mut c_void)
+        } else {
+            (
+                std::mem::size_of::<usize>(),
+                &mut size as *mut usize as *mut c_void,
+            )
+        };
+        let r = cu::cuptiActivitySetAttribute(key, &mut len, ptr);
+        if r != cu::CUptiResult::CUPTI_SUCCESS {
+            say!("CUPTI refused {}={value} ({r:?})", attr.name());
+        } else if sw.verbose {
+            say!("CUPTI attribute {}={value}", attr.name());
+        }
+    }
+}
+
 const ACTIVITY_KINDS: [cu::CUpti_ActivityKind; 4] = [
     cu::CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
     cu::CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_MEMCPY,
@@ -801,6 +839,7 @@ unsafe fn start() -> Result<(), String> {
             &mut one as *mut u8 as *mut c_void,
         ) == cu::CUptiResult::CUPTI_SUCCESS;
     }
+    set_cupti_attrs(&c.sw);
     c.api_table = api_table;
     c.copy_names = copy_names;
     c.memset_name = memset_name;

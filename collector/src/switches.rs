@@ -56,6 +56,78 @@ pub(crate) struct Switches {
     pub flush: Option<Duration>,
     /// Raw CUPTI buffers written here, up to a byte budget (GAPTOP_DUMP, GAPTOP_DUMP_BYTES).
     pub dump: Option<(PathBuf, usize)>,
+    /// CUPTI activity attributes set before tracing starts (GAPTOP_CUPTI_ATTRS=name=value,...),
+    /// to measure whether CUPTI's own buffering moves the cost of kernel records.
+    pub cupti_attrs: Vec<(CuptiAttr, usize)>,
+    /// Names in GAPTOP_CUPTI_ATTRS that are not attributes, or values that are not numbers.
+    pub bad_attrs: Vec<String>,
+}
+
+/// The CUPTI activity attributes GAPTOP_CUPTI_ATTRS can set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CuptiAttr {
+    /// Bytes of device memory per buffer of kernel, copy and memset timestamps (size_t).
+    DeviceBuffer,
+    /// Most such buffers per context (size_t).
+    DeviceBufferPool,
+    /// Buffers allocated when the context is created (size_t).
+    DeviceBufferPrealloc,
+    /// Timestamps in pinned host memory instead of device memory (uint8_t).
+    HostPinned,
+    /// CUPTI's activity buffers kept per thread (uint8_t).
+    PerThread,
+}
+
+impl CuptiAttr {
+    pub(crate) const ALL: [(&'static str, CuptiAttr); 5] = [
+        ("device_buffer", CuptiAttr::DeviceBuffer),
+        ("device_buffer_pool", CuptiAttr::DeviceBufferPool),
+        ("device_buffer_prealloc", CuptiAttr::DeviceBufferPrealloc),
+        ("host_pinned", CuptiAttr::HostPinned),
+        ("per_thread", CuptiAttr::PerThread),
+    ];
+
+    pub(crate) fn name(self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(_, a)| *a == self)
+            .map(|(n, _)| *n)
+            .unwrap_or("?")
+    }
+
+    /// Whether CUPTI reads the value as a uint8_t (else as a size_t).
+    pub(crate) fn is_flag(self) -> bool {
+        matches!(self, CuptiAttr::HostPinned | CuptiAttr::PerThread)
+    }
+}
+
+/// Reads `name=value,...`; sizes may end in k or m (KiB, MiB). What cannot be read is returned
+/// apart, to be said once and left out.
+pub(crate) fn cupti_attrs(v: &str) -> (Vec<(CuptiAttr, usize)>, Vec<String>) {
+    let (mut good, mut bad) = (Vec::new(), Vec::new());
+    for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let parsed = item.split_once('=').and_then(|(k, val)| {
+            let attr = CuptiAttr::ALL
+                .iter()
+                .find(|(n, _)| *n == k.trim())
+                .map(|(_, a)| *a)?;
+            let val = val.trim().to_ascii_lowercase();
+            let (digits, scale) = match val.strip_suffix('m') {
+                Some(d) => (d, 1usize << 20),
+                None => match val.strip_suffix('k') {
+                    Some(d) => (d, 1 << 10),
+                    None => (val.as_str(), 1),
+                },
+            };
+            let n = digits.parse::<usize>().ok()?.checked_mul(scale)?;
+            (!attr.is_flag() || n <= 1).then_some((attr, n))
+        });
+        match parsed {
+            Some(p) => good.push(p),
+            None => bad.push(item.to_string()),
+        }
+    }
+    (good, bad)
 }
 
 impl Switches {
@@ -65,6 +137,7 @@ impl Switches {
 
     pub(crate) fn read(get: impl Fn(&str) -> Option<String>) -> Switches {
         let api = on(&get, "GAPTOP_API");
+        let (cupti_attrs, bad_attrs) = cupti_attrs(&get("GAPTOP_CUPTI_ATTRS").unwrap_or_default());
         Switches {
             py_stacks: on(&get, "GAPTOP_PYSTACKS"),
             native: get("GAPTOP_NATIVE").is_some() && on(&get, "GAPTOP_NATIVE"),
@@ -107,6 +180,8 @@ impl Switches {
                     number(&get, "GAPTOP_DUMP_BYTES").unwrap_or(1 << 20),
                 )
             }),
+            cupti_attrs,
+            bad_attrs,
         }
     }
 }
@@ -149,6 +224,47 @@ mod tests {
         assert_eq!(s.gpu_kinds, 3);
         assert_eq!(s.flush, Some(super::super::FLUSH_PERIOD));
         assert_eq!(s.dump, None);
+        assert!(s.cupti_attrs.is_empty() && s.bad_attrs.is_empty());
+    }
+
+    #[test]
+    fn cupti_attributes_read_with_their_units() {
+        let s = with(&[(
+            "GAPTOP_CUPTI_ATTRS",
+            "device_buffer=32m, device_buffer_prealloc=6,host_pinned=1,per_thread=0,device_buffer_pool=4k",
+        )]);
+        assert_eq!(
+            s.cupti_attrs,
+            vec![
+                (CuptiAttr::DeviceBuffer, 32 << 20),
+                (CuptiAttr::DeviceBufferPrealloc, 6),
+                (CuptiAttr::HostPinned, 1),
+                (CuptiAttr::PerThread, 0),
+                (CuptiAttr::DeviceBufferPool, 4096),
+            ]
+        );
+        assert!(s.bad_attrs.is_empty());
+        let (good, bad) =
+            cupti_attrs("host_pinned=2,nosuch=1,device_buffer=lots,device_buffer,per_thread=1,");
+        assert_eq!(good, vec![(CuptiAttr::PerThread, 1)]);
+        assert_eq!(
+            bad,
+            [
+                "host_pinned=2",
+                "nosuch=1",
+                "device_buffer=lots",
+                "device_buffer"
+            ]
+        );
+        assert_eq!(
+            cupti_attrs(&format!("device_buffer={}m", usize::MAX))
+                .1
+                .len(),
+            1
+        );
+        for (n, a) in CuptiAttr::ALL {
+            assert_eq!(a.name(), n);
+        }
     }
 
     #[test]

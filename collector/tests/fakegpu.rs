@@ -428,3 +428,42 @@ fn nested_driver_calls_are_sent_only_under_an_id_of_their_own() {
         assert_eq!(j["kernels_with_stack"], launched, "{log}");
     }
 }
+
+/// GAPTOP_CUPTI_ATTRS reaches CUPTI before tracing starts, each value at the size CUPTI reads
+/// it; what CUPTI refuses and what cannot be read are said, and collection goes on.
+#[test]
+fn cupti_attributes_are_set_or_refused_out_loud() {
+    let target = build();
+    let dir = fake_cuda(&target, "attrs");
+    let (log, j) = run(
+        &target,
+        &dir,
+        &[
+            ("FAKE_ATTR_LOG", "1"),
+            (
+                "GAPTOP_CUPTI_ATTRS",
+                "device_buffer=32m,host_pinned=1,per_thread=0,device_buffer_prealloc=300,speed=11",
+            ),
+        ],
+    );
+    // Attribute numbers as in cupti_activity.h: DEVICE_BUFFER_SIZE 0, HOST_PINNED 8,
+    // PER_THREAD_ACTIVITY_BUFFER 9; 5 is the zeroed buffers the collector always asks for.
+    for line in [
+        "FAKE attribute 5=1",
+        "FAKE attribute 0=33554432",
+        "FAKE attribute 8=1",
+        "FAKE attribute 9=0",
+    ] {
+        assert!(log.contains(line), "{line} missing:\n{log}");
+    }
+    assert!(
+        log.contains("CUPTI refused device_buffer_prealloc=300"),
+        "{log}"
+    );
+    assert!(log.contains("cannot read \"speed=11\""), "{log}");
+    assert!(!log.contains("FAKE attribute 6="), "{log}");
+    let j = j.unwrap();
+    assert_eq!(j["kernels"], 20 * 9 + 50, "{log}");
+    assert_eq!(j["kernels_with_stack"], 20 * 9 + 50, "{log}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

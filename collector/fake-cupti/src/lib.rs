@@ -234,12 +234,36 @@ pub unsafe extern "C" fn cuptiGetResultString(_: R, s: *mut *const c_char) -> R 
     R::CUPTI_SUCCESS
 }
 
+/// Checks each attribute's value size as CUPTI does (uint8_t flags, size_t sizes), refuses a
+/// device-buffer pre-allocation over the default pool limit (250) as CUPTI documents, and logs
+/// what it accepted under FAKE_ATTR_LOG.
 #[no_mangle]
-pub extern "C" fn cuptiActivitySetAttribute(
-    _: cu::CUpti_ActivityAttribute,
-    _: *mut usize,
-    _: *mut c_void,
+pub unsafe extern "C" fn cuptiActivitySetAttribute(
+    attr: cu::CUpti_ActivityAttribute,
+    size: *mut usize,
+    value: *mut c_void,
 ) -> R {
+    use cu::CUpti_ActivityAttribute as A;
+    if size.is_null() || value.is_null() {
+        return R::CUPTI_ERROR_INVALID_PARAMETER;
+    }
+    let flag = matches!(
+        attr,
+        A::CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER
+            | A::CUPTI_ACTIVITY_ATTR_MEM_ALLOCATION_TYPE_HOST_PINNED
+            | A::CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER
+    );
+    let v = match (flag, *size) {
+        (true, 1) => *(value as *const u8) as usize,
+        (false, n) if n == std::mem::size_of::<usize>() => *(value as *const usize),
+        _ => return R::CUPTI_ERROR_INVALID_PARAMETER,
+    };
+    if attr == A::CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_PRE_ALLOCATE_VALUE && v >= 250 {
+        return R::CUPTI_ERROR_INVALID_PARAMETER;
+    }
+    if std::env::var_os("FAKE_ATTR_LOG").is_some() {
+        eprintln!("FAKE attribute {}={v}", attr as u32);
+    }
     R::CUPTI_SUCCESS
 }
 
