@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine from the carried folder gpu/ (docs/perf.md says how it is built).
-# usage: gpu-run.sh check|bench|variants|probe|graphs|sanitizer|all
+# usage: gpu-run.sh check|bench|variants|floor|probe|graphs|sanitizer|all
 set -u
 cd "$(dirname "$0")"
 export PYTHONUNBUFFERED=1
@@ -78,6 +78,19 @@ if [ "$MODE" = variants ]; then
   python3 overhead.py --gaptop $G --kineto kineto.py --reps ${REPS:-3} --budget ${BUDGET:-520} ${PIN:+--pin $PIN} ${NOPROF:+--no-profiler} \
     $(for v in $V; do echo --variant $v; done) launchbound.py:${LB_ITERS:-1000} > "$OUT/variants.txt" 2>&1
   tail -25 "$OUT/variants.txt"
+fi
+if [ "$MODE" = floor ]; then
+  # Does CUPTI's own buffering move the floor that kernel records alone set (1.28x bare on
+  # launchbound.py in the fifth session)? Timestamps in pinned host memory instead of device
+  # memory, and larger, pre-allocated device buffers, with kernel records alone and with gaptop.
+  A="host_pinned=1;device_buffer=64m;device_buffer_prealloc=4"
+  GAPTOP_VERBOSE=1 GAPTOP_CUPTI_ATTRS="$A" $G record -o "$OUT/attrs.rec" -- python3 launchbound.py 50 2>&1 | grep -E "attribute|refused|cannot read|recorded"
+  $G report "$OUT/attrs.rec" | grep -E "^(GPU ops|launch calls)"; rm -f "$OUT/attrs.rec"
+  K=GAPTOP_API=0,GAPTOP_MEM_ACTIVITY=0
+  V=${VARIANTS:-"kernelonly:$K kpinned:$K,GAPTOP_CUPTI_ATTRS=host_pinned=1 kbigbuf:$K,GAPTOP_CUPTI_ATTRS=device_buffer=64m;device_buffer_prealloc=4 pinned:GAPTOP_CUPTI_ATTRS=host_pinned=1"}
+  python3 overhead.py --gaptop $G --kineto kineto.py --reps ${REPS:-12} --budget ${BUDGET:-500} ${PIN:+--pin $PIN} $([ -n "${PROF:-}" ] || echo --no-profiler) \
+    $(for v in $V; do echo --variant $v; done) launchbound.py:${LB_ITERS:-3000} > "$OUT/floor.txt" 2>&1
+  tail -30 "$OUT/floor.txt"
 fi
 if [ "$MODE" = bench ] || [ "$MODE" = all ]; then
   # torch.profiler's runs stop once their timed section has printed (overhead.py), so each

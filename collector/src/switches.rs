@@ -101,11 +101,12 @@ impl CuptiAttr {
     }
 }
 
-/// Reads `name=value,...`; sizes may end in k or m (KiB, MiB). What cannot be read is returned
-/// apart, to be said once and left out.
+/// Reads `name=value,...` (`;` separates items too, for overhead.py's `--variant`, whose own
+/// separator is the comma); sizes may end in k or m (KiB, MiB). What cannot be read is
+/// returned apart, to be said once and left out.
 pub(crate) fn cupti_attrs(v: &str) -> (Vec<(CuptiAttr, usize)>, Vec<String>) {
     let (mut good, mut bad) = (Vec::new(), Vec::new());
-    for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+    for item in v.split([',', ';']).map(str::trim).filter(|s| !s.is_empty()) {
         let parsed = item.split_once('=').and_then(|(k, val)| {
             let attr = CuptiAttr::ALL
                 .iter()
