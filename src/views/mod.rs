@@ -300,6 +300,15 @@ pub fn timeline(f: &mut Frame, area: Rect, app: &mut App) {
     }
 }
 
+/// Eighths of a one-row sparkline cell for a fraction of its full height: the nearest eighth,
+/// but never none for a value above zero (a GPU 10% busy must not look idle).
+fn spark_ticks(frac: f64) -> u64 {
+    if frac.is_nan() || frac <= 0.0 {
+        return 0;
+    }
+    ((frac * 8.0).round() as u64).clamp(1, 8)
+}
+
 /// Launches per second and busy fraction over the window.
 pub fn rate(f: &mut Frame, area: Rect, app: &App) {
     let (ops, busy) = app
@@ -342,11 +351,12 @@ pub fn rate(f: &mut Frame, area: Rect, app: &App) {
     let label_w = 16u16;
     let n = (inner.width - label_w) as usize;
     let bins = analysis::rate_bins(&app.store, app.lo, app.hi, n);
-    let launches: Vec<u64> = bins.iter().map(|b| b.ops).collect();
-    let busy: Vec<u64> = bins
+    let most = bins.iter().map(|b| b.ops).max().unwrap_or(0).max(1) as f64;
+    let launches: Vec<u64> = bins
         .iter()
-        .map(|b| (b.busy * 100.0).round() as u64)
+        .map(|b| spark_ticks(b.ops as f64 / most))
         .collect();
+    let busy: Vec<u64> = bins.iter().map(|b| spark_ticks(b.busy)).collect();
     let buf = f.buffer_mut();
     buf.set_string(
         inner.x,
@@ -365,13 +375,14 @@ pub fn rate(f: &mut Frame, area: Rect, app: &App) {
     f.render_widget(
         Sparkline::default()
             .data(&launches)
+            .max(8)
             .style(Style::default().fg(Color::LightGreen)),
         r1,
     );
     f.render_widget(
         Sparkline::default()
             .data(&busy)
-            .max(100)
+            .max(8)
             .style(Style::default().fg(Color::Green)),
         r2,
     );
@@ -871,5 +882,16 @@ mod tests {
             short_kernel("ampere_sgemm_128x64_tn"),
             "ampere_sgemm_128x64_tn"
         );
+    }
+
+    #[test]
+    fn sparkline_cells_show_any_activity() {
+        assert_eq!(spark_ticks(0.0), 0);
+        assert_eq!(spark_ticks(f64::NAN), 0);
+        assert_eq!(spark_ticks(0.001), 1, "a little is not nothing");
+        assert_eq!(spark_ticks(0.101), 1);
+        assert_eq!(spark_ticks(0.5), 4);
+        assert_eq!(spark_ticks(0.94), 8);
+        assert_eq!(spark_ticks(1.7), 8);
     }
 }
