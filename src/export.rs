@@ -1,7 +1,8 @@
 //! Export of a time window as Chrome Trace Event JSON (Perfetto and chrome://tracing open it):
 //! ops on device/stream tracks, launch calls on CPU thread tracks with their stacks, flow arrows
-//! from each launch to its op, the gaps on their own track, and a top-level `gaptop` object with
-//! the window, the idle breakdown and the top stacks. `gaptop open` reads it back.
+//! from each launch to its op, the gaps on their own track (each with its cause, launch stack
+//! and the op it ends before), and a top-level `gaptop` object with the window, the idle
+//! breakdown and the top stacks. `gaptop open` reads it back, gzipped or not.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -13,7 +14,7 @@ use serde_json::{json, Value};
 
 use crate::app::App;
 use crate::collect::analysis::{self, Config, Window};
-use crate::collect::store::{Ns, OpKind, Store};
+use crate::collect::store::{ApiCall, Ns, OpKind, Store};
 
 /// Microseconds with exactly three decimals, so nanoseconds survive the round trip.
 fn us(ns: Ns) -> Box<RawValue> {
@@ -67,6 +68,33 @@ impl<'a> Ev<'a> {
             args,
         }
     }
+    /// A host API call on its process's thread track, with its stack.
+    fn api(store: &'a Store, pid: u32, a: &ApiCall) -> Self {
+        Ev::x(
+            "cuda_runtime",
+            store.names.get(a.name),
+            json!(pid),
+            json!(a.tid),
+            a.start,
+            a.end - a.start,
+            json!({"correlation": a.corr, "stack": store.frame_strings(a.stack)}),
+        )
+    }
+    /// A metadata event.
+    fn meta(name: &'a str, pid: Value, args: Value) -> Self {
+        Ev {
+            ph: "M",
+            cat: None,
+            name,
+            pid,
+            tid: None,
+            ts: None,
+            dur: None,
+            id: None,
+            bp: None,
+            args,
+        }
+    }
     fn flow(ph: &'a str, id: u32, pid: Value, tid: Value, ts: Ns) -> Self {
         Ev {
             ph,
@@ -89,6 +117,10 @@ pub struct Written {
     pub ops: u64,
     pub launches: u64,
     pub gaps: u64,
+    /// Synchronization and wait calls.
+    pub blocking: u64,
+    /// CPU spans (python_function and operator events of torch.profiler traces).
+    pub spans: u64,
 }
 
 /// Writes the window [lo, hi) of the store.
@@ -125,12 +157,12 @@ pub fn write(
         let k = lane.key;
         let proc = &store.procs[k.proc as usize];
         devices.insert(k.device);
+        // The window's ops, and on each side the op next to them: the gaps at the window's
+        // edges lie between those and the window's first and last ops, and the re-opened
+        // export must find them again.
         let a = lane.lower_bound(lo).saturating_sub(1);
-        let b = lane.lower_bound(hi);
+        let b = (lane.lower_bound(hi) + 1).min(lane.ops.len());
         for op in lane.ops.range(a..b) {
-            if op.end < lo || op.start >= hi {
-                continue;
-            }
             let cat = match op.kind {
                 OpKind::Kernel => "kernel",
                 OpKind::Memcpy => "gpu_memcpy",
@@ -151,18 +183,7 @@ pub fn write(
             )?;
             n.ops += 1;
             if let Some(api) = proc.api_by_corr(op.corr) {
-                emit(
-                    &mut out,
-                    Ev::x(
-                        "cuda_runtime",
-                        store.names.get(api.name),
-                        json!(proc.pid),
-                        json!(api.tid),
-                        api.start,
-                        api.end - api.start,
-                        json!({"correlation": api.corr, "stack": store.frame_strings(api.stack)}),
-                    ),
-                )?;
+                emit(&mut out, Ev::api(store, proc.pid, api))?;
                 emit(
                     &mut out,
                     Ev::flow("s", api.corr, json!(proc.pid), json!(api.tid), api.start),
@@ -177,11 +198,14 @@ pub fn write(
         let mut gaps = Vec::new();
         analysis::lane_gaps(store, li, Window::new(lo, hi), cfg, |g| gaps.push(g));
         for g in gaps {
+            // The launch stack and call; the op after the gap is named short here (its event
+            // on the GPU track has the full name), since long template names repeated on
+            // every gap were a third of an export.
             let mut frames = store.frame_strings(g.stack);
             if g.api != 0 {
                 frames.push(store.names.get(g.api).to_string());
             }
-            frames.push(store.names.get(g.op_name).to_string());
+            let before = crate::views::short_kernel(store.names.get(g.op_name));
             emit(
                 &mut out,
                 Ev::x(
@@ -192,27 +216,81 @@ pub fn write(
                     g.start,
                     g.dur(),
                     json!({"cause": g.category.as_str(), "reason": g.reason.as_str(),
+                       "before": before, "correlation": store.lanes[li].ops[g.next].corr,
                        "frames": frames, "cpu_frames": store.frame_strings(g.cpu_stack)}),
                 ),
             )?;
             n.gaps += 1;
         }
     }
+    // Synchronizations and waits: no op carries them, and they explain gaps (reason `sync`,
+    // `event_wait`), so the re-opened export must have them too.
+    for proc in &store.procs {
+        let first = proc.blocking.partition_point(|a| a.end <= lo);
+        for a in proc.blocking[first..].iter().filter(|a| a.start < hi) {
+            emit(&mut out, Ev::api(store, proc.pid, a))?;
+            n.blocking += 1;
+        }
+    }
+    // CPU spans (traces from torch.profiler have them): what each thread was doing, which the
+    // re-opened export needs to say what the CPU did during a gap.
+    for proc in &store.procs {
+        let mut tids: Vec<_> = proc.spans.keys().copied().collect();
+        tids.sort_unstable();
+        for tid in tids {
+            let spans = &proc.spans[&tid];
+            for sp in spans.iter().filter(|sp| sp.end > lo && sp.start < hi) {
+                emit(
+                    &mut out,
+                    Ev::x(
+                        "python_function",
+                        store.names.get(store.stacks.node(sp.stack).frame),
+                        json!(proc.pid),
+                        json!(tid),
+                        sp.start,
+                        sp.end - sp.start,
+                        Value::Null,
+                    ),
+                )?;
+                n.spans += 1;
+            }
+        }
+    }
+    // Each profiled process's name as Perfetto shows it, with its label and rank for
+    // `gaptop open` (torch.profiler names them all "python3").
+    for proc in &store.procs {
+        let shown = if proc.rank >= 0 {
+            format!("rank {}: {}", proc.rank, proc.label)
+        } else {
+            proc.label.clone()
+        };
+        let rank = (proc.rank >= 0).then_some(proc.rank);
+        emit(
+            &mut out,
+            Ev::meta(
+                "process_name",
+                json!(proc.pid),
+                json!({"name": shown, "gaptop_label": proc.label, "gaptop_rank": rank}),
+            ),
+        )?;
+    }
+    // The window itself: `gaptop open` shows and analyses exactly it, not its ops' span.
+    emit(
+        &mut out,
+        Ev::meta(
+            "gaptop_window",
+            json!("gaptop gaps"),
+            json!({"from_ns": lo, "to_ns": hi}),
+        ),
+    )?;
     for d in devices {
         emit(
             &mut out,
-            Ev {
-                ph: "M",
-                cat: None,
-                name: "process_name",
-                pid: json!(d),
-                tid: None,
-                ts: None,
-                dur: None,
-                id: None,
-                bp: None,
-                args: json!({"name": format!("GPU {d}")}),
-            },
+            Ev::meta(
+                "process_name",
+                json!(d),
+                json!({"name": format!("GPU {d}")}),
+            ),
         )?;
     }
     writeln!(out, "\n],")?;
@@ -252,28 +330,51 @@ fn sanitize(s: &str) -> String {
     }
 }
 
-/// `gaptop-<source>-<time>.json` in the export directory.
+/// `gaptop-<source>-<time>.json.gz` in the export directory: gzipped, because a launch-bound
+/// window takes about 2 KB of JSON per kernel (as torch.profiler's own traces do) and
+/// compresses about twentyfold; Perfetto, chrome://tracing and `gaptop open` read it as is.
 pub fn export_path(dir: &Path, source: &str) -> PathBuf {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
     let base = source.split('.').next().unwrap_or(source);
-    let mut p = dir.join(format!("gaptop-{}-{secs}.json", sanitize(base)));
+    let mut p = dir.join(format!("gaptop-{}-{secs}.json.gz", sanitize(base)));
     let mut i = 1;
     while p.exists() {
-        p = dir.join(format!("gaptop-{}-{secs}-{i}.json", sanitize(base)));
+        p = dir.join(format!("gaptop-{}-{secs}-{i}.json.gz", sanitize(base)));
         i += 1;
     }
     p
 }
 
+/// Writes the window [lo, hi) to `path`, gzipped when its name ends in `.gz`.
+pub fn write_file(
+    store: &Store,
+    lo: Ns,
+    hi: Ns,
+    cfg: &Config,
+    path: &Path,
+) -> anyhow::Result<Written> {
+    let f = std::fs::File::create(path)
+        .with_context(|| format!("{}: cannot create", path.display()))?;
+    let gz = path.extension().is_some_and(|e| e == "gz");
+    let n = if gz {
+        let mut z = flate2::write::GzEncoder::new(f, flate2::Compression::fast());
+        let n = write(store, lo, hi, cfg, &mut z)?;
+        z.finish()
+            .with_context(|| format!("{}: cannot write", path.display()))?;
+        n
+    } else {
+        write(store, lo, hi, cfg, f)?
+    };
+    Ok(n)
+}
+
 /// Writes the app's visible window; returns the file written.
 pub fn export_window(app: &App) -> anyhow::Result<PathBuf> {
     let path = export_path(&app.export_dir, &app.store.source);
-    let f = std::fs::File::create(&path)
-        .with_context(|| format!("cannot create {}", path.display()))?;
-    write(&app.store, app.lo, app.hi, &app.cfg, f)?;
+    write_file(&app.store, app.lo, app.hi, &app.cfg, &path)?;
     Ok(path)
 }
 

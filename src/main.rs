@@ -86,7 +86,7 @@ enum Cmd {
         #[arg(last = true, required = true)]
         cmd: Vec<String>,
     },
-    /// Write a window of a trace or recording as Chrome trace JSON (Perfetto, chrome://tracing)
+    /// Write a window of a trace or recording as Chrome trace JSON (Perfetto, chrome://tracing); gzipped when OUTPUT ends in .gz
     Export {
         file: PathBuf,
         #[command(flatten)]
@@ -258,13 +258,17 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if to <= from {
                 anyhow::bail!("--to must be after --from");
             }
-            let f = std::fs::File::create(&output)
-                .map_err(|e| anyhow::anyhow!("{}: cannot create: {e}", output.display()))?;
-            let n = gaptop::export::write(&store, from, to, &Config::default(), f)?;
+            let n = gaptop::export::write_file(&store, from, to, &Config::default(), &output)?;
+            let spans = if n.spans > 0 {
+                format!(", {} CPU spans", n.spans)
+            } else {
+                String::new()
+            };
             eprintln!(
-                "gaptop: wrote {} ops, {} launches, {} gaps -> {}",
+                "gaptop: wrote {} ops, {} launches, {} syncs and waits{spans}, {} gaps -> {}",
                 n.ops,
                 n.launches,
+                n.blocking,
                 n.gaps,
                 output.display()
             );

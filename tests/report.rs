@@ -516,3 +516,81 @@ fn folded_stacks_carry_all_gap_time_for_flame_graphs() {
         assert_eq!(total, idle, "{}", path.display());
     }
 }
+
+/// `gaptop export SRC -o OUT [--from A --to B]`; the export must succeed.
+fn export(src: &Path, out: &Path, window: &[&str]) {
+    let o = Command::new(bin())
+        .arg("export")
+        .arg(src)
+        .arg("-o")
+        .arg(out)
+        .args(window)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// A report with what names the source, and where its clock starts, taken out.
+fn analysis(mut j: Value) -> Value {
+    let o = j.as_object_mut().unwrap();
+    for k in ["source", "origin_ns", "window"] {
+        o.remove(k);
+    }
+    for g in o["top_gaps"].as_array_mut().unwrap() {
+        g.as_object_mut().unwrap().remove("start_ns");
+    }
+    j
+}
+
+/// An export opened again gives the analysis of the window it was taken from: every process
+/// of a two-rank recording with its label and rank, the syncs that explain gaps, the CPU spans
+/// of a torch.profiler trace, and the gaps at the window's edges; gzipped or not.
+#[test]
+fn exports_reopen_with_the_analysis_they_were_taken_from() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempdir();
+    let kineto = root.join("../shared/traces/kineto-launchbound.json.gz");
+    for (src, window, out) in [
+        (root.join("assets/ddp2.rec"), vec![], "ddp2.json.gz"),
+        (root.join("assets/planted.rec"), vec![], "planted.json"),
+        (kineto.clone(), vec![], "kineto.json.gz"),
+        (
+            kineto,
+            vec!["--from", "20ms", "--to", "30ms"],
+            "window.json.gz",
+        ),
+    ] {
+        let out = dir.join(out);
+        export(&src, &out, &window);
+        let want = report_json(&src, &window);
+        let got = report_json(&out, &[]);
+        assert_eq!(
+            analysis(got.clone()),
+            analysis(want.clone()),
+            "{} re-opened differs",
+            out.display()
+        );
+        if !window.is_empty() {
+            assert_eq!(got["window"]["from_ns"], 0);
+            assert_eq!(
+                got["window"]["to_ns"], 10_000_000,
+                "the window, not its ops"
+            );
+        }
+    }
+    // The two ranks of the recording were checked as processes above; say it outright.
+    let j = report_json(&dir.join("ddp2.json.gz"), &[]);
+    let ranks: Vec<i64> = j["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["rank"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ranks.len(), 2, "{}", j["processes"]);
+    assert!(ranks.contains(&0) && ranks.contains(&1), "{ranks:?}");
+    // Gzipped means gzipped: the magic bytes.
+    let head = std::fs::read(dir.join("ddp2.json.gz")).unwrap();
+    assert_eq!(&head[..2], &[0x1f, 0x8b]);
+    assert_eq!(std::fs::read(dir.join("planted.json")).unwrap()[0], b'{');
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -164,15 +164,20 @@ fn open_zoom_walk_export_quit() {
     assert_eq!(files.len(), 1, "{line}");
     let name = files[0].file_name().unwrap().to_string_lossy().into_owned();
     assert!(
-        name.starts_with("gaptop-multi_stream-") && name.ends_with(".json"),
+        name.starts_with("gaptop-multi_stream-") && name.ends_with(".json.gz"),
         "{name}"
     );
-    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&files[0]).unwrap()).unwrap();
+    let j: serde_json::Value = serde_json::from_reader(flate2::read::GzDecoder::new(
+        std::fs::File::open(&files[0]).unwrap(),
+    ))
+    .expect("a gzipped JSON trace");
     let evs = j["traceEvents"].as_array().unwrap();
     let count = |cat: &str| evs.iter().filter(|e| e["cat"] == cat).count();
     assert_eq!(count("kernel"), 5);
     assert_eq!(count("gpu_memcpy"), 1);
-    assert_eq!(count("cuda_runtime"), 6);
+    // Six launches and the stream synchronization, and the trace's three Python spans.
+    assert_eq!(count("cuda_runtime"), 7);
+    assert_eq!(count("python_function"), 3);
     assert_eq!(count("gaptop_gap"), 4);
     assert_eq!(
         evs.iter().filter(|e| e["ph"] == "s").count(),
@@ -181,6 +186,22 @@ fn open_zoom_walk_export_quit() {
     );
     assert_eq!(j["gaptop"]["window"]["from_ns"], 1_000_010_000i64);
     assert_eq!(j["gaptop"]["window"]["to_ns"], 1_000_160_000i64);
+    // Each gap names the op it ends before, shortened, with that op's correlation id.
+    let gap = evs
+        .iter()
+        .find(|e| e["cat"] == "gaptop_gap" && e["args"]["frames"][1] == "model.py(30): mlp")
+        .expect("a gap launched from mlp");
+    let corr = &gap["args"]["correlation"];
+    let op = evs
+        .iter()
+        .find(|e| e["cat"] == "kernel" && &e["args"]["correlation"] == corr)
+        .expect("the op after the gap");
+    let before = gap["args"]["before"].as_str().unwrap();
+    let full = op["name"].as_str().unwrap();
+    assert!(
+        full.starts_with(before) && full.len() > before.len() && !before.contains('('),
+        "{before} for {full}"
+    );
     // The export opens again with the same analysis (round trip).
     let rep = Command::new(env!("CARGO_BIN_EXE_gaptop"))
         .args(["report", "--format", "json"])

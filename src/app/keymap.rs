@@ -87,7 +87,7 @@ impl Action {
         (
             Action::Export,
             "export",
-            "export the visible window to JSON",
+            "export the visible window to Chrome trace JSON (.json.gz)",
         ),
         (Action::Help, "help", "show or hide this help"),
         (

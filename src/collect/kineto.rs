@@ -33,6 +33,8 @@ struct RawArgs<'a> {
     stream: Option<&'a [u8]>,
     graph_id: Option<&'a [u8]>,
     stack: Option<&'a [u8]>,
+    /// The profiled process of a GPU op (gaptop's exports, which may hold several).
+    process: Option<&'a [u8]>,
 }
 
 fn skip_ws(b: &[u8], mut i: usize) -> usize {
@@ -208,8 +210,8 @@ impl Builder {
         let (ph, cat) = (ph.as_ref(), cat.as_ref());
         if ph != "X" {
             match ph {
-                "s" | "f" | "t" => {}
-                "M" | "i" | "I" => {}
+                "M" => self.process_meta(&ev)?,
+                "s" | "f" | "t" | "i" | "I" => {}
                 _ => self.store.skip(&format!("phase {ph:?}")),
             }
             return Ok(());
@@ -258,6 +260,7 @@ impl Builder {
                 b"stream" => args.stream = Some(v),
                 b"graph id" => args.graph_id = Some(v),
                 b"stack" => args.stack = Some(v),
+                b"process" => args.process = Some(v),
                 _ => {}
             })
             .map_err(|e| format!("{cat} {name:?}: unreadable args: {e}"))?;
@@ -275,8 +278,12 @@ impl Builder {
                 .ok_or_else(|| format!("{cat} {name:?}: no stream"))?;
             let corr = int_of(args.correlation).unwrap_or(0);
             let nm = self.store.names.intern(name);
+            let proc = match int_of(args.process) {
+                Some(pid) => self.proc_of(pid.clamp(0, u32::MAX as i64) as u32),
+                None => 0,
+            };
             let lane = self.store.lane_id(LaneKey {
-                proc: 0,
+                proc,
                 device: device.clamp(0, u32::MAX as i64) as u32,
                 stream: stream.clamp(0, u32::MAX as i64) as u32,
             });
@@ -298,11 +305,20 @@ impl Builder {
                 .clamp(0, u32::MAX as i64) as u32;
             let nm = self.store.names.intern(name);
             if is_api {
-                if self.store.procs[0].pid == 0 {
-                    if let Some(pid) = int_of(ev.pid) {
-                        self.store.procs[0].pid = pid.clamp(0, u32::MAX as i64) as u32;
-                    }
-                }
+                // A process its ops named (gaptop's exports), else the trace's one process.
+                let pid = int_of(ev.pid).map(|p| p.clamp(0, u32::MAX as i64) as u32);
+                let proc = match pid {
+                    Some(pid) => match self.store.procs.iter().position(|p| p.pid == pid) {
+                        Some(i) => i as u32,
+                        None => {
+                            if self.store.procs[0].pid == 0 {
+                                self.store.procs[0].pid = pid;
+                            }
+                            0
+                        }
+                    },
+                    None => 0,
+                };
                 let corr = int_of(args.correlation).unwrap_or(0);
                 let mut stack = 0;
                 let frames: Option<Vec<String>> = match args.stack {
@@ -320,7 +336,7 @@ impl Builder {
                 }
                 // A stack of 0 is filled in from the CPU spans in `finish`.
                 self.store.push_api_unsorted(
-                    0,
+                    proc,
                     ApiCall {
                         start: ts,
                         end: ts + dur,
@@ -341,6 +357,75 @@ impl Builder {
             }
         }
         Ok(())
+    }
+
+    /// The process of `pid`: the trace's first one until it has a pid, then one per pid.
+    fn proc_of(&mut self, pid: u32) -> u32 {
+        if let Some(i) = self.store.procs.iter().position(|p| p.pid == pid) {
+            return i as u32;
+        }
+        if self.store.procs[0].pid == 0 {
+            self.store.procs[0].pid = pid;
+            return 0;
+        }
+        let label = self.store.source.clone();
+        self.store.add_process(pid, -1, &label)
+    }
+
+    /// A gaptop export's `process_name` metadata gives a process its label and rank back.
+    /// Other traces' metadata (torch.profiler names every process "python3") is left alone.
+    fn process_meta(&mut self, ev: &RawEvent) -> Result<(), String> {
+        let name = ev.name.map(string_of).transpose()?;
+        if name.as_deref() == Some("gaptop_window") {
+            return self.window_meta(ev);
+        }
+        if name.as_deref() != Some("process_name") {
+            return Ok(());
+        }
+        let (Some(args), Some(pid)) = (ev.args, int_of(ev.pid)) else {
+            return Ok(());
+        };
+        let (mut label, mut rank) = (None, None);
+        members(args, |k, v| match k {
+            b"gaptop_label" => label = Some(v),
+            b"gaptop_rank" => rank = int_of(Some(v)),
+            _ => {}
+        })
+        .map_err(|e| format!("process metadata: unreadable args: {e}"))?;
+        let Some(label) = label else {
+            return Ok(());
+        };
+        let label = string_of(label).map_err(|e| format!("process metadata: {e}"))?;
+        if let Some(p) = self
+            .store
+            .procs
+            .iter_mut()
+            .find(|p| i64::from(p.pid) == pid)
+        {
+            p.label = label.into_owned();
+            p.rank = rank.unwrap_or(-1).clamp(-1, i32::MAX as i64) as i32;
+        }
+        Ok(())
+    }
+
+    /// A gaptop export's window: the re-opened capture is that window, not its ops' span.
+    fn window_meta(&mut self, ev: &RawEvent) -> Result<(), String> {
+        let (mut from, mut to) = (None, None);
+        if let Some(args) = ev.args {
+            members(args, |k, v| match k {
+                b"from_ns" => from = int_of(Some(v)),
+                b"to_ns" => to = int_of(Some(v)),
+                _ => {}
+            })
+            .map_err(|e| format!("gaptop_window: unreadable args: {e}"))?;
+        }
+        match (from, to) {
+            (Some(f), Some(t)) if f < t => {
+                self.store.window = Some((f, t));
+                Ok(())
+            }
+            _ => Err("gaptop_window: needs from_ns < to_ns".into()),
+        }
     }
 
     /// Builds span nesting and stacks, attaches a stack to every API call, sorts lanes.

@@ -427,6 +427,9 @@ pub struct Store {
     pub generation: u64,
     /// Source description for status lines.
     pub source: String,
+    /// The capture's extent when a source fixes it (an exported window); otherwise it is the
+    /// span of its ops.
+    pub window: Option<(Ns, Ns)>,
 }
 
 impl Default for Store {
@@ -452,6 +455,7 @@ impl Store {
             total_ops: 0,
             generation: 0,
             source: String::new(),
+            window: None,
         }
     }
 
@@ -645,8 +649,12 @@ impl Store {
         }
     }
 
-    /// Time span covered by the ops in the store: (first start, last end).
+    /// Time span of the capture: the window a source fixed (an exported window), else the
+    /// span of its ops (first start, last end).
     pub fn span(&self) -> Option<(Ns, Ns)> {
+        if let Some(w) = self.window {
+            return self.lanes.iter().any(|l| !l.ops.is_empty()).then_some(w);
+        }
         let mut lo = Ns::MAX;
         let mut hi = Ns::MIN;
         for l in &self.lanes {
