@@ -348,6 +348,26 @@ fn an_outlier_gap_is_called_a_one_off() {
     assert!(screen.contains("│launch_bound: fuse"), "{screen}");
 }
 
+/// On a short details pane the launch stack still fills its line: how many frames it shows is
+/// a matter of width, not of the pane's height.
+#[test]
+fn the_launch_stack_line_uses_its_width_on_a_short_pane() {
+    let mut a = recording("gpt2.rec");
+    a.update(Action::BiggestGap);
+    for h in [37, 50] {
+        let screen = render(&mut a, 120, h);
+        let line = screen
+            .lines()
+            .find(|l| l.contains("launch stack: "))
+            .unwrap_or_else(|| panic!("no launch stack in\n{screen}"));
+        assert!(
+            line.contains("Conv1D.forward  pytorch_utils.py:119 ‹ GPT2Attention.forward")
+                && line.contains("‹ GPT2Block.forward"),
+            "{h} rows: {line}"
+        );
+    }
+}
+
 /// GPT-2's stacks are a dozen frames deep: at 100 columns the tree pane is half the screen, and
 /// every frame on the biggest gap's path must still be named there, the deepest too.
 #[test]

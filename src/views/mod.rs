@@ -556,7 +556,6 @@ pub fn details(f: &mut Frame, area: Rect, app: &App) {
         w,
     ));
     let frames = app.store.frame_strings(g.stack);
-    let room = (inner.height as usize).saturating_sub(4).max(1);
     // Python (and API) frames on one line, native ones (`--native`) on the next; native
     // frames that could not be named say nothing and are left out.
     let (native, rest): (Vec<&String>, Vec<&String>) =
@@ -565,7 +564,6 @@ pub fn details(f: &mut Frame, area: Rect, app: &App) {
         .iter()
         .rev()
         .filter(|f| !crate::app::is_plumbing(f))
-        .take(room.max(2))
         .map(|f| crate::app::pretty_frame(f))
         .collect();
     lines.push(Line::styled(
@@ -598,7 +596,6 @@ pub fn details(f: &mut Frame, area: Rect, app: &App) {
         .iter()
         .rev()
         .filter(|f| !crate::app::is_unnamed_native(f))
-        .take(room.max(2))
         .map(|f| f.as_str())
         .collect();
     if !named.is_empty() {
