@@ -144,6 +144,9 @@ pub fn gap_json(store: &Store, g: &Gap, origin: Ns) -> JsonGap {
     }
 }
 
+/// Frames of a top stack the text report prints (innermost ones; JSON has them all).
+const TEXT_STACK_FRAMES: usize = 8;
+
 /// Top stacks by gap time: (frames, gaps, gap_ns).
 pub fn top_stacks(store: &Store, s: &Summary, n: usize) -> Vec<JsonStack> {
     let mut v: Vec<_> = s.stacks.iter().collect();
@@ -431,8 +434,19 @@ pub fn text(j: &JsonReport) -> String {
             pctf(s.gap_ns, total),
             s.gaps
         );
-        let n = s.frames.len();
-        for (i, f) in s.frames.iter().enumerate().skip(n.saturating_sub(5)) {
+        // The innermost frames, framework plumbing left out as in the UI's tree, so that the
+        // modules that launched show rather than nn.Module's call machinery.
+        let shown: Vec<&String> = s
+            .frames
+            .iter()
+            .filter(|f| !crate::app::is_plumbing(f))
+            .collect();
+        let n = shown.len();
+        let skip = n.saturating_sub(TEXT_STACK_FRAMES);
+        if skip > 0 {
+            let _ = writeln!(o, "        … {skip} outer frames");
+        }
+        for (i, f) in shown.iter().enumerate().skip(skip) {
             let _ = writeln!(
                 o,
                 "      {}{}",

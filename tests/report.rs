@@ -594,3 +594,28 @@ fn exports_reopen_with_the_analysis_they_were_taken_from() {
     assert_eq!(std::fs::read(dir.join("planted.json")).unwrap()[0], b'{');
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The text report's top stacks show the modules that launched, not nn.Module's and
+/// transformers' call wrappers: on GPT-2 the two heaviest stacks are told apart by the
+/// attention and MLP modules above the same Conv1D.
+#[test]
+fn text_stacks_name_the_modules_without_the_wrappers() {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/gpt2.rec");
+    let text = String::from_utf8(report_out(&p, "text", &[])).unwrap();
+    let stacks = text
+        .split("Top stacks by gap time")
+        .nth(1)
+        .and_then(|s| s.split("\nTop gaps").next())
+        .unwrap();
+    for wrapper in [
+        "module.py(",
+        "output_capturing.py(",
+        "GradientCheckpointingLayer.__call__",
+    ] {
+        assert!(!stacks.contains(wrapper), "{wrapper} in\n{stacks}");
+    }
+    let blocks: Vec<&str> = stacks.split(" gaps\n").skip(1).take(2).collect();
+    assert!(blocks[0].contains("GPT2Attention.forward"), "{stacks}");
+    assert!(blocks[1].contains("GPT2MLP.forward"), "{stacks}");
+    assert!(blocks[0].contains("Conv1D.forward") && blocks[1].contains("Conv1D.forward"));
+}

@@ -893,7 +893,10 @@ pub fn is_unnamed_native(frame: &str) -> bool {
 pub fn is_plumbing(frame: &str) -> bool {
     frame.starts_with("torch/nn/modules/module.py(")
         || frame.starts_with("transformers/utils/generic.py(")
+        || frame.starts_with("transformers/utils/output_capturing.py(")
         || frame.starts_with("torch/utils/_contextlib.py(")
+        || (frame.starts_with("transformers/modeling_layers.py(")
+            && frame.ends_with("GradientCheckpointingLayer.__call__"))
 }
 
 /// Visible children of a node: hidden (plumbing) children are replaced by their own visible
