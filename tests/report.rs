@@ -235,6 +235,20 @@ fn malformed_inputs_fail_with_one_line() {
     fails_with(b"{\"hello\": 1}", "notatrace.json", "not a trace");
     fails_with(b"\x89PNG\r\n\x1a\n\0\0\0", "image.png", "invalid JSON");
     fails_with(b"GAPTOPR1", "empty.rec", "no GPU ops");
+    let k = r#"{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":1,"dur":1,"args":{"device":0,"stream":7}}"#;
+    fails_with(
+        format!(r#"{{"traceEvents": [{{"ph":"M","name":"gaptop_window","args":{{"from_ns":5,"to_ns":1}}}},{k}]}}"#)
+            .as_bytes(),
+        "window.json",
+        "gaptop_window: needs from_ns < to_ns",
+    );
+    // Metadata gaptop does not own may be odd; it is passed over.
+    let odd = input_file(
+        "odd_meta.json",
+        format!(r#"{{"traceEvents": [{{"ph":"M","name":5}},{{"ph":"M","name":"process_name","pid":1,"args":7}},{k}]}}"#)
+            .as_bytes(),
+    );
+    assert_eq!(report_json(&odd, &[])["gpu_ops"], 1);
     let out = Command::new(bin())
         .args(["report", "/nonexistent/x.json"])
         .output()

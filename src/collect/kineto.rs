@@ -375,7 +375,8 @@ impl Builder {
     /// A gaptop export's `process_name` metadata gives a process its label and rank back.
     /// Other traces' metadata (torch.profiler names every process "python3") is left alone.
     fn process_meta(&mut self, ev: &RawEvent) -> Result<(), String> {
-        let name = ev.name.map(string_of).transpose()?;
+        // Other traces' metadata is not gaptop's to judge: an odd one is passed over.
+        let name = ev.name.and_then(|v| string_of(v).ok());
         if name.as_deref() == Some("gaptop_window") {
             return self.window_meta(ev);
         }
@@ -386,13 +387,12 @@ impl Builder {
             return Ok(());
         };
         let (mut label, mut rank) = (None, None);
-        members(args, |k, v| match k {
+        let read = members(args, |k, v| match k {
             b"gaptop_label" => label = Some(v),
             b"gaptop_rank" => rank = int_of(Some(v)),
             _ => {}
-        })
-        .map_err(|e| format!("process metadata: unreadable args: {e}"))?;
-        let Some(label) = label else {
+        });
+        let (Ok(()), Some(label)) = (read, label) else {
             return Ok(());
         };
         let label = string_of(label).map_err(|e| format!("process metadata: {e}"))?;
