@@ -117,6 +117,40 @@ impl Action {
         ),
     ];
 
+    /// A description of at most 28 characters, for the help's columns on an 80-column screen.
+    pub fn brief(self) -> &'static str {
+        match self {
+            Action::Quit => "quit",
+            Action::Pause => "pause / resume (to now)",
+            Action::ZoomIn => "zoom in at the cursor",
+            Action::ZoomOut => "zoom out at the cursor",
+            Action::PanLeft => "pan left",
+            Action::PanRight => "pan right",
+            Action::Left => "pan left; tree: collapse",
+            Action::Right => "pan right; tree: expand",
+            Action::Up => "previous row",
+            Action::Down => "next row",
+            Action::NextGap => "next gap (of the tree node)",
+            Action::PrevGap => "prev. gap (of the tree node)",
+            Action::BiggestGap => "the biggest gap",
+            Action::Enter => "zoom to gap; tree: its gaps",
+            Action::ZoomAll => "whole capture; follow live",
+            Action::FocusNext => "next pane",
+            Action::FocusPrev => "previous pane",
+            Action::Invert => "invert the tree (bottom-up)",
+            Action::Export => "export window (.json.gz)",
+            Action::Help => "this help",
+            Action::ThresholdUp => "hide more short gaps",
+            Action::ThresholdDown => "show shorter gaps",
+            Action::Sort => "sort gaps: duration / time",
+            Action::Clear => "clear node filter; close",
+            Action::Search => "search the tree (⏎ next)",
+            Action::SearchChar(_) | Action::SearchBack | Action::SearchNext | Action::SearchEnd => {
+                ""
+            }
+        }
+    }
+
     pub fn name(self) -> &'static str {
         Self::ALL
             .iter()
@@ -328,6 +362,18 @@ impl KeyMap {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn every_bindable_action_has_a_brief_that_fits_an_80_column_help() {
+        for (a, name, what) in Action::ALL {
+            let b = a.brief();
+            assert!(!b.is_empty() && b.chars().count() <= 28, "{name}: {b:?}");
+            assert!(
+                b.chars().count() <= what.chars().count(),
+                "{name}: brief longer"
+            );
+        }
+    }
+
     use super::*;
 
     fn ev(code: KeyCode, mods: KeyModifiers) -> KeyEvent {

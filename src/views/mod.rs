@@ -808,14 +808,25 @@ pub fn status(f: &mut Frame, area: Rect, app: &App) {
 
 /// Every key, from the key map in use; two columns when the terminal is short.
 pub fn help(f: &mut Frame, area: Rect, app: &App) {
+    let two = area.height < Action::ALL.len() as u16 + 4;
+    // Each description whole where its column holds it, else its brief form.
+    let room = if two {
+        (area.width as usize - 2) / 2 - 1
+    } else {
+        73.min(area.width as usize - 2)
+    };
     let entries: Vec<String> = Action::ALL
         .iter()
         .map(|(a, _, what)| {
             let keys = app.keys.keys_for(*a).join(" ");
+            let what = if 10 + what.chars().count() <= room {
+                what
+            } else {
+                a.brief()
+            };
             format!("{:>9} {}", short(&keys, 9), what)
         })
         .collect();
-    let two = area.height < entries.len() as u16 + 4;
     let per_col = if two {
         entries.len().div_ceil(2)
     } else {
