@@ -647,3 +647,33 @@ fn tree_search_selects_matches_in_order() {
     let s = render(&mut a, 120, 40);
     assert!(!s.contains(" SEARCH "), "{s}");
 }
+
+/// A torch.profiler trace of a script started through runpy: the interpreter's machinery
+/// between the launcher and the script is not a row of the tree; the script's module and its
+/// `rope` are.
+#[test]
+fn runpy_frames_are_not_tree_rows() {
+    let p =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/traces/kineto-launchbound.json.gz");
+    let mut a = App::new(load_path(&p, usize::MAX).unwrap(), SourceState::File);
+    a.refresh(true);
+    a.update(Action::BiggestGap);
+    a.update(Action::FocusNext);
+    let s = render(&mut a, 120, 36);
+    assert!(!s.contains("<frozen runpy>"), "{s}");
+    assert!(!s.contains("<built-in function exec>"), "{s}");
+    let rows: Vec<&str> = s
+        .lines()
+        .filter_map(|l| l.split_once("││").map(|(_, t)| t))
+        .collect();
+    let at = |name: &str| rows.iter().position(|r| r.contains(name));
+    let (launcher, script, rope) = (
+        at("<module>  kineto.py:8"),
+        at("<module>  launchbound.py:0"),
+        at("rope  launchbound.py:6"),
+    );
+    assert!(
+        launcher.is_some() && launcher < script && script < rope,
+        "{s}"
+    );
+}

@@ -897,6 +897,9 @@ pub fn is_plumbing(frame: &str) -> bool {
         || frame.starts_with("torch/utils/_contextlib.py(")
         || (frame.starts_with("transformers/modeling_layers.py(")
             && frame.ends_with("GradientCheckpointingLayer.__call__"))
+        // How `python -m` and runpy-based launchers reach a script's code.
+        || frame.starts_with("<frozen runpy>(")
+        || frame == "<built-in function exec>"
 }
 
 /// Visible children of a node: hidden (plumbing) children are replaced by their own visible
