@@ -104,6 +104,19 @@ fn fuzz_kineto_importer() {
             .unwrap();
         seeds.push(text.as_bytes()[..200_000].to_vec());
     }
+    // gaptop's own exports: several processes, their metadata and the window.
+    for (rec, ms) in [
+        ("assets/ddp2.rec", 40),
+        ("tests/fixtures/multi_stream.json", 1),
+    ] {
+        let st = gaptop::collect::load_path(&root().join(rec), usize::MAX).unwrap();
+        let (lo, hi) = st.span().unwrap();
+        let mut out = Vec::new();
+        let cfg = gaptop::collect::analysis::Config::default();
+        gaptop::export::write(&st, lo, hi.min(lo + ms * 1_000_000), &cfg, &mut out).unwrap();
+        assert!(out.len() < 400_000, "{rec}: seed of {} bytes", out.len());
+        seeds.push(out);
+    }
     run("kineto", &seeds, |b| {
         let _ = kineto::load_reader(b, "fuzz", usize::MAX);
     });
