@@ -131,6 +131,19 @@ pub fn write(
     cfg: &Config,
     out: impl Write,
 ) -> anyhow::Result<Written> {
+    write_copy(&store.window_copy(lo, hi), lo, hi, cfg, out)
+}
+
+/// Writes the window [lo, hi) from `copy`, a [`Store::window_copy`] of it: every op and call
+/// it holds (the window's, and the neighbours its edge gaps need), the CPU spans that overlap
+/// the window.
+fn write_copy(
+    store: &Store,
+    lo: Ns,
+    hi: Ns,
+    cfg: &Config,
+    out: impl Write,
+) -> anyhow::Result<Written> {
     let mut out = std::io::BufWriter::new(out);
     let mut n = Written::default();
     let (_, report) = crate::report::build(
@@ -160,9 +173,7 @@ pub fn write(
         // The window's ops, and on each side the op next to them: the gaps at the window's
         // edges lie between those and the window's first and last ops, and the re-opened
         // export must find them again.
-        let a = lane.lower_bound(lo).saturating_sub(1);
-        let b = (lane.lower_bound(hi) + 1).min(lane.ops.len());
-        for op in lane.ops.range(a..b) {
+        for op in &lane.ops {
             let cat = match op.kind {
                 OpKind::Kernel => "kernel",
                 OpKind::Memcpy => "gpu_memcpy",
@@ -226,8 +237,7 @@ pub fn write(
     // Synchronizations and waits: no op carries them, and they explain gaps (reason `sync`,
     // `event_wait`), so the re-opened export must have them too.
     for proc in &store.procs {
-        let first = proc.blocking.partition_point(|a| a.end <= lo);
-        for a in proc.blocking[first..].iter().filter(|a| a.start < hi) {
+        for a in &proc.blocking {
             emit(&mut out, Ev::api(store, proc.pid, a))?;
             n.blocking += 1;
         }
@@ -356,26 +366,73 @@ pub fn write_file(
     cfg: &Config,
     path: &Path,
 ) -> anyhow::Result<Written> {
+    copy_to_file(&store.window_copy(lo, hi), lo, hi, cfg, path)
+}
+
+fn copy_to_file(
+    copy: &Store,
+    lo: Ns,
+    hi: Ns,
+    cfg: &Config,
+    path: &Path,
+) -> anyhow::Result<Written> {
     let f = std::fs::File::create(path)
         .with_context(|| format!("{}: cannot create", path.display()))?;
     let gz = path.extension().is_some_and(|e| e == "gz");
     let n = if gz {
         let mut z = flate2::write::GzEncoder::new(f, flate2::Compression::fast());
-        let n = write(store, lo, hi, cfg, &mut z)?;
+        let n = write_copy(copy, lo, hi, cfg, &mut z)?;
         z.finish()
             .with_context(|| format!("{}: cannot write", path.display()))?;
         n
     } else {
-        write(store, lo, hi, cfg, f)?
+        write_copy(copy, lo, hi, cfg, f)?
     };
     Ok(n)
 }
 
-/// Writes the app's visible window; returns the file written.
-pub fn export_window(app: &App) -> anyhow::Result<PathBuf> {
+/// An export being written on its own thread, from a copy of the window taken when it was
+/// asked for: a window of millions of ops takes seconds to write, and the UI (and, live, the
+/// program's data) must not wait for it.
+pub struct ExportJob {
+    pub path: PathBuf,
+    done: std::sync::mpsc::Receiver<anyhow::Result<Written>>,
+}
+
+impl ExportJob {
+    /// The outcome once the file is complete (or failed); None while it is being written.
+    pub fn poll(&self) -> Option<anyhow::Result<Written>> {
+        match self.done.try_recv() {
+            Ok(r) => Some(r),
+            Err(std::sync::mpsc::TryRecvError::Empty) => None,
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                Some(Err(anyhow::anyhow!("the export thread stopped")))
+            }
+        }
+    }
+
+    /// Waits for the file to be complete.
+    pub fn wait(self) -> anyhow::Result<Written> {
+        self.done
+            .recv()
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("the export thread stopped")))
+    }
+}
+
+/// Starts writing the app's visible window to a new file in its export directory.
+pub fn export_window(app: &App) -> anyhow::Result<ExportJob> {
     let path = export_path(&app.export_dir, &app.store.source);
-    write_file(&app.store, app.lo, app.hi, &app.cfg, &path)?;
-    Ok(path)
+    let copy = app.store.window_copy(app.lo, app.hi);
+    let (lo, hi, cfg) = (app.lo, app.hi, app.cfg);
+    let (tx, done) = std::sync::mpsc::channel();
+    let p = path.clone();
+    std::thread::Builder::new()
+        .name("gaptop-export".into())
+        .spawn(move || {
+            let _ = tx.send(copy_to_file(&copy, lo, hi, &cfg, &p));
+        })
+        .context("cannot start the export thread")?;
+    Ok(ExportJob { path, done })
 }
 
 #[cfg(test)]

@@ -633,3 +633,37 @@ fn text_stacks_name_the_modules_without_the_wrappers() {
     assert!(blocks[1].contains("GPT2MLP.forward"), "{stacks}");
     assert!(blocks[0].contains("Conv1D.forward") && blocks[1].contains("Conv1D.forward"));
 }
+
+/// What the UI exports from, a copy of the window taken on the UI thread, gives the same
+/// analysis of that window as the whole store: on every recording in assets/ and the H200
+/// trace, for the whole capture and for windows that start and end inside gaps and ops.
+#[test]
+fn a_window_copy_analyses_as_the_whole_store_does() {
+    use gaptop::collect::analysis::{Config, Window};
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut sources: Vec<PathBuf> = ["ddp2", "gpt2", "gpt2_native", "launchbound", "planted"]
+        .iter()
+        .map(|r| root.join(format!("assets/{r}.rec")))
+        .collect();
+    sources.push(root.join("../shared/traces/kineto-launchbound.json.gz"));
+    let cfg = Config::default();
+    for src in sources {
+        let st = gaptop::collect::load_path(&src, usize::MAX).unwrap();
+        let (lo, hi) = st.span().unwrap();
+        let span = hi - lo;
+        // Fractions of the span: the whole, thin slices, and one slice per tenth.
+        let mut windows = vec![(0.0, 1.0), (0.0, 0.001), (0.999, 1.0), (0.5, 0.5001)];
+        windows.extend((0..10).map(|i| (i as f64 / 10.0 + 0.013, i as f64 / 10.0 + 0.1)));
+        for (a, b) in windows {
+            let (wlo, whi) = (
+                lo + (span as f64 * a) as i64,
+                lo + (span as f64 * b).min(span as f64) as i64,
+            );
+            let copy = st.window_copy(wlo, whi);
+            let rel = Window::new(wlo - lo, whi - lo);
+            let want = serde_json::to_value(gaptop::report::build(&st, rel, &cfg, 50).1).unwrap();
+            let got = serde_json::to_value(gaptop::report::build(&copy, rel, &cfg, 50).1).unwrap();
+            assert_eq!(got, want, "{} window {a}..{b}", src.display());
+        }
+    }
+}

@@ -677,3 +677,42 @@ fn runpy_frames_are_not_tree_rows() {
         "{s}"
     );
 }
+
+/// `e` writes the export on its own thread from a copy of the window: the UI says it is being
+/// written, then that it was; an export still being written when the user quits is finished
+/// first, and the file is whole.
+#[test]
+fn exports_are_written_in_the_background_and_finished_on_quit() {
+    let dir = std::env::temp_dir().join(format!("gaptop-bg-export-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut a = recording("gpt2.rec");
+    a.export_dir = dir.clone();
+    a.update(Action::Export);
+    assert!(a.message.starts_with("exporting to "), "{}", a.message);
+    let t = std::time::Instant::now();
+    while !a.message.starts_with("exported ") {
+        assert!(t.elapsed().as_secs() < 20, "{}", a.message);
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        a.tick();
+    }
+    assert!(a.export_job.is_none());
+    // A second export (a new name: the first file exists), pending when the UI quits.
+    a.update(Action::Export);
+    let m = a.finish_export().expect("an export was pending");
+    assert!(m.starts_with("exported "), "{m}");
+    assert!(a.finish_export().is_none());
+    let files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 2, "{files:?}");
+    for f in files {
+        let j: serde_json::Value = serde_json::from_reader(flate2::read::GzDecoder::new(
+            std::fs::File::open(&f).unwrap(),
+        ))
+        .unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        assert_eq!(j["gaptop"]["gpu_ops"], 7224, "{}", f.display());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

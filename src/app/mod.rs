@@ -110,6 +110,8 @@ pub struct App {
     pub help: bool,
     pub message: String,
     pub export_dir: PathBuf,
+    /// The export being written in the background, if any.
+    pub export_job: Option<crate::export::ExportJob>,
     pub cache: Option<Cache>,
     pub quit: bool,
     /// Last lines the profiled program printed.
@@ -153,6 +155,7 @@ impl App {
             help: false,
             message: String::new(),
             export_dir: PathBuf::from("."),
+            export_job: None,
             cache: None,
             quit: false,
             output: Default::default(),
@@ -168,8 +171,34 @@ impl App {
         self.source != SourceState::File
     }
 
+    /// Says how the background export ended, once it has.
+    fn poll_export(&mut self) {
+        let Some(j) = &self.export_job else {
+            return;
+        };
+        if let Some(r) = j.poll() {
+            self.message = match r {
+                Ok(_) => format!("exported {}", j.path.display()),
+                Err(e) => format!("export failed: {e:#}"),
+            };
+            self.export_job = None;
+        }
+    }
+
+    /// Waits for an export still being written (before quitting: a half-written file would
+    /// look like a broken trace). Returns what to tell the user, if anything.
+    pub fn finish_export(&mut self) -> Option<String> {
+        let j = self.export_job.take()?;
+        let path = j.path.clone();
+        Some(match j.wait() {
+            Ok(_) => format!("exported {}", path.display()),
+            Err(e) => format!("export of {} failed: {e:#}", path.display()),
+        })
+    }
+
     /// Moves the window to follow new data (live and not paused) and refreshes the cache.
     pub fn tick(&mut self) {
+        self.poll_export();
         if let Some((slo, shi)) = self.store.span() {
             if self.follow && !self.paused {
                 let w = if self.auto_width {
@@ -703,9 +732,16 @@ impl App {
                 };
             }
             Action::Export => {
-                self.message = match crate::export::export_window(self) {
-                    Ok(p) => format!("exported {}", p.display()),
-                    Err(e) => format!("export failed: {e:#}"),
+                if let Some(j) = &self.export_job {
+                    self.message = format!("still writing {}", j.path.display());
+                } else {
+                    match crate::export::export_window(self) {
+                        Ok(j) => {
+                            self.message = format!("exporting to {}…", j.path.display());
+                            self.export_job = Some(j);
+                        }
+                        Err(e) => self.message = format!("export failed: {e:#}"),
+                    }
                 }
             }
             Action::ThresholdUp => {

@@ -224,6 +224,12 @@ pub fn run(mut app: App, mut feed: Feed, stop: Arc<AtomicBool>) -> anyhow::Resul
     let r = run_loop(&mut term, &mut app, &mut feed, &stop);
     let _ = crossterm::execute!(std::io::stdout(), crossterm::event::DisableMouseCapture);
     ratatui::restore();
+    if app.export_job.is_some() {
+        eprintln!("gaptop: finishing the export before quitting");
+    }
+    if let Some(m) = app.finish_export() {
+        eprintln!("gaptop: {m}");
+    }
     if let Feed::Live(l) = &mut feed {
         l.stop.store(true, Ordering::Relaxed);
         let signalled = stop.load(Ordering::Relaxed);

@@ -666,6 +666,56 @@ impl Store {
         (lo <= hi).then_some((lo, hi))
     }
 
+    /// What analysing and exporting the window [lo, hi) reads, copied: per lane the window's
+    /// ops and the op next to each side of them, their launch calls, the syncs and waits that
+    /// end from the earliest of those to the latest, every CPU span, all names and stacks.
+    /// Lanes keep their numbers and the capture its span, so gaps, reasons and reports of the
+    /// window come out the same. The UI exports from such a copy on another thread while the
+    /// store goes on changing.
+    pub fn window_copy(&self, lo: Ns, hi: Ns) -> Store {
+        let mut c = Store::new(usize::MAX);
+        c.names = self.names.clone();
+        c.stacks = self.stacks.clone();
+        c.source = self.source.clone();
+        c.window = self.span();
+        for p in &self.procs {
+            let i = c.add_process(p.pid, p.rank, &p.label) as usize;
+            c.procs[i].spans = p.spans.clone();
+            c.procs[i].ended = p.ended;
+            c.procs[i].stats = p.stats;
+        }
+        let (mut t_lo, mut t_hi) = (Ns::MAX, Ns::MIN);
+        let mut apis: Vec<Vec<ApiCall>> = vec![Vec::new(); self.procs.len()];
+        for lane in &self.lanes {
+            let li = c.lane_id(lane.key);
+            let pi = lane.key.proc as usize;
+            let a = lane.lower_bound(lo).saturating_sub(1);
+            let b = (lane.lower_bound(hi) + 1).min(lane.ops.len());
+            for op in lane.ops.range(a..b) {
+                c.push_op_unsorted(li, *op);
+                t_lo = t_lo.min(op.start);
+                t_hi = t_hi.max(op.end);
+                if let Some(api) = self.procs[pi].api_by_corr(op.corr) {
+                    apis[pi].push(*api);
+                    t_lo = t_lo.min(api.start);
+                    t_hi = t_hi.max(api.end);
+                }
+            }
+        }
+        for (i, p) in self.procs.iter().enumerate() {
+            let first = p.blocking.partition_point(|a| a.end < t_lo);
+            let calls = &mut apis[i];
+            calls.extend(p.blocking[first..].iter().take_while(|a| a.end <= t_hi));
+            calls.sort_by_key(|a| (a.start, a.corr, a.end, a.tid));
+            calls.dedup();
+            for a in calls.drain(..) {
+                c.push_api_unsorted(i as u32, a);
+            }
+        }
+        c.finish_bulk();
+        c
+    }
+
     /// The API call that launched an op in this lane, if known.
     pub fn api_of(&self, lane: usize, op: &GpuOp) -> Option<&ApiCall> {
         let p = &self.procs[self.lanes[lane].key.proc as usize];
