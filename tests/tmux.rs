@@ -362,6 +362,43 @@ fn run_shows_the_program_output_and_its_end() {
     assert_eq!(text, "hello from the program\nbye\n");
 }
 
+/// `K` stops the program while the UI stays up with its capture: SIGINT first (which this
+/// program ignores), then SIGTERM.
+#[test]
+fn k_stops_the_program_and_keeps_the_ui() {
+    let dir = tempdir("stop");
+    std::fs::create_dir_all(dir.join("cuda/lib64")).unwrap();
+    std::fs::write(dir.join("cuda/lib64/libcupti.so.13"), b"").unwrap();
+    std::fs::write(dir.join("libgaptop_collector.so"), b"").unwrap();
+    let s = Session::start(
+        &format!(
+            "cd {d} && CUDA_HOME={d}/cuda GAPTOP_COLLECTOR={d}/libgaptop_collector.so {} run --log {d}/p.log -- sh -c 'trap \"\" INT; echo started; exec sleep 60'",
+            env!("CARGO_BIN_EXE_gaptop"),
+            d = dir.display()
+        ),
+        150,
+        40,
+    );
+    s.wait_for("started");
+    s.keys(&["K"]);
+    let screen = s.wait_for("sent SIGINT to the program");
+    assert!(screen.contains("K again sends SIGTERM"), "{screen}");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        s.screen().contains(" LIVE "),
+        "SIGINT was ignored: {}",
+        s.screen()
+    );
+    s.keys(&["K"]);
+    s.wait_for("ENDED (killed by signal 15 (SIGTERM))");
+    s.keys(&["K"]);
+    s.wait_for("no running program to stop");
+    s.keys(&["q"]);
+    let screen = s.wait_for("GAPTOP_EXIT=0");
+    assert!(!screen.contains("keeps running"), "{screen}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The live path end to end, without a GPU: `gaptop run` starts a Python program that plays a
 /// CUDA one against the fake libcupti (collector/fake-cupti) with the real collector injected.
 /// The UI fills while it runs, keeps everything when it ends, and names the launching Python

@@ -36,6 +36,8 @@ pub enum Action {
     Clear,
     /// Start searching the call tree's frames.
     Search,
+    /// Stop the profiled program (`gaptop run`): SIGINT, then SIGTERM, then SIGKILL.
+    StopProgram,
     /// While searching (not bindable; `search_action` makes them): a typed character, a
     /// deleted one, the next match, and the end of the search.
     SearchChar(char),
@@ -45,7 +47,7 @@ pub enum Action {
 }
 
 impl Action {
-    pub const ALL: [(Action, &'static str, &'static str); 25] = [
+    pub const ALL: [(Action, &'static str, &'static str); 26] = [
         (Action::Quit, "quit", "quit (the terminal is restored)"),
         (
             Action::Pause,
@@ -115,6 +117,11 @@ impl Action {
             "search",
             "search the call tree (type; enter: next; esc: done)",
         ),
+        (
+            Action::StopProgram,
+            "stop_program",
+            "stop the program (SIGINT; again: SIGTERM, SIGKILL)",
+        ),
     ];
 
     /// A description of at most 28 characters, for the help's columns on an 80-column screen.
@@ -145,6 +152,7 @@ impl Action {
             Action::Sort => "sort gaps: duration / time",
             Action::Clear => "clear node filter; close",
             Action::Search => "search the tree (⏎ next)",
+            Action::StopProgram => "stop the program",
             Action::SearchChar(_) | Action::SearchBack | Action::SearchNext | Action::SearchEnd => {
                 ""
             }

@@ -112,6 +112,8 @@ pub struct App {
     pub export_dir: PathBuf,
     /// The export being written in the background, if any.
     pub export_job: Option<crate::export::ExportJob>,
+    /// Times the user asked to stop the profiled program (each asks harder).
+    pub stop_requests: u32,
     pub cache: Option<Cache>,
     pub quit: bool,
     /// Last lines the profiled program printed.
@@ -156,6 +158,7 @@ impl App {
             message: String::new(),
             export_dir: PathBuf::from("."),
             export_job: None,
+            stop_requests: 0,
             cache: None,
             quit: false,
             output: Default::default(),
@@ -608,6 +611,14 @@ impl App {
         }
         match a {
             Action::Quit => self.quit = true,
+            Action::StopProgram => {
+                if self.source == SourceState::Live {
+                    // The terminal loop, which holds the program, sends the signal.
+                    self.stop_requests += 1;
+                } else {
+                    self.message = "no running program to stop".into();
+                }
+            }
             Action::Help => self.help = !self.help,
             Action::Clear => {
                 self.help = false;

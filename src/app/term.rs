@@ -103,6 +103,7 @@ where
     B::Error: Send + Sync + 'static,
 {
     let mut ingest = Ingest::new();
+    let mut signals_sent = 0u32;
     let mut last_draw = Instant::now() - Duration::from_secs(1);
     let mut dirty = true;
     app.tick();
@@ -115,6 +116,12 @@ where
             Feed::Demo(rx) => dirty |= drain(app, &mut ingest, rx, Duration::from_millis(30)),
             Feed::Live(l) => {
                 dirty |= drain(app, &mut ingest, &l.rx, Duration::from_millis(30));
+                if app.stop_requests > signals_sent {
+                    signals_sent = app.stop_requests;
+                    let key = app.keys.keys_for(Action::StopProgram).into_iter().next();
+                    app.message = stop_program(&mut l.child, signals_sent, key.as_deref());
+                    dirty = true;
+                }
                 if app.source == SourceState::Live {
                     if let Ok(Some(st)) = l.child.try_wait() {
                         app.source = SourceState::Ended(crate::collect::live::how_it_ended(st));
@@ -171,6 +178,29 @@ where
                 _ => {}
             }
         }
+    }
+}
+
+/// Asks the program to stop, harder each time: SIGINT (what Ctrl-C would send it outside
+/// gaptop; Python raises KeyboardInterrupt), then SIGTERM, then SIGKILL. Says what it did.
+fn stop_program(child: &mut std::process::Child, nth: u32, key: Option<&str>) -> String {
+    use nix::sys::signal::Signal;
+    if !matches!(child.try_wait(), Ok(None)) {
+        return "the program has already ended".into();
+    }
+    let (sig, next) = match nth {
+        1 => (Signal::SIGINT, Some(Signal::SIGTERM)),
+        2 => (Signal::SIGTERM, Some(Signal::SIGKILL)),
+        _ => (Signal::SIGKILL, None),
+    };
+    let next = match (next, key) {
+        (Some(n), Some(k)) => format!("; {k} again sends {}", n.as_str()),
+        _ => String::new(),
+    };
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    match nix::sys::signal::kill(pid, sig) {
+        Ok(()) => format!("sent {} to the program (pid {pid}){next}", sig.as_str()),
+        Err(e) => format!("cannot signal the program (pid {pid}): {e}"),
     }
 }
 
