@@ -86,7 +86,7 @@ fn snapshot_inverted_tree_and_help() {
 #[test]
 fn tiny_terminal_says_so() {
     let mut a = app();
-    for (w, h) in [(79, 24), (80, 23), (1, 1), (20, 5)] {
+    for (w, h) in [(79, 24), (80, 19), (1, 1), (20, 5)] {
         let s = render(&mut a, w, h);
         assert!(
             s.replace('\n', "").contains("too small") || w * h < 20,
@@ -95,6 +95,36 @@ fn tiny_terminal_says_so() {
     }
     // And back to a normal size draws the screen again.
     assert!(render(&mut a, 80, 24).contains("Call tree"));
+}
+
+/// An 80x24 terminal with tmux's status line leaves 80x23, a split 80x20: every pane is
+/// drawn with its frame, a gap row and the details, the two-rank recording's four lanes too.
+#[test]
+fn short_terminals_keep_every_pane() {
+    for name in ["gpt2.rec", "ddp2.rec"] {
+        let mut a = recording(name);
+        a.update(Action::BiggestGap);
+        for h in [20, 23] {
+            let s = render(&mut a, 80, h);
+            for pane in [
+                "GPU timeline",
+                "launches/s",
+                "Gaps ",
+                "Call tree",
+                "Details",
+                "zoom ",
+            ] {
+                assert!(s.contains(pane), "{name} 80x{h}: no {pane}\n{s}");
+            }
+            assert!(s.contains("host_wait"), "{name} 80x{h}: no gap row\n{s}");
+            assert!(s.contains("launch stack: "), "{name} 80x{h}\n{s}");
+            let mid = s
+                .lines()
+                .filter(|l| l.starts_with('│') && l.contains("││"))
+                .count();
+            assert!(mid >= 3, "{name} 80x{h}: {mid} rows of gaps and tree\n{s}");
+        }
+    }
 }
 
 #[test]

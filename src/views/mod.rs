@@ -26,7 +26,7 @@ use crate::collect::store::{OpKind, FLAG_COMM};
 use crate::units::{fmt_ns, fmt_short};
 
 pub const MIN_W: u16 = 80;
-pub const MIN_H: u16 = 24;
+pub const MIN_H: u16 = 20;
 
 fn cause_color(g: &Gap) -> Color {
     match (g.reason, g.category) {
@@ -105,7 +105,7 @@ fn launch_site(app: &App, g: &Gap) -> String {
 ///  status line: source state, span, ops, drops, lag, zoom, last message
 /// ```
 ///
-/// Under 80x24 only a notice is drawn; `?` draws the help over everything.
+/// Under 80x20 only a notice is drawn (an 80x24 terminal with tmux's status line is 80x23); `?` draws the help over everything.
 pub fn draw(f: &mut Frame, app: &mut App) {
     let area = f.area();
     if area.width < MIN_W || area.height < MIN_H {
@@ -118,14 +118,28 @@ pub fn draw(f: &mut Frame, app: &mut App) {
     }
     let lanes = app.store.lanes.len() as u16;
     let big = area.height >= 40;
-    let tl_h = (lanes + 3).clamp(4, if big { area.height / 3 } else { 8 });
-    let detail_h = if big { 9 } else { 6 };
+    let short = area.height < 24;
+    let detail_h = if big {
+        9
+    } else if short {
+        5
+    } else {
+        6
+    };
+    // What is left for the timeline once the other panes have their least: 4 rows of rate,
+    // 5 of gaps and tree, the details and the status line.
+    let tl_max = if big {
+        area.height / 3
+    } else {
+        area.height.saturating_sub(4 + 5 + detail_h + 1).clamp(4, 8)
+    };
+    let tl_h = (lanes + 3).clamp(4, tl_max);
     let rows = Layout::default()
         .direction(Direction::Vertical)
         .constraints([
             Constraint::Length(tl_h),
             Constraint::Length(4),
-            Constraint::Min(6),
+            Constraint::Min(5),
             Constraint::Length(detail_h),
             Constraint::Length(1),
         ])
