@@ -746,3 +746,29 @@ fn exports_are_written_in_the_background_and_finished_on_quit() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// When the timeline cannot show every lane, the selected gap's lane is among those it shows.
+#[test]
+fn the_selected_gaps_lane_is_on_the_timeline() {
+    let mut a = recording("ddp2.rec");
+    for h in [20, 24, 30] {
+        a.update(Action::BiggestGap);
+        let g = a.selected_gap().expect("a gap is selected");
+        let label = a.store.lane_label(g.lane);
+        let s = render(&mut a, 80, h);
+        let timeline: Vec<&str> = s
+            .lines()
+            .take_while(|l| !l.contains("launches/s"))
+            .collect();
+        assert!(
+            timeline
+                .iter()
+                .any(|l| l.starts_with(&format!("│{label} "))),
+            "80x{h}: {label} not on\n{}",
+            timeline.join("\n")
+        );
+        assert!(timeline
+            .iter()
+            .any(|l| l.contains(" of 8 (the selected gap's)")));
+    }
+}

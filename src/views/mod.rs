@@ -205,6 +205,11 @@ pub fn timeline(f: &mut Frame, area: Rect, app: &mut App) {
         order.len()
     };
     let sel = app.selected_gap();
+    // When not every lane fits, the rows start where the selected gap's lane shows.
+    let first = sel
+        .as_ref()
+        .and_then(|g| order.iter().position(|&l| l == g.lane))
+        .map_or(0, |i| (i + 1).saturating_sub(shown));
     let cursor_col = ((app.cursor - lo) as f64 / w * cols as f64) as i64;
     // The window's longest gaps (the gap list) marked by column, so that a big gap inside a
     // cell full of short kernels still shows: the cell keeps its busy block on the gap's colour.
@@ -223,7 +228,7 @@ pub fn timeline(f: &mut Frame, area: Rect, app: &mut App) {
         }
     }
     let buf = f.buffer_mut();
-    for (row, &lane) in order.iter().take(shown).enumerate() {
+    for (row, &lane) in order.iter().skip(first).take(shown).enumerate() {
         let y = inner.y + row as u16;
         let label = short(&app.store.lane_label(lane), (label_w - 1) as usize);
         buf.set_string(inner.x, y, label, Style::default().fg(Color::White));
@@ -286,7 +291,16 @@ pub fn timeline(f: &mut Frame, area: Rect, app: &mut App) {
         buf.set_string(
             inner.x,
             y,
-            format!("+{} more lanes", order.len() - shown),
+            if first == 0 {
+                format!("+{} more lanes", order.len() - shown)
+            } else {
+                format!(
+                    "lanes {}-{} of {} (the selected gap's)",
+                    first + 1,
+                    first + shown,
+                    order.len()
+                )
+            },
             Style::default().fg(Color::DarkGray),
         );
     }
