@@ -772,3 +772,33 @@ fn the_selected_gaps_lane_is_on_the_timeline() {
             .any(|l| l.contains(" of 8 (the selected gap's)")));
     }
 }
+
+/// Before any gap is picked, the details pane says what to fix first: on GPT-2, Conv1D's
+/// launches with the most gap time, launch-bound, and the usual fix; picking a gap shows it.
+#[test]
+fn the_first_screen_says_what_to_fix() {
+    let mut a = recording("gpt2.rec");
+    let s = render(&mut a, 100, 30);
+    let pane: Vec<&str> = s
+        .lines()
+        .skip_while(|l| !l.contains("What to fix"))
+        .collect();
+    assert!(pane.len() > 3, "{s}");
+    assert!(
+        pane[1].contains("38%") && pane[1].contains("Conv1D.forward  pytorch_utils.py:119"),
+        "{}",
+        pane[1]
+    );
+    assert!(
+        pane[1].contains("[launch_bound] fuse (torch.compile)"),
+        "{}",
+        pane[1]
+    );
+    assert!(pane[2].contains("NewGELUActivation.forward"), "{}", pane[2]);
+    a.update(Action::BiggestGap);
+    let s = render(&mut a, 100, 30);
+    assert!(
+        !s.contains("What to fix") && s.contains("gap 61.83ms"),
+        "{s}"
+    );
+}

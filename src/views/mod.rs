@@ -522,6 +522,47 @@ pub fn tree(f: &mut Frame, area: Rect, app: &mut App) {
     }
 }
 
+/// With no gap selected, the details pane says what to fix first: the code with the most gap
+/// time in the window, its share, what kind of waiting it is and the usual fix.
+fn what_to_fix(f: &mut Frame, area: Rect, app: &App) {
+    let hint = "n/N walks gaps, b picks the biggest, Tab goes to the call tree, ? for help.";
+    let advice = app.cache.as_ref().map(|c| &c.advice[..]).unwrap_or(&[]);
+    let title = if advice.is_empty() {
+        " Details "
+    } else {
+        " What to fix: the window's gap time by the code that launched it "
+    };
+    let block = Block::default().borders(Borders::ALL).title(title);
+    let inner = block.inner(area);
+    f.render_widget(block, area);
+    let w = inner.width as usize;
+    let mut lines: Vec<Line> = advice
+        .iter()
+        .take((inner.height as usize).saturating_sub(1))
+        .map(|a| {
+            let head = format!("{:>4.0}% {:>7}  ", 100.0 * a.share, fmt_short(a.gap_ns));
+            let tail = format!("  [{}] {}", a.verdict.as_str(), a.fix);
+            let site = short(&a.site, w.saturating_sub(head.chars().count() + 12));
+            let room = w.saturating_sub(head.chars().count() + site.chars().count());
+            Line::from(vec![
+                Span::styled(head, Style::default().fg(Color::LightGreen)),
+                Span::styled(site, Style::default().fg(Color::White)),
+                Span::styled(short(&tail, room), Style::default().fg(Color::Gray)),
+            ])
+        })
+        .collect();
+    let hint = if lines.is_empty() {
+        format!("No gap selected: {hint}")
+    } else {
+        hint.to_string()
+    };
+    lines.push(Line::styled(
+        short(&hint, w),
+        Style::default().fg(Color::DarkGray),
+    ));
+    f.render_widget(Paragraph::new(lines), inner);
+}
+
 /// The selected gap: times, cause, launch, neighbours and stacks.
 pub fn details(f: &mut Frame, area: Rect, app: &App) {
     if app.focus == Focus::Tree {
@@ -533,13 +574,7 @@ pub fn details(f: &mut Frame, area: Rect, app: &App) {
     let inner = block.inner(area);
     f.render_widget(block, area);
     let Some(g) = app.selected_gap() else {
-        f.render_widget(
-            Paragraph::new("No gap selected: n/N walks gaps, b picks the biggest, ↑/↓ moves in the list, ? for help.")
-                .style(Style::default().fg(Color::DarkGray))
-                .wrap(Wrap { trim: true }),
-            inner,
-        );
-        return;
+        return what_to_fix(f, area, app);
     };
     let lane = &app.store.lanes[g.lane];
     let prev = &lane.ops[g.prev];
