@@ -667,3 +667,20 @@ fn a_window_copy_analyses_as_the_whole_store_does() {
         }
     }
 }
+
+/// In a gaptop export every pid is a process of its own, also one with only a sync in the
+/// window: another process's sync on a thread of the same number explains no gap of this one.
+#[test]
+fn an_exports_calls_stay_with_their_own_process() {
+    let doc = br#"{"traceEvents": [
+      {"ph":"X","cat":"kernel","name":"k1","pid":0,"tid":7,"ts":100.0,"dur":1.0,"args":{"correlation":1,"device":0,"stream":7,"process":10}},
+      {"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":10,"tid":5,"ts":99.0,"dur":0.5,"args":{"correlation":1}},
+      {"ph":"X","cat":"kernel","name":"k2","pid":0,"tid":7,"ts":200.0,"dur":1.0,"args":{"correlation":2,"device":0,"stream":7,"process":10}},
+      {"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":10,"tid":5,"ts":190.0,"dur":0.5,"args":{"correlation":2}},
+      {"ph":"X","cat":"cuda_runtime","name":"cudaStreamSynchronize","pid":20,"tid":5,"ts":120.0,"dur":60.0,"args":{"correlation":9}}
+    ]}"#;
+    let p = input_file("two_procs.json", doc);
+    let j = report_json(&p, &[]);
+    assert_eq!(j["reasons"]["launch"]["count"], 1, "{}", j["reasons"]);
+    assert_eq!(j["reasons"]["sync"]["count"], 0, "{}", j["reasons"]);
+}

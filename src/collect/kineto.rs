@@ -168,6 +168,8 @@ pub struct Builder {
     pub store: Store,
     spans: HashMap<u32, Vec<RawSpan>>,
     pub events: u64,
+    /// GPU ops name their process (gaptop's exports): each pid is a process.
+    per_process: bool,
 }
 
 impl Builder {
@@ -179,6 +181,7 @@ impl Builder {
             store,
             spans: HashMap::new(),
             events: 0,
+            per_process: false,
         }
     }
 
@@ -279,7 +282,10 @@ impl Builder {
             let corr = int_of(args.correlation).unwrap_or(0);
             let nm = self.store.names.intern(name);
             let proc = match int_of(args.process) {
-                Some(pid) => self.proc_of(pid.clamp(0, u32::MAX as i64) as u32),
+                Some(pid) => {
+                    self.per_process = true;
+                    self.proc_of(pid.clamp(0, u32::MAX as i64) as u32)
+                }
                 None => 0,
             };
             let lane = self.store.lane_id(LaneKey {
@@ -305,18 +311,17 @@ impl Builder {
                 .clamp(0, u32::MAX as i64) as u32;
             let nm = self.store.names.intern(name);
             if is_api {
-                // A process its ops named (gaptop's exports), else the trace's one process.
+                // In gaptop's exports (ops name their process) every pid is a process of its
+                // own; in other traces the calls belong to the trace's one process.
                 let pid = int_of(ev.pid).map(|p| p.clamp(0, u32::MAX as i64) as u32);
                 let proc = match pid {
-                    Some(pid) => match self.store.procs.iter().position(|p| p.pid == pid) {
-                        Some(i) => i as u32,
-                        None => {
-                            if self.store.procs[0].pid == 0 {
-                                self.store.procs[0].pid = pid;
-                            }
-                            0
+                    Some(pid) if self.per_process => self.proc_of(pid),
+                    Some(pid) => {
+                        if self.store.procs[0].pid == 0 {
+                            self.store.procs[0].pid = pid;
                         }
-                    },
+                        0
+                    }
                     None => 0,
                 };
                 let corr = int_of(args.correlation).unwrap_or(0);
@@ -375,7 +380,7 @@ impl Builder {
     /// A gaptop export's `process_name` metadata gives a process its label and rank back.
     /// Other traces' metadata (torch.profiler names every process "python3") is left alone.
     fn process_meta(&mut self, ev: &RawEvent) -> Result<(), String> {
-        // Other traces' metadata is not gaptop's to judge: an odd one is passed over.
+        // An odd metadata event of another tool is passed over.
         let name = ev.name.and_then(|v| string_of(v).ok());
         if name.as_deref() == Some("gaptop_window") {
             return self.window_meta(ev);
