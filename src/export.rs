@@ -376,19 +376,34 @@ fn copy_to_file(
     cfg: &Config,
     path: &Path,
 ) -> anyhow::Result<Written> {
+    let gz = path.extension().is_some_and(|e| e == "gz");
+    create_then(path, |f| {
+        if gz {
+            let mut z = flate2::write::GzEncoder::new(f, flate2::Compression::fast());
+            let n = write_copy(copy, lo, hi, cfg, &mut z)?;
+            z.finish()?;
+            Ok(n)
+        } else {
+            write_copy(copy, lo, hi, cfg, f)
+        }
+    })
+}
+
+/// Creates `path` and writes it with `write`. A file cut short (a full disk) would pass for a
+/// broken trace, so one that this call created is removed when writing fails; what the path
+/// named before (a device such as /dev/full, a pipe, a file the user keeps) is left.
+fn create_then<T>(
+    path: &Path,
+    write: impl FnOnce(std::fs::File) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let existed = path.symlink_metadata().is_ok();
     let f = std::fs::File::create(path)
         .with_context(|| format!("{}: cannot create", path.display()))?;
-    let gz = path.extension().is_some_and(|e| e == "gz");
-    let n = if gz {
-        let mut z = flate2::write::GzEncoder::new(f, flate2::Compression::fast());
-        let n = write_copy(copy, lo, hi, cfg, &mut z)?;
-        z.finish()
-            .with_context(|| format!("{}: cannot write", path.display()))?;
-        n
-    } else {
-        write_copy(copy, lo, hi, cfg, f)?
-    };
-    Ok(n)
+    let r = write(f);
+    if r.is_err() && !existed && path.symlink_metadata().is_ok_and(|m| m.is_file()) {
+        let _ = std::fs::remove_file(path);
+    }
+    r.with_context(|| format!("{}: cannot write", path.display()))
 }
 
 /// An export being written on its own thread, from a copy of the window taken when it was
@@ -437,7 +452,43 @@ pub fn export_window(app: &App) -> anyhow::Result<ExportJob> {
 
 #[cfg(test)]
 mod tests {
-    use super::sanitize;
+    use super::{create_then, sanitize};
+
+    #[test]
+    fn a_failed_write_leaves_no_file_it_created_and_keeps_what_was_there() {
+        use std::io::Write;
+        let dir = std::env::temp_dir().join(format!("gaptop-create-then-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let fail = |mut f: std::fs::File| -> anyhow::Result<()> {
+            f.write_all(b"{\"traceEvents\": [")?;
+            anyhow::bail!("No space left on device")
+        };
+        let fresh = dir.join("fresh.json");
+        let e = create_then(&fresh, fail).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("cannot write: No space left"),
+            "{e:#}"
+        );
+        assert!(!fresh.exists(), "a half-written export was left");
+        // A file the user named that was there before stays (truncated, as -o does).
+        let kept = dir.join("kept.json");
+        std::fs::write(&kept, b"old").unwrap();
+        assert!(create_then(&kept, fail).is_err());
+        assert!(kept.exists());
+        // So does whatever a link named: the link and its target.
+        let target = dir.join("target.json");
+        std::fs::write(&target, b"").unwrap();
+        let link = dir.join("link.json");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        assert!(create_then(&link, fail).is_err());
+        assert!(link.symlink_metadata().is_ok() && target.exists());
+        // Success keeps the file.
+        let ok = dir.join("ok.json");
+        create_then(&ok, |mut f| Ok(f.write_all(b"{}")?)).unwrap();
+        assert_eq!(std::fs::read(&ok).unwrap(), b"{}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn export_names_are_plain_and_short() {
