@@ -802,3 +802,32 @@ fn the_first_screen_says_what_to_fix() {
         "{s}"
     );
 }
+
+/// A recording has no CPU spans, but the launching thread's own calls say how long it worked
+/// outside CUDA before the launch: the details pane gives that time and the previous call,
+/// as worked out here from the calls themselves.
+#[test]
+fn cpu_time_before_a_launch_comes_from_the_threads_calls() {
+    let mut a = recording("launchbound.rec");
+    a.update(Action::NextGap);
+    a.update(Action::NextGap);
+    let g = a.selected_gap().unwrap();
+    let lane = &a.store.lanes[g.lane];
+    let p = &a.store.procs[lane.key.proc as usize];
+    let launch = *p.api_by_corr(lane.ops[g.next].corr).unwrap();
+    let prev = p
+        .apis()
+        .filter(|c| c.tid == launch.tid && c.end <= launch.start)
+        .max_by_key(|c| c.end)
+        .copied()
+        .unwrap();
+    let s = render(&mut a, 200, 40);
+    let line = s.lines().find(|l| l.contains("CPU during gap: ")).unwrap();
+    let want = format!(
+        "CPU during gap: {} outside CUDA on the launching thread, after its {} ({})",
+        gaptop::units::fmt_short(launch.start - prev.end),
+        a.store.names.get(prev.name),
+        gaptop::units::fmt_short(prev.end - prev.start)
+    );
+    assert!(line.contains(&want), "{line}\nwanted {want}");
+}

@@ -334,6 +334,18 @@ impl Process {
         let i = seq.checked_sub(self.api_base)? as usize;
         self.apis.get(i)
     }
+    /// The thread's CUDA call before the call with correlation id `corr`: the latest one that
+    /// ended before it started, among the `limit` calls stored before it (calls are kept in
+    /// each thread's order).
+    pub fn call_before(&self, corr: u32, limit: usize) -> Option<&ApiCall> {
+        let seq = *self.by_corr.get(&corr)?;
+        let i = seq.checked_sub(self.api_base)? as usize;
+        let a = self.apis.get(i)?;
+        self.apis
+            .range(i.saturating_sub(limit)..i)
+            .rev()
+            .find(|b| b.tid == a.tid && b.end <= a.start)
+    }
     pub fn apis(&self) -> impl Iterator<Item = &ApiCall> {
         self.apis.iter()
     }

@@ -669,8 +669,23 @@ pub fn details(f: &mut Frame, area: Rect, app: &App) {
     }
     lines.push(neighbours);
     let cpu = app.store.frame_strings(g.cpu_stack);
+    let proc = &app.store.procs[lane.key.proc as usize];
+    let launch = proc.api_by_corr(next.corr);
     let cpu_text = if cpu.is_empty() {
-        "CPU during gap: not known from this source".to_string()
+        // Without CPU spans (gaptop's recordings), the launching thread's own CUDA calls
+        // still say how long it worked outside them before this launch.
+        match launch.map(|a| (a, proc.call_before(next.corr, 4096))) {
+            Some((a, Some(p))) => format!(
+                "CPU during gap: {} outside CUDA on the launching thread, after its {} ({})",
+                fmt_short(a.start - p.end),
+                app.store.names.get(p.name),
+                fmt_short(p.end - p.start)
+            ),
+            Some((_, None)) => {
+                "CPU during gap: no earlier CUDA call of the launching thread here".into()
+            }
+            None => "CPU during gap: not known from this source".to_string(),
+        }
     } else {
         let v: Vec<String> = cpu
             .iter()
