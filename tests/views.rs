@@ -831,3 +831,42 @@ fn cpu_time_before_a_launch_comes_from_the_threads_calls() {
     );
     assert!(line.contains(&want), "{line}\nwanted {want}");
 }
+
+/// A re-opened exported window counts the window's ops on the status line, not the op kept
+/// just outside each of its edges.
+#[test]
+fn a_reopened_window_counts_its_own_ops() {
+    let st = load_path(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/launchbound.rec"),
+        usize::MAX,
+    )
+    .unwrap();
+    let (lo, _) = st.span().unwrap();
+    let (wlo, whi) = (lo + 100_000_000, lo + 110_000_000);
+    let f = std::env::temp_dir().join(format!("gaptop-window-ops-{}.json", std::process::id()));
+    let cfg = gaptop::collect::analysis::Config::default();
+    let n = gaptop::export::write_file(&st, wlo, whi, &cfg, &f).unwrap();
+    let mut a = App::new(load_path(&f, usize::MAX).unwrap(), SourceState::File);
+    a.refresh(true);
+    let inside: usize = st
+        .lanes
+        .iter()
+        .map(|l| {
+            l.ops
+                .iter()
+                .filter(|o| o.end > wlo && o.start < whi)
+                .count()
+        })
+        .sum();
+    assert!(
+        n.ops as usize > inside,
+        "the export keeps the neighbours too"
+    );
+    let s = render(&mut a, 100, 30);
+    let status = s.lines().last().unwrap();
+    assert!(
+        status.contains(&format!("│ {inside} ops │")),
+        "{status} ({inside} inside)"
+    );
+    let _ = std::fs::remove_file(&f);
+}

@@ -613,6 +613,23 @@ impl Store {
         self.lanes.iter().map(|l| l.ops.len()).sum()
     }
 
+    /// Ops of the capture: all of them, or those overlapping its window when a source fixes
+    /// one (an exported window also holds the op just outside each of its edges).
+    pub fn capture_ops(&self) -> usize {
+        let Some((lo, hi)) = self.window else {
+            return self.op_count();
+        };
+        self.lanes
+            .iter()
+            .map(|l| {
+                l.ops
+                    .range(l.lower_bound(lo).saturating_sub(1)..l.lower_bound(hi))
+                    .filter(|o| o.end > lo)
+                    .count()
+            })
+            .sum()
+    }
+
     fn enforce_budget(&mut self) {
         while self.bytes > self.budget {
             // Oldest first: compare the oldest op front with the oldest API front.

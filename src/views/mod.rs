@@ -841,7 +841,7 @@ pub fn status(f: &mut Frame, area: Rect, app: &App) {
             " {} │ {} │ {} ops │ ",
             short(&st.source, 20),
             fmt_short(span),
-            st.op_count()
+            st.capture_ops()
         )),
         Span::styled(
             if st.evicted_ops > 0 {
