@@ -720,6 +720,9 @@ fn exports_are_written_in_the_background_and_finished_on_quit() {
     a.export_dir = dir.clone();
     a.update(Action::Export);
     assert!(a.message.starts_with("exporting to "), "{}", a.message);
+    // Asked again at once (writing GPT-2's window takes a tenth of a second): one at a time.
+    a.update(Action::Export);
+    assert!(a.message.starts_with("still writing "), "{}", a.message);
     let t = std::time::Instant::now();
     while !a.message.starts_with("exported ") {
         assert!(t.elapsed().as_secs() < 20, "{}", a.message);
