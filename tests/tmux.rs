@@ -229,12 +229,15 @@ fn open_zoom_walk_export_quit() {
 
 #[test]
 fn demo_pauses_and_resumes_while_data_arrives() {
-    let s = Session::start(&format!("{} demo", env!("CARGO_BIN_EXE_gaptop")), 100, 30);
+    let s = Session::start(&format!("{} demo", env!("CARGO_BIN_EXE_gaptop")), 120, 30);
     s.wait_for(" LIVE ");
     s.keys(&["Space"]);
     s.wait_for(" PAUSED ");
     s.keys(&["Space"]);
     s.wait_for("ENDED (demo finished)");
+    // A recording has no program: K says so and stops nothing.
+    s.keys(&["K"]);
+    s.wait_for("no program to stop");
     s.keys(&["q"]);
     s.wait_for("GAPTOP_EXIT=0");
 }
@@ -392,7 +395,7 @@ fn k_stops_the_program_and_keeps_the_ui() {
     s.keys(&["K"]);
     s.wait_for("ENDED (killed by signal 15 (SIGTERM))");
     s.keys(&["K"]);
-    s.wait_for("no running program to stop");
+    s.wait_for("no program to stop");
     s.keys(&["q"]);
     let screen = s.wait_for("GAPTOP_EXIT=0");
     assert!(!screen.contains("keeps running"), "{screen}");

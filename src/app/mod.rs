@@ -616,7 +616,7 @@ impl App {
                     // The terminal loop, which holds the program, sends the signal.
                     self.stop_requests += 1;
                 } else {
-                    self.message = "no running program to stop".into();
+                    self.message = "no program to stop".into();
                 }
             }
             Action::Help => self.help = !self.help,

@@ -113,7 +113,14 @@ where
         }
         match feed {
             Feed::None => {}
-            Feed::Demo(rx) => dirty |= drain(app, &mut ingest, rx, Duration::from_millis(30)),
+            Feed::Demo(rx) => {
+                dirty |= drain(app, &mut ingest, rx, Duration::from_millis(30));
+                if app.stop_requests > signals_sent {
+                    signals_sent = app.stop_requests;
+                    app.message = "a recording plays: no program to stop".into();
+                    dirty = true;
+                }
+            }
             Feed::Live(l) => {
                 dirty |= drain(app, &mut ingest, &l.rx, Duration::from_millis(30));
                 if app.stop_requests > signals_sent {
