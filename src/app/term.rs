@@ -113,22 +113,9 @@ where
         }
         match feed {
             Feed::None => {}
-            Feed::Demo(rx) => {
-                dirty |= drain(app, &mut ingest, rx, Duration::from_millis(30));
-                if app.stop_requests > signals_sent {
-                    signals_sent = app.stop_requests;
-                    app.message = "a recording plays: no program to stop".into();
-                    dirty = true;
-                }
-            }
+            Feed::Demo(rx) => dirty |= drain(app, &mut ingest, rx, Duration::from_millis(30)),
             Feed::Live(l) => {
                 dirty |= drain(app, &mut ingest, &l.rx, Duration::from_millis(30));
-                if app.stop_requests > signals_sent {
-                    signals_sent = app.stop_requests;
-                    let key = app.keys.keys_for(Action::StopProgram).into_iter().next();
-                    app.message = stop_program(&mut l.child, signals_sent, key.as_deref());
-                    dirty = true;
-                }
                 if app.source == SourceState::Live {
                     if let Ok(Some(st)) = l.child.try_wait() {
                         app.source = SourceState::Ended(crate::collect::live::how_it_ended(st));
@@ -136,6 +123,18 @@ where
                     }
                 }
             }
+        }
+        // K while live: this loop holds the program (a demo only plays a recording).
+        if app.stop_requests > signals_sent {
+            signals_sent = app.stop_requests;
+            app.message = match feed {
+                Feed::Live(l) => {
+                    let key = app.keys.keys_for(Action::StopProgram).into_iter().next();
+                    stop_program(&mut l.child, signals_sent, key.as_deref())
+                }
+                _ => "a recording plays: no program to stop".into(),
+            };
+            dirty = true;
         }
         if app.quit {
             return Ok(());

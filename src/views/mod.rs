@@ -570,12 +570,12 @@ pub fn details(f: &mut Frame, area: Rect, app: &App) {
             return node_details(f, area, app, c, n);
         }
     }
-    let block = Block::default().borders(Borders::ALL).title(" Details ");
-    let inner = block.inner(area);
-    f.render_widget(block, area);
     let Some(g) = app.selected_gap() else {
         return what_to_fix(f, area, app);
     };
+    let block = Block::default().borders(Borders::ALL).title(" Details ");
+    let inner = block.inner(area);
+    f.render_widget(block, area);
     let lane = &app.store.lanes[g.lane];
     let prev = &lane.ops[g.prev];
     let next = &lane.ops[g.next];
