@@ -44,6 +44,9 @@ const NATIVE_REWALK: u32 = 64;
 /// Distinct stacks and frames interned before new ones are no longer named (launches then
 /// carry no stack, and are counted).
 const MAX_STACKS: u32 = 1 << 20;
+/// Slots in each thread's cache of recent stacks (a power of two): a transformer layer's
+/// launches come from a few dozen distinct stacks.
+const RECENT_STACKS: usize = 256;
 const SEND_PERIOD: Duration = Duration::from_millis(100);
 const FLUSH_PERIOD: Duration = Duration::from_millis(200);
 
@@ -231,12 +234,21 @@ struct Local {
     open: OpenCalls,
     frames: Vec<(usize, c_int)>,
     native: Vec<usize>,
+    /// Stacks this thread launched from lately (see `launch_stack`).
+    recent: Box<[(u64, u32); RECENT_STACKS]>,
     /// The sender was asked to empty this thread's buffer early; reset when it has.
     asked: bool,
 }
 
 thread_local! {
     static LOCAL: RefCell<Option<Local>> = const { RefCell::new(None) };
+}
+
+/// Spreads a walk hash's high bits into its low ones (the walk's multiply-xor mixing leaves
+/// the low bits depending only on the inputs' low bits).
+fn fold(h: u64) -> u64 {
+    let h = (h ^ (h >> 33)).wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^ (h >> 33)
 }
 
 fn timestamp() -> u64 {
@@ -304,10 +316,15 @@ impl Collector {
     /// `site` identifies what is being called (API and kernel): native walks are costly (µs),
     /// so one is reused for launches of the same site from the same Python stack, and redone
     /// every NATIVE_REWALK launches.
+    ///
+    /// `recent` is the calling thread's own small cache of stacks it has launched from (by
+    /// walk hash, direct-mapped; empty for none): a hit costs neither the shared lock nor a
+    /// SipHash lookup. Ids never change once given, so a thread's copy cannot go stale.
     unsafe fn launch_stack(
         &self,
         frames: &mut Vec<(usize, c_int)>,
         native: &mut Vec<usize>,
+        recent: &mut [(u64, u32)],
         site: u64,
     ) -> u32 {
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -336,6 +353,17 @@ impl Collector {
             }
         }
         let memo_key = mix(h, site);
+        // Only Python stacks are cached per thread: with native frames the shared memo
+        // decides when a walk is redone.
+        let slot = if self.native.is_none() && !frames.is_empty() && !recent.is_empty() {
+            let i = (fold(h) as usize) & (recent.len() - 1);
+            if recent[i].0 == h && recent[i].1 != 0 {
+                return recent[i].1;
+            }
+            Some(i)
+        } else {
+            None
+        };
         if let Some(map) = &self.native {
             {
                 let mut c = self.stacks.lock().unwrap_or_else(|e| e.into_inner());
@@ -358,6 +386,9 @@ impl Collector {
         if let Some(&s) = c.by_hash.get(&h) {
             if self.native.is_some() && c.native_memo.len() < MAX_STACKS as usize {
                 c.native_memo.insert(memo_key, (s, 0));
+            }
+            if let Some(i) = slot {
+                recent[i] = (h, s);
             }
             return s;
         }
@@ -407,6 +438,9 @@ impl Collector {
         c.by_hash.insert(h, parent);
         if self.native.is_some() && c.native_memo.len() < MAX_STACKS as usize {
             c.native_memo.insert(memo_key, (parent, 0));
+        }
+        if let Some(i) = slot {
+            recent[i] = (h, parent);
         }
         parent
     }
@@ -492,6 +526,7 @@ unsafe fn api_inner(
                 open: OpenCalls(Vec::with_capacity(8)),
                 frames: Vec::with_capacity(MAX_DEPTH),
                 native: Vec::with_capacity(MAX_NATIVE),
+                recent: Box::new([(0, 0); RECENT_STACKS]),
                 asked: false,
             }
         });
@@ -505,7 +540,7 @@ unsafe fn api_inner(
                     let site = ((cbid as u64) << 48) ^ d.symbolName as u64;
                     (
                         timestamp(),
-                        c.launch_stack(&mut l.frames, &mut l.native, site),
+                        c.launch_stack(&mut l.frames, &mut l.native, &mut l.recent[..], site),
                     )
                 }
             };
@@ -1103,7 +1138,13 @@ fn decoder_after_hello(bytes: &[u8]) -> w::Decoder {
 unsafe fn selftest_write(c: &Collector, out: *mut u8, cap: usize) -> isize {
     let mut frames = Vec::new();
     let mut native = Vec::new();
-    let id = c.launch_stack(&mut frames, &mut native, 0);
+    // The self-test goes through a per-thread cache as launches do, so that the tests that
+    // walk from several stacks in turn also check what the cache hands back. Two slots, so
+    // that their stacks also collide in it.
+    thread_local! {
+        static RECENT: RefCell<[(u64, u32); 2]> = const { RefCell::new([(0, 0); 2]) };
+    }
+    let id = RECENT.with(|r| c.launch_stack(&mut frames, &mut native, &mut r.borrow_mut()[..], 0));
     if id == 0 {
         return -1;
     }

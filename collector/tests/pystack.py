@@ -19,8 +19,8 @@ class Model:
         assert n > 0, "no stack"
         return buf.raw[:n].decode()
 
-def launch_site():
-    return Model().forward(2)
+def launch_site(depth=2):
+    return Model().forward(depth)
 
 def native_site():
     n = free.gaptop_selftest_stack_native(buf, len(buf))
@@ -39,6 +39,12 @@ for name, s in (("main", main), ("thread", out["thread"])):
     assert quals[-4:] == ["Model.forward", "Model.inner", "Model.inner", "Model.inner"], quals
     assert "launch_site" in quals, quals
     assert frames[-1].startswith(__file__), frames[-1]
+# Walks from the same few stacks in turn, as a layer's launches come: the walk's per-thread
+# cache of recent stacks must hand each its own stack every time.
+for rnd in range(3):
+    for depth in (0, 3, 3, 1, 4, 4, 2, 0):
+        quals = [f.split(": ", 1)[1] for f in launch_site(depth).splitlines()]
+        assert quals.count("Model.inner") == depth + 1, (rnd, depth, quals)
 # --native: the Python frames, then the native frames from the interpreter down to the call
 # (here ctypes' foreign call), without gaptop's own frames or the interpreter's.
 import os
