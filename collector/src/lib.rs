@@ -969,6 +969,7 @@ unsafe fn start() -> Result<(), String> {
     }
     libc::pthread_atfork(None, None, Some(in_forked_child));
     if c.sw.verbose {
+        say!("{}", clock_probe());
         say!(
             "collecting: {enabled} API callbacks{}, kernels, memcpy, memset{}{}{} -> {path}",
             match duty {
@@ -989,6 +990,42 @@ unsafe fn start() -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+/// GAPTOP_VERBOSE: what a CUPTI timestamp costs against the vDSO's clocks, and which clock it
+/// follows (its offset from each), for deciding whether callbacks could read a clock directly.
+fn clock_probe() -> String {
+    const N: u32 = 20_000;
+    let clock = |id: libc::clockid_t| {
+        let mut t = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        unsafe { libc::clock_gettime(id, &mut t) };
+        t.tv_sec as i128 * 1_000_000_000 + t.tv_nsec as i128
+    };
+    let t0 = Instant::now();
+    let mut x = 0u64;
+    for _ in 0..N {
+        x = x.wrapping_add(timestamp());
+    }
+    let cupti_ns = t0.elapsed().as_nanos() as f64 / N as f64;
+    let t0 = Instant::now();
+    let mut y = 0i128;
+    for _ in 0..N {
+        y = y.wrapping_add(clock(libc::CLOCK_MONOTONIC_RAW));
+    }
+    let raw_ns = t0.elapsed().as_nanos() as f64 / N as f64;
+    std::hint::black_box((x, y));
+    let c = timestamp() as i128;
+    let off = |id| (c - clock(id)) as f64 / 1e3;
+    format!(
+        "clock probe: cuptiGetTimestamp {cupti_ns:.1} ns a call, clock_gettime(MONOTONIC_RAW) \
+         {raw_ns:.1} ns; CUPTI minus REALTIME {:.1} us, MONOTONIC {:.1} us, MONOTONIC_RAW {:.1} us",
+        off(libc::CLOCK_REALTIME),
+        off(libc::CLOCK_MONOTONIC),
+        off(libc::CLOCK_MONOTONIC_RAW)
+    )
 }
 
 /// What the collector does with one CUDA API call, by its name.
