@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine from the carried folder gpu/ (docs/perf.md says how it is built).
-# usage: gpu-run.sh check|bench|variants|floor|probe|graphs|sanitizer|all
+# usage: gpu-run.sh check|bench|variants|floor|probe|graphs|sanitizer|ui|all
 set -u
 cd "$(dirname "$0")"
 export PYTHONUNBUFFERED=1
@@ -18,6 +18,8 @@ if [ "$MODE" = check ] || [ "$MODE" = all ]; then
   GAPTOP_HWTRACE=1 GAPTOP_VERBOSE=1 $G record -o "$OUT/hw.rec" -- python3 launchbound.py 50 2>&1 | grep -iE "hwtrace|HES|recorded|API callbacks"
   $G report "$OUT/hw.rec" | grep -E "^(GPU ops|launch calls)"; rm -f "$OUT/hw.rec"
   python3 pystack.py ./libgaptop_collector.so 2>&1 | tail -3
+  # What a CUPTI timestamp costs and which host clock it follows; the callbacks' own time.
+  GAPTOP_VERBOSE=1 $G record -o "$OUT/lb.rec" -- python3 launchbound.py 3000 2>&1 | grep -E "probe|inside gaptop"; rm -f "$OUT/lb.rec"
   GAPTOP_VERBOSE=1 $G record -o "$OUT/planted.rec" -- python3 planted.py 100 2>&1 | tail -4
   $G report "$OUT/planted.rec" | head -70
   python3 compare_kineto.py --gaptop $G --kineto kineto.py --out "$OUT" launchbound.py 300 --expect rope 2>&1 | tee "$OUT/compare_lb.txt"
@@ -39,6 +41,18 @@ if [ "$MODE" = probe ]; then
   # Raw CUPTI buffers for the replay test.
   GAPTOP_DUMP="$OUT/planted.cuptibuf" GAPTOP_DUMP_BYTES=${DUMP_BYTES:-700000} $G record -o "$OUT/planted_dump.rec" -- python3 planted.py 3 2>&1 | tail -2
   ls -la "$OUT"/*.cuptibuf
+fi
+if [ "$MODE" = ui ]; then
+  # The live UI in tmux (120x40) on GPT-2: screens while it loads, after it ended, after b
+  # (biggest gap), Enter (zoom to it), e (export) and q, as $OUT/ui-*.txt.
+  command -v tmux >/dev/null || { echo "no tmux on this machine"; exit 1; }
+  mkdir -p /tmp/ui && cd /tmp/ui
+  tmux new-session -d -s g -x 120 -y 40 "$G run -- python3 $OLDPWD/gpt2.py ${GPT2_ITERS:-40}; sleep 60"
+  for i in 1 2; do sleep 15; tmux capture-pane -p -t g > "$OUT/ui-live$i.txt"; done
+  for k in b Enter e q; do tmux send-keys -t g $k; sleep 3; tmux capture-pane -p -t g > "$OUT/ui-$k.txt"; done
+  ls -la /tmp/ui >> "$OUT/ui-q.txt"; tmux kill-server 2>/dev/null
+  tail -3 "$OUT/ui-e.txt"
+  cd "$OLDPWD"
 fi
 if [ "$MODE" = graphs ]; then
   # CUDA graph replays and torch.compile'd (driver-API) launches, with stacks.
