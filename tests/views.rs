@@ -186,8 +186,25 @@ fn threshold_zoom_and_pause() {
     a.update(Action::ThresholdUp);
     assert_eq!(a.min_gap, 64_000);
     assert_eq!(a.gaps().len(), 1, "only the 75 µs gap is 64 µs or longer");
+    // The call tree holds the same gaps as the list: only the 75 µs one, all of its share.
+    let tree_gaps = |a: &App| {
+        let t = &a.cache.as_ref().unwrap().tree;
+        (t.nodes[0].gaps, t.nodes[0].gap_ns)
+    };
+    assert_eq!(tree_gaps(&a), (1, 75_000));
+    let top = &a.cache.as_ref().unwrap().items[0];
+    assert!(
+        format!("{:?}", top).contains("100%"),
+        "its share is of the gaps shown: {top:?}"
+    );
+    let screen = render(&mut a, 120, 30);
+    assert!(
+        screen.contains("Call tree (top-down, gaps ≥64us)"),
+        "{screen}"
+    );
     a.update(Action::ThresholdDown);
     assert_eq!(a.gaps().len(), 3);
+    assert_eq!(tree_gaps(&a).0, 3);
     a.update(Action::ZoomIn);
     assert_eq!(a.width(), 75_000);
     for _ in 0..20 {

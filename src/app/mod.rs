@@ -259,7 +259,9 @@ impl App {
             .enumerate()
             .map(|(n, &id)| (id, n))
             .collect();
-        let items = build_items(&self.store, &tree, &tree_ids, summary.total_gap_ns());
+        // Shares are of the gap time the tree holds: all of the window's, or with a threshold
+        // the gaps at or over it.
+        let items = build_items(&self.store, &tree, &tree_ids, tree.nodes[0].gap_ns);
         let advice = crate::advice::advise(&self.store, &summary, usize::MAX);
         self.cache = Some(Cache {
             advice,

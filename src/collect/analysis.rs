@@ -633,7 +633,8 @@ impl Ord for Ranked {
 }
 
 /// [`summarize`], keeping in `top_gaps` the `top_n` longest gaps of at least `min_ns` (and
-/// counting all such gaps in `top_eligible`).
+/// counting all such gaps in `top_eligible`). The call tree's gap time counts only those gaps
+/// too (its launches and kernel time count every op); the window's totals count every gap.
 pub fn summarize_top(store: &Store, w: Window, cfg: &Config, top_n: usize, min_ns: Ns) -> Summary {
     let (span_lo, span_hi) = store.span().unwrap_or((0, 0));
     let lo = w.lo().max(span_lo);
@@ -698,7 +699,9 @@ pub fn summarize_top(store: &Store, w: Window, cfg: &Config, top_n: usize, min_n
             r.count += 1;
             r.total_ns += d;
             let _ = s.gap_hist.record(d.max(1) as u64);
-            s.tree.add_gap(store, &g);
+            if d >= min_ns {
+                s.tree.add_gap(store, &g);
+            }
             let e = s.stacks.entry((g.stack, g.api, g.op_name)).or_default();
             e.0 += 1;
             e.1 += d;

@@ -496,11 +496,16 @@ pub fn gap_list(f: &mut Frame, area: Rect, app: &App) {
 /// The call tree of gap time.
 pub fn tree(f: &mut Frame, area: Rect, app: &mut App) {
     let title = format!(
-        " Call tree ({}): gap, share, frame · gaps, launches, kernel time ",
+        " Call tree ({}{}): gap, share, frame · gaps, launches, kernel time ",
         if app.inverted {
             "bottom-up"
         } else {
             "top-down"
+        },
+        if app.min_gap > 0 {
+            format!(", gaps ≥{}", fmt_short(app.min_gap))
+        } else {
+            String::new()
         }
     );
     let block = Block::default()
