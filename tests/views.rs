@@ -890,3 +890,36 @@ fn a_reopened_window_counts_its_own_ops() {
     );
     let _ = std::fs::remove_file(&f);
 }
+
+/// Before any GPU op has arrived, the details pane says why there is nothing yet, by what is
+/// known: no collector connected, one connected, or the program ended first.
+#[test]
+fn an_empty_live_capture_says_what_it_is_waiting_for() {
+    use gaptop::collect::store::Store;
+    let shown = |store: Store, source: SourceState| {
+        let mut a = App::new(store, source);
+        a.refresh(true);
+        render(&mut a, 120, 30)
+    };
+    let s = shown(Store::default(), SourceState::Live);
+    assert!(s.contains("Waiting for the program to start CUDA"), "{s}");
+    // At the smallest size the sentence wraps instead of being cut.
+    let mut a = App::new(Store::default(), SourceState::Live);
+    a.refresh(true);
+    let s = render(&mut a, 80, 20);
+    assert!(s.contains("model loading come first)."), "{s}");
+    let mut one = Store::default();
+    one.add_process(4242, -1, "python3");
+    let s = shown(one, SourceState::Live);
+    assert!(
+        s.contains("pid 4242 connected; no GPU work has arrived yet"),
+        "{s}"
+    );
+    let s = shown(Store::default(), SourceState::Ended("exit status 1".into()));
+    assert!(s.contains("The program ended without starting CUDA"), "{s}");
+    assert!(!s.contains("No gap selected"), "{s}");
+    // With ops, the usual hint.
+    let mut a = app();
+    let s = render(&mut a, 120, 30);
+    assert!(!s.contains("Waiting for"), "{s}");
+}

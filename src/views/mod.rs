@@ -556,16 +556,49 @@ fn what_to_fix(f: &mut Frame, area: Rect, app: &App) {
             ])
         })
         .collect();
-    let hint = if lines.is_empty() {
-        format!("No gap selected: {hint}")
-    } else {
-        hint.to_string()
+    let hint = match (lines.is_empty(), nothing_yet(app)) {
+        (true, Some(why)) => {
+            // Nothing else is in the pane: the whole sentence, wrapped.
+            let p = Paragraph::new(why).style(Style::default().fg(Color::Gray));
+            f.render_widget(p.wrap(Wrap { trim: true }), inner);
+            return;
+        }
+        (true, None) => format!("No gap selected: {hint}"),
+        (false, _) => hint.to_string(),
     };
     lines.push(Line::styled(
         short(&hint, w),
         Style::default().fg(Color::DarkGray),
     ));
     f.render_widget(Paragraph::new(lines), inner);
+}
+
+/// Why there is nothing to show yet, when no GPU op has arrived at all: the first seconds of
+/// a live run (the program is still importing, or has not touched CUDA), a program that ended
+/// without GPU work, or a source without ops.
+fn nothing_yet(app: &App) -> Option<String> {
+    let s = &app.store;
+    if s.op_count() > 0 || s.evicted_ops > 0 {
+        return None;
+    }
+    let who = match s.procs.len() {
+        0 => String::new(),
+        1 => format!("pid {}", s.procs[0].pid),
+        n => format!("{n} processes"),
+    };
+    Some(match (&app.source, s.procs.is_empty()) {
+        (SourceState::Live, true) => "Waiting for the program to start CUDA: its collector \
+            connects then (imports and model loading come first)."
+            .to_string(),
+        (SourceState::Live, false) => format!("{who} connected; no GPU work has arrived yet."),
+        (SourceState::Ended(_), true) => "The program ended without starting CUDA, or its \
+            collector could not start: its output says why."
+            .to_string(),
+        (SourceState::Ended(_), false) => {
+            format!("The program ended; {who} connected but sent no GPU work.")
+        }
+        (SourceState::File, _) => "This source holds no GPU ops.".to_string(),
+    })
 }
 
 /// The selected gap: times, cause, launch, neighbours and stacks.
