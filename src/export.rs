@@ -435,15 +435,21 @@ impl ExportJob {
 }
 
 /// Starts writing the app's visible window to a new file in its export directory.
+///
+/// Nothing is copied on the UI thread: the export thread shares the store, copies the window
+/// out of it (seconds for ten million ops) and lets go of it before writing. Meanwhile the UI
+/// keeps drawing and answering keys; new live data waits until the copy is made.
 pub fn export_window(app: &App) -> anyhow::Result<ExportJob> {
     let path = export_path(&app.export_dir, &app.store.source);
-    let copy = app.store.window_copy(app.lo, app.hi);
+    let store = std::sync::Arc::clone(&app.store);
     let (lo, hi, cfg) = (app.lo, app.hi, app.cfg);
     let (tx, done) = std::sync::mpsc::channel();
     let p = path.clone();
     std::thread::Builder::new()
         .name("gaptop-export".into())
         .spawn(move || {
+            let copy = store.window_copy(lo, hi);
+            drop(store);
             let _ = tx.send(copy_to_file(&copy, lo, hi, &cfg, &p));
         })
         .context("cannot start the export thread")?;

@@ -268,12 +268,13 @@ fn panning_the_whole_capture_stays_on_the_data() {
 #[test]
 fn live_status_shows_the_collectors_lag() {
     let with_lag = || {
-        let mut store = app().store;
+        let mut shared = app().store;
+        let store = std::sync::Arc::get_mut(&mut shared).expect("not shared");
         if store.procs.is_empty() {
             store.add_process(1, -1, "x");
         }
         store.procs[0].stats.lag_ns = 180_000_000;
-        store
+        shared
     };
     let mut file = App::new(with_lag(), SourceState::File);
     assert!(!render(&mut file, 160, 24).contains("lag "));
@@ -922,4 +923,62 @@ fn an_empty_live_capture_says_what_it_is_waiting_for() {
     let mut a = app();
     let s = render(&mut a, 120, 30);
     assert!(!s.contains("Waiting for"), "{s}");
+}
+
+/// While an export shares the store to copy its window out, live data waits in the channel and
+/// is applied, all of it, once the export lets go; the UI keeps drawing meanwhile.
+#[test]
+fn live_data_waits_for_an_export_copying_the_store_and_is_not_lost() {
+    use gaptop::collect::ingest::Ingest;
+    use gaptop::collect::live::LiveEvent;
+    use gaptop_wire::{Frame, Hello, Op, OP_KERNEL};
+    let mut a = App::new(gaptop::collect::store::Store::default(), SourceState::Live);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut ingest = Ingest::new();
+    let op = |i: u64| Op {
+        start: 1_000 * i,
+        end: 1_000 * i + 500,
+        corr: i as u32,
+        name: 1,
+        stream: 7,
+        kind: OP_KERNEL,
+        ..Default::default()
+    };
+    tx.send(LiveEvent::Frames(
+        1,
+        vec![
+            Frame::Hello(Hello::new(9, -1, "p")),
+            Frame::Name {
+                id: 1,
+                text: "k".into(),
+            },
+            Frame::Ops((1..=3).map(op).collect()),
+        ],
+    ))
+    .unwrap();
+    let budget = std::time::Duration::from_millis(30);
+    assert!(gaptop::app::term::drain(&mut a, &mut ingest, &rx, budget));
+    assert_eq!(a.store.op_count(), 3);
+    // An export's share of the store (what `e` hands its thread until the copy is made).
+    let held = std::sync::Arc::clone(&a.store);
+    tx.send(LiveEvent::Frames(
+        1,
+        vec![Frame::Ops((4..=6).map(op).collect())],
+    ))
+    .unwrap();
+    assert!(!gaptop::app::term::drain(&mut a, &mut ingest, &rx, budget));
+    assert_eq!(a.store.op_count(), 3, "nothing applied while shared");
+    a.tick();
+    assert!(
+        render(&mut a, 100, 30).contains("3 ops"),
+        "the UI still draws"
+    );
+    assert_eq!(
+        held.op_count(),
+        3,
+        "the export's copy is the window as it was"
+    );
+    drop(held);
+    assert!(gaptop::app::term::drain(&mut a, &mut ingest, &rx, budget));
+    assert_eq!(a.store.op_count(), 6, "the waiting data arrived, none lost");
 }

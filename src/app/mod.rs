@@ -82,7 +82,9 @@ pub const ANALYSIS_CAP: usize = 200_000;
 const MIN_WIDTH: Ns = 1_000;
 
 pub struct App {
-    pub store: Store,
+    /// Shared only with an export that is copying its window out (see
+    /// [`crate::export::export_window`]); new data waits until it is done.
+    pub store: std::sync::Arc<Store>,
     pub cfg: Config,
     pub keys: KeyMap,
     pub source: SourceState,
@@ -130,7 +132,8 @@ fn tree_key(g: &Gap) -> GapKey {
 }
 
 impl App {
-    pub fn new(store: Store, source: SourceState) -> App {
+    pub fn new(store: impl Into<std::sync::Arc<Store>>, source: SourceState) -> App {
+        let store = store.into();
         let (lo, hi) = store.span().unwrap_or((0, 1));
         let live = source == SourceState::Live;
         App {
@@ -185,6 +188,13 @@ impl App {
                 Err(e) => format!("export failed: {e:#}"),
             };
             self.export_job = None;
+        } else if std::sync::Arc::strong_count(&self.store) > 1 && self.is_live() {
+            self.message = format!(
+                "exporting to {}: copying the window (new data waits)…",
+                j.path.display()
+            );
+        } else if self.message.ends_with("(new data waits)…") {
+            self.message = format!("exporting to {}…", j.path.display());
         }
     }
 

@@ -34,16 +34,21 @@ pub fn drain(
     let t = Instant::now();
     let mut any = false;
     while t.elapsed() < budget {
+        // An export copying its window out shares the store: new data waits in the channel
+        // (it is neither lost nor dropped) until the copy is made, a moment later.
+        let Some(store) = Arc::get_mut(&mut app.store) else {
+            break;
+        };
         let Ok(ev) = rx.try_recv() else { break };
         any = true;
         match ev {
             LiveEvent::Frames(conn, frames) => {
                 for f in frames {
-                    ingest.apply(&mut app.store, conn, f);
+                    ingest.apply(store, conn, f);
                 }
             }
             LiveEvent::Closed(conn, why) => {
-                ingest.close(&mut app.store, conn);
+                ingest.close(store, conn);
                 if let Some(w) = why {
                     app.message = format!("connection {conn} closed: {w}");
                 }
