@@ -982,3 +982,41 @@ fn live_data_waits_for_an_export_copying_the_store_and_is_not_lost() {
     assert!(gaptop::app::term::drain(&mut a, &mut ingest, &rx, budget));
     assert_eq!(a.store.op_count(), 6, "the waiting data arrived, none lost");
 }
+
+/// Live, the status line says when new data waits for an export's copy, and a message the user
+/// caused meanwhile is not overwritten by it.
+#[test]
+fn the_status_line_says_when_live_data_waits_for_an_export() {
+    let dir = std::env::temp_dir().join(format!("gaptop-wait-export-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // Writing this window takes a quarter of a second: the export is still running at the
+    // next two ticks.
+    let mut a = App::new(recording("launchbound.rec").store, SourceState::Live);
+    a.export_dir = dir.clone();
+    a.update(Action::Export);
+    // Shared beyond the export thread's own copy, so that it stays shared while we look.
+    let held = std::sync::Arc::clone(&a.store);
+    a.tick();
+    assert!(
+        a.message.ends_with("copying the window (new data waits)…"),
+        "{}",
+        a.message
+    );
+    a.update(Action::Invert);
+    a.tick();
+    assert!(
+        a.message == "call tree: bottom-up" || a.message.starts_with("exported "),
+        "{}",
+        a.message
+    );
+    drop(held);
+    let t = std::time::Instant::now();
+    while a.export_job.is_some() {
+        assert!(t.elapsed().as_secs() < 20);
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        a.tick();
+    }
+    assert!(a.message.starts_with("exported "), "{}", a.message);
+    let _ = std::fs::remove_dir_all(&dir);
+}

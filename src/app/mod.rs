@@ -188,13 +188,17 @@ impl App {
                 Err(e) => format!("export failed: {e:#}"),
             };
             self.export_job = None;
-        } else if std::sync::Arc::strong_count(&self.store) > 1 && self.is_live() {
-            self.message = format!(
-                "exporting to {}: copying the window (new data waits)…",
-                j.path.display()
-            );
-        } else if self.message.ends_with("(new data waits)…") {
-            self.message = format!("exporting to {}…", j.path.display());
+        } else if self.message.starts_with("exporting to ") {
+            // (A message that came since stays.) Live, say while new data waits for the copy.
+            let copying = std::sync::Arc::strong_count(&self.store) > 1 && self.is_live();
+            self.message = if copying {
+                format!(
+                    "exporting to {}: copying the window (new data waits)…",
+                    j.path.display()
+                )
+            } else {
+                format!("exporting to {}…", j.path.display())
+            };
         }
     }
 
