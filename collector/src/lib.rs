@@ -155,6 +155,9 @@ struct Collector {
     timing: bool,
     cb_ns: AtomicU64,
     cb_calls: AtomicU64,
+    /// GAPTOP_VERBOSE: time in the launches' stack walks (part of `cb_ns`), and their count.
+    walk_ns: AtomicU64,
+    walks: AtomicU64,
     /// Raw CUPTI buffers written here for replay tests (GAPTOP_DUMP), with a byte budget.
     dump: Mutex<Option<(std::fs::File, usize)>>,
     next_name: AtomicU32,
@@ -273,6 +276,8 @@ impl Collector {
             timing: sw.verbose,
             cb_ns: AtomicU64::new(0),
             cb_calls: AtomicU64::new(0),
+            walk_ns: AtomicU64::new(0),
+            walks: AtomicU64::new(0),
             dump: Mutex::new(None),
             next_name,
             defs: Mutex::new(Vec::new()),
@@ -538,10 +543,15 @@ unsafe fn api_inner(
                 Some(o) => (o.start, o.stack),
                 None => {
                     let site = ((cbid as u64) << 48) ^ d.symbolName as u64;
-                    (
-                        timestamp(),
-                        c.launch_stack(&mut l.frames, &mut l.native, &mut l.recent[..], site),
-                    )
+                    let start = timestamp();
+                    let t0 = c.timing.then(Instant::now);
+                    let stack =
+                        c.launch_stack(&mut l.frames, &mut l.native, &mut l.recent[..], site);
+                    if let Some(t0) = t0 {
+                        c.walk_ns.fetch_add(t0.elapsed().as_nanos() as u64, Relaxed);
+                        c.walks.fetch_add(1, Relaxed);
+                    }
+                    (start, stack)
                 }
             };
             l.open.0.push(OpenCall {
@@ -719,12 +729,24 @@ extern "C" fn at_exit() {
     if c.timing {
         let calls = c.cb_calls.load(Relaxed);
         let ns = c.cb_ns.load(Relaxed);
+        let (walks, walk_ns) = (c.walks.load(Relaxed), c.walk_ns.load(Relaxed));
+        // What timing one interval costs by itself, to read the figures above net of it.
+        let t0 = Instant::now();
+        let mut spent = 0u64;
+        for _ in 0..10_000 {
+            let t = Instant::now();
+            spent += t.elapsed().as_nanos() as u64;
+        }
+        std::hint::black_box(spent);
+        let timer = t0.elapsed().as_nanos() as u64 / 10_000;
         let st = c.stacks.lock().unwrap_or_else(|e| e.into_inner());
         say!(
-            "{calls} API callbacks, {:.1} ms inside gaptop ({} ns a call); {} stack nodes, {} \
-             distinct stacks, {} launches over the stack limit",
+            "{calls} API callbacks, {:.1} ms inside gaptop ({} ns a call); {walks} stack walks \
+             inside those, {} ns each (both figures include {timer} ns of timing); {} stack \
+             nodes, {} distinct stacks, {} launches over the stack limit",
             ns as f64 / 1e6,
             ns.checked_div(calls).unwrap_or(0),
+            walk_ns.checked_div(walks).unwrap_or(0),
             st.next_stack,
             st.by_hash.len(),
             st.full
