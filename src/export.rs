@@ -420,18 +420,19 @@ impl ExportJob {
         match self.done.try_recv() {
             Ok(r) => Some(r),
             Err(std::sync::mpsc::TryRecvError::Empty) => None,
-            Err(std::sync::mpsc::TryRecvError::Disconnected) => {
-                Some(Err(anyhow::anyhow!("the export thread stopped")))
-            }
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => Some(Err(thread_stopped())),
         }
     }
 
     /// Waits for the file to be complete.
     pub fn wait(self) -> anyhow::Result<Written> {
-        self.done
-            .recv()
-            .unwrap_or_else(|_| Err(anyhow::anyhow!("the export thread stopped")))
+        self.done.recv().unwrap_or_else(|_| Err(thread_stopped()))
     }
+}
+
+/// What an export whose thread ended without a word (it panicked) says.
+fn thread_stopped() -> anyhow::Error {
+    anyhow::anyhow!("the export thread stopped")
 }
 
 /// Starts writing the app's visible window to a new file in its export directory.
