@@ -202,6 +202,13 @@ fn threshold_zoom_and_pause() {
         screen.contains("Call tree (top-down, gaps ≥64us)"),
         "{screen}"
     );
+    // The node's details give the same share as its row.
+    let first = *a.cache.as_ref().unwrap().items[0].identifier();
+    a.focus = Focus::Tree;
+    a.tree_state.select(vec![first]);
+    let screen = render(&mut a, 120, 30);
+    assert!(screen.contains("(100.0%) in 1 gaps"), "{screen}");
+    a.focus = Focus::Gaps;
     a.update(Action::ThresholdDown);
     assert_eq!(a.gaps().len(), 3);
     assert_eq!(tree_gaps(&a).0, 3);

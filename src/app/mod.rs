@@ -273,9 +273,7 @@ impl App {
             .enumerate()
             .map(|(n, &id)| (id, n))
             .collect();
-        // Shares are of the gap time the tree holds: all of the window's, or with a threshold
-        // the gaps at or over it.
-        let items = build_items(&self.store, &tree, &tree_ids, tree.nodes[0].gap_ns);
+        let items = build_items(&self.store, &tree, &tree_ids);
         let advice = crate::advice::advise(&self.store, &summary, usize::MAX);
         self.cache = Some(Cache {
             advice,
@@ -1001,6 +999,17 @@ fn path_ids(t: &CallTree) -> Vec<usize> {
     ids
 }
 
+/// A tree node's share (%) of the gap time the tree holds: all of the window's gaps, or with a
+/// threshold those at or over it. The tree's rows and the node details both show it.
+pub fn tree_share(t: &CallTree, n: usize) -> f64 {
+    let total = t.nodes[0].gap_ns;
+    if total > 0 {
+        100.0 * t.nodes[n].gap_ns as f64 / total as f64
+    } else {
+        0.0
+    }
+}
+
 /// Most children shown under a tree node, and the deepest level shown.
 const TREE_CHILDREN: usize = 50;
 const TREE_DEPTH: usize = 64;
@@ -1020,26 +1029,16 @@ fn display_order(c: &Cache) -> Vec<usize> {
 }
 
 /// Tree items for tui-tree-widget, children sorted by gap time, at most 50 a level.
-fn build_items(
-    store: &Store,
-    t: &CallTree,
-    ids: &[usize],
-    total: Ns,
-) -> Vec<TreeItem<'static, usize>> {
+fn build_items(store: &Store, t: &CallTree, ids: &[usize]) -> Vec<TreeItem<'static, usize>> {
     fn item(
         store: &Store,
         t: &CallTree,
         ids: &[usize],
         n: usize,
-        total: Ns,
         depth: usize,
     ) -> TreeItem<'static, usize> {
         let node = &t.nodes[n];
-        let share = if total > 0 {
-            100.0 * node.gap_ns as f64 / total as f64
-        } else {
-            0.0
-        };
+        let share = tree_share(t, n);
         let mut name = pretty_frame(store.names.get(node.frame));
         if name.chars().count() > 90 {
             name = name.chars().take(89).collect::<String>() + "…";
@@ -1068,7 +1067,7 @@ fn build_items(
             visible_children(store, t, n)
                 .into_iter()
                 .take(TREE_CHILDREN)
-                .map(|c| item(store, t, ids, c, total, depth + 1))
+                .map(|c| item(store, t, ids, c, depth + 1))
                 .collect()
         } else {
             Vec::new()
@@ -1079,6 +1078,6 @@ fn build_items(
     visible_children(store, t, 0)
         .into_iter()
         .take(TREE_CHILDREN)
-        .map(|c| item(store, t, ids, c, total, 1))
+        .map(|c| item(store, t, ids, c, 1))
         .collect()
 }

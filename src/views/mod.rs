@@ -752,12 +752,7 @@ fn node_details(f: &mut Frame, area: Rect, app: &App, c: &crate::app::Cache, n: 
     let t = &c.tree;
     let node = &t.nodes[n];
     let frame = app.store.names.get(node.frame);
-    let total = c.summary.total_gap_ns();
-    let share = if total > 0 {
-        100.0 * node.gap_ns as f64 / total as f64
-    } else {
-        0.0
-    };
+    let share = crate::app::tree_share(t, n);
     let mut lines = vec![
         Line::styled(
             short(&crate::app::pretty_frame(frame), w),
