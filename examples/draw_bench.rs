@@ -6,7 +6,6 @@
 use std::time::{Duration, Instant};
 
 use gaptop::app::{Action, App, SourceState};
-use gaptop::collect::ingest::Ingest;
 use gaptop::collect::store::{ApiCall, ApiKind, GpuOp, LaneKey, OpKind, Store};
 use gaptop_wire as w;
 use ratatui::backend::TestBackend;
@@ -99,7 +98,10 @@ fn main() {
         let reps = 20;
         let t = Instant::now();
         for _ in 0..reps {
-            term.draw(|f| gaptop::views::draw(f, &mut app)).unwrap();
+            // What the terminal loop does for a frame: the tick (which builds the view model)
+            // and the draw.
+            app.tick();
+            gaptop::views::render(&mut term, &mut app).unwrap();
         }
         let draw = t.elapsed().as_secs_f64() * 1e3 / reps as f64;
         let in_view = app.cache.as_ref().map(|c| c.summary.gpu_ops).unwrap_or(0);
@@ -121,7 +123,8 @@ fn main() {
     // (writing ten million ops would take minutes and load the machine for the live part).
     app.export_dir = std::env::temp_dir().join("gaptop-draw-bench-no-such-folder");
     let t = Instant::now();
-    app.update(Action::Export);
+    let fx = app.update(Action::Export);
+    gaptop::app::term::perform(&mut app, fx, &mut gaptop::app::term::Feed::None);
     let on_ui = t.elapsed().as_secs_f64() * 1e3;
     while std::sync::Arc::strong_count(&app.store) > 1 {
         std::thread::sleep(Duration::from_millis(1));
@@ -190,13 +193,12 @@ fn main() {
             }
         }
     });
-    let mut ingest = Ingest::new();
     let mut lat = Vec::new();
     let start = Instant::now();
     let mut next_key = Instant::now() + Duration::from_millis(100);
     let mut zoom_in = true;
     while start.elapsed() < Duration::from_secs(5) {
-        gaptop::app::term::drain(&mut app, &mut ingest, &rx, Duration::from_millis(30));
+        gaptop::app::term::drain(&mut app, &rx, Duration::from_millis(30));
         if Instant::now() >= next_key {
             let t = Instant::now();
             app.update(if zoom_in {
@@ -206,12 +208,12 @@ fn main() {
             });
             zoom_in = !zoom_in;
             app.tick();
-            term.draw(|f| gaptop::views::draw(f, &mut app)).unwrap();
+            gaptop::views::render(&mut term, &mut app).unwrap();
             lat.push(t.elapsed().as_secs_f64() * 1e3);
             next_key += Duration::from_millis(100);
         } else {
             app.tick();
-            term.draw(|f| gaptop::views::draw(f, &mut app)).unwrap();
+            gaptop::views::render(&mut term, &mut app).unwrap();
         }
     }
     lat.sort_by(|a, b| a.partial_cmp(b).unwrap());

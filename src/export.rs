@@ -12,7 +12,6 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
-use crate::app::App;
 use crate::collect::analysis::{self, Config, Window};
 use crate::collect::store::{ApiCall, Ns, OpKind, Store};
 
@@ -216,7 +215,7 @@ fn write_copy(
             if g.api != 0 {
                 frames.push(store.names.get(g.api).to_string());
             }
-            let before = crate::views::short_kernel(store.names.get(g.op_name));
+            let before = crate::frames::short_kernel(store.names.get(g.op_name));
             emit(
                 &mut out,
                 Ev::x(
@@ -435,15 +434,30 @@ fn thread_stopped() -> anyhow::Error {
     anyhow::anyhow!("the export thread stopped")
 }
 
-/// Starts writing the app's visible window to a new file in its export directory.
+/// What an export of the UI's window needs: the store (shared until the window is copied out
+/// of it), the window, and where to write.
+pub struct ExportRequest {
+    pub store: std::sync::Arc<Store>,
+    pub lo: Ns,
+    pub hi: Ns,
+    pub cfg: Config,
+    pub dir: PathBuf,
+}
+
+/// Starts writing the window to a new file in the request's directory.
 ///
-/// Nothing is copied on the UI thread: the export thread shares the store, copies the window
-/// out of it (seconds for ten million ops) and lets go of it before writing. Meanwhile the UI
-/// keeps drawing and answering keys; new live data waits until the copy is made.
-pub fn export_window(app: &App) -> anyhow::Result<ExportJob> {
-    let path = export_path(&app.export_dir, &app.store.source);
-    let store = std::sync::Arc::clone(&app.store);
-    let (lo, hi, cfg) = (app.lo, app.hi, app.cfg);
+/// Nothing is copied on the caller's thread: the export thread shares the store, copies the
+/// window out of it (seconds for ten million ops) and lets go of it before writing. Meanwhile
+/// the UI keeps drawing and answering keys; new live data waits until the copy is made.
+pub fn start(req: ExportRequest) -> anyhow::Result<ExportJob> {
+    let ExportRequest {
+        store,
+        lo,
+        hi,
+        cfg,
+        dir,
+    } = req;
+    let path = export_path(&dir, &store.source);
     let (tx, done) = std::sync::mpsc::channel();
     let p = path.clone();
     std::thread::Builder::new()

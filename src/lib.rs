@@ -1,15 +1,22 @@
 //! gaptop: where the GPU sits idle between kernels, and which code made it wait.
 //!
-//! - [`collect`]: sources (Kineto JSON, recordings, the live socket), the event store and the
-//!   gap analysis.
-//! - [`report`]: the headless report.
-//! - [`app`] and [`views`]: the terminal UI (state, actions, pure render functions).
+//! The modules depend on each other in one direction only (ARCHITECTURE.md; `tests/layers.rs`
+//! checks it):
+//!
+//! - [`units`] and [`frames`]: times, and how frames and op names read.
+//! - [`collect`]: sources (Kineto JSON, recordings, the live socket), the event store, the gap
+//!   analysis and the advice on what to fix.
+//! - [`report`], [`export`] and [`record`]: the headless report, the Chrome-trace export and
+//!   `gaptop record`.
+//! - [`app`]: the terminal UI's model (state, messages, one `update`, the view model) and its
+//!   terminal loop.
+//! - [`views`]: render functions that lay out and colour the view model.
 #![forbid(unsafe_code)]
 
-pub mod advice;
 pub mod app;
 pub mod collect;
 pub mod export;
+pub mod frames;
 pub mod record;
 pub mod report;
 pub mod units;

@@ -213,6 +213,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 app,
                 term::Feed::Demo(term::demo_feed(DEMO)),
                 term::stop_flag()?,
+                gaptop::views::render,
             )?;
             Ok(ExitCode::SUCCESS)
         }
@@ -221,7 +222,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             term::need_terminal("open")?;
             let store = gaptop::collect::load_path(&file, usize::MAX)?;
             let app = ui_app(store, SourceState::File, &ui)?;
-            term::run(app, term::Feed::None, term::stop_flag()?)?;
+            term::run(
+                app,
+                term::Feed::None,
+                term::stop_flag()?,
+                gaptop::views::render,
+            )?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Run {
@@ -241,7 +247,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             store.source = cmd.join(" ");
             let mut app = ui_app(store, SourceState::Live, &ui)?;
             app.message = format!("program output: {}", log.display());
-            term::run(app, term::Feed::Live(Box::new(l)), stop)?;
+            term::run(
+                app,
+                term::Feed::Live(Box::new(l)),
+                stop,
+                gaptop::views::render,
+            )?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Export {

@@ -4,6 +4,7 @@ use serde::Serialize;
 
 use crate::collect::analysis::{self, Category, Config, Gap, Reason, Summary, Window};
 use crate::collect::store::{NameId, Ns, StackId, Store};
+use crate::frames::cut as short;
 use crate::units::fmt_ns;
 
 #[derive(Serialize)]
@@ -60,7 +61,7 @@ pub struct JsonReport {
     pub gap_percentiles_ns: Percentiles,
     pub kernel_percentiles_ns: Percentiles,
     /// The code with the most gap time, with why the GPU waited there and the usual fix.
-    pub advice: Vec<crate::advice::Advice>,
+    pub advice: Vec<crate::collect::advice::Advice>,
     pub top_stacks: Vec<JsonStack>,
     pub top_gaps: Vec<JsonGap>,
     /// Kernels whose launch call was found by correlation id, and of those, launched from a
@@ -173,7 +174,7 @@ pub fn folded(store: &Store, s: &Summary) -> String {
         .map(|(&(stack, api, op), &(_, gap_ns))| {
             let path: Vec<String> = stack_frames(store, stack, api, op)
                 .iter()
-                .filter(|f| !crate::app::is_plumbing(f))
+                .filter(|f| !crate::frames::is_plumbing(f))
                 .map(|f| f.replace(';', ":").replace(['\n', '\r'], " "))
                 .collect();
             (gap_ns, path.join(";"))
@@ -239,7 +240,7 @@ pub fn build(store: &Store, w: Window, cfg: &Config, top: usize) -> (Summary, Js
         reasons,
         gap_percentiles_ns: pct(&s.gap_hist),
         kernel_percentiles_ns: pct(&s.kernel_hist),
-        advice: crate::advice::advise(store, &s, 5),
+        advice: crate::collect::advice::advise(store, &s, 5),
         top_stacks: top_stacks(store, &s, 20),
         top_gaps: s
             .top_gaps
@@ -295,15 +296,6 @@ fn launch_coverage(store: &Store, lo: Ns, hi: Ns) -> Vec<JsonProcess> {
     }
     per.retain(|p| p.kernels > 0);
     per
-}
-
-fn short(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        s.to_string()
-    } else {
-        let t: String = s.chars().take(n.saturating_sub(1)).collect();
-        format!("{t}…")
-    }
 }
 
 /// The text form: a concise summary that fits a terminal.
@@ -439,7 +431,7 @@ pub fn text(j: &JsonReport) -> String {
         let shown: Vec<&String> = s
             .frames
             .iter()
-            .filter(|f| !crate::app::is_plumbing(f))
+            .filter(|f| !crate::frames::is_plumbing(f))
             .collect();
         let n = shown.len();
         let skip = n.saturating_sub(TEXT_STACK_FRAMES);

@@ -1,6 +1,7 @@
 //! Human-readable times and time arguments.
 
-use crate::collect::store::Ns;
+/// Nanoseconds: every time and duration in gaptop.
+pub type Ns = i64;
 
 /// Formats nanoseconds with a unit that keeps three significant digits.
 pub fn fmt_ns(ns: Ns) -> String {

@@ -113,7 +113,7 @@ proptest! {
         let inv = s.tree.inverted();
         prop_assert_eq!(inv.nodes[0].gap_ns, gap_ns);
         // Advice over every launching function partitions the gaps too.
-        let advice = gaptop::advice::advise(&st, &s, usize::MAX);
+        let advice = gaptop::collect::advice::advise(&st, &s, usize::MAX);
         prop_assert_eq!(advice.iter().map(|a| a.gaps).sum::<u64>(), gap_count);
         prop_assert_eq!(advice.iter().map(|a| a.gap_ns).sum::<i64>(), gap_ns);
         // Per device: idle + busy = the span, for each device.

@@ -10,8 +10,7 @@ use crossterm::event::{self, Event, KeyEventKind, MouseEventKind};
 use ratatui::backend::Backend;
 use ratatui::Terminal;
 
-use super::{Action, App, SourceState};
-use crate::collect::ingest::Ingest;
+use super::{Action, App, Effect, MouseKind, Msg, SourceState};
 use crate::collect::live::{Launch, LiveEvent};
 
 /// What feeds the store while the UI runs.
@@ -25,45 +24,47 @@ pub enum Feed {
 }
 
 /// Applies pending source events, spending at most `budget` on them.
-pub fn drain(
-    app: &mut App,
-    ingest: &mut Ingest,
-    rx: &Receiver<LiveEvent>,
-    budget: Duration,
-) -> bool {
+pub fn drain(app: &mut App, rx: &Receiver<LiveEvent>, budget: Duration) -> bool {
     let t = Instant::now();
     let mut any = false;
     while t.elapsed() < budget {
         // An export copying its window out shares the store: new data waits in the channel
         // (it is neither lost nor dropped) until the copy is made, a moment later.
-        let Some(store) = Arc::get_mut(&mut app.store) else {
+        if !app.store_free() {
             break;
-        };
+        }
         let Ok(ev) = rx.try_recv() else { break };
         any = true;
-        match ev {
-            LiveEvent::Frames(conn, frames) => {
-                for f in frames {
-                    ingest.apply(store, conn, f);
-                }
-            }
-            LiveEvent::Closed(conn, why) => {
-                ingest.close(store, conn);
-                if let Some(w) = why {
-                    app.message = format!("connection {conn} closed: {w}");
-                }
-            }
-            LiveEvent::Output(line) => {
-                app.output.push_back(line);
-                while app.output.len() > 500 {
-                    app.output.pop_front();
-                }
-            }
-            LiveEvent::Exited(s) => app.source = SourceState::Ended(s),
-        }
+        app.update(Msg::Source(ev));
     }
     any
 }
+
+/// Carries out what `update` asked for: starts an export's thread, signals the program.
+pub fn perform(app: &mut App, effects: Vec<Effect>, feed: &mut Feed) {
+    for e in effects {
+        match e {
+            Effect::Export(req) => {
+                app.update(Msg::ExportStarted(crate::export::start(req)));
+            }
+            Effect::StopProgram(nth) => {
+                // K while live: this loop holds the program (a demo only plays a recording).
+                let said = match feed {
+                    Feed::Live(l) => {
+                        let key = app.keys.keys_for(Action::StopProgram).into_iter().next();
+                        stop_program(&mut l.child, nth, key.as_deref())
+                    }
+                    _ => "a recording plays: no program to stop".into(),
+                };
+                app.update(Msg::Said(said));
+            }
+        }
+    }
+}
+
+/// How the loop draws a frame: `crate::views::render`, handed in by the caller so that the
+/// model does not depend on its views.
+pub type Render<B> = fn(&mut Terminal<B>, &mut App) -> Result<(), <B as Backend>::Error>;
 
 /// What waiting on the terminal found.
 enum Input {
@@ -103,12 +104,11 @@ pub fn run_loop<B: Backend>(
     app: &mut App,
     feed: &mut Feed,
     stop: &AtomicBool,
+    render: Render<B>,
 ) -> anyhow::Result<()>
 where
     B::Error: Send + Sync + 'static,
 {
-    let mut ingest = Ingest::new();
-    let mut signals_sent = 0u32;
     let mut last_draw = Instant::now() - Duration::from_secs(1);
     let mut dirty = true;
     app.tick();
@@ -118,35 +118,24 @@ where
         }
         match feed {
             Feed::None => {}
-            Feed::Demo(rx) => dirty |= drain(app, &mut ingest, rx, Duration::from_millis(30)),
+            Feed::Demo(rx) => dirty |= drain(app, rx, Duration::from_millis(30)),
             Feed::Live(l) => {
-                dirty |= drain(app, &mut ingest, &l.rx, Duration::from_millis(30));
+                dirty |= drain(app, &l.rx, Duration::from_millis(30));
                 if app.source == SourceState::Live {
                     if let Ok(Some(st)) = l.child.try_wait() {
-                        app.source = SourceState::Ended(crate::collect::live::how_it_ended(st));
+                        let how = crate::collect::live::how_it_ended(st);
+                        app.update(Msg::ProgramEnded(how));
                         dirty = true;
                     }
                 }
             }
-        }
-        // K while live: this loop holds the program (a demo only plays a recording).
-        if app.stop_requests > signals_sent {
-            signals_sent = app.stop_requests;
-            app.message = match feed {
-                Feed::Live(l) => {
-                    let key = app.keys.keys_for(Action::StopProgram).into_iter().next();
-                    stop_program(&mut l.child, signals_sent, key.as_deref())
-                }
-                _ => "a recording plays: no program to stop".into(),
-            };
-            dirty = true;
         }
         if app.quit {
             return Ok(());
         }
         if dirty || last_draw.elapsed() > Duration::from_millis(250) {
             app.tick();
-            term.draw(|f| crate::views::draw(f, app))?;
+            render(term, app)?;
             last_draw = Instant::now();
             dirty = false;
         }
@@ -156,38 +145,40 @@ where
         }
         // Key, mouse and resize events (resizes arrive by signal, not on stdin).
         while event::poll(Duration::ZERO)? {
-            match event::read()? {
+            let fx = match event::read()? {
                 Event::Key(k) if k.kind != KeyEventKind::Release => {
+                    dirty = true;
                     // While a tree search is typed, keys are its text, not bindings.
                     let a = if app.search.is_some() {
                         super::keymap::search_action(&k)
                     } else {
                         app.keys.action(&k)
                     };
-                    if let Some(a) = a {
-                        app.update(a);
-                    } else if app.help {
-                        app.update(Action::Help);
+                    match a {
+                        Some(a) => app.update(a),
+                        None if app.help => app.update(Action::Help),
+                        None => Vec::new(),
                     }
-                    dirty = true;
                 }
                 Event::Mouse(m) => {
-                    let (x0, w) = app.timeline_x;
-                    if w > 0 && m.column >= x0 && m.column < x0 + w {
-                        let t = app.lo
-                            + ((app.hi - app.lo) as f64 * (m.column - x0) as f64 / w as f64) as i64;
-                        app.cursor = t;
-                    }
-                    match m.kind {
-                        MouseEventKind::ScrollUp => app.update(Action::ZoomIn),
-                        MouseEventKind::ScrollDown => app.update(Action::ZoomOut),
-                        _ => {}
-                    }
                     dirty = true;
+                    let kind = match m.kind {
+                        MouseEventKind::ScrollUp => MouseKind::ScrollUp,
+                        MouseEventKind::ScrollDown => MouseKind::ScrollDown,
+                        _ => MouseKind::Other,
+                    };
+                    app.update(Msg::Mouse {
+                        column: m.column,
+                        kind,
+                    })
                 }
-                Event::Resize(..) => dirty = true,
-                _ => {}
-            }
+                Event::Resize(w, h) => {
+                    dirty = true;
+                    app.update(Msg::Resize(w, h))
+                }
+                _ => Vec::new(),
+            };
+            perform(app, fx, feed);
         }
     }
 }
@@ -246,7 +237,12 @@ pub fn need_terminal(cmd: &str) -> anyhow::Result<()> {
 
 /// Runs the UI in the real terminal, restoring it on every way out (quit, error, panic,
 /// SIGTERM, SIGHUP).
-pub fn run(mut app: App, mut feed: Feed, stop: Arc<AtomicBool>) -> anyhow::Result<()> {
+pub fn run(
+    mut app: App,
+    mut feed: Feed,
+    stop: Arc<AtomicBool>,
+    render: Render<ratatui::backend::CrosstermBackend<std::io::Stdout>>,
+) -> anyhow::Result<()> {
     let mut term = match ratatui::try_init() {
         Ok(t) => t,
         Err(e) => {
@@ -262,7 +258,7 @@ pub fn run(mut app: App, mut feed: Feed, stop: Arc<AtomicBool>) -> anyhow::Resul
         }
     };
     let _ = crossterm::execute!(std::io::stdout(), crossterm::event::EnableMouseCapture);
-    let r = run_loop(&mut term, &mut app, &mut feed, &stop);
+    let r = run_loop(&mut term, &mut app, &mut feed, &stop, render);
     let _ = crossterm::execute!(std::io::stdout(), crossterm::event::DisableMouseCapture);
     ratatui::restore();
     if app.export_job.is_some() {

@@ -1,6 +1,7 @@
 //! Sources and the model: the event store, gap analysis, trace and recording readers, the live
 //! socket.
 
+pub mod advice;
 pub mod analysis;
 pub mod comm;
 pub mod ingest;

@@ -15,7 +15,7 @@ use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
 /// Nanoseconds on the source's clock.
-pub type Ns = i64;
+pub use crate::units::Ns;
 
 /// Interned string id; 0 is the empty string.
 pub type NameId = u32;

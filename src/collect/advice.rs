@@ -96,7 +96,7 @@ pub fn site_of(store: &Store, stack: StackId) -> NameId {
         .rev()
         .find(|&&f| {
             let s = store.names.get(f);
-            s.contains(".py(") && !crate::app::is_plumbing(s)
+            s.contains(".py(") && !crate::frames::is_plumbing(s)
         })
         .or(frames.last())
         .copied()
@@ -153,7 +153,7 @@ fn key_of(file: &str, qual: &str) -> String {
 fn site_function(store: &Store, site: Site) -> (String, String, Option<u32>) {
     match site_of(store, site.stack) {
         0 => {
-            let op = crate::views::short_kernel(store.names.get(site.op));
+            let op = crate::frames::short_kernel(store.names.get(site.op));
             let what = match site.api {
                 0 => format!("(launch call not seen) {op}"),
                 api => format!("(no Python stack) {} → {op}", store.names.get(api)),

@@ -1,0 +1,185 @@
+//! The gap list and walking gaps: selection, sorting, `n`/`N` over the whole store, the
+//! biggest gap, and the tree-node filter that limits the walk.
+
+use super::{tree_key, App, GapSort, SelGap};
+use crate::collect::analysis::{self, Gap};
+use crate::units::fmt_ns;
+
+impl App {
+    pub(super) fn apply_sort(&mut self) {
+        let sort = self.sort;
+        if let Some(c) = &mut self.cache {
+            match sort {
+                GapSort::Duration => c
+                    .gaps
+                    .sort_by(|a, b| b.dur().cmp(&a.dur()).then(a.start.cmp(&b.start))),
+                GapSort::Time => c.gaps.sort_by_key(|g| (g.start, g.lane)),
+            }
+        }
+    }
+
+    pub(super) fn toggle_sort(&mut self) {
+        self.sort = match self.sort {
+            GapSort::Duration => GapSort::Time,
+            GapSort::Time => GapSort::Duration,
+        };
+        self.gap_sel = 0;
+        self.apply_sort();
+        self.sync_gap_sel();
+    }
+
+    /// Whether `g` is the selected gap (a gap is known by its lane and the op that ends it).
+    pub fn is_selected(&self, g: &Gap) -> bool {
+        self.selected
+            .is_some_and(|s| s.lane == g.lane && s.end == g.end)
+    }
+
+    /// Puts the gap list's row back on the selected gap after the list was rebuilt or sorted
+    /// (its index moves with the window and the data); without one there, keeps it in range.
+    pub(super) fn sync_gap_sel(&mut self) {
+        match self.gaps().iter().position(|g| self.is_selected(g)) {
+            Some(i) => self.gap_sel = i,
+            None => self.gap_sel = self.gap_sel.min(self.gaps().len().saturating_sub(1)),
+        }
+    }
+
+    pub fn gaps(&self) -> &[Gap] {
+        self.cache.as_ref().map(|c| &c.gaps[..]).unwrap_or(&[])
+    }
+
+    /// The selected gap re-derived from the store (None if it left the store).
+    pub(super) fn derive_selected(&self) -> Option<Gap> {
+        let s = self.selected?;
+        let lane = self.store.lanes.get(s.lane)?;
+        let next = lane.lower_bound(s.end);
+        if next == 0 || next >= lane.ops.len() || lane.ops[next].start != s.end {
+            return None;
+        }
+        let mut g = analysis::classify(&self.store, s.lane, next - 1, next, &self.cfg)?;
+        g.start = s.start.max(g.start);
+        Some(g)
+    }
+
+    pub(super) fn select(&mut self, g: &Gap) {
+        self.selected = Some(SelGap {
+            lane: g.lane,
+            start: g.start,
+            end: g.end,
+        });
+        self.current = self.derive_selected();
+        self.cursor = g.start + g.dur() / 2;
+        // Looking at a gap holds the window: following would move the cursor off it and,
+        // live, scroll it away. `z` (or pause and resume) follows again.
+        self.follow = false;
+        if self.cursor < self.lo || self.cursor >= self.hi {
+            let w = self.width();
+            self.lo = self.cursor - w / 2;
+            self.hi = self.lo + w;
+        }
+        self.reveal_in_tree(g);
+    }
+
+    /// ↑/↓ in the gap list: the previous or next row, selected.
+    pub(super) fn move_in_gap_list(&mut self, down: bool) {
+        let n = self.gaps().len();
+        if n > 0 {
+            self.gap_sel = if down {
+                (self.gap_sel + 1).min(n - 1)
+            } else {
+                self.gap_sel.saturating_sub(1)
+            };
+            let g = self.gaps()[self.gap_sel];
+            self.select(&g);
+        }
+    }
+
+    pub(super) fn select_biggest(&mut self) {
+        let best = self
+            .gaps()
+            .iter()
+            .copied()
+            .max_by_key(|g| (g.dur(), -g.start));
+        match best {
+            Some(g) => {
+                self.select(&g);
+                self.gap_sel = self.gaps().iter().position(|x| *x == g).unwrap_or(0);
+                self.message = format!("biggest gap: {}", fmt_ns(g.dur()));
+            }
+            None => self.message = "no gaps in the window".into(),
+        }
+    }
+
+    fn gap_matches(&self, g: &Gap) -> bool {
+        if g.dur() < self.min_gap.max(1) {
+            return false;
+        }
+        match &self.node_filter {
+            Some((_, keys)) => keys.contains(&tree_key(g)),
+            None => true,
+        }
+    }
+
+    /// Whether a gap belongs to the tree-node filter (for highlighting).
+    pub fn highlighted(&self, g: &Gap) -> bool {
+        self.node_filter
+            .as_ref()
+            .is_some_and(|(_, k)| k.contains(&tree_key(g)))
+    }
+
+    /// The next (dir > 0) or previous gap after the selected gap (or the cursor), over the
+    /// whole store, honouring the threshold and the tree-node filter.
+    pub(super) fn step_gap(&mut self, dir: i64) {
+        let from = match self.selected {
+            Some(s) => s.start,
+            None => self.cursor,
+        };
+        let mut best: Option<Gap> = None;
+        for lane in 0..self.store.lanes.len() {
+            let ops = &self.store.lanes[lane].ops;
+            if ops.len() < 2 {
+                continue;
+            }
+            let start = self.store.lanes[lane].lower_bound(from);
+            let mut scanned = 0usize;
+            let mut i = if dir > 0 {
+                start.max(1)
+            } else {
+                start.min(ops.len() - 1)
+            };
+            while (1..ops.len()).contains(&i) && scanned < 5_000_000 {
+                scanned += 1;
+                if let Some(g) = analysis::classify(&self.store, lane, i - 1, i, &self.cfg) {
+                    let ok = if dir > 0 {
+                        g.start > from
+                    } else {
+                        g.start < from
+                    };
+                    if ok && self.gap_matches(&g) {
+                        let better = match &best {
+                            None => true,
+                            Some(b) => {
+                                (dir > 0 && g.start < b.start) || (dir < 0 && g.start > b.start)
+                            }
+                        };
+                        if better {
+                            best = Some(g);
+                        }
+                        break;
+                    }
+                }
+                if dir > 0 {
+                    i += 1;
+                } else {
+                    i -= 1;
+                }
+            }
+        }
+        match best {
+            Some(g) => {
+                self.select(&g);
+                self.message = format!("gap {} at {}", fmt_ns(g.dur()), self.rel(g.start));
+            }
+            None => self.message = "no more gaps that way".into(),
+        }
+    }
+}

@@ -1,0 +1,309 @@
+//! The call tree as the pane shows it: its rows (plumbing frames folded away, at most 50
+//! children a level), the identifiers that keep a selection on its frames when the tree is
+//! rebuilt, selection, search, inversion and the node filter that `n`/`N` walk.
+
+use std::collections::HashSet;
+
+use tui_tree_widget::TreeState;
+
+use super::{tree_key, App, Cache, Focus};
+use crate::collect::analysis::{CallTree, Gap};
+use crate::collect::store::{NameId, Store};
+use crate::frames::{is_plumbing, pretty_frame};
+use crate::units::fmt_short;
+
+/// One row of the call tree pane and the rows under it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TreeRow {
+    /// The widget's identifier (see [`path_ids`]).
+    pub id: usize,
+    /// Gap time and share, right-aligned: `  75us 100%  `.
+    pub head: String,
+    /// The frame, as people read it.
+    pub name: String,
+    /// Gaps, launches and kernel time: what a narrow pane cuts.
+    pub counts: String,
+    pub children: Vec<TreeRow>,
+}
+
+/// Most children shown under a tree node, and the deepest level shown.
+const TREE_CHILDREN: usize = 50;
+const TREE_DEPTH: usize = 64;
+
+impl App {
+    /// The tree node selected in the call tree pane (an index into `cache.tree.nodes`).
+    pub fn selected_node(&self) -> Option<usize> {
+        let id = self.tree_state.selected().last()?;
+        self.cache.as_ref()?.tree_nodes.get(id).copied()
+    }
+
+    /// Opens the tree along the gap's path and selects its node.
+    pub(super) fn reveal_in_tree(&mut self, g: &Gap) {
+        let Some(c) = &self.cache else { return };
+        let path: Vec<usize> = if self.inverted {
+            let frames = self.inverted_frames(g);
+            let mut node = 0;
+            let mut p = Vec::new();
+            for f in frames {
+                match c.tree.nodes[node]
+                    .children
+                    .iter()
+                    .find(|&&k| c.tree.nodes[k].frame == f)
+                {
+                    Some(&k) => {
+                        p.push(k);
+                        node = k;
+                    }
+                    None => break,
+                }
+            }
+            p
+        } else {
+            match c.tree.node_of(g.stack, g.api, g.op_name) {
+                Some(n) => c.tree.path_to(n),
+                None => Vec::new(),
+            }
+        };
+        self.open_tree_path(path);
+    }
+
+    /// Opens the tree along `path` (node indices from the root) and selects its last node;
+    /// the plumbing nodes on it are not rows of their own.
+    fn open_tree_path(&mut self, path: Vec<usize>) {
+        let Some(c) = &self.cache else { return };
+        let path: Vec<usize> = path
+            .into_iter()
+            .filter(|&n| {
+                let t = &c.tree;
+                !is_plumbing(self.store.names.get(t.nodes[n].frame))
+                    || t.nodes[n].children.is_empty()
+            })
+            .map(|n| c.tree_ids[n])
+            .collect();
+        for i in 1..path.len() {
+            self.tree_state.open(path[..i].to_vec());
+        }
+        if !path.is_empty() {
+            self.tree_state.select(path);
+        }
+    }
+
+    /// Selects the current match of the call tree search: the frames whose name holds the
+    /// query (any case), in the order the tree shows them; says which of how many it is.
+    pub(super) fn find_in_tree(&mut self) {
+        let (Some(q), Some(c)) = (self.search.clone(), &self.cache) else {
+            return;
+        };
+        if q.is_empty() {
+            self.message = "type part of a frame's name; enter: next match, esc: done".into();
+            return;
+        }
+        let needle = q.to_lowercase();
+        let hits: Vec<usize> = display_order(c)
+            .into_iter()
+            .filter(|&n| {
+                self.store
+                    .names
+                    .get(c.tree.nodes[n].frame)
+                    .to_lowercase()
+                    .contains(&needle)
+            })
+            .collect();
+        if hits.is_empty() {
+            self.message = "not in the call tree".into();
+            return;
+        }
+        self.search_hit %= hits.len();
+        let path = c.tree.path_to(hits[self.search_hit]);
+        self.open_tree_path(path);
+        self.message = format!(
+            "{} of {} (enter: next, esc: done)",
+            self.search_hit + 1,
+            hits.len()
+        );
+    }
+
+    /// `i`: the tree the other way up, its first row selected.
+    pub(super) fn invert_tree(&mut self) {
+        self.inverted = !self.inverted;
+        self.tree_state = TreeState::default();
+        self.refresh(true);
+        // The widget's own select_first knows only the rows it last drew (the other
+        // tree's): select the new tree's first row by its identifier.
+        if let Some(first) = self.cache.as_ref().and_then(|c| c.rows.first()) {
+            self.tree_state.select(vec![first.id]);
+        }
+        self.message = if self.inverted {
+            "call tree: bottom-up".into()
+        } else {
+            "call tree: top-down".into()
+        };
+    }
+
+    /// Makes `n`/`N` walk only the gaps under the selected tree node.
+    pub(super) fn filter_selected_node(&mut self) {
+        let (Some(node), Some(c)) = (self.selected_node(), &self.cache) else {
+            self.message = "select a tree node first".into();
+            return;
+        };
+        let t = &c.tree;
+        let under = |mut n: usize| loop {
+            if n == node {
+                return true;
+            }
+            if n == 0 || n >= t.nodes.len() {
+                return false;
+            }
+            n = t.nodes[n].parent;
+        };
+        let mut keys = HashSet::new();
+        // Keys of gaps in the window whose displayed path passes through the node.
+        for g in &c.gaps {
+            let leaf = if self.inverted {
+                None
+            } else {
+                t.node_of(g.stack, g.api, g.op_name)
+            };
+            let inside = match leaf {
+                Some(l) => under(l),
+                None => self.inverted && self.inverted_path_has(g, node),
+            };
+            if inside {
+                keys.insert(tree_key(g));
+            }
+        }
+        let name = self.store.names.get(t.nodes[node].frame).to_string();
+        let count = c
+            .gaps
+            .iter()
+            .filter(|g| keys.contains(&tree_key(g)))
+            .count();
+        self.message = format!("walking {count} gaps under {name} (n/N; esc clears)");
+        self.node_filter = Some((name, keys));
+        self.focus = Focus::Gaps;
+    }
+
+    /// A gap's path in the bottom-up tree: op name, API, then the stack from the inside out.
+    fn inverted_frames(&self, g: &Gap) -> Vec<NameId> {
+        let mut frames = vec![g.op_name];
+        if g.api != 0 {
+            frames.push(g.api);
+        }
+        let mut st = self.store.stacks.frames(g.stack);
+        st.reverse();
+        frames.extend(st);
+        frames
+    }
+
+    fn inverted_path_has(&self, g: &Gap, node: usize) -> bool {
+        let Some(c) = &self.cache else { return false };
+        let path = c.tree.path_to(node);
+        let frames = self.inverted_frames(g);
+        path.iter()
+            .zip(frames.iter())
+            .all(|(&n, &f)| c.tree.nodes[n].frame == f)
+            && frames.len() >= path.len()
+    }
+}
+
+/// Visible children of a node: hidden (plumbing) children are replaced by their own visible
+/// children, sorted by gap time.
+fn visible_children(store: &Store, t: &CallTree, n: usize) -> Vec<usize> {
+    let mut out = Vec::new();
+    let mut stack = t.sorted_children(n);
+    stack.reverse();
+    while let Some(c) = stack.pop() {
+        if is_plumbing(store.names.get(t.nodes[c].frame)) && !t.nodes[c].children.is_empty() {
+            let mut k = t.sorted_children(c);
+            k.reverse();
+            stack.extend(k);
+        } else {
+            out.push(c);
+        }
+    }
+    out.sort_by(|&a, &b| t.nodes[b].gap_ns.cmp(&t.nodes[a].gap_ns).then(a.cmp(&b)));
+    out
+}
+
+/// An identifier for every node from the frames on its path from the root (plumbing frames
+/// too, so that two shown siblings never share one), by node index. Parents come before their
+/// children in `nodes`, so one pass does it.
+pub(super) fn path_ids(t: &CallTree) -> Vec<usize> {
+    let mut ids = vec![0usize; t.nodes.len()];
+    for (n, node) in t.nodes.iter().enumerate().skip(1) {
+        let parent = ids.get(node.parent).copied().unwrap_or(0) as u64;
+        // splitmix64 of the parent's identifier and the frame.
+        let mut z =
+            (parent.rotate_left(17) ^ node.frame as u64).wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        ids[n] = (z ^ (z >> 31)) as usize;
+    }
+    ids
+}
+
+/// A tree node's share (%) of the gap time the tree holds: all of the window's gaps, or with a
+/// threshold those at or over it. The tree's rows and the node details both show it.
+pub fn tree_share(t: &CallTree, n: usize) -> f64 {
+    let total = t.nodes[0].gap_ns;
+    if total > 0 {
+        100.0 * t.nodes[n].gap_ns as f64 / total as f64
+    } else {
+        0.0
+    }
+}
+
+/// The nodes the tree shows, in the order it shows them when every node is open: read from
+/// its rows, so it is the tree's own order.
+fn display_order(c: &Cache) -> Vec<usize> {
+    fn walk(c: &Cache, rows: &[TreeRow], out: &mut Vec<usize>) {
+        for r in rows {
+            out.extend(c.tree_nodes.get(&r.id));
+            walk(c, &r.children, out);
+        }
+    }
+    let mut out = Vec::new();
+    walk(c, &c.rows, &mut out);
+    out
+}
+
+/// The tree's rows, children sorted by gap time, at most 50 a level.
+pub(super) fn build_rows(store: &Store, t: &CallTree, ids: &[usize]) -> Vec<TreeRow> {
+    fn row(store: &Store, t: &CallTree, ids: &[usize], n: usize, depth: usize) -> TreeRow {
+        let node = &t.nodes[n];
+        let share = tree_share(t, n);
+        let mut name = pretty_frame(store.names.get(node.frame));
+        if name.chars().count() > 90 {
+            name = name.chars().take(89).collect::<String>() + "…";
+        }
+        let children = if depth < TREE_DEPTH {
+            visible_children(store, t, n)
+                .into_iter()
+                .take(TREE_CHILDREN)
+                .map(|c| row(store, t, ids, c, depth + 1))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        // The frame comes right after gap time and share, so that it stays visible under the
+        // tree's indentation on deep stacks; the counts follow it, and are what a narrow pane
+        // cuts.
+        TreeRow {
+            id: ids[n],
+            head: format!("{:>6} {:>3.0}%  ", fmt_short(node.gap_ns), share),
+            name,
+            counts: format!(
+                "  {} gaps · {} launches · {} kernel",
+                node.gaps,
+                node.launches,
+                fmt_short(node.kernel_ns),
+            ),
+            children,
+        }
+    }
+    visible_children(store, t, 0)
+        .into_iter()
+        .take(TREE_CHILDREN)
+        .map(|c| row(store, t, ids, c, 1))
+        .collect()
+}

@@ -1,0 +1,860 @@
+//! The view model: what every pane shows, computed in [`App::refresh`] from the store and the
+//! window's analysis for the screen's layout. The views only lay it out and colour it: each
+//! piece of text here says what it is (a [`Tone`], a [`Cause`], a kind of cell), and the views
+//! choose the colours.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use ratatui::layout::Rect;
+
+use super::layout::{self, Screen, LABEL_W};
+use super::tree::{build_rows, path_ids, tree_share, TreeRow};
+use super::{App, Cause, Focus, GapSort, SourceState, MAX_GAPS};
+use crate::collect::advice::{self, Advice};
+use crate::collect::analysis::{self, CallTree, Gap, Summary, Window};
+use crate::collect::comm::CommReport;
+use crate::collect::store::{OpKind, FLAG_COMM};
+use crate::frames::{is_native_frame, is_plumbing, is_unnamed_native, pretty_frame, short_kernel};
+use crate::units::{fmt_ns, fmt_short, Ns};
+
+/// Analysis of the current window, recomputed when the window or the data changes.
+pub struct Cache {
+    pub key: (Ns, Ns, Ns, bool, u64),
+    pub summary: Summary,
+    /// Gaps in the window at or over the threshold, longest first (at most `MAX_GAPS`).
+    pub gaps: Vec<Gap>,
+    pub gaps_total: u64,
+    /// The tree as displayed (top-down or inverted).
+    pub tree: CallTree,
+    /// Each node's identifier in the tree widget (by node index) and the way back. Identifiers
+    /// come from the frames on the node's path, so an opened or selected row stays on the same
+    /// frames when the window or the data changes and the tree is rebuilt with other indices.
+    pub tree_ids: Vec<usize>,
+    pub tree_nodes: HashMap<usize, usize>,
+    /// The tree pane's rows.
+    pub rows: Vec<TreeRow>,
+    pub built: Instant,
+    /// The part of the window the panes describe (all of it unless it held too many ops).
+    pub analyzed: (Ns, Ns),
+    /// Communication stalls across ranks in that part (None with fewer than two ranks).
+    pub comm: Option<CommReport>,
+    /// Why the GPU waited, per launching function, most gap time first.
+    pub advice: Vec<Advice>,
+}
+
+/// What a piece of text is, for its colour.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tone {
+    Plain,
+    Bold,
+    Dim,
+    /// A launch stack, or a node's callers.
+    Stack,
+    /// A verdict and its fix.
+    Verdict,
+    /// Named native frames.
+    Native,
+    /// What the CPU did.
+    Cpu,
+}
+
+/// What kind of op fills a busy timeline cell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpTone {
+    Kernel,
+    Memcpy,
+    Memset,
+    Comm,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CellKind {
+    /// Busy for this many eighths of the cell.
+    Busy(u8, OpTone),
+    /// Idle, in a gap at or over the threshold.
+    Gap(Cause),
+    /// Idle, in a gap under the threshold.
+    Short,
+    Empty,
+}
+
+/// One timeline cell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cell {
+    pub kind: CellKind,
+    /// A busy cell that holds one of the window's big gaps: drawn on the gap's colour.
+    pub mark: Option<Cause>,
+    /// In a gap of the tree-node filter.
+    pub highlighted: bool,
+    /// Overlaps the selected gap.
+    pub selected: bool,
+    pub cursor: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LaneRow {
+    pub label: String,
+    pub cells: Vec<Cell>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TimelineVm {
+    pub title: String,
+    pub rows: Vec<LaneRow>,
+    /// Under the rows when not every lane fits.
+    pub more: Option<String>,
+    /// Axis labels by column (from the first cell).
+    pub ticks: Vec<(u16, String)>,
+    pub cursor_col: Option<u16>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RateVm {
+    pub title: String,
+    /// Eighths of a cell for each bin.
+    pub launches: Vec<u64>,
+    pub busy: Vec<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct GapRow {
+    pub text: String,
+    pub cause: Cause,
+    pub highlighted: bool,
+    pub selected: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GapListVm {
+    pub title: String,
+    /// The rows that fit, around the selected one.
+    pub rows: Vec<GapRow>,
+}
+
+/// One "what to fix" row: share and time, the code, the verdict and fix.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FixRow {
+    pub head: String,
+    pub site: String,
+    pub tail: String,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum DetailsVm {
+    /// The selected gap: its first line (duration, where, cause), then lines in their tones.
+    Gap {
+        dur: String,
+        at: String,
+        cause_text: String,
+        cause: Cause,
+        lines: Vec<(Tone, String)>,
+    },
+    /// The selected call tree node, while the tree has the focus.
+    Node(Vec<(Tone, String)>),
+    /// No gap selected: what to fix first, then a hint.
+    Fix { rows: Vec<FixRow>, hint: String },
+    /// Nothing to show yet, and why.
+    Waiting(String),
+}
+
+impl Default for DetailsVm {
+    fn default() -> Self {
+        DetailsVm::Waiting(String::new())
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StatusVm {
+    /// While a tree search is typed: its query (the line is its prompt).
+    pub search: Option<String>,
+    pub mode: String,
+    pub middle: String,
+    pub lost: String,
+    /// Some op was dropped or evicted.
+    pub lost_any: bool,
+    pub lag: Option<String>,
+    pub zoom: String,
+    pub message: Option<String>,
+}
+
+/// What the panes show.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ViewModel {
+    pub screen: Screen,
+    pub timeline: TimelineVm,
+    pub rate: RateVm,
+    pub gaps: GapListVm,
+    pub tree_title: String,
+    pub details: DetailsVm,
+    pub status: StatusVm,
+}
+
+/// Eighths of a one-row sparkline cell for a fraction of its full height: the nearest eighth,
+/// but never none for a value above zero (a GPU 10% busy must not look idle).
+pub fn spark_ticks(frac: f64) -> u64 {
+    if frac.is_nan() || frac <= 0.0 {
+        return 0;
+    }
+    ((frac * 8.0).round() as u64).clamp(1, 8)
+}
+
+impl App {
+    /// Recomputes the window's analysis when the window, threshold or data changed (live data
+    /// at most four times a second), then the view model.
+    pub fn refresh(&mut self, force: bool) {
+        self.refresh_analysis(force);
+        self.current = self.derive_selected();
+        self.view = self.build_view();
+    }
+
+    fn refresh_analysis(&mut self, force: bool) {
+        let key = (
+            self.lo,
+            self.hi,
+            self.min_gap,
+            self.inverted,
+            self.store.generation,
+        );
+        if let Some(c) = &self.cache {
+            if c.key == key && !force {
+                return;
+            }
+            let same_view =
+                c.key.0 == key.0 && c.key.1 == key.1 && c.key.2 == key.2 && c.key.3 == key.3;
+            if same_view && !force && c.built.elapsed().as_millis() < 250 {
+                return;
+            }
+        }
+        let (alo, ahi) = self.analysis_window();
+        let mut summary = analysis::summarize_top(
+            &self.store,
+            Window::new(alo, ahi),
+            &self.cfg,
+            MAX_GAPS,
+            self.min_gap.max(1),
+        );
+        let gaps = std::mem::take(&mut summary.top_gaps);
+        let total = summary.top_eligible;
+        let tree = if self.inverted {
+            summary.tree.inverted()
+        } else {
+            std::mem::take(&mut summary.tree)
+        };
+        let tree_ids = path_ids(&tree);
+        let tree_nodes = tree_ids
+            .iter()
+            .enumerate()
+            .map(|(n, &id)| (id, n))
+            .collect();
+        let rows = build_rows(&self.store, &tree, &tree_ids);
+        let advice = advice::advise(&self.store, &summary, usize::MAX);
+        self.cache = Some(Cache {
+            advice,
+            key,
+            summary,
+            gaps,
+            gaps_total: total,
+            tree,
+            tree_ids,
+            tree_nodes,
+            rows,
+            built: Instant::now(),
+            analyzed: (alo, ahi),
+            comm: {
+                let c = crate::collect::comm::analyze(&self.store, alo, ahi);
+                (c.ranks >= 2).then_some(c)
+            },
+        });
+        self.apply_sort();
+        self.sync_gap_sel();
+    }
+
+    fn build_view(&self) -> ViewModel {
+        let (w, h) = self.size;
+        let area = Rect::new(0, 0, w, h);
+        if layout::too_small(area) {
+            return ViewModel::default();
+        }
+        let screen = layout::screen(
+            area,
+            self.store.lanes.len() as u16,
+            self.focus == Focus::Tree,
+            self.is_live(),
+        );
+        ViewModel {
+            screen,
+            timeline: self.timeline_vm(layout::inner(screen.timeline)),
+            rate: self.rate_vm(layout::inner(screen.rate)),
+            gaps: self.gap_list_vm(layout::inner(screen.gaps)),
+            tree_title: self.tree_title(),
+            details: self.details_vm(),
+            status: self.status_vm(),
+        }
+    }
+
+    /// One row per lane: busy blocks, gaps by cause, the cursor and the selected gap.
+    fn timeline_vm(&self, inner: Rect) -> TimelineVm {
+        let mut vm = TimelineVm {
+            title: format!(
+                " GPU timeline  {} .. {}  (window {}) ",
+                self.rel(self.lo),
+                self.rel(self.hi),
+                fmt_ns(self.width())
+            ),
+            ..Default::default()
+        };
+        if inner.height < 2 || inner.width < 20 {
+            return vm;
+        }
+        let cols = inner.width - LABEL_W;
+        let (lo, hi) = (self.lo, self.hi);
+        let w = (hi - lo).max(1) as f64;
+        let t_at = |c: u16| lo + (w * c as f64 / cols as f64) as i64;
+        let order = self.store.lane_order();
+        let lane_rows = (inner.height - 1) as usize;
+        let shown = if order.len() > lane_rows {
+            lane_rows.saturating_sub(1)
+        } else {
+            order.len()
+        };
+        let sel = self.current;
+        // When not every lane fits, the rows start where the selected gap's lane shows.
+        let first = sel
+            .as_ref()
+            .and_then(|g| order.iter().position(|&l| l == g.lane))
+            .map_or(0, |i| (i + 1).saturating_sub(shown));
+        let cursor_col = ((self.cursor - lo) as f64 / w * cols as f64) as i64;
+        // The window's longest gaps (the gap list) marked by column, so that a big gap inside a
+        // cell full of short kernels still shows: the cell keeps its busy block on the gap's
+        // colour.
+        let mut marks: HashMap<(usize, u16), Cause> = Default::default();
+        let col_of = |t: i64| {
+            (((t - lo) as f64 / w * cols as f64).floor() as i64).clamp(0, cols as i64 - 1) as u16
+        };
+        // Big means at least a twentieth of a cell (smaller ones are part of the busy texture).
+        let big = ((w / cols as f64) / 20.0) as i64;
+        for g in self.gaps().iter().take(500) {
+            if g.end <= lo || g.start >= hi || g.dur() < big.max(self.min_gap) {
+                continue;
+            }
+            for c in col_of(g.start)..=col_of(g.end - 1) {
+                marks.entry((g.lane, c)).or_insert_with(|| Cause::of(g));
+            }
+        }
+        for &lane in order.iter().skip(first).take(shown) {
+            let l = &self.store.lanes[lane];
+            let mut cells = Vec::with_capacity(cols as usize);
+            for c in 0..cols {
+                let (t0, t1) = (t_at(c), t_at(c + 1).max(t_at(c) + 1));
+                let mid = t0 + (t1 - t0) / 2;
+                let busy = l.busy_in(t0, t1) as f64 / (t1 - t0) as f64;
+                let mut cell = Cell {
+                    kind: CellKind::Empty,
+                    mark: None,
+                    highlighted: false,
+                    selected: sel
+                        .as_ref()
+                        .is_some_and(|s| s.lane == lane && s.end > t0 && s.start < t1),
+                    cursor: c as i64 == cursor_col,
+                };
+                if busy > 0.0 {
+                    let eighths = ((busy * 8.0).ceil() as u8).clamp(1, 8);
+                    let i = l.lower_bound(mid + 1).saturating_sub(1);
+                    let op = match l.ops.get(i) {
+                        Some(o) if o.flags & FLAG_COMM != 0 => OpTone::Comm,
+                        Some(o) if o.kind == OpKind::Memcpy => OpTone::Memcpy,
+                        Some(o) if o.kind == OpKind::Memset => OpTone::Memset,
+                        _ => OpTone::Kernel,
+                    };
+                    cell.kind = CellKind::Busy(eighths, op);
+                    cell.mark = marks.get(&(lane, c)).copied();
+                } else {
+                    let next = l.lower_bound(mid);
+                    let gap = (next > 0 && next < l.ops.len())
+                        .then(|| analysis::classify(&self.store, lane, next - 1, next, &self.cfg))
+                        .flatten();
+                    match gap {
+                        Some(g) if g.dur() >= self.min_gap => {
+                            cell.kind = CellKind::Gap(Cause::of(&g));
+                            cell.highlighted = self.highlighted(&g);
+                        }
+                        Some(_) => cell.kind = CellKind::Short,
+                        None => {}
+                    }
+                }
+                cells.push(cell);
+            }
+            vm.rows.push(LaneRow {
+                label: crate::frames::cut(&self.store.lane_label(lane), (LABEL_W - 1) as usize),
+                cells,
+            });
+        }
+        if order.len() > shown {
+            vm.more = Some(if first == 0 {
+                format!("+{} more lanes", order.len() - shown)
+            } else {
+                format!(
+                    "lanes {}-{} of {} (the selected gap's)",
+                    first + 1,
+                    first + shown,
+                    order.len()
+                )
+            });
+        }
+        // Axis with ticks every ~16 columns, relative to the capture start.
+        let origin = self.store.span().map(|s| s.0).unwrap_or(0);
+        let mut c = 0u16;
+        while c + 8 < cols {
+            let label = format!("|{}", fmt_short(t_at(c) - origin));
+            let n = label.len() as u16;
+            vm.ticks.push((c, label));
+            c += 16.max(n + 2);
+        }
+        vm.cursor_col = (0..cols as i64)
+            .contains(&cursor_col)
+            .then_some(cursor_col as u16);
+        vm
+    }
+
+    /// Launches per second and busy fraction over the window.
+    fn rate_vm(&self, inner: Rect) -> RateVm {
+        let (ops, busy) = self
+            .cache
+            .as_ref()
+            .map(|c| {
+                let s = &c.summary;
+                let secs = (s.hi - s.lo).max(1) as f64 / 1e9;
+                let devs = self.store.devices().len().max(1) as f64;
+                let span = (s.hi - s.lo).max(1) as f64 * devs;
+                (s.gpu_ops as f64 / secs, 100.0 * s.busy_ns as f64 / span)
+            })
+            .unwrap_or((0.0, 0.0));
+        // With several ranks, time inside NCCL spent waiting for a late rank is a stall, not
+        // work.
+        let comm = self
+            .cache
+            .as_ref()
+            .and_then(|c| c.comm.as_ref())
+            .map(|c| {
+                let wait: i64 = c.per_rank.iter().map(|r| r.wait_ns).sum();
+                let late = c.per_rank.iter().max_by_key(|r| r.late_ns);
+                match late {
+                    Some(l) if l.late_ns > 0 => format!(
+                        "  ·  NCCL wait {} (rank {} late {}x)",
+                        fmt_short(wait),
+                        l.rank,
+                        l.late_count
+                    ),
+                    _ => format!("  ·  NCCL wait {}", fmt_short(wait)),
+                }
+            })
+            .unwrap_or_default();
+        let mut vm = RateVm {
+            title: format!(" launches/s {:.0}  ·  GPU busy {:.1}%{comm} ", ops, busy),
+            ..Default::default()
+        };
+        if inner.width < 10 || inner.height < 2 {
+            return vm;
+        }
+        let n = (inner.width - LABEL_W) as usize;
+        let bins = analysis::rate_bins(&self.store, self.lo, self.hi, n);
+        let most = bins.iter().map(|b| b.ops).max().unwrap_or(0).max(1) as f64;
+        vm.launches = bins
+            .iter()
+            .map(|b| spark_ticks(b.ops as f64 / most))
+            .collect();
+        vm.busy = bins.iter().map(|b| spark_ticks(b.busy)).collect();
+        vm
+    }
+
+    /// The innermost Python frame of a gap's launch stack, or the API name.
+    fn launch_site(&self, g: &Gap) -> String {
+        let frames = self.store.stacks.frames(g.stack);
+        for f in frames.iter().rev() {
+            let s = self.store.names.get(*f);
+            if s.contains(".py(") {
+                return s.to_string();
+            }
+        }
+        frames
+            .last()
+            .map(|f| self.store.names.get(*f).to_string())
+            .unwrap_or_else(|| self.store.names.get(g.api).to_string())
+    }
+
+    /// The window's gaps, longest first or in time order: the rows that fit.
+    fn gap_list_vm(&self, inner: Rect) -> GapListVm {
+        let total = self.cache.as_ref().map(|c| c.gaps_total).unwrap_or(0);
+        let gaps = self.gaps();
+        let title = format!(
+            " Gaps{} {}{} · {} by {} ",
+            if self.min_gap > 0 {
+                format!(" ≥{}", fmt_short(self.min_gap))
+            } else {
+                String::new()
+            },
+            total,
+            if (gaps.len() as u64) < total {
+                format!(" (top {})", gaps.len())
+            } else {
+                String::new()
+            },
+            match &self.node_filter {
+                Some((n, _)) => format!("under {}", crate::frames::cut(n, 20)),
+                None => "all".into(),
+            },
+            match self.sort {
+                GapSort::Duration => "duration",
+                GapSort::Time => "time",
+            }
+        );
+        let title = match self.cache.as_ref().map(|c| c.analyzed) {
+            Some((a, b)) if (a, b) != (self.lo, self.hi) => {
+                format!("{title}· {} around cursor ", fmt_short(b - a))
+            }
+            _ => title,
+        };
+        let h = inner.height as usize;
+        let first = self
+            .gap_sel
+            .saturating_sub(h / 2)
+            .min(gaps.len().saturating_sub(h));
+        let rows = gaps
+            .iter()
+            .skip(first)
+            .take(h)
+            .map(|g| {
+                let lane = &self.store.lanes[g.lane];
+                let next = short_kernel(self.store.names.get(lane.ops[g.next].name));
+                let site = pretty_frame(&self.launch_site(g));
+                GapRow {
+                    text: format!(
+                        "{:>8} {:<11} {:>8} {} {}",
+                        fmt_short(g.dur()),
+                        App::cause_label(g),
+                        self.rel(g.start),
+                        crate::frames::cut(&next, 14),
+                        site
+                    ),
+                    cause: Cause::of(g),
+                    highlighted: self.highlighted(g),
+                    selected: self.is_selected(g),
+                }
+            })
+            .collect();
+        GapListVm { title, rows }
+    }
+
+    fn tree_title(&self) -> String {
+        format!(
+            " Call tree ({}{}): gap, share, frame · gaps, launches, kernel time ",
+            if self.inverted {
+                "bottom-up"
+            } else {
+                "top-down"
+            },
+            if self.min_gap > 0 {
+                format!(", gaps ≥{}", fmt_short(self.min_gap))
+            } else {
+                String::new()
+            }
+        )
+    }
+
+    /// The details pane: the selected tree node while the tree has the focus, else the
+    /// selected gap, else what to fix first.
+    fn details_vm(&self) -> DetailsVm {
+        if self.focus == Focus::Tree {
+            if let (Some(n), Some(c)) = (self.selected_node(), self.cache.as_ref()) {
+                return DetailsVm::Node(self.node_details(c, n));
+            }
+        }
+        match self.current {
+            Some(g) => self.gap_details(&g),
+            None => self.what_to_fix(),
+        }
+    }
+
+    /// The selected gap: times, cause, launch, neighbours and stacks.
+    fn gap_details(&self, g: &Gap) -> DetailsVm {
+        let lane = &self.store.lanes[g.lane];
+        let prev = &lane.ops[g.prev];
+        let next = &lane.ops[g.next];
+        let mut lines = Vec::new();
+        let api = if g.api != 0 {
+            format!(
+                "launched by {}, latency {} (call start → op start)",
+                self.store.names.get(g.api),
+                fmt_ns(g.launch_latency)
+            )
+        } else {
+            "launching call not in this source".into()
+        };
+        lines.push((Tone::Plain, api));
+        let frames = self.store.frame_strings(g.stack);
+        // Python (and API) frames on one line, native ones (`--native`) on the next; native
+        // frames that could not be named say nothing and are left out.
+        let (native, rest): (Vec<&String>, Vec<&String>) =
+            frames.iter().partition(|f| is_native_frame(f));
+        let launch: Vec<String> = rest
+            .iter()
+            .rev()
+            .filter(|f| !is_plumbing(f))
+            .map(|f| pretty_frame(f))
+            .collect();
+        lines.push((Tone::Stack, format!("launch stack: {}", launch.join(" ‹ "))));
+        // What the gaps charged to this code have in common, and the usual fix.
+        let key = advice::site_key(&self.store, g);
+        if let Some(a) = self
+            .cache
+            .as_ref()
+            .and_then(|c| c.advice.iter().find(|a| a.key == key))
+        {
+            let pattern = advice::summary_line(a);
+            // A gap far longer than its code's usual ones is not what the usual fix addresses.
+            let text = match advice::one_off(g.dur(), a.typical_gap_ns, a.gaps) {
+                Some(times) => format!(
+                    "one-off, {times}x the typical {} here (first-call setup, allocation or \
+                     compilation?); usually {pattern}",
+                    fmt_short(a.typical_gap_ns)
+                ),
+                None => pattern,
+            };
+            lines.push((Tone::Verdict, text));
+        }
+        let named: Vec<&str> = native
+            .iter()
+            .rev()
+            .filter(|f| !is_unnamed_native(f))
+            .map(|f| f.as_str())
+            .collect();
+        if !named.is_empty() {
+            lines.push((Tone::Native, format!("native: {}", named.join(" ‹ "))));
+        }
+        // Shown after the stack and the verdict: on a short pane, those matter more.
+        lines.push((
+            Tone::Plain,
+            format!(
+                "before: {} ({})  after: {} ({})",
+                short_kernel(self.store.names.get(prev.name)),
+                fmt_short(prev.dur()),
+                short_kernel(self.store.names.get(next.name)),
+                fmt_short(next.dur())
+            ),
+        ));
+        let cpu = self.store.frame_strings(g.cpu_stack);
+        let proc = &self.store.procs[lane.key.proc as usize];
+        let launch = proc.api_by_corr(next.corr);
+        let cpu_text = if cpu.is_empty() {
+            // Without CPU spans (gaptop's recordings), the launching thread's own CUDA calls
+            // still say how long it worked outside them before this launch.
+            match launch.map(|a| (a, proc.call_before(next.corr, 4096))) {
+                Some((a, Some(p))) => format!(
+                    "CPU during gap: {} outside CUDA on the launching thread, after its {} ({})",
+                    fmt_short(a.start - p.end),
+                    self.store.names.get(p.name),
+                    fmt_short(p.end - p.start)
+                ),
+                Some((_, None)) => {
+                    "CPU during gap: no earlier CUDA call of the launching thread here".into()
+                }
+                None => "CPU during gap: not known from this source".to_string(),
+            }
+        } else {
+            let v: Vec<String> = cpu.iter().rev().take(3).map(|f| pretty_frame(f)).collect();
+            format!("CPU during gap: {}", v.join(" ‹ "))
+        };
+        lines.push((Tone::Cpu, cpu_text));
+        DetailsVm::Gap {
+            dur: format!("gap {} ", fmt_ns(g.dur())),
+            at: format!(
+                "at {} on {}  cause ",
+                self.rel(g.start),
+                self.store.lane_label(g.lane)
+            ),
+            cause_text: format!("{} ({})", g.category.as_str(), g.reason.as_str()),
+            cause: Cause::of(g),
+            lines,
+        }
+    }
+
+    /// The selected call tree node: its frame in full (the row is cut on a narrow pane), what
+    /// is charged to it, and its path to the root.
+    fn node_details(&self, c: &Cache, n: usize) -> Vec<(Tone, String)> {
+        let t = &c.tree;
+        let node = &t.nodes[n];
+        let frame = self.store.names.get(node.frame);
+        let share = tree_share(t, n);
+        let mut lines = vec![
+            (Tone::Bold, pretty_frame(frame)),
+            (
+                Tone::Plain,
+                format!(
+                    "{} of gap time ({share:.1}%) in {} gaps, {} launches, {} of kernel time",
+                    fmt_ns(node.gap_ns),
+                    node.gaps,
+                    node.launches,
+                    fmt_ns(node.kernel_ns)
+                ),
+            ),
+        ];
+        if pretty_frame(frame) != frame {
+            // The source location as the trace gives it, to open in an editor.
+            lines.push((Tone::Dim, format!("at {frame}")));
+        }
+        let mut path: Vec<String> = t
+            .path_to(node.parent)
+            .into_iter()
+            .rev()
+            .map(|p| self.store.names.get(t.nodes[p].frame))
+            .filter(|name| !is_plumbing(name))
+            .map(pretty_frame)
+            .collect();
+        // Top-down, the node's ancestors are its callers, nearest first; bottom-up they are
+        // what it calls, down to the kernel: written the other way round, so that ‹ always
+        // reads "called by".
+        let text = if path.is_empty() {
+            "at the root of the tree".to_string()
+        } else if self.inverted {
+            path.reverse();
+            format!("leads to: {} ‹ (this)", path.join(" ‹ "))
+        } else {
+            format!("called from: {}", path.join(" ‹ "))
+        };
+        lines.push((Tone::Stack, text));
+        // A function that launches: what its gaps have in common, over all its call paths.
+        if let Some(a) = advice::frame_key(frame).and_then(|k| c.advice.iter().find(|a| a.key == k))
+        {
+            lines.push((
+                Tone::Verdict,
+                format!("all its launches: {}", advice::summary_line(a)),
+            ));
+        }
+        lines.push((
+            Tone::Dim,
+            "Enter: walk this node's gaps with n/N · ←/→ collapse/expand · i inverts the tree"
+                .into(),
+        ));
+        lines
+    }
+
+    /// With no gap selected, what to fix first: the code with the most gap time in the window,
+    /// its share, what kind of waiting it is and the usual fix.
+    fn what_to_fix(&self) -> DetailsVm {
+        let hint = "n/N walks gaps, b picks the biggest, Tab goes to the call tree, ? for help.";
+        let advice = self.cache.as_ref().map(|c| &c.advice[..]).unwrap_or(&[]);
+        let rows: Vec<FixRow> = advice
+            .iter()
+            .take(20)
+            .map(|a| FixRow {
+                head: format!("{:>4.0}% {:>7}  ", 100.0 * a.share, fmt_short(a.gap_ns)),
+                site: a.site.clone(),
+                tail: format!("  [{}] {}", a.verdict.as_str(), a.fix),
+            })
+            .collect();
+        match (rows.is_empty(), self.nothing_yet()) {
+            (true, Some(why)) => DetailsVm::Waiting(why),
+            (true, None) => DetailsVm::Fix {
+                rows,
+                hint: format!("No gap selected: {hint}"),
+            },
+            (false, _) => DetailsVm::Fix {
+                rows,
+                hint: hint.to_string(),
+            },
+        }
+    }
+
+    /// Why there is nothing to show yet, when no GPU op has arrived at all: the first seconds
+    /// of a live run (the program is still importing, or has not touched CUDA), a program that
+    /// ended without GPU work, or a source without ops.
+    fn nothing_yet(&self) -> Option<String> {
+        let s = &self.store;
+        if s.op_count() > 0 || s.evicted_ops > 0 {
+            return None;
+        }
+        let who = match s.procs.len() {
+            0 => String::new(),
+            1 => format!("pid {}", s.procs[0].pid),
+            n => format!("{n} processes"),
+        };
+        Some(match (&self.source, s.procs.is_empty()) {
+            (SourceState::Live, true) => "Waiting for the program to start CUDA: its collector \
+                connects then (imports and model loading come first)."
+                .to_string(),
+            (SourceState::Live, false) => {
+                format!("{who} connected; no GPU work has arrived yet.")
+            }
+            (SourceState::Ended(_), true) => "The program ended without starting CUDA, or its \
+                collector could not start: its output says why."
+                .to_string(),
+            (SourceState::Ended(_), false) => {
+                format!("The program ended; {who} connected but sent no GPU work.")
+            }
+            (SourceState::File, _) => "This source holds no GPU ops.".to_string(),
+        })
+    }
+
+    /// Source, span, ops kept and dropped, mode, window and the last message.
+    fn status_vm(&self) -> StatusVm {
+        let st = &self.store;
+        let span = st.span().map(|(a, b)| b - a).unwrap_or(0);
+        let mode = match &self.source {
+            SourceState::File => "FILE".to_string(),
+            SourceState::Live if self.paused => "PAUSED".into(),
+            SourceState::Live if self.follow => "LIVE".into(),
+            SourceState::Live => "LIVE, held (z follows)".into(),
+            SourceState::Ended(s) => format!("ENDED ({s})"),
+        };
+        // How far behind the GPU the live view is, as the collectors last measured it.
+        let lag = st
+            .procs
+            .iter()
+            .filter(|p| !p.ended)
+            .map(|p| p.stats.lag_ns)
+            .max();
+        let lag = match (&self.source, lag.filter(|&l| l > 0)) {
+            (SourceState::Live, Some(lag)) => Some(format!(
+                " │ lag {}",
+                fmt_short(lag.min(i64::MAX as u64) as i64)
+            )),
+            _ => None,
+        };
+        StatusVm {
+            search: self.search.clone(),
+            mode: format!(" {} ", mode),
+            middle: format!(
+                " {} │ {} │ {} ops │ ",
+                crate::frames::cut(&st.source, 20),
+                fmt_short(span),
+                st.capture_ops()
+            ),
+            lost: if st.evicted_ops > 0 {
+                format!("{} dropped {} evicted", st.dropped, st.evicted_ops)
+            } else {
+                format!("{} dropped", st.dropped)
+            },
+            lost_any: st.dropped + st.evicted_ops > 0,
+            lag,
+            zoom: format!(" │ zoom {} │ ", fmt_short(self.width())),
+            message: (!self.message.is_empty()).then(|| self.message.clone()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::spark_ticks;
+
+    #[test]
+    fn sparkline_cells_show_any_activity() {
+        assert_eq!(spark_ticks(0.0), 0);
+        assert_eq!(spark_ticks(f64::NAN), 0);
+        assert_eq!(spark_ticks(0.001), 1, "a little is not nothing");
+        assert_eq!(spark_ticks(0.101), 1);
+        assert_eq!(spark_ticks(0.5), 4);
+        assert_eq!(spark_ticks(0.94), 8);
+        assert_eq!(spark_ticks(1.7), 8);
+    }
+}

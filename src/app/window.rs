@@ -1,0 +1,131 @@
+//! The visible time window: following live data, zoom, pan, and the part of a wide window the
+//! panes analyse.
+
+use super::{App, ANALYSIS_CAP, MIN_WIDTH};
+use crate::collect::analysis::Gap;
+use crate::collect::store::Ns;
+
+impl App {
+    /// Moves the window to follow new data (live and not paused).
+    pub(super) fn follow_data(&mut self) {
+        if let Some((slo, shi)) = self.store.span() {
+            if self.follow && !self.paused {
+                let w = if self.auto_width {
+                    (shi - slo).max(MIN_WIDTH)
+                } else {
+                    self.width().max(MIN_WIDTH)
+                };
+                self.hi = shi.max(slo + w);
+                self.lo = self.hi - w;
+                // The panes describe the newest data.
+                self.cursor = self.hi - w / 8;
+            }
+        }
+    }
+
+    /// The window, or the part of it around the cursor that holds about [`ANALYSIS_CAP`] ops.
+    pub(super) fn analysis_window(&self) -> (Ns, Ns) {
+        let count = |lo: Ns, hi: Ns| -> usize {
+            self.store
+                .lanes
+                .iter()
+                .map(|l| l.lower_bound(hi) - l.lower_bound(lo))
+                .sum()
+        };
+        let n = count(self.lo, self.hi);
+        if n <= ANALYSIS_CAP {
+            return (self.lo, self.hi);
+        }
+        let mut w = ((self.width() as f64) * ANALYSIS_CAP as f64 / n as f64) as Ns;
+        let c = self.cursor.clamp(self.lo, self.hi);
+        loop {
+            let lo = (c - w / 2).max(self.lo);
+            let hi = (lo + w).min(self.hi);
+            if count(lo, hi) <= ANALYSIS_CAP * 5 / 4 || w <= MIN_WIDTH {
+                return (lo, hi);
+            }
+            w /= 2;
+        }
+    }
+
+    pub(super) fn zoom(&mut self, factor: f64, around: Ns) {
+        self.auto_width = false;
+        let (slo, shi) = self.store.span().unwrap_or((self.lo, self.hi));
+        let span = (shi - slo).max(MIN_WIDTH);
+        let w = ((self.width() as f64 * factor) as Ns).clamp(MIN_WIDTH, span.max(MIN_WIDTH));
+        let rel = if self.width() > 0 {
+            (around - self.lo) as f64 / self.width() as f64
+        } else {
+            0.5
+        };
+        self.lo = around - (w as f64 * rel.clamp(0.0, 1.0)) as Ns;
+        self.hi = self.lo + w;
+        if factor < 1.0 && self.is_live() {
+            // Zooming in to look at something stops following.
+            self.follow = false;
+            self.paused = true;
+        }
+        self.clamp_window();
+    }
+
+    fn clamp_window(&mut self) {
+        if let Some((slo, shi)) = self.store.span() {
+            let w = self.width();
+            if w >= shi - slo {
+                // The whole capture fits: show all of it, never a window off its end.
+                self.lo = slo;
+                self.hi = slo + w;
+                return;
+            }
+            if self.lo < slo {
+                self.lo = slo;
+                self.hi = slo + w;
+            }
+            if self.hi > shi {
+                self.hi = shi;
+                self.lo = shi - w;
+            }
+        }
+    }
+
+    pub(super) fn pan(&mut self, dir: i64) {
+        let step = (self.width() / 4).max(1) * dir;
+        self.lo += step;
+        self.hi += step;
+        self.cursor += step;
+        if self.is_live() {
+            self.follow = false;
+            self.paused = true;
+        }
+        self.clamp_window();
+        self.cursor = self.cursor.clamp(self.lo, self.hi);
+    }
+
+    /// Zooms so the gap fills the middle with a neighbour op on each side.
+    pub(super) fn zoom_to_gap(&mut self, g: &Gap) {
+        let lane = &self.store.lanes[g.lane];
+        let prev = &lane.ops[g.prev];
+        let next = &lane.ops[g.next];
+        let lo = prev.start.min(g.start);
+        let hi = next.end.max(g.end);
+        let pad = ((hi - lo) / 10).max(100);
+        self.lo = lo - pad;
+        self.hi = (hi + pad).max(self.lo + MIN_WIDTH);
+        self.cursor = g.start + g.dur() / 2;
+        if self.is_live() {
+            self.follow = false;
+            self.paused = true;
+        }
+    }
+
+    /// The whole capture; live, following the newest data again.
+    pub(super) fn zoom_all(&mut self) {
+        if let Some((slo, shi)) = self.store.span() {
+            self.lo = slo;
+            self.hi = shi.max(slo + MIN_WIDTH);
+            self.cursor = slo + (shi - slo) / 2;
+            self.follow = self.is_live() && !self.paused;
+            self.auto_width = true;
+        }
+    }
+}

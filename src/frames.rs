@@ -1,0 +1,97 @@
+//! How frames and op names read: the text helpers every layer shares (the report, the export,
+//! advice and the UI), kept below all of them so that none has to reach into the UI for them.
+
+/// A Python frame `dir/file.py(42): Class.method` shown as `Class.method  file.py:42`, the
+/// function first so that narrow panes keep what matters; other frames unchanged.
+pub fn pretty_frame(f: &str) -> String {
+    if let Some((loc, qual)) = f.split_once("): ") {
+        if let Some((path, line)) = loc.rsplit_once('(') {
+            if path.ends_with(".py") && line.chars().all(|c| c.is_ascii_digit() || c == '-') {
+                let file = path.rsplit('/').next().unwrap_or(path);
+                return format!("{qual}  {file}:{line}");
+            }
+        }
+    }
+    f.to_string()
+}
+
+/// A native frame from `--native`: `symbol [libfoo.so]`, or `libfoo.so+0x1a2b` when the
+/// library had no symbol for it.
+pub fn is_native_frame(frame: &str) -> bool {
+    (frame.ends_with(']') && frame.contains(" [")) || is_unnamed_native(frame)
+}
+
+/// A native frame the viewer could not name (a stripped library).
+pub fn is_unnamed_native(frame: &str) -> bool {
+    match frame.rsplit_once("+0x") {
+        Some((lib, off)) => {
+            !lib.contains(' ')
+                && lib.contains(".so")
+                && !off.is_empty()
+                && off.chars().all(|c| c.is_ascii_hexdigit())
+        }
+        None => false,
+    }
+}
+
+/// Frames of framework plumbing that every module call passes through; the tree hides them so
+/// the user's modules are what shows (their totals flow into the nearest shown ancestor).
+pub fn is_plumbing(frame: &str) -> bool {
+    frame.starts_with("torch/nn/modules/module.py(")
+        || frame.starts_with("transformers/utils/generic.py(")
+        || frame.starts_with("transformers/utils/output_capturing.py(")
+        || frame.starts_with("torch/utils/_contextlib.py(")
+        || (frame.starts_with("transformers/modeling_layers.py(")
+            && frame.ends_with("GradientCheckpointingLayer.__call__"))
+        // How `python -m` and runpy-based launchers reach a script's code.
+        || frame.starts_with("<frozen runpy>(")
+        || frame == "<built-in function exec>"
+}
+
+/// Kernel names shortened for narrow cells: template arguments and parameters dropped.
+pub fn short_kernel(name: &str) -> String {
+    let mut out = String::new();
+    let mut depth = 0i32;
+    for ch in name.chars() {
+        match ch {
+            '<' | '(' => depth += 1,
+            '>' | ')' => depth -= 1,
+            _ if depth == 0 => out.push(ch),
+            _ => {}
+        }
+    }
+    let out = out.trim().trim_start_matches("void ").to_string();
+    let out = out.rsplit("::").next().unwrap_or(&out).to_string();
+    if out.is_empty() {
+        name.to_string()
+    } else {
+        out
+    }
+}
+
+/// `s` cut to at most `n` characters, the cut marked with `…`.
+pub fn cut(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        s.chars().take(n.saturating_sub(1)).collect::<String>() + "…"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_names_shorten() {
+        assert_eq!(
+            short_kernel("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul>)"),
+            "vectorized_elementwise_kernel"
+        );
+        assert_eq!(short_kernel("Memcpy HtoD"), "Memcpy HtoD");
+        assert_eq!(
+            short_kernel("ampere_sgemm_128x64_tn"),
+            "ampere_sgemm_128x64_tn"
+        );
+    }
+}

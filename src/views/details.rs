@@ -1,0 +1,94 @@
+//! The details pane: the selected gap, the selected call tree node, what to fix first, or
+//! why there is nothing to show yet.
+
+use ratatui::layout::Rect;
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
+use ratatui::Frame;
+
+use super::{cause_color, tone_style};
+use crate::app::view::{DetailsVm, Tone};
+use crate::app::App;
+use crate::frames::cut;
+
+fn tone_lines(lines: &[(Tone, String)], w: usize) -> Vec<Line<'static>> {
+    lines
+        .iter()
+        .map(|(t, s)| Line::styled(cut(s, w), tone_style(*t)))
+        .collect()
+}
+
+pub fn draw(f: &mut Frame, area: Rect, app: &App) {
+    match &app.view.details {
+        DetailsVm::Gap {
+            dur,
+            at,
+            cause_text,
+            cause,
+            lines,
+        } => {
+            let block = Block::default().borders(Borders::ALL).title(" Details ");
+            let inner = block.inner(area);
+            f.render_widget(block, area);
+            let mut out = vec![Line::from(vec![
+                Span::styled(dur.clone(), Style::default().add_modifier(Modifier::BOLD)),
+                Span::raw(at.clone()),
+                Span::styled(
+                    cause_text.clone(),
+                    Style::default()
+                        .fg(cause_color(*cause))
+                        .add_modifier(Modifier::BOLD),
+                ),
+            ])];
+            out.extend(tone_lines(lines, inner.width as usize));
+            f.render_widget(Paragraph::new(out), inner);
+        }
+        DetailsVm::Node(lines) => {
+            let block = Block::default()
+                .borders(Borders::ALL)
+                .title(" Details: call tree node ");
+            let inner = block.inner(area);
+            f.render_widget(block, area);
+            f.render_widget(
+                Paragraph::new(tone_lines(lines, inner.width as usize)),
+                inner,
+            );
+        }
+        DetailsVm::Fix { rows, hint } => {
+            let title = if rows.is_empty() {
+                " Details "
+            } else {
+                " What to fix: the window's gap time by the code that launched it "
+            };
+            let block = Block::default().borders(Borders::ALL).title(title);
+            let inner = block.inner(area);
+            f.render_widget(block, area);
+            let w = inner.width as usize;
+            let mut lines: Vec<Line> = rows
+                .iter()
+                .take((inner.height as usize).saturating_sub(1))
+                .map(|r| {
+                    let head_w = r.head.chars().count();
+                    let site = cut(&r.site, w.saturating_sub(head_w + 12));
+                    let room = w.saturating_sub(head_w + site.chars().count());
+                    Line::from(vec![
+                        Span::styled(r.head.clone(), Style::default().fg(Color::LightGreen)),
+                        Span::styled(site, Style::default().fg(Color::White)),
+                        Span::styled(cut(&r.tail, room), Style::default().fg(Color::Gray)),
+                    ])
+                })
+                .collect();
+            lines.push(Line::styled(cut(hint, w), tone_style(Tone::Dim)));
+            f.render_widget(Paragraph::new(lines), inner);
+        }
+        DetailsVm::Waiting(why) => {
+            let block = Block::default().borders(Borders::ALL).title(" Details ");
+            let inner = block.inner(area);
+            f.render_widget(block, area);
+            // Nothing else is in the pane: the whole sentence, wrapped.
+            let p = Paragraph::new(why.as_str()).style(Style::default().fg(Color::Gray));
+            f.render_widget(p.wrap(Wrap { trim: true }), inner);
+        }
+    }
+}

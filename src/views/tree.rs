@@ -1,0 +1,44 @@
+//! The call tree of gap time, drawn with tui-tree-widget from the view model's rows.
+
+use ratatui::layout::Rect;
+use ratatui::style::{Color, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders};
+use ratatui::Frame;
+use tui_tree_widget::{Tree, TreeItem, TreeState};
+
+use super::focus_style;
+use crate::app::tree::TreeRow;
+use crate::app::{App, Focus};
+
+fn item(r: &TreeRow) -> TreeItem<'static, usize> {
+    // The counts are dimmed: they are what a narrow pane cuts.
+    let text = Line::from(vec![
+        Span::raw(r.head.clone()),
+        Span::raw(r.name.clone()),
+        Span::styled(r.counts.clone(), Style::default().fg(Color::DarkGray)),
+    ]);
+    let children: Vec<_> = r.children.iter().map(item).collect();
+    TreeItem::new(r.id, text.clone(), children).unwrap_or_else(|_| TreeItem::new_leaf(r.id, text))
+}
+
+pub fn draw(f: &mut Frame, area: Rect, app: &App, state: &mut TreeState<usize>) {
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .title(app.view.tree_title.as_str())
+        .border_style(focus_style(app, Focus::Tree));
+    let Some(c) = &app.cache else {
+        f.render_widget(block, area);
+        return;
+    };
+    let items: Vec<_> = c.rows.iter().map(item).collect();
+    match Tree::new(&items) {
+        Ok(t) => {
+            let t = t
+                .block(block)
+                .highlight_style(Style::default().bg(Color::Indexed(24)).fg(Color::White));
+            f.render_stateful_widget(t, area, state);
+        }
+        Err(_) => f.render_widget(block, area),
+    }
+}

@@ -1,0 +1,38 @@
+//! What the viewer's test binaries share: fresh temporary folders and the paths of the
+//! recordings, fixtures and shared traces they read. (The tests that run the real collector
+//! against the fake libcupti share `collector/tests/support` as well.)
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// A fresh, empty folder of the system's temporary folder, named after the test binary's
+/// process and `tag` (and a counter, so that two calls never share one).
+pub fn tempdir(tag: &str) -> PathBuf {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let d = std::env::temp_dir().join(format!("gaptop-{tag}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The repository's root.
+pub fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A recording in assets/.
+pub fn asset(name: &str) -> PathBuf {
+    root().join("assets").join(name)
+}
+
+/// A file in tests/fixtures/.
+pub fn fixture(name: &str) -> PathBuf {
+    root().join("tests/fixtures").join(name)
+}
+
+/// A trace of ../shared/traces/ (beside the checkout, as CI lays it out).
+pub fn shared_trace(name: &str) -> PathBuf {
+    root().join("../shared/traces").join(name)
+}
