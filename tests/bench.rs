@@ -4,16 +4,11 @@
 //! stand-in profiler keeps running long after its timed section, as torch.profiler does while
 //! it processes its events; the harness must stop it there and leave no process behind.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
-
-fn tempdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("gaptop-bench-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
 
 fn bench(script: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -70,7 +65,7 @@ fn text(o: &Output) -> String {
 
 #[test]
 fn overhead_stops_the_profiler_after_its_timed_section_and_judges_the_targets() {
-    let dir = tempdir("overhead");
+    let dir = support::tempdir("overhead");
     stand_ins(&dir);
     let t = Instant::now();
     let o = overhead(
@@ -173,7 +168,7 @@ fn overhead_stops_the_profiler_after_its_timed_section_and_judges_the_targets() 
 
 #[test]
 fn pool_refuses_a_log_without_repetitions_in_one_line() {
-    let dir = tempdir("pool");
+    let dir = support::tempdir("pool");
     std::fs::write(dir.join("empty.txt"), "nothing measured here\n").unwrap();
     for args in [vec!["empty.txt"], vec!["missing.txt"]] {
         let p = Command::new("python3")

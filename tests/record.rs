@@ -1,16 +1,11 @@
 //! `gaptop record` without a GPU: the command runs with the collector's environment; signals
 //! finalise the recording and leave no orphan; a missing collector or libcupti is named.
 
-use std::path::{Path, PathBuf};
+mod support;
+
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn tempdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("gaptop-rec-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
 
 /// A fake CUDA install: gaptop only needs to find the files to start the command.
 fn fake_cuda(dir: &std::path::Path) -> (PathBuf, PathBuf) {
@@ -25,7 +20,7 @@ fn fake_cuda(dir: &std::path::Path) -> (PathBuf, PathBuf) {
 #[test]
 fn sigterm_finalises_the_recording_and_stops_the_program() {
     for sig in ["TERM", "INT", "HUP"] {
-        let dir = tempdir(sig);
+        let dir = support::tempdir(sig);
         let (cuda, coll) = fake_cuda(&dir);
         let out = dir.join("run.rec");
         let marker = dir.join("child.pid");
@@ -82,7 +77,7 @@ fn sigterm_finalises_the_recording_and_stops_the_program() {
 
 #[test]
 fn missing_collector_or_cupti_is_named() {
-    let dir = tempdir("missing");
+    let dir = support::tempdir("missing");
     let out = Command::new(env!("CARGO_BIN_EXE_gaptop"))
         .args(["record", "-o"])
         .arg(dir.join("x.rec"))
@@ -119,7 +114,7 @@ fn missing_collector_or_cupti_is_named() {
 /// `--native` reaches the profiled command as the collector's switch.
 #[test]
 fn native_option_reaches_the_collector() {
-    let dir = tempdir("opts");
+    let dir = support::tempdir("opts");
     let (cuda, coll) = fake_cuda(&dir);
     let seen = dir.join("env.txt");
     for (args, want) in [(&["--native"][..], "native=1"), (&[][..], "native=")] {
@@ -153,10 +148,10 @@ fn native_option_reaches_the_collector() {
 /// with one line that says so and what to use instead; `run` does not start the program.
 #[test]
 fn ui_commands_without_a_terminal_say_so_and_start_nothing() {
-    let dir = tempdir("notty");
+    let dir = support::tempdir("notty");
     let (cuda, coll) = fake_cuda(&dir);
     let marker = dir.join("started");
-    let rec = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/planted.rec");
+    let rec = support::asset("planted.rec");
     let cases: [(Vec<String>, &str); 3] = [
         (
             vec!["demo".into()],

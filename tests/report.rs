@@ -1,6 +1,8 @@
 //! `gaptop report` on fixtures whose answers were worked out by hand, on the real H200 trace,
 //! and on malformed input.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -10,11 +12,7 @@ fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_gaptop")
 }
 
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-}
+use support::fixture;
 
 /// `gaptop report PATH --format FORMAT EXTRA...`'s output; the report must succeed.
 fn report_out(path: &Path, format: &str, extra: &[&str]) -> Vec<u8> {
@@ -113,7 +111,7 @@ fn events_out_of_order_and_gzip_give_the_same_answer() {
     let text = std::fs::read_to_string(fixture("multi_stream.json")).unwrap();
     let mut doc: Value = serde_json::from_str(&text).unwrap();
     doc["traceEvents"].as_array_mut().unwrap().reverse();
-    let dir = tempdir();
+    let dir = support::tempdir("report");
     let rev = dir.join("reversed.json");
     std::fs::write(&rev, serde_json::to_vec(&doc).unwrap()).unwrap();
     let gz = dir.join("fixture.json.gz");
@@ -138,8 +136,7 @@ fn events_out_of_order_and_gzip_give_the_same_answer() {
 /// The reference trace from the H200: counts equal HTA's exact column, totals within 0.1%.
 #[test]
 fn h200_trace_matches_hta_reference() {
-    let p =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/traces/kineto-launchbound.json.gz");
+    let p = support::shared_trace("kineto-launchbound.json.gz");
     assert!(p.is_file(), "reference trace missing at {}", p.display());
     let j = report_json(&p, &[]);
     assert_eq!(j["gpu_ops"], 7043);
@@ -157,22 +154,9 @@ fn h200_trace_matches_hta_reference() {
     assert!(frames.contains("rope"), "{frames}");
 }
 
-fn tempdir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "gaptop-test-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
 /// Writes `content` as `name` in a fresh directory.
 fn input_file(name: &str, content: &[u8]) -> PathBuf {
-    let p = tempdir().join(name);
+    let p = support::tempdir("report").join(name);
     std::fs::write(&p, content).unwrap();
     p
 }
@@ -275,7 +259,7 @@ fn nccl_kernels_are_marked_as_communication() {
 /// the planted function, and shows rank 0 waiting inside NCCL.
 #[test]
 fn two_gpu_recording_names_the_late_rank() {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/ddp2.rec");
+    let p = support::asset("ddp2.rec");
     let j = report_json(&p, &[]);
     let c = &j["comm"];
     assert_eq!(c["ranks"], 2);
@@ -363,7 +347,7 @@ fn launch_coverage_counts_kernels_whose_launch_is_known() {
 /// frames down to the CUDA call, named (at record time) from the libraries' symbol tables.
 #[test]
 fn native_recording_names_cpp_frames_below_python() {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/gpt2_native.rec");
+    let p = support::asset("gpt2_native.rec");
     let j = report_json(&p, &[]);
     assert_eq!(j["kernels_with_stack"], j["kernels"]);
     let top: Vec<String> = j["top_stacks"][0]["frames"]
@@ -388,7 +372,7 @@ fn native_recording_names_cpp_frames_below_python() {
 /// burns 200 µs of CPU before launching. The advice names each function with its cause.
 #[test]
 fn advice_names_each_planted_cause() {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/planted.rec");
+    let p = support::asset("planted.rec");
     let j = report_json(&p, &[]);
     let advice = j["advice"].as_array().unwrap();
     let verdict_of = |f: &str| {
@@ -413,7 +397,7 @@ fn advice_names_each_planted_cause() {
         "the three functions hold all gap time: {shares}"
     );
 
-    let lb = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/launchbound.rec");
+    let lb = support::asset("launchbound.rec");
     let j = report_json(&lb, &[]);
     let top = &j["advice"][0];
     assert!(
@@ -469,7 +453,7 @@ fn stackless_gaps_are_told_apart_by_api_and_kernel() {
 /// says the usual fix does not remove them.
 #[test]
 fn advice_counts_one_off_gaps_apart() {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/gpt2.rec");
+    let p = support::asset("gpt2.rec");
     let j = report_json(&p, &[]);
     let conv = j["advice"]
         .as_array()
@@ -562,7 +546,7 @@ fn analysis(mut j: Value) -> Value {
 #[test]
 fn exports_reopen_with_the_analysis_they_were_taken_from() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let dir = tempdir();
+    let dir = support::tempdir("report");
     let kineto = root.join("../shared/traces/kineto-launchbound.json.gz");
     for (src, window, out) in [
         (root.join("assets/ddp2.rec"), vec![], "ddp2.json.gz"),
@@ -614,7 +598,7 @@ fn exports_reopen_with_the_analysis_they_were_taken_from() {
 /// attention and MLP modules above the same Conv1D.
 #[test]
 fn text_stacks_name_the_modules_without_the_wrappers() {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/gpt2.rec");
+    let p = support::asset("gpt2.rec");
     let text = String::from_utf8(report_out(&p, "text", &[])).unwrap();
     let stacks = text
         .split("Top stacks by gap time")

@@ -1,5 +1,7 @@
 //! End-to-end: the real binary in tmux, driven with send-keys and read with capture-pane.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -101,17 +103,10 @@ impl Drop for Session {
     }
 }
 
-fn tempdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("gaptop-tmux-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
 #[test]
 fn open_zoom_walk_export_quit() {
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/multi_stream.json");
-    let out = tempdir("open");
+    let fixture = support::fixture("multi_stream.json");
+    let out = support::tempdir("open");
     let s = Session::start(
         &format!(
             "{} open {} --export-dir {}",
@@ -244,7 +239,7 @@ fn demo_pauses_and_resumes_while_data_arrives() {
 
 #[test]
 fn resize_to_tiny_and_back() {
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/multi_stream.json");
+    let fixture = support::fixture("multi_stream.json");
     let s = Session::start(
         &format!(
             "{} open {}",
@@ -273,7 +268,7 @@ fn resize_to_tiny_and_back() {
 
 #[test]
 fn sigterm_and_sighup_restore_the_terminal() {
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/multi_stream.json");
+    let fixture = support::fixture("multi_stream.json");
     for sig in ["TERM", "HUP"] {
         let s = Session::start(
             &format!(
@@ -301,7 +296,7 @@ fn sigterm_and_sighup_restore_the_terminal() {
 #[test]
 fn a_hung_up_terminal_ends_gaptop() {
     // tmux kill-session is what an ssh drop looks like: the terminal goes away.
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/multi_stream.json");
+    let fixture = support::fixture("multi_stream.json");
     let s = Session::start(
         &format!(
             "{} open {}",
@@ -340,7 +335,7 @@ fn a_hung_up_terminal_ends_gaptop() {
 #[test]
 fn run_shows_the_program_output_and_its_end() {
     // No GPU here: a fake CUDA install lets gaptop start a program that never uses CUDA.
-    let dir = tempdir("run");
+    let dir = support::tempdir("run");
     std::fs::create_dir_all(dir.join("cuda/lib64")).unwrap();
     std::fs::write(dir.join("cuda/lib64/libcupti.so.13"), b"").unwrap();
     std::fs::write(dir.join("libgaptop_collector.so"), b"").unwrap();
@@ -369,7 +364,7 @@ fn run_shows_the_program_output_and_its_end() {
 /// program ignores), then SIGTERM.
 #[test]
 fn k_stops_the_program_and_keeps_the_ui() {
-    let dir = tempdir("stop");
+    let dir = support::tempdir("stop");
     std::fs::create_dir_all(dir.join("cuda/lib64")).unwrap();
     std::fs::write(dir.join("cuda/lib64/libcupti.so.13"), b"").unwrap();
     std::fs::write(dir.join("libgaptop_collector.so"), b"").unwrap();
@@ -505,7 +500,7 @@ fn quitting_mid_run_leaves_the_program_running_to_its_end() {
 /// match selected, and `q` quits again.
 #[test]
 fn tree_search_takes_keys_as_text_until_esc() {
-    let rec = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/gpt2.rec");
+    let rec = support::asset("gpt2.rec");
     let s = Session::start(
         &format!("{} open {}", env!("CARGO_BIN_EXE_gaptop"), rec.display()),
         120,
