@@ -1065,6 +1065,10 @@ fn each_pane_has_its_snapshot() {
         live.output.push_back(l.into());
     }
     let s = render(&mut live, 160, 40);
-    let out = live.view.screen.output.expect("live at 160 columns shows the output");
+    let out = live
+        .view
+        .screen
+        .output
+        .expect("live at 160 columns shows the output");
     insta::assert_snapshot!("pane_output_160x40", pane(&s, out));
 }

@@ -133,7 +133,8 @@ pub enum Msg {
         column: u16,
         kind: MouseKind,
     },
-    /// The terminal's size (before the first draw and on every resize).
+    /// The terminal's size, before each draw (and on a resize): the view model is laid out
+    /// for it when anything changed since it last was.
     Resize(u16, u16),
     Drawn(Drawn),
     /// Data from the source (live runs and the demo).
@@ -213,6 +214,8 @@ pub struct App {
     current: Option<Gap>,
     /// The terminal's size, as last told.
     pub size: (u16, u16),
+    /// Something changed since the view model was laid out.
+    view_stale: bool,
     /// Where the last draw put the timeline's cells.
     pub hits: HitAreas,
     pub quit: bool,
@@ -263,6 +266,7 @@ impl App {
             view: ViewModel::default(),
             current: None,
             size: (0, 0),
+            view_stale: true,
             hits: HitAreas::default(),
             quit: false,
             output: Default::default(),
@@ -358,10 +362,8 @@ impl App {
                 }
             }
             Msg::Resize(w, h) => {
-                if self.size == (w, h) {
-                    return fx;
-                }
-                self.size = (w, h);
+                self.lay_out((w, h));
+                return fx;
             }
             Msg::Drawn(d) => {
                 // The widget's own bookkeeping of what it drew: the view model does not change.

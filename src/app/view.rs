@@ -202,10 +202,22 @@ pub fn spark_ticks(frac: f64) -> u64 {
 impl App {
     /// Recomputes the window's analysis when the window, threshold or data changed (live data
     /// at most four times a second), then the view model.
+    ///
+    /// The view model is laid out once a frame, before the draw ([`super::Msg::Resize`]): here
+    /// it is only marked stale.
     pub fn refresh(&mut self, force: bool) {
         self.refresh_analysis(force);
         self.current = self.derive_selected();
-        self.view = self.build_view();
+        self.view_stale = true;
+    }
+
+    /// Lays the view model out for a screen of `size` if anything changed since it was.
+    pub(super) fn lay_out(&mut self, size: (u16, u16)) {
+        if self.view_stale || self.size != size {
+            self.size = size;
+            self.view = self.build_view();
+            self.view_stale = false;
+        }
     }
 
     fn refresh_analysis(&mut self, force: bool) {
@@ -270,7 +282,7 @@ impl App {
         self.sync_gap_sel();
     }
 
-    fn build_view(&self) -> ViewModel {
+    pub(super) fn build_view(&self) -> ViewModel {
         let (w, h) = self.size;
         let area = Rect::new(0, 0, w, h);
         if layout::too_small(area) {

@@ -1,5 +1,7 @@
 //! The call tree of gap time, drawn with tui-tree-widget from the view model's rows.
 
+use std::collections::HashSet;
+
 use ratatui::layout::Rect;
 use ratatui::style::{Color, Style};
 use ratatui::text::{Line, Span};
@@ -11,14 +13,30 @@ use super::focus_style;
 use crate::app::tree::TreeRow;
 use crate::app::{App, Focus};
 
-fn item(r: &TreeRow) -> TreeItem<'static, usize> {
+/// The widget's item for a row. Only open rows get their children in full: a closed row's
+/// children are bare placeholders (they only make it show as expandable), so that a frame
+/// costs what is on screen, not the whole tree.
+fn item(
+    r: &TreeRow,
+    path: &mut Vec<usize>,
+    opened: &HashSet<Vec<usize>>,
+) -> TreeItem<'static, usize> {
     // The counts are dimmed: they are what a narrow pane cuts.
     let text = Line::from(vec![
         Span::raw(r.head.clone()),
         Span::raw(r.name.clone()),
         Span::styled(r.counts.clone(), Style::default().fg(Color::DarkGray)),
     ]);
-    let children: Vec<_> = r.children.iter().map(item).collect();
+    path.push(r.id);
+    let children: Vec<_> = if opened.contains(path) {
+        r.children.iter().map(|c| item(c, path, opened)).collect()
+    } else {
+        r.children
+            .iter()
+            .map(|c| TreeItem::new_leaf(c.id, ""))
+            .collect()
+    };
+    path.pop();
     TreeItem::new(r.id, text.clone(), children).unwrap_or_else(|_| TreeItem::new_leaf(r.id, text))
 }
 
@@ -31,7 +49,9 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, state: &mut TreeState<usize>) 
         f.render_widget(block, area);
         return;
     };
-    let items: Vec<_> = c.rows.iter().map(item).collect();
+    let mut path = Vec::new();
+    let opened = state.opened();
+    let items: Vec<_> = c.rows.iter().map(|r| item(r, &mut path, opened)).collect();
     match Tree::new(&items) {
         Ok(t) => {
             let t = t
