@@ -2,7 +2,8 @@
 //! the interpreter's structure offsets, after which the launching thread's frames are read
 //! directly.
 
-use super::*;
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::sync::OnceLock;
 
 // PyTorch releases the GIL before it launches a kernel, so the launching thread cannot use the
 // CPython API at that moment. Its own frames are frozen while it is inside the launch, though,
@@ -22,12 +23,19 @@ pub(crate) type FnAddr2Line = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;
 pub(crate) type FnPending =
     unsafe extern "C" fn(unsafe extern "C" fn(*mut c_void) -> c_int, *mut c_void) -> c_int;
 
+/// The process's symbol `name`, as a `T` (None where no loaded object has it).
+///
+/// # Safety
+/// `T` must be a function pointer type with the symbol's C signature (or, for data, a
+/// pointer-sized type the symbol's address may be read as).
 pub(crate) unsafe fn sym<T: Copy>(name: &CStr) -> Option<T> {
-    let p = libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr());
+    // SAFETY: a lookup by a NUL-terminated name.
+    let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
     if p.is_null() {
         None
     } else {
-        Some(std::mem::transmute_copy::<*mut c_void, T>(&p))
+        // SAFETY: `T` is pointer-sized and has the symbol's signature (the contract above).
+        Some(unsafe { std::mem::transmute_copy::<*mut c_void, T>(&p) })
     }
 }
 
@@ -70,7 +78,7 @@ pub(crate) enum Lines {
 pub(crate) static LAYOUT: OnceLock<Layout> = OnceLock::new();
 
 /// Reads 8 bytes from `addr` without risking a fault (process_vm_readv on ourselves).
-pub(crate) unsafe fn checked_read(addr: usize) -> Option<usize> {
+pub(crate) fn checked_read(addr: usize) -> Option<usize> {
     if addr < 4096 || !addr.is_multiple_of(8) {
         return None;
     }
@@ -83,16 +91,27 @@ pub(crate) unsafe fn checked_read(addr: usize) -> Option<usize> {
         iov_base: addr as *mut c_void,
         iov_len: 8,
     };
-    let n = libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0);
+    // SAFETY: the kernel writes at most 8 bytes into `v` (the local iovec) and reads the
+    // remote range itself, failing instead of faulting where it is not mapped.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
     (n == 8).then_some(v)
 }
 
+/// Reads the word at `addr`, unchecked (the walk's fast read).
+///
+/// # Safety
+/// `addr` must be a readable, aligned `usize` (a field of a live object).
 pub(crate) unsafe fn rd(addr: usize) -> usize {
-    std::ptr::read(addr as *const usize)
+    // SAFETY: the contract above.
+    unsafe { std::ptr::read(addr as *const usize) }
 }
 
 /// Calibration, run by CPython as a pending call: the GIL is held and Python code is running.
+///
+/// # Safety
+/// Call with the GIL held, from a thread running Python code.
 pub(crate) unsafe extern "C" fn calibrate(_: *mut c_void) -> c_int {
+    // SAFETY: the GIL is held and Python code is running (the contract above).
     let r = std::panic::catch_unwind(|| unsafe { calibrate_inner() });
     match r {
         Ok(Ok(l)) => {
@@ -127,24 +146,50 @@ pub(crate) unsafe extern "C" fn calibrate(_: *mut c_void) -> c_int {
     0
 }
 
+/// Finds the frame layout from the running frame and its caller.
+///
+/// # Safety
+/// Call with the GIL held, from a thread running Python code.
 pub(crate) unsafe fn calibrate_inner() -> Result<Layout, &'static str> {
-    let this_tstate: FnPtr =
-        sym(c"PyGILState_GetThisThreadState").ok_or("no PyGILState_GetThisThreadState")?;
-    let get_frame: FnPtr = sym(c"PyEval_GetFrame").ok_or("no PyEval_GetFrame")?;
-    let frame_code: FnPtrPtr = sym(c"PyFrame_GetCode").ok_or("no PyFrame_GetCode")?;
-    let frame_back: FnPtrPtr = sym(c"PyFrame_GetBack").ok_or("no PyFrame_GetBack")?;
-    let lineno: FnPtrInt = sym(c"PyFrame_GetLineNumber").ok_or("no PyFrame_GetLineNumber")?;
-    let decref: FnDec = sym(c"Py_DecRef").ok_or("no Py_DecRef")?;
-    let getattr: FnAttr = sym(c"PyObject_GetAttrString").ok_or("no PyObject_GetAttrString")?;
-    let utf8: FnUtf8 = sym(c"PyUnicode_AsUTF8AndSize").ok_or("no PyUnicode_AsUTF8AndSize")?;
-    let err_clear: unsafe extern "C" fn() = sym(c"PyErr_Clear").ok_or("no PyErr_Clear")?;
-    let code_type = libc::dlsym(libc::RTLD_DEFAULT, c"PyCode_Type".as_ptr()) as usize;
-    let unicode_type = libc::dlsym(libc::RTLD_DEFAULT, c"PyUnicode_Type".as_ptr()) as usize;
+    type FnVoid = unsafe extern "C" fn();
+    // SAFETY: each symbol is taken at the type of its declaration in CPython's C API (the
+    // type objects below only by address, which is only compared).
+    let (this_tstate, get_frame, frame_code, frame_back, lineno) = unsafe {
+        (
+            sym::<FnPtr>(c"PyGILState_GetThisThreadState")
+                .ok_or("no PyGILState_GetThisThreadState")?,
+            sym::<FnPtr>(c"PyEval_GetFrame").ok_or("no PyEval_GetFrame")?,
+            sym::<FnPtrPtr>(c"PyFrame_GetCode").ok_or("no PyFrame_GetCode")?,
+            sym::<FnPtrPtr>(c"PyFrame_GetBack").ok_or("no PyFrame_GetBack")?,
+            sym::<FnPtrInt>(c"PyFrame_GetLineNumber").ok_or("no PyFrame_GetLineNumber")?,
+        )
+    };
+    // SAFETY: as above.
+    let (decref, getattr, utf8, err_clear) = unsafe {
+        (
+            sym::<FnDec>(c"Py_DecRef").ok_or("no Py_DecRef")?,
+            sym::<FnAttr>(c"PyObject_GetAttrString").ok_or("no PyObject_GetAttrString")?,
+            sym::<FnUtf8>(c"PyUnicode_AsUTF8AndSize").ok_or("no PyUnicode_AsUTF8AndSize")?,
+            sym::<FnVoid>(c"PyErr_Clear").ok_or("no PyErr_Clear")?,
+        )
+    };
+    // SAFETY: as above.
+    let (code_type, unicode_type) = unsafe {
+        (
+            libc::dlsym(libc::RTLD_DEFAULT, c"PyCode_Type".as_ptr()) as usize,
+            libc::dlsym(libc::RTLD_DEFAULT, c"PyUnicode_Type".as_ptr()) as usize,
+        )
+    };
     if code_type == 0 || unicode_type == 0 {
         return Err("no PyCode_Type");
     }
-    let lasti: Option<FnPtrInt> = sym(c"PyUnstable_InterpreterFrame_GetLasti");
-    let addr2line: Option<FnAddr2Line> = sym(c"PyCode_Addr2Line");
+    // SAFETY: as above.
+    let (lasti, addr2line) = unsafe {
+        (
+            sym::<FnPtrInt>(c"PyUnstable_InterpreterFrame_GetLasti"),
+            sym::<FnAddr2Line>(c"PyCode_Addr2Line"),
+        )
+    };
     // The frame layouts to try, (code, previous) offsets: 3.10's frame objects, 3.11's and
     // 3.12's interpreter frames. The version picks one when it is known: with no caller frame
     // to check against, two layouts could both seem to fit.
@@ -155,22 +200,29 @@ pub(crate) unsafe fn calibrate_inner() -> Result<Layout, &'static str> {
         Some(_) => &[(0, 8)],
         None => &[(0, 8), (32, 48), (32, 24)],
     };
-    let ts = this_tstate() as usize;
-    let frame = get_frame();
-    if ts == 0 || frame.is_null() {
-        return Err("no running Python frame to calibrate on");
-    }
-    let code = frame_code(frame) as usize;
-    decref(code as *mut c_void);
-    let back = frame_back(frame);
-    let (back_code, back_line) = if back.is_null() {
-        (0, 0)
-    } else {
-        let c = frame_code(back) as usize;
-        let line = lineno(back);
-        decref(c as *mut c_void);
-        decref(back);
-        (c, line)
+    // SAFETY: the GIL is held and Python code is running (the contract above), so these are
+    // valid calls: the thread state, its running frame (borrowed), that frame's code and
+    // caller. Each new reference is given back once; the code objects stay alive through
+    // their frames, which outlive this call.
+    let (ts, frame, code, back_code, back_line) = unsafe {
+        let ts = this_tstate() as usize;
+        let frame = get_frame();
+        if ts == 0 || frame.is_null() {
+            return Err("no running Python frame to calibrate on");
+        }
+        let code = frame_code(frame) as usize;
+        decref(code as *mut c_void);
+        let back = frame_back(frame);
+        let (back_code, back_line) = if back.is_null() {
+            (0, 0)
+        } else {
+            let c = frame_code(back) as usize;
+            let line = lineno(back);
+            decref(c as *mut c_void);
+            decref(back);
+            (c, line)
+        };
+        (ts, frame, code, back_code, back_line)
     };
     // The interpreter frame: tstate -> (cframe ->) frame, whose code field is `code`, and whose
     // `previous` chain reaches the caller's code within a few (shim) steps.
@@ -205,12 +257,17 @@ pub(crate) unsafe fn calibrate_inner() -> Result<Layout, &'static str> {
     // co_name and co_qualname may be the same object (module-level code), so collect every
     // offset that holds the value and keep the qualname's that is not the name's.
     let fields = |name: &CStr| -> Result<(Vec<usize>, usize), &'static str> {
-        let v = getattr(code as *mut c_void, name.as_ptr()) as usize;
-        if v == 0 {
-            err_clear();
-            return Err("code attribute missing");
-        }
-        decref(v as *mut c_void);
+        // SAFETY: the GIL is held; `code` is a live code object and `name` NUL-terminated. The
+        // new reference is given back at once: the code object keeps the value alive.
+        let v = unsafe {
+            let v = getattr(code as *mut c_void, name.as_ptr()) as usize;
+            if v == 0 {
+                err_clear();
+                return Err("code attribute missing");
+            }
+            decref(v as *mut c_void);
+            v
+        };
         let offs: Vec<usize> = (16..=512)
             .step_by(8)
             .filter(|off| checked_read(code + off) == Some(v))
@@ -234,26 +291,19 @@ pub(crate) unsafe fn calibrate_inner() -> Result<Layout, &'static str> {
     };
     // Where an ASCII string keeps its bytes.
     let mut n: isize = 0;
-    let s = utf8(fname as *mut c_void, &mut n);
-    if s.is_null() || n <= 0 {
-        err_clear();
-        return Err("cannot read a file name");
-    }
-    let want = std::slice::from_raw_parts(s as *const u8, n as usize);
+    // SAFETY: the GIL is held; `fname` is the code object's file name, a str it keeps alive.
+    // CPython returns its UTF-8 bytes, `n` of them, which live as long as the str.
+    let want = unsafe {
+        let s = utf8(fname as *mut c_void, &mut n);
+        if s.is_null() || n <= 0 {
+            err_clear();
+            return Err("cannot read a file name");
+        }
+        std::slice::from_raw_parts(s as *const u8, n as usize)
+    };
     let mut ascii_data_off = 0;
     for off in (24..=128).step_by(8) {
-        let mut buf = vec![0u8; want.len()];
-        let local = libc::iovec {
-            iov_base: buf.as_mut_ptr() as *mut c_void,
-            iov_len: buf.len(),
-        };
-        let remote = libc::iovec {
-            iov_base: (fname + off) as *mut c_void,
-            iov_len: buf.len(),
-        };
-        if libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) == buf.len() as isize
-            && buf == want
-        {
+        if checked_bytes(fname + off, want.len()).is_some_and(|buf| buf == want) {
             ascii_data_off = off;
             break;
         }
@@ -262,7 +312,9 @@ pub(crate) unsafe fn calibrate_inner() -> Result<Layout, &'static str> {
         return Err("string layout not recognized");
     }
     if let (Some(l), Some(a)) = (lasti, addr2line) {
-        if a(code as *mut c_void, l(iframe as *mut c_void)) != lineno(frame) {
+        // SAFETY: the GIL is held; `iframe` is the running frame's interpreter frame (found
+        // above), `code` its code object, `frame` the running frame.
+        if unsafe { a(code as *mut c_void, l(iframe as *mut c_void)) != lineno(frame) } {
             return Err("line numbers do not match");
         }
     }
@@ -275,12 +327,17 @@ pub(crate) unsafe fn calibrate_inner() -> Result<Layout, &'static str> {
                 .then(|| caller_frame(iframe, code_off, prev_off, back_code))
                 .flatten()
                 .map(|g| (g, back_code, back_line));
-            let here = (iframe, code, lineno(frame));
+            // SAFETY: the GIL is held; `frame` is the running frame.
+            let here = (iframe, code, unsafe { lineno(frame) });
             let taken = [code_off, prev_off];
-            match code_bytes(getattr, err_clear, decref, code) {
+            // SAFETY: the GIL is held; `code` is the running frame's live code object, the
+            // calibration frames are live (this thread is running this call) and `a` is
+            // PyCode_Addr2Line; the CPython functions passed are those found above.
+            match unsafe { code_bytes(getattr, err_clear, decref, code) } {
                 Some(b) => {
                     let pointer = minor.is_none_or(|m| m >= 11);
-                    find_lines(pointer, a, &b, (here, back_frame), &taken)
+                    // SAFETY: as just above.
+                    unsafe { find_lines(pointer, a, &b, (here, back_frame), &taken) }
                 }
                 None => Lines::Unknown,
             }
@@ -305,12 +362,7 @@ pub(crate) unsafe fn calibrate_inner() -> Result<Layout, &'static str> {
 
 /// The interpreter frame of the caller of frame `f`, which runs `back_code`: the first frame
 /// with that code within a few `previous` steps (past the interpreter's shim frames).
-unsafe fn caller_frame(
-    f: usize,
-    code_off: usize,
-    prev_off: usize,
-    back_code: usize,
-) -> Option<usize> {
+fn caller_frame(f: usize, code_off: usize, prev_off: usize, back_code: usize) -> Option<usize> {
     let mut g = f;
     for _ in 0..4 {
         g = match checked_read(g + prev_off) {
@@ -325,6 +377,10 @@ unsafe fn caller_frame(
 }
 
 /// A code object's `co_code` (its bytecode as Python shows it), copied.
+///
+/// # Safety
+/// The GIL must be held; `code` must be a live code object and the functions CPython's
+/// `PyObject_GetAttrString`, `PyErr_Clear` and `Py_DecRef`.
 unsafe fn code_bytes(
     getattr: FnAttr,
     err_clear: unsafe extern "C" fn(),
@@ -333,24 +389,34 @@ unsafe fn code_bytes(
 ) -> Option<Vec<u8>> {
     type FnSize = unsafe extern "C" fn(*mut c_void) -> isize;
     type FnData = unsafe extern "C" fn(*mut c_void) -> *const u8;
-    let size: FnSize = sym(c"PyBytes_Size")?;
-    let data: FnData = sym(c"PyBytes_AsString")?;
-    let b = getattr(code as *mut c_void, c"co_code".as_ptr());
-    if b.is_null() {
-        err_clear();
-        return None;
+    // SAFETY: both taken at their C API declarations' types.
+    let (size, data) = unsafe {
+        (
+            sym::<FnSize>(c"PyBytes_Size")?,
+            sym::<FnData>(c"PyBytes_AsString")?,
+        )
+    };
+    // SAFETY: the contract above: GIL held, a live code object. `co_code` is a new reference
+    // to a bytes object, whose `n` bytes at `p` are copied before it is given back.
+    unsafe {
+        let b = getattr(code as *mut c_void, c"co_code".as_ptr());
+        if b.is_null() {
+            err_clear();
+            return None;
+        }
+        let (n, p) = (size(b), data(b));
+        let out =
+            (n > 0 && !p.is_null()).then(|| std::slice::from_raw_parts(p, n as usize).to_vec());
+        if out.is_none() {
+            err_clear();
+        }
+        decref(b);
+        out
     }
-    let (n, p) = (size(b), data(b));
-    let out = (n > 0 && !p.is_null()).then(|| std::slice::from_raw_parts(p, n as usize).to_vec());
-    if out.is_none() {
-        err_clear();
-    }
-    decref(b);
-    out
 }
 
 /// Reads `n` bytes at `addr` without risking a fault.
-unsafe fn checked_bytes(addr: usize, n: usize) -> Option<Vec<u8>> {
+fn checked_bytes(addr: usize, n: usize) -> Option<Vec<u8>> {
     let mut buf = vec![0u8; n];
     let local = libc::iovec {
         iov_base: buf.as_mut_ptr() as *mut c_void,
@@ -360,7 +426,10 @@ unsafe fn checked_bytes(addr: usize, n: usize) -> Option<Vec<u8>> {
         iov_base: addr as *mut c_void,
         iov_len: n,
     };
-    (libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) == n as isize).then_some(buf)
+    // SAFETY: as in `checked_read`: the kernel writes at most `n` bytes into `buf` and
+    // fails instead of faulting on an unmapped remote range.
+    let got = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    (got == n as isize).then_some(buf)
 }
 
 /// Whether `live` (a code object's running bytecode, which 3.11 specializes in place and whose
@@ -385,6 +454,10 @@ type Known = (usize, usize, c_int);
 /// The first offset, of those not `taken`, at which `lasti` (the byte offset `addr2line` takes,
 /// as read from a frame at that offset) gives `frame` its known line, and `back` too when there
 /// is one. Offsets at or past `limit` do not count for `frame`.
+///
+/// # Safety
+/// The GIL must be held, `addr2line` must be `PyCode_Addr2Line` and the code objects of
+/// `frame` and `back` live.
 unsafe fn first_fitting(
     addr2line: FnAddr2Line,
     offsets: impl Iterator<Item = usize>,
@@ -394,8 +467,10 @@ unsafe fn first_fitting(
     lasti: impl Fn(usize, usize, usize) -> Option<usize>,
 ) -> Option<usize> {
     let fits = |(f, code, line): Known, fo: usize, limit: usize| {
-        lasti(f, code, fo)
-            .is_some_and(|b| b < limit && addr2line(code as *mut c_void, b as c_int) == line)
+        lasti(f, code, fo).is_some_and(|b| {
+            // SAFETY: the contract above; PyCode_Addr2Line maps any offset to a line or -1.
+            b < limit && unsafe { addr2line(code as *mut c_void, b as c_int) } == line
+        })
     };
     offsets
         .filter(|o| !taken.contains(o))
@@ -407,6 +482,9 @@ unsafe fn first_fitting(
 /// bytecode, which starts where `co_code`'s arguments are found inside the code object; 3.10:
 /// an int field holding the instruction index. Either way, the frame field that gives each
 /// calibration frame its known line. `taken` are frame offsets known to hold something else.
+///
+/// # Safety
+/// As `first_fitting`.
 unsafe fn find_lines(
     pointer: bool,
     addr2line: FnAddr2Line,
@@ -421,8 +499,11 @@ unsafe fn find_lines(
             let v = (word >> (8 * ((f + fo) & 7))) as u32 as i32;
             (v >= 0).then(|| v as usize * 2)
         };
-        return first_fitting(addr2line, (40..=160).step_by(4), taken, known, limit, index)
-            .map_or(Lines::Unknown, |fo| Lines::Index { frame_off: fo });
+        // SAFETY: this function's contract, which is `first_fitting`'s.
+        return unsafe {
+            first_fitting(addr2line, (40..=160).step_by(4), taken, known, limit, index)
+        }
+        .map_or(Lines::Unknown, |fo| Lines::Index { frame_off: fo });
     }
     let (_, code, _) = known.0;
     let probe = limit.min(128) & !1;
@@ -436,7 +517,8 @@ unsafe fn find_lines(
         let start = code + cs;
         (p >= start && (p - start).is_multiple_of(2)).then(|| p - start)
     };
-    first_fitting(addr2line, (0..=96).step_by(8), taken, known, limit, instr).map_or(
+    // SAFETY: this function's contract, which is `first_fitting`'s.
+    unsafe { first_fitting(addr2line, (0..=96).step_by(8), taken, known, limit, instr) }.map_or(
         Lines::Unknown,
         |fo| Lines::Pointer {
             frame_off: fo,
@@ -446,13 +528,19 @@ unsafe fn find_lines(
 }
 
 /// The running interpreter's minor version (3.x), if it says.
-unsafe fn python_minor() -> Option<u32> {
-    let version: unsafe extern "C" fn() -> *const c_char = sym(c"Py_GetVersion")?;
-    let v = version();
-    if v.is_null() {
-        return None;
+fn python_minor() -> Option<u32> {
+    type FnVersion = unsafe extern "C" fn() -> *const c_char;
+    // SAFETY: taken at its C API declaration's type; Py_GetVersion may be called without the
+    // GIL and returns a static NUL-terminated string (or null, checked).
+    let text = unsafe {
+        let v = sym::<FnVersion>(c"Py_GetVersion")?();
+        if v.is_null() {
+            return None;
+        }
+        CStr::from_ptr(v)
     }
-    let text = CStr::from_ptr(v).to_str().ok()?;
+    .to_str()
+    .ok()?;
     let mut parts = text.split(|c: char| !c.is_ascii_digit());
     let major: u32 = parts.next()?.parse().ok()?;
     let minor: u32 = parts.next()?.parse().ok()?;
@@ -460,14 +548,20 @@ unsafe fn python_minor() -> Option<u32> {
 }
 
 /// The instruction offset `addr2line` takes for interpreter frame `f` running `code`, or -1.
+///
+/// # Safety
+/// `f` must be a live interpreter frame of the layout `l` describes, running `code`, and
+/// holding still (see `launch_stack`).
 pub(crate) unsafe fn frame_lasti(l: &Layout, f: usize, code: usize) -> c_int {
     match l.lines {
-        Lines::Api(g) => g(f as *mut c_void),
+        // SAFETY: PyUnstable_InterpreterFrame_GetLasti only reads the live frame `f`.
+        Lines::Api(g) => unsafe { g(f as *mut c_void) },
         Lines::Pointer {
             frame_off,
             code_off,
         } => {
-            let p = rd(f + frame_off);
+            // SAFETY: calibration confirmed the frame's instruction pointer at `frame_off`.
+            let p = unsafe { rd(f + frame_off) };
             let start = code + code_off;
             if p >= start && p - start < 1 << 24 {
                 (p - start) as c_int
@@ -476,7 +570,8 @@ pub(crate) unsafe fn frame_lasti(l: &Layout, f: usize, code: usize) -> c_int {
             }
         }
         Lines::Index { frame_off } => {
-            let v = std::ptr::read_unaligned((f + frame_off) as *const i32);
+            // SAFETY: calibration confirmed the frame's instruction index (an int) there.
+            let v = unsafe { std::ptr::read_unaligned((f + frame_off) as *const i32) };
             if (0..1 << 23).contains(&v) {
                 v * 2
             } else {
@@ -488,12 +583,18 @@ pub(crate) unsafe fn frame_lasti(l: &Layout, f: usize, code: usize) -> c_int {
 }
 
 /// Decodes a str object's text without the GIL (compact strings only).
+///
+/// # Safety
+/// `s` must be 0 or a live object that holds still while it is read (a name field of a code
+/// object a held-still frame runs).
 pub(crate) unsafe fn read_str(l: &Layout, s: usize) -> String {
-    if s == 0 || rd(s + 8) != l.unicode_type {
+    // SAFETY: a live object's type field (the contract above).
+    if s == 0 || unsafe { rd(s + 8) } != l.unicode_type {
         return "?".into();
     }
-    let len = rd(s + 16).min(4096);
-    let state = std::ptr::read((s + 32) as *const u32);
+    // SAFETY: `s` is a str object: its length and state fields are read where CPython's
+    // PyASCIIObject keeps them.
+    let (len, state) = unsafe { (rd(s + 16).min(4096), std::ptr::read((s + 32) as *const u32)) };
     let kind = (state >> 2) & 7;
     let compact = (state >> 5) & 1 == 1;
     let ascii = (state >> 6) & 1 == 1;
@@ -501,16 +602,22 @@ pub(crate) unsafe fn read_str(l: &Layout, s: usize) -> String {
         return "?".into();
     }
     if ascii {
-        let b = std::slice::from_raw_parts((s + l.ascii_data_off) as *const u8, len);
+        // SAFETY: a compact ASCII string keeps its `len` bytes inline at `ascii_data_off`
+        // (calibrated), capped at 4096 as read above.
+        let b = unsafe { std::slice::from_raw_parts((s + l.ascii_data_off) as *const u8, len) };
         return String::from_utf8_lossy(b).into_owned();
     }
     let data = s + l.ascii_data_off + 16;
     (0..len)
         .map(|i| {
-            let cp = match kind {
-                1 => *((data + i) as *const u8) as u32,
-                2 => *((data + 2 * i) as *const u16) as u32,
-                _ => *((data + 4 * i) as *const u32),
+            // SAFETY: a compact non-ASCII string keeps `len` code units of `kind` bytes inline
+            // after its PyCompactUnicodeObject header (16 bytes past the ASCII data start).
+            let cp = unsafe {
+                match kind {
+                    1 => *((data + i) as *const u8) as u32,
+                    2 => *((data + 2 * i) as *const u16) as u32,
+                    _ => *((data + 4 * i) as *const u32),
+                }
             };
             char::from_u32(cp).unwrap_or('?')
         })

@@ -1,9 +1,21 @@
 //! The sender thread: the only socket I/O in the profiled process.
 
-use super::*;
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::Ordering::{Acquire, Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
+use gaptop_wire as w;
+
+use crate::cupti;
+use crate::setup::go_quiet;
+use crate::state::{Batch, Collector, SEND_PERIOD, THREAD_CAP};
+
+/// Writes all of `b` to the socket `fd`; false when the viewer is gone.
 pub(crate) fn send_all(fd: c_int, mut b: &[u8]) -> bool {
     while !b.is_empty() {
+        // SAFETY: `b` is a live slice of `b.len()` bytes; MSG_NOSIGNAL keeps a closed socket
+        // from raising SIGPIPE (an error is returned instead).
         let r = unsafe { libc::send(fd, b.as_ptr() as *const c_void, b.len(), libc::MSG_NOSIGNAL) };
         if r < 0 {
             if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
@@ -55,39 +67,48 @@ pub(crate) fn compose(
     (nrec, oldest)
 }
 
+/// The sender thread's loop: every SEND_PERIOD (or when woken), takes the queued batches,
+/// the threads' API records and the definitions, and sends them; at exit sends the rest and
+/// says bye.
 pub(crate) fn sender(c: &'static Collector) {
     let flush_period = c.sw.flush;
     let mut last_flush = Instant::now();
     let mut last_stats = Instant::now();
     let mut out: Vec<u8> = Vec::with_capacity(1 << 20);
     loop {
+        // Acquire, against `at_exit`'s Release: once set, the queue taken below holds what
+        // the exit flush completed.
         let stopping = c.shutting_down.load(Acquire);
         {
-            let q = c.queue.lock().unwrap_or_else(|e| e.into_inner());
+            let q = c.out.queue.lock().unwrap_or_else(|e| e.into_inner());
             if q.batches.is_empty() && !stopping {
-                let _ = c.wake.wait_timeout(q, SEND_PERIOD);
+                let _ = c.out.wake.wait_timeout(q, SEND_PERIOD);
             }
         }
         // Flush only when buffers are not filling on their own: under load they complete
         // every few hundred ms anyway, and a forced flush competes with the launching threads.
         let quiet_ms = (c.started.elapsed().as_millis() as u64)
-            .saturating_sub(c.last_completed_ms.load(Relaxed));
+            .saturating_sub(c.buffers.last_completed_ms.load(Relaxed));
         let due = |p: Duration| last_flush.elapsed() >= p && quiet_ms >= p.as_millis() as u64;
         if flush_period.is_some_and(due) && !stopping {
-            unsafe {
-                cu::cuptiActivityFlushAll(0);
-            }
+            // No lock held: CUPTI may run the completion callback on this thread inside the
+            // flush, and it takes the queue and the name locks.
+            let _ = cupti::flush_all(false);
             last_flush = Instant::now();
         }
         // Records first, then the definitions they may use: a definition is always written
         // before any record that refers to it, so it is in this take or an earlier one.
         let batches: Vec<Batch> = {
-            let mut q = c.queue.lock().unwrap_or_else(|e| e.into_inner());
+            let mut q = c.out.queue.lock().unwrap_or_else(|e| e.into_inner());
             q.bytes = 0;
             q.batches.drain(..).collect()
         };
-        let threads: Vec<Arc<Mutex<Vec<u8>>>> =
-            c.threads.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let threads: Vec<Arc<Mutex<Vec<u8>>>> = c
+            .out
+            .threads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         let mut apis: Vec<Vec<u8>> = Vec::new();
         for t in &threads {
             let mut b = t.lock().unwrap_or_else(|e| e.into_inner());
@@ -98,27 +119,27 @@ pub(crate) fn sender(c: &'static Collector) {
                 apis.push(std::mem::replace(&mut *b, Vec::with_capacity(cap)));
             }
         }
-        let defs = std::mem::take(&mut *c.defs.lock().unwrap_or_else(|e| e.into_inner()));
+        let defs = c.names.take_defs();
         let (nrec, oldest) = compose(&mut out, &defs, &apis, &batches);
         if oldest != u64::MAX {
-            let lag = timestamp().saturating_sub(oldest);
-            c.lag_ns.fetch_max(lag, Relaxed);
+            let lag = cupti::timestamp().saturating_sub(oldest);
+            c.counts.lag_ns.fetch_max(lag, Relaxed);
         }
         if last_stats.elapsed() >= Duration::from_millis(500) || stopping {
             w::encode_stats(
                 &mut out,
                 &w::Stats {
-                    collector_dropped: c.dropped.load(Relaxed),
-                    cupti_dropped: c.cupti_dropped.load(Relaxed),
-                    sent: c.sent.load(Relaxed) + nrec,
-                    lag_ns: c.lag_ns.swap(0, Relaxed),
+                    collector_dropped: c.counts.dropped.load(Relaxed),
+                    cupti_dropped: c.counts.cupti_dropped.load(Relaxed),
+                    sent: c.counts.sent.load(Relaxed) + nrec,
+                    lag_ns: c.counts.lag_ns.swap(0, Relaxed),
                 },
             );
             last_stats = Instant::now();
         }
         if c.active.load(Relaxed) {
             if send_all(c.fd, &out) {
-                c.sent.fetch_add(nrec, Relaxed);
+                c.counts.sent.fetch_add(nrec, Relaxed);
             } else {
                 c.count_drop(nrec);
                 go_quiet(c, "the viewer went away");
@@ -127,7 +148,7 @@ pub(crate) fn sender(c: &'static Collector) {
             c.count_drop(nrec);
         }
         {
-            let mut q = c.queue.lock().unwrap_or_else(|e| e.into_inner());
+            let mut q = c.out.queue.lock().unwrap_or_else(|e| e.into_inner());
             for mut b in batches {
                 if q.free.len() < 8 && b.tag == w::TAG_OPS {
                     b.bytes.clear();
@@ -141,7 +162,7 @@ pub(crate) fn sender(c: &'static Collector) {
                 w::encode_bye(&mut bye, 0);
                 send_all(c.fd, &bye);
             }
-            let (m, cv) = &c.done;
+            let (m, cv) = &c.out.done;
             *m.lock().unwrap_or_else(|e| e.into_inner()) = true;
             cv.notify_all();
             return;

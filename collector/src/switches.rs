@@ -5,6 +5,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::state::FLUSH_PERIOD;
+
 /// How a flag reads: on unless set to "0".
 fn on(get: &impl Fn(&str) -> Option<String>, key: &str) -> bool {
     get(key).is_none_or(|v| v != "0")
@@ -44,7 +46,7 @@ pub(crate) struct Switches {
     pub duty: Option<(Duration, Duration)>,
     /// Hand CUPTI zeroed buffers (GAPTOP_ZEROED=0 lets CUPTI clear them).
     pub zeroed: bool,
-    /// GPU record kinds taken, in `ACTIVITY_KINDS` order: kernels, copies, memsets
+    /// GPU record kinds taken, in `cupti::Activity::GPU` order: kernels, copies, memsets
     /// (GAPTOP_ACTIVITY=0: none; GAPTOP_MEM_ACTIVITY=0: kernels only).
     pub gpu_kinds: usize,
     /// CUPTI's synchronization records (GAPTOP_SYNC_ACTIVITY=1; off by default: on the H200
@@ -173,7 +175,7 @@ impl Switches {
             flush: match number::<u64>(&get, "GAPTOP_FLUSH_MS") {
                 Some(0) => None,
                 Some(ms) => Some(Duration::from_millis(ms)),
-                None => Some(super::FLUSH_PERIOD),
+                None => Some(FLUSH_PERIOD),
             },
             dump: get("GAPTOP_DUMP").map(|p| {
                 (
@@ -200,8 +202,12 @@ pub(crate) fn duty_windows(pct: u64, period_ms: u64) -> Option<(Duration, Durati
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use std::collections::HashMap;
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    use super::{cupti_attrs, duty_windows, CuptiAttr, Switches};
+    use crate::state::FLUSH_PERIOD;
 
     fn with(pairs: &[(&str, &str)]) -> Switches {
         let m: HashMap<String, String> = pairs
@@ -223,7 +229,7 @@ mod tests {
         assert_eq!((s.cb_delay, s.duty), (None, None));
         assert!(s.zeroed && !s.sync_activity && !s.hwtrace);
         assert_eq!(s.gpu_kinds, 3);
-        assert_eq!(s.flush, Some(super::super::FLUSH_PERIOD));
+        assert_eq!(s.flush, Some(FLUSH_PERIOD));
         assert_eq!(s.dump, None);
         assert!(s.cupti_attrs.is_empty() && s.bad_attrs.is_empty());
     }

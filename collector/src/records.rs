@@ -1,0 +1,217 @@
+//! CUPTI activity records decoded into wire records. Besides `cupti`, the one module that
+//! names cudarc's CUPTI types: only the record layouts, for their field offsets (no CUPTI call
+//! is made here). Fields are read one at a time, by offset, as the integers they are.
+
+use std::collections::HashMap;
+use std::ffi::{c_char, CStr};
+
+use cudarc::cupti::sys as cu;
+use gaptop_wire as w;
+
+use crate::state::Collector;
+
+/// One CUPTI activity record as gaptop keeps it.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Decoded {
+    Op(w::Op),
+    /// Host timing of a call seen by CUPTI's activity API, without a stack: a synchronization
+    /// (no thread either) or, with GAPTOP_API_ACTIVITY, a launch.
+    Api(w::Api),
+}
+
+/// Reads a kernel record's name; records replayed in tests carry names fixed up the same way.
+///
+/// # Safety
+/// `p` must be null or point to a NUL-terminated string.
+pub(crate) unsafe fn kernel_name(p: *const c_char) -> String {
+    if p.is_null() {
+        "kernel".into()
+    } else {
+        // SAFETY: non-null, so a NUL-terminated string (the contract above).
+        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    }
+}
+
+/// A record's kind, its first field.
+///
+/// # Safety
+/// `rec` must point to at least 4 readable bytes (any alignment).
+pub(crate) unsafe fn record_kind(rec: *const u8) -> u32 {
+    // SAFETY: the contract above.
+    unsafe { std::ptr::read_unaligned(rec as *const u32) }
+}
+
+/// For a kernel record: the offset of its name field within the record, and the name
+/// (for GAPTOP_DUMP's fix-ups); None for other kinds.
+///
+/// # Safety
+/// `rec` must point to a complete activity record of the kind its first field says.
+pub(crate) unsafe fn kernel_name_field(rec: *const u8) -> Option<(usize, String)> {
+    // SAFETY: `rec` is a complete record (the contract above), so its kind can be read and,
+    // for a kernel, its name pointer at the kernel layout's offset.
+    unsafe {
+        let kind = record_kind(rec);
+        if kind != 10 && kind != 3 {
+            return None;
+        }
+        let off = std::mem::offset_of!(cu::CUpti_ActivityKernel10, name);
+        let name = kernel_name(std::ptr::read_unaligned(
+            rec.add(off) as *const *const c_char
+        ));
+        Some((off, name))
+    }
+}
+
+/// Turns one CUPTI activity record into a wire record (None for kinds gaptop does not keep).
+/// Kernel names are interned by pointer: CUPTI shares one name string among all records of a
+/// kernel, so a new pointer is a new name, sent once.
+///
+/// # Safety
+/// `rec` must point to a complete activity record of the kind its first field says.
+pub(crate) unsafe fn decode_record(
+    c: &Collector,
+    names: &mut HashMap<usize, u32>,
+    rec: *const u8,
+) -> Option<Decoded> {
+    // Fields are read one at a time, as the integers they are: materializing a whole record
+    // would also read its enum fields, and a value this build does not know (a newer CUPTI)
+    // must not be undefined behaviour.
+    macro_rules! get {
+        ($ty:ty, $field:ident) => {{
+            let off = std::mem::offset_of!($ty, $field);
+            // Only for the field's type; nothing is read through it.
+            let like = std::mem::MaybeUninit::<$ty>::uninit();
+            // SAFETY: `rec` is a complete record of layout `$ty` (this function's contract),
+            // so it holds the field at `off`; the field is a plain integer or pointer.
+            // `like` is only used to name the field's type: no read goes through it.
+            unsafe { read_field(rec, off, std::ptr::addr_of!((*like.as_ptr()).$field)) }
+        }};
+    }
+    // The GPU op fields every kernel, memcpy and memset record has.
+    macro_rules! op {
+        ($ty:ty, $name:expr, $kind:expr) => {
+            w::Op {
+                start: get!($ty, start),
+                end: get!($ty, end),
+                corr: get!($ty, correlationId),
+                name: $name,
+                stream: get!($ty, streamId),
+                graph: get!($ty, graphId),
+                device: get!($ty, deviceId) as u16,
+                kind: $kind,
+                flags: 0,
+            }
+        };
+    }
+    // SAFETY: a complete record starts with its kind (this function's contract).
+    let kind = unsafe { record_kind(rec) };
+    Some(Decoded::Op(match kind {
+        // CONCURRENT_KERNEL / KERNEL
+        10 | 3 => {
+            let np: *const c_char = get!(cu::CUpti_ActivityKernel10, name);
+            let name = match names.get(&(np as usize)) {
+                Some(&id) => id,
+                None => {
+                    // SAFETY: a kernel record's name is null or CUPTI's NUL-terminated string,
+                    // alive as long as the record (replayed records carry fixed-up names).
+                    let id = c.names.name(&unsafe { kernel_name(np) });
+                    names.insert(np as usize, id);
+                    id
+                }
+            };
+            op!(cu::CUpti_ActivityKernel10, name, w::OP_KERNEL)
+        }
+        1 => {
+            let copy: u8 = get!(cu::CUpti_ActivityMemcpy6, copyKind);
+            let name = c.calls.copies[(copy as usize).min(10)];
+            op!(cu::CUpti_ActivityMemcpy6, name, w::OP_MEMCPY)
+        }
+        2 => op!(cu::CUpti_ActivityMemset4, c.calls.memset, w::OP_MEMSET),
+        // SYNCHRONIZATION (both record versions share this prefix)
+        38 => {
+            type S = cu::CUpti_ActivitySynchronization;
+            let off = std::mem::offset_of!(S, type_);
+            // SAFETY: a synchronization record holds its type, a u32, at `off`.
+            let t = unsafe { std::ptr::read_unaligned(rec.add(off) as *const u32) }.min(4) as usize;
+            return Some(Decoded::Api(w::Api {
+                start: get!(S, start),
+                end: get!(S, end),
+                corr: get!(S, correlationId),
+                tid: 0,
+                name: c.calls.syncs[t],
+                stack: 0,
+                outer_corr: 0,
+                kind: if t == 2 { w::API_WAIT } else { w::API_SYNC },
+            }));
+        }
+        // DRIVER / RUNTIME API records (GAPTOP_API_ACTIVITY): the calls gaptop times, by the
+        // names and kinds its callback table gives them.
+        4 | 5 => {
+            type A = cu::CUpti_ActivityAPI;
+            let cbid: u32 = get!(A, cbid);
+            let di = (kind == 5) as usize;
+            let &(name, api_kind) = c.calls.api[di].get(cbid as usize)?;
+            if name == 0 {
+                return None;
+            }
+            return Some(Decoded::Api(w::Api {
+                start: get!(A, start),
+                end: get!(A, end),
+                corr: get!(A, correlationId),
+                tid: get!(A, threadId),
+                name,
+                stack: 0,
+                outer_corr: 0,
+                kind: api_kind,
+            }));
+        }
+        _ => return None,
+    }))
+}
+
+/// Reads a plain field of type `T` at `off` in a record; `_like` only names the type.
+///
+/// # Safety
+/// `rec + off` must hold a `T` (any alignment); `T` must be valid for every bit pattern.
+unsafe fn read_field<T: Copy>(rec: *const u8, off: usize, _like: *const T) -> T {
+    // SAFETY: the contract above.
+    unsafe { std::ptr::read_unaligned(rec.add(off) as *const T) }
+}
+
+/// Encoded records of one activity buffer.
+#[derive(Default)]
+pub(crate) struct Decodedbuf {
+    pub(crate) ops: Vec<u8>,
+    pub(crate) n_ops: usize,
+    pub(crate) syncs: Vec<u8>,
+    pub(crate) n_syncs: usize,
+    pub(crate) oldest_end: u64,
+}
+
+/// Decodes a buffer's records (given by address, as CUPTI's iterator yields them).
+///
+/// # Safety
+/// Every address must point to a complete activity record.
+pub(crate) unsafe fn decode_records(
+    c: &Collector,
+    names: &mut HashMap<usize, u32>,
+    recs: impl Iterator<Item = *const u8>,
+    out: &mut Decodedbuf,
+) {
+    out.oldest_end = u64::MAX;
+    for rec in recs {
+        // SAFETY: each address is a complete record (the contract above).
+        match unsafe { decode_record(c, names, rec) } {
+            Some(Decoded::Op(op)) => {
+                out.oldest_end = out.oldest_end.min(op.end);
+                w::put_op(&mut out.ops, &op);
+                out.n_ops += 1;
+            }
+            Some(Decoded::Api(a)) => {
+                w::put_api(&mut out.syncs, &a);
+                out.n_syncs += 1;
+            }
+            None => {}
+        }
+    }
+}

@@ -1,0 +1,422 @@
+//! Set-up and the collector's lifetime: `start` (run by `InitializeInjection`) connects to the
+//! viewer, subscribes to CUPTI, enables the callbacks and activity kinds gaptop uses and
+//! starts its threads; `go_quiet` stops collecting for good; `at_exit` sends what is left.
+//!
+//! Until `COLLECTOR` is set, CUPTI's callbacks return at once, so the CUPTI calls made before
+//! it race with nothing of gaptop's; after it, no CUPTI call here is made with a collector
+//! lock held.
+
+use std::ffi::c_int;
+use std::sync::atomic::Ordering::{AcqRel, Relaxed, Release};
+use std::time::Duration;
+
+use gaptop_wire as w;
+
+use crate::activity::{buffer_completed, buffer_requested};
+use crate::callbacks::{duty_cycle, on_api, set_callbacks};
+use crate::cupti::{self, Activity, AttrValue, Attribute, Domain, Subscriber};
+use crate::diag;
+use crate::native::native_map;
+use crate::pyframes::{calibrate, sym, FnPending};
+use crate::sender::{send_all, sender};
+use crate::state::{CallNames, Collector, Names, Parts, SYNC_NAMES};
+use crate::switches::{CuptiAttr, Switches};
+use crate::{CB_NOOP, COLLECTOR, EPOCH, FORKED};
+
+/// Names of CUPTI's memcpy kinds, in `CUpti_ActivityMemcpyKind` order.
+const COPY_KINDS: [&str; 11] = [
+    "Memcpy",
+    "Memcpy HtoD",
+    "Memcpy DtoH",
+    "Memcpy HtoA",
+    "Memcpy AtoH",
+    "Memcpy AtoA",
+    "Memcpy AtoD",
+    "Memcpy DtoA",
+    "Memcpy DtoD",
+    "Memcpy HtoH",
+    "Memcpy PtoP",
+];
+
+/// What the collector does with one CUDA API call, by its name.
+#[derive(Debug, PartialEq)]
+pub(crate) struct CallPlan {
+    /// Its wire kind (`API_OTHER` for calls gaptop does not time).
+    pub(crate) kind: u8,
+    /// A callback at its entry and exit (with the stack walk at the entry).
+    pub(crate) callback: bool,
+    /// Timed by CUPTI's API records instead (GAPTOP_API_ACTIVITY).
+    pub(crate) recorded: bool,
+}
+
+/// By default the launches, syncs, copies and waits get callbacks and nothing else does; with
+/// GAPTOP_API_ACTIVITY they get API records instead; GAPTOP_CB_ONLY picks the callbacks by name.
+pub(crate) fn plan_call(name: &str, sw: &Switches) -> CallPlan {
+    let kind = w::api_kind(name);
+    let timed = kind != w::API_OTHER;
+    CallPlan {
+        kind,
+        callback: match &sw.cb_only {
+            Some(names) => names.iter().any(|p| name.starts_with(p.as_str())),
+            None => timed && sw.api_activity == 0,
+        },
+        recorded: timed && sw.api_activity > 0,
+    }
+}
+
+/// The API calls gaptop follows, found by name whatever this CUPTI numbers them.
+struct Followed {
+    /// `CallNames::api`.
+    table: [Vec<(u32, u8)>; 2],
+    /// Calls with a callback or API records.
+    enabled: usize,
+    /// Calls timed by API records, and the untimed ones (GAPTOP_API_ACTIVITY).
+    timed: Vec<(Domain, u32)>,
+    untimed: Vec<(Domain, u32)>,
+}
+
+/// Enables exactly the callbacks gaptop times, by name, and names them.
+fn follow_calls(sub: &Subscriber, sw: &Switches, names: &Names) -> Followed {
+    let mut f = Followed {
+        table: [vec![(0, 0); 2048], vec![(0, 0); 2048]],
+        enabled: 0,
+        timed: Vec::new(),
+        untimed: Vec::new(),
+    };
+    for (di, &dom) in Domain::ALL.iter().enumerate() {
+        if !sw.domains[di] {
+            continue;
+        }
+        for cbid in 1..2048u32 {
+            let Some(n) = cupti::callback_name(dom, cbid) else {
+                continue;
+            };
+            let plan = plan_call(&n, sw);
+            // Before `COLLECTOR` is set: a callback enabled here returns at once until then.
+            if plan.callback && sub.enable_callback(dom, cbid, true).is_err() {
+                continue;
+            }
+            if plan.callback || plan.recorded {
+                f.table[di][cbid as usize] = (names.name(&n), plan.kind);
+                f.enabled += 1;
+            }
+            if plan.recorded {
+                f.timed.push((dom, cbid));
+            } else if plan.kind == w::API_OTHER {
+                f.untimed.push((dom, cbid));
+            }
+        }
+    }
+    f
+}
+
+/// Sets the CUPTI activity attributes asked for with GAPTOP_CUPTI_ATTRS (a measuring aid,
+/// docs/perf.md), before any activity kind is enabled. A refusal is said and tracing goes on
+/// with CUPTI's own value.
+fn set_cupti_attrs(sw: &Switches) {
+    for item in &sw.bad_attrs {
+        say!(
+            "GAPTOP_CUPTI_ATTRS: cannot read {item:?} (names: {}; flags take 0 or 1)",
+            CuptiAttr::ALL.map(|(n, _)| n).join(", ")
+        );
+    }
+    for &(attr, value) in &sw.cupti_attrs {
+        let v = if attr.is_flag() {
+            AttrValue::Flag(value as u8)
+        } else {
+            AttrValue::Size(value)
+        };
+        match cupti::set_attribute(Attribute::Switch(attr), v) {
+            Err(e) => say!("CUPTI refused {}={value} ({e})", attr.name()),
+            Ok(()) if sw.verbose => say!("CUPTI attribute {}={value}", attr.name()),
+            Ok(()) => {}
+        }
+    }
+}
+
+/// GAPTOP_API_ACTIVITY: CUPTI's API records for the `timed` calls (see `start`). What CUPTI
+/// refuses is said once; the run goes on with what it accepted.
+fn enable_api_records(mode: u8, timed: &[(Domain, u32)], untimed: &[(Domain, u32)]) {
+    let _ = cupti::use_system_thread_ids();
+    if mode >= 2 {
+        for k in [Activity::Driver, Activity::Runtime] {
+            if let Err(e) = cupti::enable_activity(k) {
+                say!("{}", e.failed("cuptiActivityEnable(API)"));
+            }
+        }
+    }
+    let apply = |calls: &[(Domain, u32)], on: bool| {
+        let refused = calls
+            .iter()
+            .filter(|&&(dom, cbid)| cupti::enable_api_record(dom, cbid, on).is_err())
+            .count();
+        if refused > 0 {
+            say!(
+                "CUPTI refused to switch {refused} of {} API records {}",
+                calls.len(),
+                ["off", "on"][on as usize]
+            );
+        }
+    };
+    if mode >= 2 {
+        apply(untimed, false);
+    }
+    apply(timed, true);
+}
+
+/// Registers the activity buffers and enables the activity kinds the switches ask for, once
+/// `COLLECTOR` is set (buffers may complete from the first enable on).
+fn enable_activities(
+    c: &Collector,
+    timed: &[(Domain, u32)],
+    untimed: &[(Domain, u32)],
+) -> Result<(), String> {
+    cupti::register_buffers(buffer_requested, buffer_completed)
+        .map_err(|e| e.failed("cuptiActivityRegisterCallbacks"))?;
+    // Off by default: hardware kernel timestamps (CUPTI's HES) instead of instrumenting each
+    // launch. CUPTI offers them on Blackwell and later; the H200 refused, and collection went
+    // on with the default tracing.
+    if c.sw.hwtrace {
+        if let Err(e) = cupti::enable_hw_trace() {
+            say!(
+                "{}; using CUPTI's default kernel tracing",
+                e.failed("cuptiActivityEnableHWTrace")
+            );
+        }
+    }
+    if c.sw.api_activity > 0 {
+        enable_api_records(c.sw.api_activity, timed, untimed);
+    }
+    CB_NOOP.store(c.sw.cb_noop, Relaxed);
+    for &k in &Activity::GPU[..c.sw.gpu_kinds] {
+        cupti::enable_activity(k).map_err(|e| e.failed("cuptiActivityEnable"))?;
+    }
+    // Synchronization records (GAPTOP_SYNC_ACTIVITY=1) add host timing for syncs the callbacks
+    // do not see, at a high price on launch-bound programs; a refusal is only mentioned.
+    if c.sw.sync_activity {
+        if let Err(e) = cupti::enable_activity(Activity::Synchronization) {
+            if c.times.on {
+                say!("{}", e.failed("cuptiActivityEnable(SYNCHRONIZATION)"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The sender thread, and the thread of the callback diagnostics when they are asked for.
+fn start_threads(c: &'static Collector) -> Result<(), String> {
+    std::thread::Builder::new()
+        .name("gaptop-sender".into())
+        .spawn(move || sender(c))
+        .map_err(|e| format!("cannot start the sender thread: {e}"))?;
+    // Diagnostic (GAPTOP_CB_DELAY_MS): callbacks first switched on only after a delay, to
+    // tell whether launches are slowed by callbacks being on, or by their having been on
+    // while the program set up its context and loaded its kernels.
+    let (duty, delay) = (c.sw.duty, c.sw.cb_delay);
+    if delay.is_some() {
+        set_callbacks(c, false);
+    }
+    if duty.is_some() || delay.is_some() {
+        std::thread::Builder::new()
+            .name("gaptop-duty".into())
+            .spawn(move || {
+                if let Some(d) = delay {
+                    std::thread::sleep(d);
+                    if !c.active.load(Relaxed) {
+                        return;
+                    }
+                    // As in `duty_cycle`: the new window, then the callbacks back on.
+                    EPOCH.fetch_add(1, Relaxed);
+                    set_callbacks(c, true);
+                }
+                if let Some((on, off)) = duty {
+                    duty_cycle(c, on, off);
+                }
+            })
+            .map_err(|e| format!("cannot start the sampling thread: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Calibrates the Python frame layout from inside the interpreter, when it next runs.
+fn schedule_calibration() {
+    type FnInit = unsafe extern "C" fn() -> c_int;
+    // SAFETY: both symbols are taken at their C API declarations' types; both may be called
+    // from any thread without the GIL. `calibrate` then runs as a pending call, with the GIL
+    // held and Python code running, as its contract asks.
+    unsafe {
+        let init: Option<FnInit> = sym(c"Py_IsInitialized");
+        let pending: Option<FnPending> = sym(c"Py_AddPendingCall");
+        if let (Some(init), Some(pending)) = (init, pending) {
+            if init() != 0 {
+                pending(calibrate, std::ptr::null_mut());
+            }
+        }
+    }
+}
+
+fn label() -> String {
+    std::fs::read("/proc/self/cmdline")
+        .map(|b| {
+            b.split(|&x| x == 0)
+                .filter(|s| !s.is_empty())
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default()
+}
+
+fn connect(path: &str) -> Result<c_int, String> {
+    use std::os::fd::IntoRawFd;
+    let s = std::os::unix::net::UnixStream::connect(path)
+        .map_err(|e| format!("cannot reach the viewer at {path}: {e}"))?;
+    Ok(s.into_raw_fd())
+}
+
+/// Closes the viewer's socket when set-up gives up.
+fn close(fd: c_int) {
+    // SAFETY: `fd` is the socket `connect` opened, owned here and not used after this.
+    unsafe { libc::close(fd) };
+}
+
+/// Connects to the viewer, subscribes and names the calls gaptop follows, says hello, builds
+/// the collector whole and sets `COLLECTOR`; then enables activity, starts the sender (and
+/// the diagnostics' thread), and registers the exit and fork handlers. An error is said once
+/// by `InitializeInjection`, and collection stays off.
+pub(crate) fn start() -> Result<(), String> {
+    let path =
+        std::env::var("GAPTOP_SOCKET").map_err(|_| "GAPTOP_SOCKET is not set".to_string())?;
+    // First: no CUPTI call may be made before this (see `cupti`).
+    if !cupti::is_present() {
+        return Err("libcupti was not found (put its folder on LD_LIBRARY_PATH)".into());
+    }
+    let fd = connect(&path)?;
+    let sub = match cupti::subscribe(on_api) {
+        Ok(sub) => sub,
+        Err(e) => {
+            close(fd);
+            return Err(e.failed("cuptiSubscribe (is another profiler attached?)"));
+        }
+    };
+    let sw = Switches::from_env();
+    let names = Names::starting_at(1);
+    let Followed {
+        table,
+        enabled,
+        timed,
+        untimed,
+    } = follow_calls(&sub, &sw, &names);
+    let copies = COPY_KINDS.map(|k| names.name(k));
+    let memset = names.name("Memset");
+    let syncs = SYNC_NAMES.map(|n| names.name(n));
+    let calls = CallNames {
+        api: table,
+        copies,
+        memset,
+        syncs,
+    };
+    let mut hello = Vec::new();
+    let rank = std::env::var("RANK")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(-1);
+    w::encode_hello(
+        &mut hello,
+        &w::Hello::new(std::process::id(), rank, &label()),
+    );
+    hello.extend_from_slice(&names.take_defs());
+    if !send_all(fd, &hello) {
+        let _ = sub.unsubscribe();
+        close(fd);
+        return Err("the viewer closed the connection".into());
+    }
+    // Hand CUPTI zeroed buffers, so that it does not clear each new 4 MiB buffer itself on the
+    // thread that filled the last one (a launching thread).
+    let zeroed =
+        sw.zeroed && cupti::set_attribute(Attribute::ZeroedBuffers, AttrValue::Flag(1)).is_ok();
+    set_cupti_attrs(&sw);
+    let native = sw.native.then(native_map);
+    let dump = sw
+        .dump
+        .as_ref()
+        .and_then(|(p, budget)| match std::fs::File::create(p) {
+            Ok(f) => Some((f, *budget)),
+            Err(e) => {
+                say!("cannot write CUPTI buffers to {}: {e}", p.display());
+                None
+            }
+        });
+    let c = Collector::new(Parts {
+        fd,
+        sw,
+        native,
+        subscriber: Some(sub),
+        names,
+        calls,
+        zeroed,
+        dump,
+    });
+    if COLLECTOR.set(c).is_err() {
+        return Err("initialized twice".into());
+    }
+    let c = COLLECTOR.get().expect("just set");
+    enable_activities(c, &timed, &untimed)?;
+    start_threads(c)?;
+    // SAFETY: `at_exit` is an `extern "C" fn()` that lives for the whole process.
+    unsafe { libc::atexit(at_exit) };
+    if c.sw.py_stacks {
+        schedule_calibration();
+    }
+    // SAFETY: `in_forked_child` is an `extern "C" fn()` that lives for the whole process and
+    // only stores an atomic (async-signal-safe, as a fork child handler must be).
+    unsafe { libc::pthread_atfork(None, None, Some(in_forked_child)) };
+    if c.sw.verbose {
+        diag::say_collecting(c, enabled, &path);
+    }
+    Ok(())
+}
+
+/// Stops collecting for good: callbacks off, activity off. The program runs on untouched.
+/// Called from the sender, from set-up, and from inside CUPTI's completion callback (a
+/// panic there), never with a collector lock held; it only switches things off, never
+/// flushes.
+pub(crate) fn go_quiet(c: &Collector, why: &str) {
+    // AcqRel swap: exactly one caller says why and switches off; the callbacks' and
+    // completions' Relaxed loads of `active` may see it late, which only costs a few records.
+    if c.active.swap(false, AcqRel) {
+        say!("{why}; collection stopped, the program continues");
+        if let Some(sub) = &c.subscriber {
+            let _ = sub.disable_domain(Domain::Runtime);
+            let _ = sub.disable_domain(Domain::Driver);
+        }
+        for k in Activity::GPU {
+            let _ = cupti::disable_activity(k);
+        }
+    }
+}
+
+pub(crate) extern "C" fn at_exit() {
+    let Some(c) = COLLECTOR.get() else { return };
+    if FORKED.load(Relaxed) {
+        return;
+    }
+    // Forced flush first, with no lock held: CUPTI may complete buffers on this thread inside
+    // the call, and the completion takes the queue and the name locks.
+    let _ = cupti::flush_all(true);
+    // Release, read with Acquire by the sender: its last pass then finds in the queue what
+    // the flush completed.
+    c.shutting_down.store(true, Release);
+    c.out.wake.notify_all();
+    let (m, cv) = &c.out.done;
+    let g = m.lock().unwrap_or_else(|e| e.into_inner());
+    let _ = cv.wait_timeout_while(g, Duration::from_secs(3), |d| !*d);
+    if c.times.on {
+        diag::say_exit_stats(c);
+    }
+}
+
+/// The fork child handler: a forked child collects nothing (its CUPTI state is not its own).
+extern "C" fn in_forked_child() {
+    FORKED.store(true, Relaxed);
+}

@@ -1,0 +1,264 @@
+//! The collector's shared state: one `Collector`, built whole by `setup::start` (or offline for
+//! the self-tests and unit tests), and the limits it keeps.
+//!
+//! Locks, and what nests in what (no other nesting exists; `defs` is always innermost):
+//! - `stacks` -> `names.defs` (a new stack names its frames), taken in API callbacks;
+//! - `buffers.kernel_names` -> `buffers.dump`, `names.defs`, on CUPTI's completion thread;
+//! - `out.threads`, each thread's own buffer, `out.queue`, `buffers.pool`, `out.done`: alone.
+//!
+//! No CUPTI call that can call back into gaptop is made with any of them held (see `cupti`).
+
+use std::collections::{HashMap, VecDeque};
+use std::ffi::c_int;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use gaptop_wire as w;
+
+use crate::cupti::Subscriber;
+use crate::native::NativeMap;
+use crate::stacks::StackCache;
+use crate::switches::Switches;
+
+// ------------------------------------------------------------------ limits
+
+/// Bytes of API records a thread may hold before the sender takes them (then records drop).
+/// Each thread's buffer is allocated once at this size and never grows inside a callback.
+pub(crate) const THREAD_CAP: usize = 2 << 20;
+/// Bytes of encoded GPU records waiting for the sender (then batches drop).
+pub(crate) const QUEUE_CAP: usize = 128 << 20;
+/// CUPTI activity buffer size and the most buffers outstanding at once.
+pub(crate) const BUF_SIZE: usize = 4 << 20;
+pub(crate) const MAX_BUFFERS: usize = 48;
+/// Completed activity buffers kept for reuse instead of being freed (their pages stay mapped,
+/// so CUPTI does not fault in fresh ones on the launching thread).
+pub(crate) const POOL_KEEP: usize = 8;
+pub(crate) const MAX_DEPTH: usize = 96;
+/// Native frames kept per launch (between the interpreter, or the thread's base, and CUDA).
+pub(crate) const MAX_NATIVE: usize = 48;
+/// A launch from a known (Python stack, kernel) pair reuses the native frames of the last
+/// walk for that pair, and walks again every this many launches.
+pub(crate) const NATIVE_REWALK: u32 = 64;
+/// Distinct stacks and frames interned before new ones are no longer named (launches then
+/// carry no stack, and are counted).
+pub(crate) const MAX_STACKS: u32 = 1 << 20;
+/// Slots in each thread's cache of recent stacks (a power of two): a transformer layer's
+/// launches come from a few dozen distinct stacks.
+pub(crate) const RECENT_STACKS: usize = 256;
+pub(crate) const SEND_PERIOD: Duration = Duration::from_millis(100);
+pub(crate) const FLUSH_PERIOD: Duration = Duration::from_millis(200);
+
+/// Names of CUPTI's synchronization types, in `CUpti_ActivitySynchronizationType` order.
+pub(crate) const SYNC_NAMES: [&str; 5] = [
+    "Synchronize",
+    "Event synchronize",
+    "Stream wait event",
+    "Stream synchronize",
+    "Context synchronize",
+];
+
+// ------------------------------------------------------------------ parts
+
+/// Encoded records waiting for the sender: wire tag (ops or API calls), records, how many, and
+/// the earliest end time among them (for the lag report).
+pub(crate) struct Batch {
+    pub(crate) tag: u8,
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) records: usize,
+    pub(crate) oldest_end: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct Queue {
+    pub(crate) batches: VecDeque<Batch>,
+    pub(crate) bytes: usize,
+    pub(crate) free: Vec<Vec<u8>>,
+}
+
+/// Name ids, and the name and stack definitions not yet sent; the sender always sends them
+/// before the records taken with them.
+pub(crate) struct Names {
+    next: AtomicU32,
+    pub(crate) defs: Mutex<Vec<u8>>,
+}
+
+impl Names {
+    /// Ids from `first` on, nothing defined yet.
+    pub(crate) fn starting_at(first: u32) -> Names {
+        Names {
+            next: AtomicU32::new(first),
+            defs: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A new name id, defined as `text`. Takes `defs`, innermost of the locks.
+    pub(crate) fn name(&self, text: &str) -> u32 {
+        let id = self.next.fetch_add(1, Relaxed);
+        let mut d = self.defs.lock().unwrap_or_else(|e| e.into_inner());
+        w::encode_name(&mut d, id, text);
+        id
+    }
+
+    /// The definitions written so far, leaving none.
+    pub(crate) fn take_defs(&self) -> Vec<u8> {
+        std::mem::take(&mut *self.defs.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// Name ids given at start, fixed afterwards: the API calls gaptop follows, copies, memsets
+/// and synchronizations.
+#[derive(Default)]
+pub(crate) struct CallNames {
+    /// Per domain (driver = 0, runtime = 1): cbid -> (name id, wire kind), name id 0 = off.
+    pub(crate) api: [Vec<(u32, u8)>; 2],
+    /// By CUPTI memcpy kind.
+    pub(crate) copies: [u32; 11],
+    pub(crate) memset: u32,
+    /// By CUPTI synchronization type.
+    pub(crate) syncs: [u32; 5],
+}
+
+/// CUPTI's activity buffers, and what the completion thread keeps while decoding them.
+pub(crate) struct Buffers {
+    /// Free activity buffers for reuse (addresses), at most POOL_KEEP. Taken by
+    /// `buffer_requested`, which CUPTI runs on whichever thread needs a buffer (a launching
+    /// one too): held only to push or pop.
+    pub(crate) pool: Mutex<Vec<usize>>,
+    /// CUPTI was told its buffers arrive zeroed (CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER),
+    /// so it does not clear each new buffer itself on the thread that needs it.
+    pub(crate) zeroed: bool,
+    /// Buffers handed to CUPTI and not yet back (at most MAX_BUFFERS).
+    pub(crate) out: AtomicUsize,
+    /// Milliseconds (since start) when a buffer last completed.
+    pub(crate) last_completed_ms: AtomicU64,
+    /// Raw CUPTI buffers written here for replay tests (GAPTOP_DUMP), with a byte budget.
+    pub(crate) dump: Mutex<Option<(std::fs::File, usize)>>,
+    /// Kernel name ids by CUPTI's name pointer; held while a buffer is decoded.
+    pub(crate) kernel_names: Mutex<HashMap<usize, u32>>,
+}
+
+/// What waits for the sender thread, and how it is woken and waited for.
+#[derive(Default)]
+pub(crate) struct Outbox {
+    pub(crate) queue: Mutex<Queue>,
+    /// Wakes the sender (a batch queued, a thread's buffer half full, exit).
+    pub(crate) wake: Condvar,
+    /// Each thread's API record buffer, registered at its first callback.
+    pub(crate) threads: Mutex<Vec<Arc<Mutex<Vec<u8>>>>>,
+    /// Set by the sender when it has sent its last (at exit).
+    pub(crate) done: (Mutex<bool>, Condvar),
+}
+
+/// What the stats frames report.
+#[derive(Default)]
+pub(crate) struct Counts {
+    /// Records gaptop dropped (full buffers or queue, collection stopped).
+    pub(crate) dropped: AtomicU64,
+    /// Records CUPTI dropped (no buffer in time).
+    pub(crate) cupti_dropped: AtomicU64,
+    pub(crate) sent: AtomicU64,
+    /// Most lag (ns) seen in sends since the last stats frame.
+    pub(crate) lag_ns: AtomicU64,
+}
+
+/// GAPTOP_VERBOSE: time spent inside the API callback and calls to it, and the part of it in
+/// the launches' stack walks and their count, reported at exit.
+#[derive(Default)]
+pub(crate) struct CallbackTimes {
+    /// Whether the callbacks time themselves (GAPTOP_VERBOSE).
+    pub(crate) on: bool,
+    pub(crate) cb_ns: AtomicU64,
+    pub(crate) cb_calls: AtomicU64,
+    pub(crate) walk_ns: AtomicU64,
+    pub(crate) walks: AtomicU64,
+}
+
+// ------------------------------------------------------------------ the collector
+
+/// What a collector is made of that `start` settles before it exists.
+pub(crate) struct Parts {
+    /// The viewer's socket (-1 offline).
+    pub(crate) fd: c_int,
+    pub(crate) sw: Switches,
+    pub(crate) native: Option<NativeMap>,
+    pub(crate) subscriber: Option<Subscriber>,
+    pub(crate) names: Names,
+    pub(crate) calls: CallNames,
+    pub(crate) zeroed: bool,
+    pub(crate) dump: Option<(std::fs::File, usize)>,
+}
+
+impl Parts {
+    /// Without CUPTI or a viewer (self-tests, unit tests): the environment's switches,
+    /// nothing named at start, name ids from `first_name`.
+    pub(crate) fn offline(first_name: u32) -> Parts {
+        Parts {
+            fd: -1,
+            sw: Switches::from_env(),
+            native: None,
+            subscriber: None,
+            names: Names::starting_at(first_name),
+            calls: CallNames::default(),
+            zeroed: false,
+            dump: None,
+        }
+    }
+}
+
+pub(crate) struct Collector {
+    pub(crate) fd: c_int,
+    /// The environment switches, read at start.
+    pub(crate) sw: Switches,
+    /// Native frames at launches (`gaptop run --native`), with the module map for the walk.
+    pub(crate) native: Option<NativeMap>,
+    /// gaptop's CUPTI subscriber (None offline).
+    pub(crate) subscriber: Option<Subscriber>,
+    pub(crate) calls: CallNames,
+    pub(crate) names: Names,
+    pub(crate) stacks: Mutex<StackCache>,
+    pub(crate) buffers: Buffers,
+    pub(crate) out: Outbox,
+    /// Collecting; cleared for good by `go_quiet`.
+    pub(crate) active: AtomicBool,
+    /// Set at exit, after the last flush: the sender sends what is left and says bye.
+    pub(crate) shutting_down: AtomicBool,
+    pub(crate) counts: Counts,
+    pub(crate) times: CallbackTimes,
+    pub(crate) started: Instant,
+}
+
+impl Collector {
+    pub(crate) fn new(p: Parts) -> Collector {
+        Collector {
+            fd: p.fd,
+            native: p.native,
+            subscriber: p.subscriber,
+            calls: p.calls,
+            names: p.names,
+            stacks: Mutex::new(StackCache::default()),
+            buffers: Buffers {
+                pool: Mutex::new(Vec::with_capacity(POOL_KEEP)),
+                zeroed: p.zeroed,
+                out: AtomicUsize::new(0),
+                last_completed_ms: AtomicU64::new(0),
+                dump: Mutex::new(p.dump),
+                kernel_names: Mutex::new(HashMap::new()),
+            },
+            out: Outbox::default(),
+            active: AtomicBool::new(true),
+            shutting_down: AtomicBool::new(false),
+            counts: Counts::default(),
+            times: CallbackTimes {
+                on: p.sw.verbose,
+                ..CallbackTimes::default()
+            },
+            started: Instant::now(),
+            sw: p.sw,
+        }
+    }
+
+    pub(crate) fn count_drop(&self, n: u64) {
+        self.counts.dropped.fetch_add(n, Relaxed);
+    }
+}
