@@ -9,6 +9,7 @@ pub mod jsonscan;
 pub mod kineto;
 pub mod live;
 pub mod recording;
+pub mod steps;
 pub mod store;
 pub mod symbols;
 
