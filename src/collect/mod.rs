@@ -4,6 +4,7 @@
 pub mod advice;
 pub mod analysis;
 pub mod comm;
+pub mod cpu;
 pub mod ingest;
 pub mod jsonscan;
 pub mod kineto;

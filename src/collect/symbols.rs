@@ -77,17 +77,24 @@ impl Symbolizer {
         let Some((path, off)) = rest.rsplit_once("+0x") else {
             return rest.to_string();
         };
-        let file = path.rsplit('/').next().unwrap_or(path);
         let Ok(off) = u64::from_str_radix(off, 16) else {
             return rest.to_string();
         };
-        let m = self
-            .modules
-            .entry(path.to_string())
-            .or_insert_with(|| Module::load(path));
-        match m.as_ref().and_then(|m| m.lookup(off)) {
+        self.name(path, off)
+    }
+
+    /// Names the code at `offset` in the module at `path`, as [`Symbolizer::resolve`] does for
+    /// `native:<path>+0x<offset>`. The offset is an address as the module's ELF file states it
+    /// (the run-time address less the module's load bias), which is what its symbols hold.
+    pub fn name(&mut self, path: &str, offset: u64) -> String {
+        let file = path.rsplit('/').next().unwrap_or(path);
+        if !self.modules.contains_key(path) {
+            self.modules.insert(path.to_string(), Module::load(path));
+        }
+        let module = self.modules.get(path).and_then(Option::as_ref);
+        match module.and_then(|m| m.lookup(offset)) {
             Some(sym) => format!("{} [{file}]", readable(sym)),
-            None => format!("{file}+0x{off:x}"),
+            None => format!("{file}+0x{offset:x}"),
         }
     }
 }
