@@ -3,7 +3,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use gaptop::collect::analysis::{Config, Window};
+use gaptop::collect::analysis::{Basis, Config, Window};
 use gaptop::units::parse_time;
 
 #[derive(Parser)]
@@ -24,12 +24,21 @@ struct CollectArgs {
     /// in the viewer from the libraries' symbol tables. Costs time at each launch.
     #[arg(long)]
     native: bool,
+    /// Do not sample the program's threads from outside it (the CPU during gaps; on by
+    /// default at 500 Hz, GAPTOP_SAMPLE_HZ sets the rate)
+    #[arg(long)]
+    no_cpu_samples: bool,
 }
 
 impl CollectArgs {
     fn options(self) -> gaptop::collect::live::Options {
         gaptop::collect::live::Options {
             native: self.native,
+            samples: if self.no_cpu_samples {
+                None
+            } else {
+                gaptop::collect::cpu::stream::config_from_env()
+            },
         }
     }
 }
@@ -52,6 +61,31 @@ struct UiArgs {
     /// Key map file (`action = key, key` lines) applied over the defaults
     #[arg(long)]
     keys: Option<PathBuf>,
+    #[command(flatten)]
+    analysis: AnalysisArgs,
+}
+
+/// How the gaps are counted and what a step is.
+#[derive(clap::Args, Clone)]
+struct AnalysisArgs {
+    /// Make the call tree, top gaps and advice of each stream's own idle (as HTA counts it)
+    /// rather than of device idle (no stream of the device running anything)
+    #[arg(long)]
+    per_stream: bool,
+    /// What delimits the program's steps: a CPU span or NVTX range, a Python function, or a
+    /// GPU op, by name (default: ProfilerStep#N spans, else found from the repeating launches)
+    #[arg(long, value_name = "NAME")]
+    step: Option<String>,
+}
+
+impl AnalysisArgs {
+    fn basis(&self) -> Basis {
+        if self.per_stream {
+            Basis::Stream
+        } else {
+            Basis::Device
+        }
+    }
 }
 
 /// The embedded sample: a recording of GPT-2 small at batch 1 taken on an H200.
@@ -108,6 +142,8 @@ enum Cmd {
         /// Gaps shorter than this that are not host_wait count as kernel_wait
         #[arg(long, default_value = "30us", value_parser = parse_time)]
         kernel_wait: i64,
+        #[command(flatten)]
+        analysis: AnalysisArgs,
     },
     /// Run a command with the collector injected and write a recording, without the UI
     Record {
@@ -149,6 +185,8 @@ fn ui_app(
 ) -> anyhow::Result<gaptop::app::App> {
     let mut app = gaptop::app::App::new(store, source);
     app.export_dir = ui.export_dir.clone();
+    app.cfg.basis = ui.analysis.basis();
+    app.step_by = ui.analysis.step.clone();
     if let Some(k) = &ui.keys {
         let text = std::fs::read_to_string(k)
             .map_err(|e| anyhow::anyhow!("{}: cannot read: {e}", k.display()))?;
@@ -178,16 +216,19 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             window,
             top,
             kernel_wait,
+            analysis,
         } => {
             let store = gaptop::collect::load_path(&file, usize::MAX)?;
             let cfg = Config {
                 kernel_wait_ns: kernel_wait,
+                basis: analysis.basis(),
             };
             let w = Window {
                 from: window.from,
                 to: window.to,
             };
-            let (summary, j) = gaptop::report::build(&store, w, &cfg, top);
+            let (summary, j) =
+                gaptop::report::build_steps(&store, w, &cfg, top, analysis.step.as_deref());
             match format.as_str() {
                 "json" => println!("{}", serde_json::to_string_pretty(&j)?),
                 "folded" => print!("{}", gaptop::report::folded(&store, &summary)),

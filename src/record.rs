@@ -15,6 +15,8 @@ pub struct Totals {
     pub frames: u64,
     pub ops: u64,
     pub apis: u64,
+    /// CPU samples of the program's threads.
+    pub samples: u64,
     pub conns: u64,
     pub dropped: u64,
     pub errors: Vec<String>,
@@ -44,6 +46,7 @@ pub fn record_event<W: std::io::Write>(
                     Frame::Hello(_) => t.conns += 1,
                     Frame::Ops(o) => t.ops += o.len() as u64,
                     Frame::Apis(a) => t.apis += a.len() as u64,
+                    Frame::Samples { samples, .. } => t.samples += samples.len() as u64,
                     Frame::Stats(s) => {
                         drops.insert(conn, s.collector_dropped + s.cupti_dropped);
                         if s.lag_ns > 0 {
@@ -60,6 +63,7 @@ pub fn record_event<W: std::io::Write>(
         LiveEvent::Closed(_, None) => {}
         LiveEvent::Output(line) => println!("{line}"),
         LiveEvent::Exited(s) => return Ok(Some(s)),
+        LiveEvent::Notice(s) => eprintln!("gaptop: {s}"),
     }
     t.dropped = drops.values().sum();
     Ok(None)
@@ -141,9 +145,10 @@ pub fn run(
         eprintln!("gaptop: {e}");
     }
     eprintln!(
-        "gaptop: recorded {} GPU ops and {} API calls from {} process(es), {} dropped, {} bytes -> {}",
+        "gaptop: recorded {} GPU ops, {} API calls and {} CPU samples from {} process(es), {} dropped, {} bytes -> {}",
         t.ops,
         t.apis,
+        t.samples,
         t.conns,
         t.dropped,
         w.bytes,

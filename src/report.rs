@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use crate::collect::analysis::{self, Category, Config, Gap, Reason, Summary, Window};
+use crate::collect::analysis::{Category, Config, Gap, Reason, Summary, Window};
 use crate::collect::store::{NameId, Ns, StackId, Store};
 use crate::frames::cut as short;
 use crate::units::fmt_ns;
@@ -60,8 +60,17 @@ pub struct JsonReport {
     pub reasons: std::collections::BTreeMap<&'static str, JsonBucket>,
     pub gap_percentiles_ns: Percentiles,
     pub kernel_percentiles_ns: Percentiles,
-    /// The code with the most gap time, with why the GPU waited there and the usual fix.
+    /// What the call tree, top gaps and advice are made of: `device` idle (no stream of the
+    /// device running anything) or each `stream`'s own (HTA's; `--per-stream`).
+    pub basis: &'static str,
+    /// The program's iterations, when they could be found.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steps: Option<crate::collect::steps::StepsJson>,
+    /// The code to fix first, with why the GPU waited there, what a fix saves a step and the
+    /// usual fix: recurring sites by their idle a step first (with steps).
     pub advice: Vec<crate::collect::advice::Advice>,
+    /// The longest gaps outside recurring patterns (warm-up, first calls, loading), apart.
+    pub one_off_gaps: Vec<JsonGap>,
     pub top_stacks: Vec<JsonStack>,
     pub top_gaps: Vec<JsonGap>,
     /// Kernels whose launch call was found by correlation id, and of those, launched from a
@@ -137,7 +146,10 @@ pub fn gap_json(store: &Store, g: &Gap, origin: Ns) -> JsonGap {
         device: l.key.device,
         stream: l.key.stream,
         pid: store.procs[l.key.proc as usize].pid,
-        prev_op: name(g.prev),
+        prev_op: store
+            .names
+            .get(store.lanes[g.prev_lane].ops[g.prev].name)
+            .to_string(),
         next_op: name(g.next),
         launch_latency_ns: g.launch_latency,
         frames,
@@ -189,12 +201,35 @@ pub fn folded(store: &Store, s: &Summary) -> String {
 }
 
 pub fn build(store: &Store, w: Window, cfg: &Config, top: usize) -> (Summary, JsonReport) {
+    build_steps(store, w, cfg, top, None)
+}
+
+/// [`build`], with the steps found by `step_by` (a span, Python function or op name; see
+/// `collect::steps::find`) rather than automatically.
+pub fn build_steps(
+    store: &Store,
+    w: Window,
+    cfg: &Config,
+    top: usize,
+    step_by: Option<&str>,
+) -> (Summary, JsonReport) {
     let origin = store.span().map(|s| s.0).unwrap_or(0);
     let abs = Window {
         from: w.from.map(|f| f + origin),
         to: w.to.map(|t| t + origin),
     };
-    let s = analysis::summarize(store, abs, cfg, top);
+    // Enough of the longest gaps to find the one-offs among them, as well as `top`.
+    let d = crate::collect::advice::diagnose(store, abs, cfg, top.max(200), step_by);
+    let one_off_gaps: Vec<JsonGap> = d
+        .summary
+        .top_gaps
+        .iter()
+        .filter(|g| d.is_one_off(store, g))
+        .take(10)
+        .map(|g| gap_json(store, g, origin))
+        .collect();
+    let mut s = d.summary;
+    s.top_gaps.truncate(top);
     let mut idle = std::collections::BTreeMap::new();
     for c in Category::ALL {
         let b = s.idle(c);
@@ -240,7 +275,10 @@ pub fn build(store: &Store, w: Window, cfg: &Config, top: usize) -> (Summary, Js
         reasons,
         gap_percentiles_ns: pct(&s.gap_hist),
         kernel_percentiles_ns: pct(&s.kernel_hist),
-        advice: crate::collect::advice::advise(store, &s, 5),
+        basis: s.basis.as_str(),
+        steps: d.steps.as_ref().map(|st| st.json()),
+        advice: d.advice.into_iter().take(5).collect(),
+        one_off_gaps,
         top_stacks: top_stacks(store, &s, 20),
         top_gaps: s
             .top_gaps
@@ -392,8 +430,31 @@ pub fn text(j: &JsonReport) -> String {
         fmt_ns(k.p99 as Ns),
         fmt_ns(k.max as Ns)
     );
+    if let Some(st) = &j.steps {
+        let _ = writeln!(
+            o,
+            "\nSteps ({}): {}, median {} (p90 {}), GPU busy {} and device idle {} a step (medians)",
+            st.source,
+            st.count,
+            fmt_ns(st.median_ns),
+            fmt_ns(st.p90_ns),
+            fmt_ns(st.busy_median_ns),
+            fmt_ns(st.idle_median_ns)
+        );
+    }
     if !j.advice.is_empty() {
-        let _ = writeln!(o, "\nWhat to fix (code with the most gap time)");
+        let basis = if j.basis == "device" {
+            "device idle"
+        } else {
+            "each stream's own idle"
+        };
+        let how = if j.steps.is_some() {
+            "recurring code by its idle a step first"
+        } else {
+            "by gap time, one-offs aside"
+        };
+        let _ = writeln!(o, "\nWhat to fix ({basis}; {how})");
+        let steady = j.steps.as_ref().map_or(0, |s| s.steady) as u32;
         for a in &j.advice {
             let _ = writeln!(
                 o,
@@ -404,17 +465,47 @@ pub fn text(j: &JsonReport) -> String {
                 a.site,
                 a.verdict.as_str()
             );
+            if let Some(l) = crate::collect::advice::steps_line(a, steady) {
+                let _ = writeln!(o, "      {l}");
+            }
             let _ = writeln!(o, "      {}", a.text);
             if a.one_offs > 0 {
+                let why = if j.steps.is_some() {
+                    "outside the steady state or not recurring: warm-up, first calls, loading"
+                } else {
+                    "over 50x the typical gap: a first call's setup, allocation or compilation?"
+                };
                 let _ = writeln!(
                     o,
-                    "      {} of it in {} one-off gap{} (over 50x the typical gap: a first \
-                     call's setup, allocation or compilation?), which that fix does not remove.",
+                    "      {} of it in {} one-off gap{} ({why}), which that fix does not remove.",
                     fmt_ns(a.one_off_ns),
                     a.one_offs,
                     if a.one_offs == 1 { "" } else { "s" }
                 );
             }
+        }
+    }
+    if !j.one_off_gaps.is_empty() {
+        let _ = writeln!(o, "\nOne-offs (outside recurring patterns), longest first");
+        for g in j.one_off_gaps.iter().take(5) {
+            let at = g
+                .frames
+                .iter()
+                .rev()
+                .find(|f| f.contains(".py("))
+                .or(g.frames.first())
+                .map(|f| short(f, 70))
+                .unwrap_or_default();
+            let _ = writeln!(
+                o,
+                "  {:>10} at {:>10}  {} ({})  before {}  {}",
+                fmt_ns(g.duration_ns),
+                fmt_ns(g.start_ns),
+                g.cause,
+                g.reason,
+                short(&g.next_op, 40),
+                at
+            );
         }
     }
     let _ = writeln!(o, "\nTop stacks by gap time");

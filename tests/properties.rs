@@ -1,7 +1,7 @@
 //! Properties of the gap analysis on random stores: time is conserved, gaps are counted once,
 //! the categories partition them, the call tree adds up, and arrival order does not matter.
 
-use gaptop::collect::analysis::{self, Config, Window};
+use gaptop::collect::analysis::{self, Basis, Config, Window};
 use gaptop::collect::store::{ApiCall, ApiKind, GpuOp, LaneKey, OpKind, Store};
 use proptest::prelude::*;
 
@@ -79,7 +79,8 @@ proptest! {
     fn time_is_conserved_and_gaps_partitioned(spec in spec()) {
         let order: Vec<usize> = (0..spec.len()).collect();
         let st = build(&spec, &order, 1);
-        let cfg = Config::default();
+        // Each stream's own gaps, as HTA counts them.
+        let cfg = Config { basis: Basis::Stream, ..Config::default() };
         let mut gap_count = 0u64;
         let mut gap_ns = 0i64;
         for lane in 0..st.lanes.len() {
@@ -119,6 +120,32 @@ proptest! {
         // Per device: idle + busy = the span, for each device.
         let (lo, hi) = st.span().unwrap();
         prop_assert_eq!(s.busy_ns + s.device_idle_ns, (hi - lo) * st.devices().len() as i64);
+
+        // Device gaps (the default): the idle between a device's first and last op, each
+        // interval charged once, never longer than the stream gap of the op it is charged to.
+        let d = analysis::summarize(&st, Window::all(), &Config::default(), 10);
+        let mut inner_idle = d.device_idle_ns;
+        for (_, lanes) in st.devices() {
+            let busy: Vec<usize> = lanes.into_iter().filter(|&l| !st.lanes[l].ops.is_empty()).collect();
+            match (
+                busy.iter().map(|&l| st.lanes[l].ops[0].start).min(),
+                busy.iter().map(|&l| st.lanes[l].max_end).max(),
+            ) {
+                (Some(first), Some(last)) => inner_idle -= (first - lo) + (hi - last),
+                _ => inner_idle -= hi - lo,
+            }
+        }
+        prop_assert_eq!(d.charged_ns(), inner_idle);
+        prop_assert_eq!(d.tree.nodes[0].gap_ns, inner_idle);
+        prop_assert_eq!(d.idle, s.idle, "the HTA breakdown does not depend on the basis");
+        let dev_advice = gaptop::collect::advice::advise(&st, &d, usize::MAX);
+        prop_assert_eq!(dev_advice.iter().map(|a| a.gap_ns).sum::<i64>(), inner_idle);
+        let shares: f64 = dev_advice.iter().map(|a| a.share).sum();
+        prop_assert!(shares <= 1.0 + 1e-9, "shares add up to {}", shares);
+        for g in d.top_gaps.iter().filter(|g| g.next > 0) {
+            let stream = analysis::classify(&st, g.lane, g.next - 1, g.next, &cfg);
+            prop_assert!(stream.is_some_and(|sg| sg.dur() >= g.dur()), "{:?}", g);
+        }
     }
 
     #[test]

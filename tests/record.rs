@@ -58,7 +58,7 @@ fn sigterm_finalises_the_recording_and_stops_the_program() {
         assert!(status.code().is_some(), "{sig}: gaptop exits by itself");
         // The recording exists and is a recording (no process connected: no ops, said so).
         let bytes = std::fs::read(&out).unwrap();
-        assert_eq!(&bytes[..8], b"GAPTOPR1");
+        assert_eq!(&bytes[..8], gaptop_wire::RECORDING_MAGIC);
         // No orphan: the program is gone.
         let t = Instant::now();
         while std::path::Path::new(&format!("/proc/{child}")).exists() {

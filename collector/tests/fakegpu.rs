@@ -423,7 +423,7 @@ fn nested_driver_calls_are_sent_only_under_an_id_of_their_own() {
         let dir = fake_cuda(&target, &format!("nested{own}"));
         let (log, j) = run(&target, &dir, &[("FAKE_DRIVER_OWN_CORR", own)]);
         let j = j.unwrap();
-        assert!(log.contains(&format!("and {apis} API calls")), "{log}");
+        assert!(log.contains(&format!(" {apis} API calls and ")), "{log}");
         assert_eq!(j["kernels_with_launch"], launched, "{log}");
         assert_eq!(j["kernels_with_stack"], launched, "{log}");
     }

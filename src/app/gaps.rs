@@ -52,10 +52,10 @@ impl App {
         let s = self.selected?;
         let lane = self.store.lanes.get(s.lane)?;
         let next = lane.lower_bound(s.end);
-        if next == 0 || next >= lane.ops.len() || lane.ops[next].start != s.end {
+        if next >= lane.ops.len() || lane.ops[next].start != s.end {
             return None;
         }
-        let mut g = analysis::classify(&self.store, s.lane, next - 1, next, &self.cfg)?;
+        let mut g = analysis::gap_ending_at(&self.store, s.lane, next, &self.cfg)?;
         g.start = s.start.max(g.start);
         Some(g)
     }
@@ -67,6 +67,7 @@ impl App {
             end: g.end,
         });
         self.current = self.derive_selected();
+        self.show_fix = false;
         self.cursor = g.start + g.dur() / 2;
         // Looking at a gap holds the window: following would move the cursor off it and,
         // live, scroll it away. `z` (or pause and resume) follows again.
@@ -148,7 +149,7 @@ impl App {
             };
             while (1..ops.len()).contains(&i) && scanned < 5_000_000 {
                 scanned += 1;
-                if let Some(g) = analysis::classify(&self.store, lane, i - 1, i, &self.cfg) {
+                if let Some(g) = analysis::gap_ending_at(&self.store, lane, i, &self.cfg) {
                     let ok = if dir > 0 {
                         g.start > from
                     } else {

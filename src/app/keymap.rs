@@ -38,6 +38,15 @@ pub enum Action {
     Search,
     /// Stop the profiled program (`gaptop run`): SIGINT, then SIGTERM, then SIGKILL.
     StopProgram,
+    /// Gaps of device idle (the default) or of each stream's own idle (HTA's).
+    Basis,
+    /// Bring back what to fix in the details pane.
+    WhatToFix,
+    /// Zoom to the next or previous step.
+    NextStep,
+    PrevStep,
+    /// Show the CPU samples taken during each site's gaps as its subtree.
+    CpuSamples,
     /// While searching (not bindable; `search_action` makes them): a typed character, a
     /// deleted one, the next match, and the end of the search.
     SearchChar(char),
@@ -47,7 +56,7 @@ pub enum Action {
 }
 
 impl Action {
-    pub const ALL: [(Action, &'static str, &'static str); 26] = [
+    pub const ALL: [(Action, &'static str, &'static str); 31] = [
         (Action::Quit, "quit", "quit (the terminal is restored)"),
         (
             Action::Pause,
@@ -122,6 +131,23 @@ impl Action {
             "stop_program",
             "stop the program (SIGINT; again: SIGTERM, SIGKILL)",
         ),
+        (
+            Action::Basis,
+            "basis",
+            "gaps of device idle, or each stream's own (HTA)",
+        ),
+        (
+            Action::WhatToFix,
+            "what_to_fix",
+            "what to fix, in the details pane (again: the gap)",
+        ),
+        (Action::NextStep, "next_step", "zoom to the next step"),
+        (Action::PrevStep, "prev_step", "zoom to the previous step"),
+        (
+            Action::CpuSamples,
+            "cpu_samples",
+            "call tree: CPU samples during each site's gaps",
+        ),
     ];
 
     /// A description of at most 28 characters, for the help's columns on an 80-column screen.
@@ -153,6 +179,11 @@ impl Action {
             Action::Clear => "clear node filter; close",
             Action::Search => "search the tree (⏎ next)",
             Action::StopProgram => "stop the program",
+            Action::Basis => "device idle / per stream",
+            Action::WhatToFix => "what to fix / the gap",
+            Action::NextStep => "next step",
+            Action::PrevStep => "previous step",
+            Action::CpuSamples => "tree: CPU samples in gaps",
             Action::SearchChar(_) | Action::SearchBack | Action::SearchNext | Action::SearchEnd => {
                 ""
             }

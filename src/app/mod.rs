@@ -24,10 +24,12 @@ pub mod window;
 use std::collections::{HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Instant;
 
 use tui_tree_widget::TreeState;
 
-use crate::collect::analysis::{Category, Config, Gap, Reason};
+use crate::collect::advice::Diagnosis;
+use crate::collect::analysis::{Basis, Category, Config, Gap, Reason};
 use crate::collect::ingest::Ingest;
 use crate::collect::live::LiveEvent;
 use crate::collect::store::{NameId, Ns, StackId, Store};
@@ -208,6 +210,16 @@ pub struct App {
     pub stop_requests: u32,
     /// The window's analysis.
     pub cache: Option<Cache>,
+    /// The whole capture's steps, verdicts and what to fix (`refresh_diagnosis`), and what it
+    /// was made for (the store's generation and the basis) and when.
+    pub diagnosis: Option<Diagnosis>,
+    pub(super) diagnosed: Option<((u64, Basis), Instant)>,
+    /// What delimits steps (`--step NAME`), else found automatically.
+    pub step_by: Option<String>,
+    /// The details pane shows what to fix although a gap is selected (`w`).
+    pub show_fix: bool,
+    /// The call tree shows CPU samples during each site's gaps (`c`).
+    pub cpu_tree: bool,
     /// What the panes show, for the last known screen size.
     pub view: ViewModel,
     /// The selected gap as the store has it now (None if it left the store).
@@ -263,6 +275,11 @@ impl App {
             export_job: None,
             stop_requests: 0,
             cache: None,
+            diagnosis: None,
+            diagnosed: None,
+            step_by: None,
+            show_fix: false,
+            cpu_tree: false,
             view: ViewModel::default(),
             current: None,
             size: (0, 0),
@@ -418,6 +435,12 @@ impl App {
                 }
             }
             LiveEvent::Exited(s) => self.source = SourceState::Ended(s),
+            LiveEvent::Notice(s) => {
+                if let Some(store) = Arc::get_mut(&mut self.store) {
+                    store.sampling_note = Some(s.clone());
+                }
+                self.message = s;
+            }
         }
     }
 
@@ -576,6 +599,36 @@ impl App {
                 }
             }
             Action::Sort => self.toggle_sort(),
+            Action::Basis => {
+                self.cfg.basis = match self.cfg.basis {
+                    Basis::Device => Basis::Stream,
+                    Basis::Stream => Basis::Device,
+                };
+                self.refresh(true);
+                self.message = match self.cfg.basis {
+                    Basis::Device => "gaps: device idle (no stream of the device running)".into(),
+                    Basis::Stream => "gaps: each stream's own idle (HTA's)".into(),
+                };
+            }
+            Action::WhatToFix => {
+                self.show_fix = !self.show_fix;
+                if !self.show_fix && self.current.is_none() {
+                    self.message = "no gap selected: n, b or ↑/↓ picks one".into();
+                }
+            }
+            Action::NextStep => self.step_to(1),
+            Action::PrevStep => self.step_to(-1),
+            Action::CpuSamples => {
+                self.cpu_tree = !self.cpu_tree;
+                self.message = if self.store.cpu_sample_count() == 0 {
+                    "no CPU samples in this capture (gaptop run and record take them)".into()
+                } else if self.cpu_tree {
+                    "call tree: CPU samples during each site's gaps shown".into()
+                } else {
+                    "call tree: CPU samples hidden".into()
+                };
+                self.refresh(true);
+            }
         }
     }
 }

@@ -11,7 +11,8 @@ use ratatui::layout::Rect;
 use super::layout::{self, Screen, LABEL_W};
 use super::tree::{build_rows, path_ids, tree_share, TreeRow};
 use super::{App, Cause, Focus, GapSort, SourceState, MAX_GAPS};
-use crate::collect::advice::{self, Advice};
+use crate::collect::advice;
+use crate::collect::analysis::Basis;
 use crate::collect::analysis::{self, CallTree, Gap, Summary, Window};
 use crate::collect::comm::CommReport;
 use crate::collect::store::{OpKind, FLAG_COMM};
@@ -20,7 +21,7 @@ use crate::units::{fmt_ns, fmt_short, Ns};
 
 /// Analysis of the current window, recomputed when the window or the data changes.
 pub struct Cache {
-    pub key: (Ns, Ns, Ns, bool, u64),
+    pub key: (Ns, Ns, Ns, bool, u64, Basis),
     pub summary: Summary,
     /// Gaps in the window at or over the threshold, longest first (at most `MAX_GAPS`).
     pub gaps: Vec<Gap>,
@@ -39,9 +40,11 @@ pub struct Cache {
     pub analyzed: (Ns, Ns),
     /// Communication stalls across ranks in that part (None with fewer than two ranks).
     pub comm: Option<CommReport>,
-    /// Why the GPU waited, per launching function, most gap time first.
-    pub advice: Vec<Advice>,
 }
+
+/// Most ops the whole capture's diagnosis reads (the newest ones): a bigger capture's
+/// diagnosis would hold up the UI.
+pub const DIAGNOSIS_CAP: usize = 1_000_000;
 
 /// What a piece of text is, for its colour.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -206,6 +209,7 @@ impl App {
     /// The view model is laid out once a frame, before the draw ([`super::Msg::Resize`]): here
     /// it is only marked stale.
     pub fn refresh(&mut self, force: bool) {
+        self.refresh_diagnosis(force);
         self.refresh_analysis(force);
         self.current = self.derive_selected();
         self.view_stale = true;
@@ -227,13 +231,17 @@ impl App {
             self.min_gap,
             self.inverted,
             self.store.generation,
+            self.cfg.basis,
         );
         if let Some(c) = &self.cache {
             if c.key == key && !force {
                 return;
             }
-            let same_view =
-                c.key.0 == key.0 && c.key.1 == key.1 && c.key.2 == key.2 && c.key.3 == key.3;
+            let same_view = c.key.0 == key.0
+                && c.key.1 == key.1
+                && c.key.2 == key.2
+                && c.key.3 == key.3
+                && c.key.5 == key.5;
             if same_view && !force && c.built.elapsed().as_millis() < 250 {
                 return;
             }
@@ -260,9 +268,7 @@ impl App {
             .map(|(n, &id)| (id, n))
             .collect();
         let rows = build_rows(&self.store, &tree, &tree_ids);
-        let advice = advice::advise(&self.store, &summary, usize::MAX);
         self.cache = Some(Cache {
-            advice,
             key,
             summary,
             gaps,
@@ -280,6 +286,56 @@ impl App {
         });
         self.apply_sort();
         self.sync_gap_sel();
+    }
+
+    /// Recomputes the whole capture's diagnosis (steps, what to fix, verdicts) when the data
+    /// or the basis changed: live, at most every two seconds. A capture of more than
+    /// [`DIAGNOSIS_CAP`] ops is diagnosed on its newest part of that many.
+    fn refresh_diagnosis(&mut self, force: bool) {
+        let key = (self.store.generation, self.cfg.basis);
+        if let Some((k, at)) = self.diagnosed {
+            let recent = self.is_live() && at.elapsed().as_secs() < 2;
+            if k == key || (k.1 == key.1 && recent && !force) {
+                return;
+            }
+        }
+        let Some((slo, shi)) = self.store.span() else {
+            self.diagnosis = None;
+            return;
+        };
+        let lo = self.newest_part(slo, shi, DIAGNOSIS_CAP);
+        self.diagnosis = Some(advice::diagnose(
+            &self.store,
+            Window::new(lo, shi),
+            &self.cfg,
+            0,
+            self.step_by.as_deref(),
+        ));
+        self.diagnosed = Some((key, Instant::now()));
+    }
+
+    /// The start of the newest part of [lo, hi) that holds at most about `cap` ops.
+    fn newest_part(&self, lo: Ns, hi: Ns, cap: usize) -> Ns {
+        let count = |from: Ns| -> usize {
+            self.store
+                .lanes
+                .iter()
+                .map(|l| l.ops.len() - l.lower_bound(from))
+                .sum()
+        };
+        if count(lo) <= cap {
+            return lo;
+        }
+        let (mut a, mut b) = (lo, hi);
+        while b - a > 1_000 {
+            let m = a + (b - a) / 2;
+            if count(m) > cap {
+                a = m;
+            } else {
+                b = m;
+            }
+        }
+        b
     }
 
     pub(super) fn build_view(&self) -> ViewModel {
@@ -583,15 +639,15 @@ impl App {
             }
         }
         match self.current {
-            Some(g) => self.gap_details(&g),
-            None => self.what_to_fix(),
+            Some(g) if !self.show_fix => self.gap_details(&g),
+            _ => self.what_to_fix(),
         }
     }
 
     /// The selected gap: times, cause, launch, neighbours and stacks.
     fn gap_details(&self, g: &Gap) -> DetailsVm {
         let lane = &self.store.lanes[g.lane];
-        let prev = &lane.ops[g.prev];
+        let prev = &self.store.lanes[g.prev_lane].ops[g.prev];
         let next = &lane.ops[g.next];
         let mut lines = Vec::new();
         let api = if g.api != 0 {
@@ -615,24 +671,25 @@ impl App {
             .filter(|f| !is_plumbing(f))
             .map(|f| pretty_frame(f))
             .collect();
-        lines.push((Tone::Stack, format!("launch stack: {}", launch.join(" ‹ "))));
-        // What the gaps charged to this code have in common, and the usual fix.
-        let key = advice::site_key(&self.store, g);
-        if let Some(a) = self
-            .cache
-            .as_ref()
-            .and_then(|c| c.advice.iter().find(|a| a.key == key))
-        {
-            let pattern = advice::summary_line(a);
-            // A gap far longer than its code's usual ones is not what the usual fix addresses.
-            let text = match advice::one_off(g.dur(), a.typical_gap_ns, a.gaps) {
-                Some(times) => format!(
-                    "one-off, {times}x the typical {} here (first-call setup, allocation or \
-                     compilation?); usually {pattern}",
-                    fmt_short(a.typical_gap_ns)
+        let stack = if launch.is_empty() {
+            // A launch from a thread without Python frames (a C++ thread: DDP's reducer, a
+            // runtime's own thread): what is known is the thread and the call.
+            let proc = &self.store.procs[lane.key.proc as usize];
+            match proc.api_by_corr(next.corr) {
+                Some(a) => format!(
+                    "launch stack: none (thread {} called {}, no Python frames on it)",
+                    a.tid,
+                    self.store.names.get(a.name)
                 ),
-                None => pattern,
-            };
+                None => "launch stack: not in this source".into(),
+            }
+        } else {
+            format!("launch stack: {}", launch.join(" ‹ "))
+        };
+        lines.push((Tone::Stack, stack));
+        // What the gaps charged to this code have in common, and the usual fix: from the whole
+        // capture's diagnosis, so that zooming does not change it.
+        if let Some(text) = self.verdict_line(g) {
             lines.push((Tone::Verdict, text));
         }
         let named: Vec<&str> = native
@@ -691,6 +748,44 @@ impl App {
         }
     }
 
+    /// A gap's verdict line: its code's verdict and usual fix, said as a one-off where the gap
+    /// is not part of its code's recurring pattern.
+    fn verdict_line(&self, g: &Gap) -> Option<String> {
+        let d = self.diagnosis.as_ref()?;
+        let a = d.advice_for(&self.store, g)?;
+        let pattern = advice::summary_line(a);
+        let steady = d.steady_steps();
+        if !d.is_one_off(&self.store, g) {
+            return Some(match advice::steps_line(a, steady) {
+                Some(l) => format!("{l}; {pattern}"),
+                None => pattern,
+            });
+        }
+        Some(match &d.steps {
+            Some(st) => {
+                let range = st.steady();
+                let why = match st.step_of(g.start) {
+                    Some(i) if !range.contains(&i) => {
+                        format!("warm-up, step {} of {}", i + 1, st.steps.len())
+                    }
+                    Some(_) => format!(
+                        "its code idles in only {} of {steady} steps",
+                        a.steps_present.unwrap_or(0)
+                    ),
+                    None => "outside the steps".to_string(),
+                };
+                format!("one-off ({why}): not what the usual fix removes; usually {pattern}")
+            }
+            // Without steps: a gap far longer than its code's usual ones.
+            None => format!(
+                "one-off, {}x the typical {} here (first-call setup, allocation or \
+                 compilation?); usually {pattern}",
+                g.dur() / a.typical_gap_ns.max(1),
+                fmt_short(a.typical_gap_ns)
+            ),
+        })
+    }
+
     /// The selected call tree node: its frame in full (the row is cut on a narrow pane), what
     /// is charged to it, and its path to the root.
     fn node_details(&self, c: &Cache, n: usize) -> Vec<(Tone, String)> {
@@ -736,8 +831,12 @@ impl App {
         };
         lines.push((Tone::Stack, text));
         // A function that launches: what its gaps have in common, over all its call paths.
-        if let Some(a) = advice::frame_key(frame).and_then(|k| c.advice.iter().find(|a| a.key == k))
-        {
+        let advice = self
+            .diagnosis
+            .as_ref()
+            .map(|d| &d.advice[..])
+            .unwrap_or(&[]);
+        if let Some(a) = advice::frame_key(frame).and_then(|k| advice.iter().find(|a| a.key == k)) {
             lines.push((
                 Tone::Verdict,
                 format!("all its launches: {}", advice::summary_line(a)),
@@ -755,14 +854,26 @@ impl App {
     /// its share, what kind of waiting it is and the usual fix.
     fn what_to_fix(&self) -> DetailsVm {
         let hint = "n/N walks gaps, b picks the biggest, Tab goes to the call tree, ? for help.";
-        let advice = self.cache.as_ref().map(|c| &c.advice[..]).unwrap_or(&[]);
+        let d = self.diagnosis.as_ref();
+        let advice = d.map(|d| &d.advice[..]).unwrap_or(&[]);
+        let steady = d.map_or(0, |d| d.steady_steps());
         let rows: Vec<FixRow> = advice
             .iter()
             .take(20)
-            .map(|a| FixRow {
-                head: format!("{:>4.0}% {:>7}  ", 100.0 * a.share, fmt_short(a.gap_ns)),
-                site: a.site.clone(),
-                tail: format!("  [{}] {}", a.verdict.as_str(), a.fix),
+            .map(|a| {
+                // With steps: how often and how much a step; else the share of the idle.
+                let when = match (a.steps_present, a.per_step_ns) {
+                    (Some(n), Some(per)) if a.recurring => {
+                        format!(" {}/step in {n}/{steady}", fmt_short(per))
+                    }
+                    (Some(_), _) => " one-off".to_string(),
+                    _ => String::new(),
+                };
+                FixRow {
+                    head: format!("{:>4.0}% {:>7}  ", 100.0 * a.share, fmt_short(a.gap_ns)),
+                    site: a.site.clone(),
+                    tail: format!("  [{}{when}] {}", a.verdict.as_str(), a.fix),
+                }
             })
             .collect();
         match (rows.is_empty(), self.nothing_yet()) {

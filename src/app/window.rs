@@ -4,6 +4,7 @@
 use super::{App, ANALYSIS_CAP, MIN_WIDTH};
 use crate::collect::analysis::Gap;
 use crate::collect::store::Ns;
+use crate::units::fmt_ns;
 
 impl App {
     /// Moves the window to follow new data (live and not paused).
@@ -104,7 +105,7 @@ impl App {
     /// Zooms so the gap fills the middle with a neighbour op on each side.
     pub(super) fn zoom_to_gap(&mut self, g: &Gap) {
         let lane = &self.store.lanes[g.lane];
-        let prev = &lane.ops[g.prev];
+        let prev = &self.store.lanes[g.prev_lane].ops[g.prev];
         let next = &lane.ops[g.next];
         let lo = prev.start.min(g.start);
         let hi = next.end.max(g.end);
@@ -116,6 +117,41 @@ impl App {
             self.follow = false;
             self.paused = true;
         }
+    }
+
+    /// Zooms to the step after (dir > 0) or before the one at the cursor.
+    pub(super) fn step_to(&mut self, dir: i64) {
+        let Some(steps) = self.diagnosis.as_ref().and_then(|d| d.steps.as_ref()) else {
+            self.message =
+                "no steps found in this capture (--step NAME says what a step is)".into();
+            return;
+        };
+        let n = steps.steps.len();
+        let at = steps.steps.partition_point(|s| s.start <= self.cursor);
+        // `at` is the first step starting after the cursor; the cursor's own step is at - 1.
+        let i = if dir > 0 {
+            at.min(n - 1)
+        } else {
+            at.saturating_sub(2)
+        };
+        let st = steps.steps[i];
+        let pad = ((st.end - st.start) / 20).max(100);
+        self.lo = st.start - pad;
+        self.hi = (st.end + pad).max(self.lo + MIN_WIDTH);
+        self.cursor = st.start;
+        self.auto_width = false;
+        if self.is_live() {
+            self.follow = false;
+            self.paused = true;
+        }
+        self.message = format!(
+            "step {} of {n}: {}, GPU busy {}, device idle {}, {} ops",
+            i + 1,
+            fmt_ns(st.end - st.start),
+            fmt_ns(st.busy_ns),
+            fmt_ns(st.idle_ns),
+            st.launches
+        );
     }
 
     /// The whole capture; live, following the newest data again.

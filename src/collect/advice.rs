@@ -1,24 +1,41 @@
 //! What to fix: the gap time of a window grouped by the code that launched it (the innermost
-//! Python frame, else the innermost frame), with a verdict on why the GPU waited there and the
-//! usual remedy.
+//! Python frame, else the innermost frame), with a verdict on why the GPU waited there, what a
+//! fix would save a step, and the usual remedy in the framework the code runs on.
 //!
-//! Verdicts, from the site's gap time by reason and its typical (median) gap:
+//! Verdicts, from the site's gap time by reason, its launches and its typical (median) gap:
 //! - `sync`: half or more of the time follows a synchronizing call of the launching thread;
 //! - `event_wait`: half or more follows a wait on another stream's event;
 //! - `graph`: half or more is inside CUDA graph replays;
-//! - `busy`: the ops that waited run at least four times longer than the typical gap: the GPU
-//!   is mostly busy here and there is little to win;
+//! - `unknown`: the launching call is not in the source;
+//! - `slow_launch`: half or more of the time is spent inside the launching call itself, for
+//!   far longer than a launch takes (lazy module loading on a kernel's first launch, the driver
+//!   blocked): not CPU work before the launch;
+//! - `busy`: the ops that waited run at least four times longer than the typical gap and the
+//!   device was busy at least half the time: there is little to win;
 //! - `launch_bound`: the host launched as fast as it could: typical gaps under 50 µs, the
 //!   scale of launch overhead (3–15 µs a launch, plus the framework's per-op work);
-//! - `host_work`: typical gaps of 50 µs or more before launches: CPU work on the critical path;
-//! - `unknown`: the launching call is not in the source.
+//! - `host_work`: typical gaps of 50 µs or more before launches: CPU work on the critical path.
+//!
+//! With steps (the program's iterations, `collect::steps`), a site whose gaps occur in at least
+//! half of the steady steps is *recurring* and ranked by its idle a step; gaps outside the
+//! steady state or of sites that do not recur are *one-offs*, counted apart and never ranked
+//! above a recurring site. Without steps, a gap of a millisecond or more and 50 times its
+//! site's typical gap stands out as a one-off.
+//!
+//! The saving a step (`saving_ns`) is the median over the steady steps of what the usual fix
+//! removes from the site's gaps in that step: each gap less [`analysis::GRAPH_GAP_NS`] (the spacing that
+//! stays between kernels replayed from a CUDA graph) for `launch_bound`; all of it for
+//! `host_work`, `sync` and `slow_launch`; nothing for `busy`, `event_wait`, `graph` and
+//! `unknown`, and nothing for sites that do not recur.
 
 use std::collections::HashMap;
 
 use serde::Serialize;
 
-use crate::collect::analysis::{Gap, LeafAcc, Reason, Site, Summary};
+use crate::collect::analysis::{self, Config, Gap, LeafAcc, Reason, Site, Summary, Window};
+use crate::collect::steps::{self, Steps};
 use crate::collect::store::{NameId, Ns, StackId, Store};
+use crate::units::fmt_short;
 
 /// Typical gaps below this are launch overhead; at or above it, host work.
 pub const HOST_WORK_NS: Ns = 50_000;
@@ -29,10 +46,86 @@ pub enum Verdict {
     Busy,
     LaunchBound,
     HostWork,
+    SlowLaunch,
     Sync,
     EventWait,
     Graph,
     Unknown,
+}
+
+impl Verdict {
+    pub const ALL: [Verdict; 8] = [
+        Verdict::Busy,
+        Verdict::LaunchBound,
+        Verdict::HostWork,
+        Verdict::SlowLaunch,
+        Verdict::Sync,
+        Verdict::EventWait,
+        Verdict::Graph,
+        Verdict::Unknown,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Busy => "busy",
+            Verdict::LaunchBound => "launch_bound",
+            Verdict::HostWork => "host_work",
+            Verdict::SlowLaunch => "slow_launch",
+            Verdict::Sync => "sync",
+            Verdict::EventWait => "event_wait",
+            Verdict::Graph => "graph",
+            Verdict::Unknown => "unknown",
+        }
+    }
+}
+
+/// What the code that launched runs on, for the fix that fits it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Framework {
+    PyTorch,
+    Jax,
+    CuPy,
+    Triton,
+    Cuda,
+}
+
+impl Framework {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Framework::PyTorch => "pytorch",
+            Framework::Jax => "jax",
+            Framework::CuPy => "cupy",
+            Framework::Triton => "triton",
+            Framework::Cuda => "cuda",
+        }
+    }
+
+    /// What a frame or an op name says about the framework, if anything.
+    fn of_name(name: &str) -> Option<Framework> {
+        let n = name;
+        if n.contains("jax/")
+            || n.contains("jaxlib")
+            || n.contains("xla/")
+            || n.ends_with("_fusion")
+        {
+            Some(Framework::Jax)
+        } else if n.contains("cupy/") || n.starts_with("cupy_") || n.contains("cupy.") {
+            Some(Framework::CuPy)
+        } else if n.contains("torch/")
+            || n.contains("at::native")
+            || n.contains("at::cuda")
+            || n.starts_with("void at::")
+            || n.contains("c10::")
+            || n.contains("libtorch")
+        {
+            Some(Framework::PyTorch)
+        } else if n.starts_with("triton_") || n.contains("triton/") {
+            Some(Framework::Triton)
+        } else {
+            None
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -44,14 +137,25 @@ pub struct Advice {
     pub key: String,
     pub gaps: u64,
     pub gap_ns: Ns,
-    /// Share of all gap time in the window.
+    /// Share of the gap time charged in the window (on the summary's basis): shares add up
+    /// to at most 1.
     pub share: f64,
+    /// The median gap: exact when `typical_exact`, else to within a quarter of a power of two.
     pub typical_gap_ns: Ns,
+    pub typical_exact: bool,
     /// Mean duration of the ops that waited.
     pub mean_op_ns: Ns,
     pub verdict: Verdict,
-    /// Gaps among these that stand out as one-offs (see `one_off`), and their time: the usual
-    /// fix does not address them.
+    pub framework: Framework,
+    /// Its gaps occur in at least half of the steady steps (false without steps).
+    pub recurring: bool,
+    /// With steps: in how many steady steps the site had idle time, its median idle a step,
+    /// and what the usual fix would save a step (see the module's docs); None without steps.
+    pub steps_present: Option<u32>,
+    pub per_step_ns: Option<Ns>,
+    pub saving_ns: Option<Ns>,
+    /// Gaps outside recurring patterns (see the module's docs), and their time: the usual fix
+    /// does not address them.
     pub one_offs: u64,
     pub one_off_ns: Ns,
     /// One sentence: what happened and what usually fixes it.
@@ -60,32 +164,67 @@ pub struct Advice {
     pub fix: &'static str,
 }
 
-impl Verdict {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Verdict::Busy => "busy",
-            Verdict::LaunchBound => "launch_bound",
-            Verdict::HostWork => "host_work",
-            Verdict::Sync => "sync",
-            Verdict::EventWait => "event_wait",
-            Verdict::Graph => "graph",
-            Verdict::Unknown => "unknown",
+/// The usual fix for a verdict, in a few words, for the framework the code runs on.
+pub fn fix(v: Verdict, fw: Framework) -> &'static str {
+    use Framework as F;
+    use Verdict as V;
+    match (v, fw) {
+        (V::Busy, _) => "the GPU is mostly busy here",
+        (V::LaunchBound, F::PyTorch) => {
+            "fuse (torch.compile; mode=\"reduce-overhead\" adds CUDA graphs), fewer larger ops, or a CUDA graph"
         }
+        (V::LaunchBound, F::Jax) => {
+            "jax.jit the whole step; lax.scan or lax.fori_loop for the loop, so XLA launches one program"
+        }
+        (V::LaunchBound, F::CuPy) => {
+            "fuse the chain (cupy.fuse or an ElementwiseKernel), or capture the loop in a CUDA graph"
+        }
+        (V::LaunchBound, F::Triton) => {
+            "fuse these into one Triton kernel, or replay the launches from a CUDA graph"
+        }
+        (V::LaunchBound, F::Cuda) => {
+            "fuse the kernels, or capture the sequence once in a CUDA graph (cudaStreamBeginCapture)"
+        }
+        (V::HostWork, F::PyTorch) => {
+            "move CPU work off the launch path; static shapes (a new shape re-plans, re-allocates or recompiles)"
+        }
+        (V::HostWork, F::Jax) => {
+            "jax.jit the whole step so Python runs once; no NumPy or Python control flow on arrays in the loop"
+        }
+        (V::HostWork, F::CuPy) => {
+            "keep the loop's work on the GPU (no NumPy round trips); move Python work off the launch path"
+        }
+        (V::HostWork, F::Triton) => {
+            "move host work (autotuning, argument packing) off the launch path; reuse compiled kernels"
+        }
+        (V::HostWork, F::Cuda) => {
+            "move host work off the launch path (another thread, or overlapped with the GPU)"
+        }
+        (V::SlowLaunch, _) => {
+            "the launch call itself blocked (first launch loading its module?): warm up first, or CUDA_MODULE_LOADING=EAGER"
+        }
+        (V::Sync, F::PyTorch) => {
+            "remove or defer the sync (.item(), .cpu(), .tolist(), print(tensor), torch.cuda.synchronize, a blocking copy)"
+        }
+        (V::Sync, F::Jax) => {
+            "remove or defer the sync (block_until_ready, jax.device_get, float(x) or printing an array)"
+        }
+        (V::Sync, F::CuPy) => {
+            "remove or defer the sync (cupy.asnumpy, .get(), .item(), Stream.synchronize)"
+        }
+        (V::Sync, F::Triton | F::Cuda) => {
+            "remove or defer the sync (cudaDeviceSynchronize, cudaStreamSynchronize, a blocking cudaMemcpy): events and async copies"
+        }
+        (V::EventWait, _) => "check cross-stream dependencies",
+        (V::Graph, _) => "inside a CUDA graph: the graph's own dependencies",
+        (V::Unknown, _) => "launching call not in this source",
     }
 }
 
-/// The usual fix for a verdict, in a few words.
-pub fn fix(v: Verdict) -> &'static str {
-    match v {
-        Verdict::Busy => "the GPU is mostly busy here",
-        Verdict::LaunchBound => "fuse (torch.compile), fewer larger ops, or a CUDA graph",
-        Verdict::HostWork => "move CPU work off the launch path",
-        Verdict::Sync => "remove or defer the synchronizing call",
-        Verdict::EventWait => "check cross-stream dependencies",
-        Verdict::Graph => "inside a CUDA graph: the graph's own dependencies",
-        Verdict::Unknown => "launching call not in this source",
-    }
-}
+/// The fix for PyTorch's scaled-dot-product attention when its gaps are CPU work: the cuDNN
+/// backend builds an execution plan for each new shape.
+const SDPA_FIX: &str = "SDPA re-plans for each new shape (cuDNN builds a plan per sequence length): \
+     another backend (torch.nn.attention.sdpa_kernel, or torch.backends.cuda.enable_cudnn_sdp(False)) or static shapes";
 
 /// The frame a launch stack is charged to: its innermost non-plumbing Python frame, else its
 /// innermost frame (0 for no stack).
@@ -131,15 +270,43 @@ pub fn frame_key(frame: &str) -> Option<String> {
     }
 }
 
+/// A time as a site's figures give it: exact, or `~` when only its bucket is known.
+fn typical(a: &Advice) -> String {
+    let t = fmt_short(a.typical_gap_ns);
+    if a.typical_exact {
+        t
+    } else {
+        format!("~{t}")
+    }
+}
+
+/// Where a site stands across the steps: `recurring: in 48 of 50 steps, 51ms a step`.
+pub fn steps_line(a: &Advice, steady_steps: u32) -> Option<String> {
+    let (present, per) = (a.steps_present?, a.per_step_ns?);
+    Some(if a.recurring {
+        let save = match a.saving_ns {
+            Some(s) if s > 0 => format!(", a fix saves ~{} a step", fmt_short(s)),
+            _ => String::new(),
+        };
+        format!(
+            "recurring: in {present} of {steady_steps} steps, {} a step{save}",
+            fmt_short(per)
+        )
+    } else {
+        format!("not recurring: in {present} of {steady_steps} steps")
+    })
+}
+
 /// One line on a function's gaps: the verdict, its usual fix, and how its gaps looked.
 pub fn summary_line(a: &Advice) -> String {
     format!(
-        "{}: {} ({} gaps here, typically {} apart, {} of gap time)",
+        "{}: {} ({} gap{} here, typically {} apart, {} of gap time)",
         a.verdict.as_str(),
         a.fix,
         a.gaps,
-        crate::units::fmt_short(a.typical_gap_ns),
-        crate::units::fmt_short(a.gap_ns)
+        if a.gaps == 1 { "" } else { "s" },
+        typical(a),
+        fmt_short(a.gap_ns)
     )
 }
 
@@ -164,7 +331,8 @@ fn site_function(store: &Store, site: Site) -> (String, String, Option<u32>) {
     }
 }
 
-fn verdict(a: &LeafAcc) -> Verdict {
+/// A site's verdict, given how busy its device was (0..1).
+fn verdict(a: &LeafAcc, busy_frac: f64) -> Verdict {
     let total = a.gap_ns.max(1);
     let share = |r: Reason| a.by_reason[r as usize] * 2 >= total;
     if share(Reason::Sync) {
@@ -175,7 +343,9 @@ fn verdict(a: &LeafAcc) -> Verdict {
         Verdict::Graph
     } else if share(Reason::Unknown) {
         Verdict::Unknown
-    } else if a.next_ns / a.gaps.max(1) as Ns >= 4 * a.typical_gap() {
+    } else if a.slow_launch_ns * 2 >= total {
+        Verdict::SlowLaunch
+    } else if a.next_ns / a.gaps.max(1) as Ns >= 4 * a.typical_gap() && busy_frac >= 0.5 {
         Verdict::Busy
     } else if a.typical_gap() < HOST_WORK_NS {
         Verdict::LaunchBound
@@ -184,29 +354,38 @@ fn verdict(a: &LeafAcc) -> Verdict {
     }
 }
 
-fn text(v: Verdict, a: &LeafAcc, mean_op: Ns) -> String {
-    use crate::units::fmt_short as t;
-    let gap = t(a.typical_gap());
+fn text(v: Verdict, a: &LeafAcc, mean_op: Ns, fix: &str) -> String {
+    let gap = if a.is_exact() {
+        fmt_short(a.typical_gap())
+    } else {
+        format!("~{}", fmt_short(a.typical_gap()))
+    };
+    let gaps = |n: u64| if n == 1 { "" } else { "s" };
     match v {
         Verdict::Busy => format!(
-            "gaps of typically {gap} between ops averaging {}: the GPU is mostly busy here, \
-             little to win.",
-            t(mean_op)
+            "gaps of typically {gap} between ops averaging {} on a mostly busy GPU: little to \
+             win.",
+            fmt_short(mean_op)
         ),
         Verdict::LaunchBound => format!(
-            "{} launches, typically {gap} apart, of ops averaging {}: launch overhead. Fuse these \
-             ops (torch.compile), use fewer, larger ops, or capture this code in a CUDA graph.",
+            "{} launch{}, typically {gap} apart, of ops averaging {}: launch overhead. Fix: {fix}.",
             a.gaps,
-            t(mean_op)
+            if a.gaps == 1 { "" } else { "es" },
+            fmt_short(mean_op)
         ),
         Verdict::HostWork => format!(
-            "typically {gap} of CPU work before each launch here: Python or data preparation on \
-             the critical path. Move it out of the loop, overlap it, or profile the CPU side."
+            "typically {gap} of CPU work before each launch here, on the critical path. Fix: \
+             {fix}."
+        ),
+        Verdict::SlowLaunch => format!(
+            "the launching call itself ran through {:.0}% of this time ({} gap{}, typically \
+             {gap}): not CPU work before it. Fix: {fix}.",
+            100.0 * a.slow_launch_ns as f64 / a.gap_ns.max(1) as f64,
+            a.gaps,
+            gaps(a.gaps)
         ),
         Verdict::Sync => format!(
-            "the CPU waited for the GPU before launching ({:.0}% of this time): a synchronizing \
-             call such as .item(), .cpu(), .tolist(), printing a tensor, torch.cuda.synchronize \
-             or a blocking copy. Remove it from the loop or defer it.",
+            "the CPU waited for the GPU before launching ({:.0}% of this time). Fix: {fix}.",
             100.0 * a.by_reason[Reason::Sync as usize] as f64 / a.gap_ns.max(1) as f64
         ),
         Verdict::EventWait => "launches wait on another stream's event: check the cross-stream \
@@ -221,10 +400,16 @@ fn text(v: Verdict, a: &LeafAcc, mean_op: Ns) -> String {
     }
 }
 
-/// One function's gaps, its gap time per line, its file and its name.
-type FnAcc = (LeafAcc, HashMap<Option<u32>, Ns>, String, String);
+/// One function's gaps, its gap time per line, its file and name, and its sites.
+struct FnAcc {
+    acc: LeafAcc,
+    lines: HashMap<Option<u32>, Ns>,
+    file: String,
+    qual: String,
+    sites: Vec<Site>,
+}
 
-/// Gaps a function needs before any of them can stand out as a one-off.
+/// Gaps a function needs before any of them can stand out as a one-off (without steps).
 const ONE_OFF_MIN_GAPS: u64 = 3;
 
 /// The shortest gap that stands out as a one-off next to gaps of `typical`: a millisecond, or
@@ -233,34 +418,95 @@ fn one_off_floor(typical: Ns) -> Ns {
     (50 * typical.max(1)).max(1_000_000)
 }
 
-/// How many times its code's typical gap a gap is, when it stands out as a one-off: at least
-/// a millisecond, 50 times the typical gap, and its code has other gaps to compare with.
+/// Without steps: how many times its code's typical gap a gap is, when it stands out as a
+/// one-off: at least a millisecond, 50 times the typical gap, and its code has other gaps to
+/// compare with.
 pub fn one_off(gap: Ns, typical: Ns, gaps_at_site: u64) -> Option<u64> {
     (gaps_at_site >= ONE_OFF_MIN_GAPS && gap >= one_off_floor(typical))
         .then(|| (gap / typical.max(1)) as u64)
 }
 
-/// The `n` functions with the most gap time in the summary's window, most first.
+/// The framework a function's code runs on: from its frames and its ops, else from what the
+/// whole capture names.
+fn framework_of(store: &Store, f: &FnAcc, everywhere: Framework) -> Framework {
+    let mut names = f
+        .sites
+        .iter()
+        .flat_map(|s| {
+            store
+                .stacks
+                .frames(s.stack)
+                .into_iter()
+                .chain([s.api, s.op])
+        })
+        .chain(f.acc.ops.iter().copied());
+    names
+        .find_map(|n| Framework::of_name(store.names.get(n)))
+        .unwrap_or(everywhere)
+}
+
+/// What the capture as a whole runs on: the first framework any of its names points to (its
+/// frames and ops; JAX and CuPy before PyTorch, whose names can appear beside theirs).
+fn capture_framework(store: &Store) -> Framework {
+    let mut found: Option<Framework> = None;
+    for id in 0..store.names.len() as NameId {
+        match Framework::of_name(store.names.get(id)) {
+            Some(f @ (Framework::Jax | Framework::CuPy)) => return f,
+            Some(f) if found.is_none() => found = Some(f),
+            _ => {}
+        }
+    }
+    found.unwrap_or(Framework::Cuda)
+}
+
+/// The exact median of a list of values (the lower middle of an even count).
+fn median(mut v: Vec<Ns>) -> Ns {
+    if v.is_empty() {
+        return 0;
+    }
+    let mid = (v.len() - 1) / 2;
+    *v.select_nth_unstable(mid).1
+}
+
+/// The `n` functions to fix first in the summary's window, most worth it first: with steps,
+/// recurring sites by their idle a step, then the rest; without, by gap time less one-offs.
 pub fn advise(store: &Store, s: &Summary, n: usize) -> Vec<Advice> {
     // Per function: what its gaps were like, and gap time per line.
     let mut by_fn: HashMap<String, FnAcc> = HashMap::new();
     for (&site, acc) in &s.leaves {
         let (file, qual, line) = site_function(store, site);
-        let e = by_fn
-            .entry(key_of(&file, &qual))
-            .or_insert_with(|| (LeafAcc::default(), HashMap::new(), file, qual));
-        e.0.merge(acc);
-        *e.1.entry(line).or_default() += acc.gap_ns;
+        let e = by_fn.entry(key_of(&file, &qual)).or_insert_with(|| FnAcc {
+            acc: LeafAcc::default(),
+            lines: HashMap::new(),
+            file,
+            qual,
+            sites: Vec::new(),
+        });
+        e.acc.merge(acc);
+        *e.lines.entry(line).or_default() += acc.gap_ns;
+        e.sites.push(site);
     }
-    let total = s.total_gap_ns().max(1);
-    let mut v: Vec<_> = by_fn.into_iter().collect();
-    v.sort_by(|a, b| b.1 .0.gap_ns.cmp(&a.1 .0.gap_ns).then(a.0.cmp(&b.0)));
-    v.into_iter()
-        .take(n)
-        .map(|(key, (a, lines, file, qual))| {
+    let total = s.charged_ns().max(1);
+    let devices = store.devices().len().max(1) as f64;
+    let busy_frac = s.busy_ns as f64 / ((s.hi - s.lo).max(1) as f64 * devices);
+    let everywhere = capture_framework(store);
+    let steady = s.steady_steps;
+    let mut out: Vec<Advice> = by_fn
+        .into_iter()
+        .map(|(key, f)| {
+            let a = &f.acc;
             let mean_op = a.next_ns / a.gaps.max(1) as Ns;
-            let verdict = verdict(&a);
-            let mut lines: Vec<(Option<u32>, Ns)> = lines.into_iter().collect();
+            let verdict = verdict(a, busy_frac);
+            let framework = framework_of(store, &f, everywhere);
+            // Attention whose kernels are cuDNN's: a plan is built for each new shape.
+            let sdpa = (f.qual.contains("sdpa") || f.qual.contains("scaled_dot_product"))
+                && a.ops.iter().any(|&o| store.names.get(o).contains("cudnn"));
+            let fix = if verdict == Verdict::HostWork && framework == Framework::PyTorch && sdpa {
+                SDPA_FIX
+            } else {
+                fix(verdict, framework)
+            };
+            let mut lines: Vec<(Option<u32>, Ns)> = f.lines.into_iter().collect();
             lines.sort_by(|x, y| y.1.cmp(&x.1).then(x.0.cmp(&y.0)));
             let shown: Vec<String> = lines
                 .iter()
@@ -268,38 +514,147 @@ pub fn advise(store: &Store, s: &Summary, n: usize) -> Vec<Advice> {
                 .take(4)
                 .map(|l| l.to_string())
                 .collect();
-            let short_file = file.rsplit('/').next().unwrap_or(&file);
+            let short_file = f.file.rsplit('/').next().unwrap_or(&f.file);
             let site = if shown.is_empty() {
-                qual.clone()
+                f.qual.clone()
             } else {
                 let more = if lines.len() > shown.len() {
                     ",…"
                 } else {
                     ""
                 };
-                format!("{qual}  {short_file}:{}{more}", shown.join(","))
+                format!("{}  {short_file}:{}{more}", f.qual, shown.join(","))
             };
-            let (one_offs, one_off_ns) = if a.gaps >= ONE_OFF_MIN_GAPS {
-                a.at_least(one_off_floor(a.typical_gap()))
+            // Across the steady steps: how often, how much a step, and what a fix saves.
+            let (recurring, steps_present, per_step_ns, saving_ns, one_offs) = if steady > 0 {
+                let present = a.per_step.values().filter(|v| v.0 > 0).count() as u32;
+                let per_step = |pick: fn(&(Ns, Ns)) -> Ns| {
+                    median(
+                        (0..steady)
+                            .map(|i| a.per_step.get(&i).map_or(0, pick))
+                            .collect(),
+                    )
+                };
+                let recurring = 2 * present >= steady;
+                let saving = match verdict {
+                    _ if !recurring => 0,
+                    Verdict::LaunchBound => per_step(|v| v.1),
+                    Verdict::HostWork | Verdict::Sync | Verdict::SlowLaunch => per_step(|v| v.0),
+                    _ => 0,
+                };
+                let one_offs = if recurring {
+                    a.outside
+                } else {
+                    (a.gaps, a.gap_ns)
+                };
+                (
+                    recurring,
+                    Some(present),
+                    Some(per_step(|v| v.0)),
+                    Some(saving),
+                    one_offs,
+                )
             } else {
-                (0, 0)
+                let one_offs = if a.gaps >= ONE_OFF_MIN_GAPS {
+                    a.at_least(one_off_floor(a.typical_gap()))
+                } else {
+                    (0, 0)
+                };
+                (false, None, None, None, one_offs)
             };
             Advice {
                 site,
                 key,
-                one_offs,
-                one_off_ns,
+                one_offs: one_offs.0,
+                one_off_ns: one_offs.1,
                 gaps: a.gaps,
                 gap_ns: a.gap_ns,
                 share: a.gap_ns as f64 / total as f64,
                 typical_gap_ns: a.typical_gap(),
+                typical_exact: a.is_exact(),
                 mean_op_ns: mean_op,
                 verdict,
-                text: text(verdict, &a, mean_op),
-                fix: fix(verdict),
+                framework,
+                recurring,
+                steps_present,
+                per_step_ns,
+                saving_ns,
+                text: text(verdict, a, mean_op, fix),
+                fix,
             }
         })
-        .collect()
+        .collect();
+    out.sort_by(|x, y| {
+        let rank = |a: &Advice| {
+            (
+                a.recurring,
+                a.per_step_ns.unwrap_or(0),
+                a.gap_ns - a.one_off_ns,
+            )
+        };
+        rank(y)
+            .cmp(&rank(x))
+            .then(y.gap_ns.cmp(&x.gap_ns))
+            .then(x.key.cmp(&y.key))
+    });
+    out.truncate(n);
+    out
+}
+
+/// A window's diagnosis: its steps, its summary with each gap placed in its step, what to fix
+/// first, and what to tell a one-off by.
+pub struct Diagnosis {
+    pub steps: Option<Steps>,
+    pub summary: Summary,
+    /// Every launching function, most worth fixing first.
+    pub advice: Vec<Advice>,
+}
+
+impl Diagnosis {
+    /// The advice entry that a gap is charged to.
+    pub fn advice_for(&self, store: &Store, g: &Gap) -> Option<&Advice> {
+        let key = site_key(store, g);
+        self.advice.iter().find(|a| a.key == key)
+    }
+
+    /// Whether a gap is a one-off: with steps, outside the steady state or of a site that does
+    /// not recur; without, far longer than its site's typical gap.
+    pub fn is_one_off(&self, store: &Store, g: &Gap) -> bool {
+        let a = self.advice_for(store, g);
+        match &self.steps {
+            Some(st) => {
+                let steady = st.steady();
+                let inside = st.step_of(g.start).is_some_and(|i| steady.contains(&i));
+                !inside || a.is_some_and(|a| !a.recurring)
+            }
+            None => a.is_some_and(|a| one_off(g.dur(), a.typical_gap_ns, a.gaps).is_some()),
+        }
+    }
+
+    /// The steady steps the per-step figures are over (0 without steps).
+    pub fn steady_steps(&self) -> u32 {
+        self.summary.steady_steps
+    }
+}
+
+/// Diagnoses the window: finds its steps (by `step_by`, a span, Python function or op name,
+/// else ProfilerStep#N spans, else automatically), then summarizes it with each gap in its step
+/// (keeping the `top` longest gaps) and advises.
+pub fn diagnose(
+    store: &Store,
+    w: Window,
+    cfg: &Config,
+    top: usize,
+    step_by: Option<&str>,
+) -> Diagnosis {
+    let steps = steps::find(store, w.lo(), w.hi(), step_by);
+    let summary = analysis::summarize_steps(store, w, cfg, top, 0, steps.as_ref());
+    let advice = advise(store, &summary, usize::MAX);
+    Diagnosis {
+        steps,
+        summary,
+        advice,
+    }
 }
 
 #[cfg(test)]
@@ -342,6 +697,7 @@ mod tests {
     #[test]
     fn verdicts_follow_reasons_then_typical_gap() {
         let launch = |g| (g, Reason::Launch);
+        let verdict = |a: &LeafAcc| verdict(a, 1.0);
         assert_eq!(verdict(&acc(&[launch(10_000); 9])), Verdict::LaunchBound);
         // One long warm-up gap does not make a launch-bound site look like host work.
         let mut v = vec![launch(10_000); 9];
@@ -367,15 +723,7 @@ mod tests {
 
     #[test]
     fn verdict_names_match_the_json_ones() {
-        for v in [
-            Verdict::Busy,
-            Verdict::LaunchBound,
-            Verdict::HostWork,
-            Verdict::Sync,
-            Verdict::EventWait,
-            Verdict::Graph,
-            Verdict::Unknown,
-        ] {
+        for v in Verdict::ALL {
             assert_eq!(serde_json::to_value(v).unwrap(), v.as_str());
         }
     }

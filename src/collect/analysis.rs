@@ -13,6 +13,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use serde::Serialize;
 
+use super::steps::Steps;
 use super::store::{ApiKind, GpuOp, NameId, Ns, StackId, Store};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
@@ -66,12 +67,37 @@ impl Reason {
 pub struct Config {
     /// Gaps shorter than this that are not host_wait are kernel_wait.
     pub kernel_wait_ns: Ns,
+    /// Which gaps the call tree, the top gaps and the advice are made of.
+    pub basis: Basis,
 }
 
 impl Default for Config {
     fn default() -> Self {
         Config {
             kernel_wait_ns: 30_000,
+            basis: Basis::Device,
+        }
+    }
+}
+
+/// What counts as a gap for the call tree, the top gaps and the advice.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Basis {
+    /// An interval in which no stream of the device runs anything, charged to the op that ends
+    /// it (the first to start after it, on any stream): idle that a fix can turn into work.
+    #[default]
+    Device,
+    /// Each stream's own idle before each of its ops, as HTA counts it: on a device with a busy
+    /// stream beside it, much of it is not idle at all.
+    Stream,
+}
+
+impl Basis {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Basis::Device => "device",
+            Basis::Stream => "stream",
         }
     }
 }
@@ -83,7 +109,9 @@ pub struct Gap {
     /// Start and end, clipped to the window.
     pub start: Ns,
     pub end: Ns,
-    /// Index in the lane of the op before and after (the op it is charged to).
+    /// The op before the gap (lane and index: on another stream for a device gap) and the
+    /// index in `lane` of the op after it, which it is charged to.
+    pub prev_lane: usize,
     pub prev: usize,
     pub next: usize,
     pub category: Category,
@@ -131,17 +159,31 @@ impl Window {
 
 /// Classifies the gap before `lane.ops[next]`, given the previous op. `None` if no gap.
 pub fn classify(store: &Store, lane: usize, prev: usize, next: usize, cfg: &Config) -> Option<Gap> {
-    let ops = &store.lanes[lane].ops;
-    let p: &GpuOp = &ops[prev];
-    let n: &GpuOp = &ops[next];
-    if n.start <= p.end {
+    let from = store.lanes[lane].ops[prev].end;
+    classify_from(store, lane, (lane, prev), next, from, cfg)
+}
+
+/// Classifies the idle time from `from` to the start of `lane.ops[next]`, which follows the op
+/// `prev` (a lane and an index: the same lane for a stream's gap, any lane of the device for a
+/// device's). `None` if the op starts at or before `from`.
+pub fn classify_from(
+    store: &Store,
+    lane: usize,
+    prev: (usize, usize),
+    next: usize,
+    from: Ns,
+    cfg: &Config,
+) -> Option<Gap> {
+    let n: &GpuOp = &store.lanes[lane].ops[next];
+    let p: &GpuOp = &store.lanes[prev.0].ops[prev.1];
+    if n.start <= from {
         return None;
     }
     let proc = &store.procs[store.lanes[lane].key.proc as usize];
     let api = proc.api_by_corr(n.corr);
-    let dur = n.start - p.end;
+    let dur = n.start - from;
     let (category, mut reason) = match api {
-        Some(a) if a.start > p.end => (Category::HostWait, Reason::Launch),
+        Some(a) if a.start > from => (Category::HostWait, Reason::Launch),
         Some(_) if dur < cfg.kernel_wait_ns => (Category::KernelWait, Reason::Launch),
         Some(_) => (Category::Other, Reason::Launch),
         None if dur < cfg.kernel_wait_ns => (Category::KernelWait, Reason::Unknown),
@@ -153,7 +195,7 @@ pub fn classify(store: &Store, lane: usize, prev: usize, next: usize, cfg: &Conf
             reason = Reason::Graph;
         } else if category == Category::HostWait
             && proc
-                .blocking_in(a.tid, p.end, a.start, ApiKind::Sync)
+                .blocking_in(a.tid, from, a.start, ApiKind::Sync)
                 .is_some()
         {
             reason = Reason::Sync;
@@ -166,15 +208,16 @@ pub fn classify(store: &Store, lane: usize, prev: usize, next: usize, cfg: &Conf
                 reason = Reason::EventWait;
             }
         }
-        cpu_stack = proc.span_stack_at(a.tid, p.end + dur / 2);
+        cpu_stack = proc.span_stack_at(a.tid, from + dur / 2);
     } else if n.graph != 0 && p.graph == n.graph {
         reason = Reason::Graph;
     }
     Some(Gap {
         lane,
-        start: p.end,
+        start: from,
         end: n.start,
-        prev,
+        prev_lane: prev.0,
+        prev: prev.1,
         next,
         category,
         reason,
@@ -184,6 +227,109 @@ pub fn classify(store: &Store, lane: usize, prev: usize, next: usize, cfg: &Conf
         cpu_stack,
         launch_latency: api.map(|a| n.start - a.start).unwrap_or(-1),
     })
+}
+
+/// The gap that ends at `lane.ops[next]` on the given basis: on its stream, or on its device
+/// (from the moment no stream of the device ran anything). `None` if there is none.
+pub fn gap_ending_at(store: &Store, lane: usize, next: usize, cfg: &Config) -> Option<Gap> {
+    if cfg.basis == Basis::Stream {
+        return (next > 0)
+            .then(|| classify(store, lane, next - 1, next, cfg))
+            .flatten();
+    }
+    let t = store.lanes[lane].ops.get(next)?.start;
+    let key = store.lanes[lane].key;
+    // The op that ended last before `t` on any stream of the device; ops of one stream never
+    // overlap, so on each stream it can only be the last op to start before `t`.
+    let mut prev: Option<(Ns, usize, usize)> = None;
+    for (l, other) in store.lanes.iter().enumerate() {
+        if other.key.proc != key.proc || other.key.device != key.device {
+            continue;
+        }
+        let i = other.lower_bound(t);
+        if i == 0 {
+            continue;
+        }
+        let e = other.ops[i - 1].end;
+        if prev.is_none_or(|(pe, ..)| e > pe) {
+            prev = Some((e, l, i - 1));
+        }
+    }
+    let (from, pl, pi) = prev?;
+    classify_from(store, lane, (pl, pi), next, from, cfg)
+}
+
+/// The ops of several lanes in order of start (a k-way merge), from the last op of each lane
+/// that starts before `from`: (lane, index) pairs.
+struct Merged<'a> {
+    store: &'a Store,
+    lanes: &'a [usize],
+    idx: Vec<usize>,
+}
+
+impl<'a> Merged<'a> {
+    fn new(store: &'a Store, lanes: &'a [usize], from: Ns) -> Self {
+        let idx = lanes
+            .iter()
+            .map(|&l| store.lanes[l].lower_bound(from).saturating_sub(1))
+            .collect();
+        Merged { store, lanes, idx }
+    }
+}
+
+impl Iterator for Merged<'_> {
+    type Item = (usize, usize);
+
+    fn next(&mut self) -> Option<(usize, usize)> {
+        let mut best: Option<(Ns, usize)> = None;
+        for (k, &l) in self.lanes.iter().enumerate() {
+            if let Some(o) = self.store.lanes[l].ops.get(self.idx[k]) {
+                if best.is_none_or(|(s, _)| o.start < s) {
+                    best = Some((o.start, k));
+                }
+            }
+        }
+        let (_, k) = best?;
+        self.idx[k] += 1;
+        Some((self.lanes[k], self.idx[k] - 1))
+    }
+}
+
+/// Calls `f` for each device gap of the device whose lanes are `lanes` that overlaps the
+/// window, clipped to it, in time order: each interval in which none of the lanes runs anything,
+/// charged to the op that ends it.
+pub fn device_gaps(
+    store: &Store,
+    lanes: &[usize],
+    w: Window,
+    cfg: &Config,
+    mut f: impl FnMut(Gap),
+) {
+    // From the last op of each lane that starts before the window: what ran before it
+    // decides where its first gap starts.
+    let merged = Merged::new(store, lanes, w.lo());
+    // The end of everything seen so far, and the op that reached it.
+    let mut busy: Option<(Ns, usize, usize)> = None;
+    for (lane, i) in merged {
+        let o = store.lanes[lane].ops[i];
+        if let Some((end, pl, pi)) = busy {
+            if end >= w.hi() {
+                break;
+            }
+            if o.start > end {
+                if let Some(mut g) = classify_from(store, lane, (pl, pi), i, end, cfg) {
+                    g.start = g.start.max(w.lo());
+                    g.end = g.end.min(w.hi());
+                    if g.end > g.start {
+                        f(g);
+                    }
+                }
+            }
+        }
+        if busy.is_none_or(|(e, ..)| o.end >= e) {
+            busy = Some((o.end, lane, i));
+        }
+    }
 }
 
 /// Calls `f` for each gap of `lane` that overlaps the window, clipped to it, in time order.
@@ -221,24 +367,10 @@ pub fn lane_gaps(store: &Store, lane: usize, w: Window, cfg: &Config, mut f: imp
 
 /// Device-level idle: intervals inside `[lo, hi)` where no lane of the device runs anything.
 pub fn device_idle(store: &Store, lanes: &[usize], lo: Ns, hi: Ns, mut f: impl FnMut(Ns, Ns)) {
-    // k-way merge of the lanes' ops by start.
-    let mut idx: Vec<usize> = lanes
-        .iter()
-        .map(|&l| store.lanes[l].lower_bound(lo).saturating_sub(1))
-        .collect();
+    let merged = Merged::new(store, lanes, lo);
     let mut cursor = lo;
-    loop {
-        let mut best: Option<(Ns, usize)> = None;
-        for (k, &l) in lanes.iter().enumerate() {
-            if let Some(o) = store.lanes[l].ops.get(idx[k]) {
-                if best.is_none_or(|(s, _)| o.start < s) {
-                    best = Some((o.start, k));
-                }
-            }
-        }
-        let Some((_, k)) = best else { break };
-        let o = store.lanes[lanes[k]].ops[idx[k]];
-        idx[k] += 1;
+    for (lane, i) in merged {
+        let o = store.lanes[lane].ops[i];
         if o.start >= hi {
             break;
         }
@@ -446,6 +578,14 @@ pub struct Summary {
     pub stacks: HashMap<(StackId, NameId, NameId), (u64, Ns)>,
     /// Per launch site: what its gaps were like (for advice).
     pub leaves: HashMap<Site, LeafAcc>,
+    /// The gaps the tree, the top gaps and advice are made of, and their time by cause.
+    pub basis: Basis,
+    pub charged: [Bucket; 3],
+    /// Gaps shorter than this are left out of the tree and the top gaps.
+    pub min_ns: Ns,
+    pub top_n: usize,
+    /// The steady steps the per-step figures are over (0: no steps known).
+    pub steady_steps: u32,
 }
 
 /// Where advice charges a gap: the stack of the call that launched the op after it; for a
@@ -489,7 +629,35 @@ pub struct LeafAcc {
     pub hist: [u32; HIST_BUCKETS],
     /// Gap time in each of those buckets.
     pub hist_ns: [Ns; HIST_BUCKETS],
+    /// The first [`EXACT_GAPS`] gaps' durations, for exact typical values on small sites.
+    pub exact: Vec<Ns>,
+    /// Gap time in which the launching call itself ran for most of the gap (a slow launch:
+    /// lazy module loading on a kernel's first launch, or the driver blocked).
+    pub slow_launch_ns: Ns,
+    /// With steps: per steady step (its index among the steady ones), the gap time and the gap
+    /// time a launch-overhead fix can remove (each gap less [`GRAPH_GAP_NS`]).
+    pub per_step: HashMap<u32, (Ns, Ns)>,
+    /// With steps: gaps outside the steady state (warm-up, before the first or after the last
+    /// step), and their time.
+    pub outside: (u64, Ns),
+    /// The first few distinct ops the gaps were charged to (what a site launches says which
+    /// framework it is).
+    pub ops: Vec<NameId>,
 }
+
+/// How many distinct ops a site remembers.
+pub const SITE_OPS: usize = 8;
+
+/// A launching call that runs this long through a gap is slow in itself (launch calls take
+/// microseconds): lazy module loading on a kernel's first launch, or the driver blocked.
+pub const SLOW_LAUNCH_NS: Ns = 100_000;
+
+/// How many gap durations a site keeps exactly.
+pub const EXACT_GAPS: usize = 256;
+
+/// The spacing that stays between back-to-back kernels once launch overhead is gone (replayed
+/// from a CUDA graph, or fused): what a launch-overhead fix cannot remove from a gap.
+pub const GRAPH_GAP_NS: Ns = 2_000;
 
 impl Default for LeafAcc {
     fn default() -> Self {
@@ -500,6 +668,11 @@ impl Default for LeafAcc {
             next_ns: 0,
             hist: [0; HIST_BUCKETS],
             hist_ns: [0; HIST_BUCKETS],
+            exact: Vec::new(),
+            slow_launch_ns: 0,
+            per_step: HashMap::default(),
+            outside: (0, 0),
+            ops: Vec::new(),
         }
     }
 }
@@ -512,6 +685,9 @@ impl LeafAcc {
         self.next_ns += next.max(0);
         self.hist[bucket(gap)] += 1;
         self.hist_ns[bucket(gap)] += gap;
+        if self.exact.len() < EXACT_GAPS {
+            self.exact.push(gap);
+        }
     }
 
     pub fn merge(&mut self, o: &LeafAcc) {
@@ -527,6 +703,31 @@ impl LeafAcc {
         for (a, b) in self.hist_ns.iter_mut().zip(o.hist_ns.iter()) {
             *a += b;
         }
+        let room = EXACT_GAPS.saturating_sub(self.exact.len());
+        self.exact.extend(o.exact.iter().take(room));
+        self.slow_launch_ns += o.slow_launch_ns;
+        for (&k, &(a, b)) in &o.per_step {
+            let e = self.per_step.entry(k).or_default();
+            e.0 += a;
+            e.1 += b;
+        }
+        self.outside.0 += o.outside.0;
+        self.outside.1 += o.outside.1;
+        for &op in &o.ops {
+            self.note_op(op);
+        }
+    }
+
+    /// Remembers an op the gaps were charged to (the first [`SITE_OPS`] distinct ones).
+    pub fn note_op(&mut self, op: NameId) {
+        if self.ops.len() < SITE_OPS && !self.ops.contains(&op) {
+            self.ops.push(op);
+        }
+    }
+
+    /// Whether every gap's duration is known exactly (not only its bucket).
+    pub fn is_exact(&self) -> bool {
+        self.exact.len() as u64 == self.gaps
     }
 
     /// Gaps of at least `min` (to within a bucket: those in buckets that start at `min` or
@@ -544,8 +745,14 @@ impl LeafAcc {
         (n, ns)
     }
 
-    /// The median gap, to within its bucket (the bucket's middle).
+    /// The median gap: exact while every gap is known (the lower middle of an even count),
+    /// else to within its bucket (the bucket's middle).
     pub fn typical_gap(&self) -> Ns {
+        if self.is_exact() && !self.exact.is_empty() {
+            let mut v = self.exact.clone();
+            let mid = (v.len() - 1) / 2;
+            return *v.select_nth_unstable(mid).1;
+        }
         let half = self.gaps.div_ceil(2);
         let mut seen = 0u64;
         for (i, &n) in self.hist.iter().enumerate() {
@@ -590,6 +797,10 @@ impl Summary {
     pub fn total_gap_ns(&self) -> Ns {
         self.idle.iter().map(|b| b.total_ns).sum()
     }
+    /// The time of the gaps charged to launches on the summary's basis (what shares are of).
+    pub fn charged_ns(&self) -> Ns {
+        self.charged.iter().map(|b| b.total_ns).sum()
+    }
 }
 
 fn hist() -> hdrhistogram::Histogram<u64> {
@@ -632,10 +843,83 @@ impl Ord for Ranked {
     }
 }
 
+type TopGaps = std::collections::BinaryHeap<std::cmp::Reverse<Ranked>>;
+
+/// Charges a gap of the summary's basis to its launch: the call tree, the stacks, advice's
+/// per-site accumulators and the top gaps.
+fn charge(
+    s: &mut Summary,
+    top: &mut TopGaps,
+    store: &Store,
+    g: Gap,
+    steady: Option<&(&Steps, std::ops::Range<usize>)>,
+) {
+    let d = g.dur();
+    let c = &mut s.charged[g.category as usize];
+    c.count += 1;
+    c.total_ns += d;
+    if d >= s.min_ns {
+        s.tree.add_gap(store, &g);
+    }
+    let e = s.stacks.entry((g.stack, g.api, g.op_name)).or_default();
+    e.0 += 1;
+    e.1 += d;
+    let op = store.lanes[g.lane].ops[g.next];
+    let leaf = s.leaves.entry(Site::of(&g)).or_default();
+    leaf.add(d, g.reason, op.dur());
+    leaf.note_op(g.op_name);
+    // The launching call itself ran through most of the gap, far longer than a launch takes.
+    let proc = &store.procs[store.lanes[g.lane].key.proc as usize];
+    if let Some(a) = proc.api_by_corr(op.corr) {
+        let inside = a.end.min(g.end) - a.start.max(g.start);
+        if 2 * inside >= d && inside >= SLOW_LAUNCH_NS {
+            leaf.slow_launch_ns += d;
+        }
+    }
+    if let Some((steps, range)) = steady {
+        match steps.step_of(g.start).filter(|i| range.contains(i)) {
+            Some(i) => {
+                let e = leaf.per_step.entry((i - range.start) as u32).or_default();
+                e.0 += d;
+                e.1 += (d - GRAPH_GAP_NS).max(0);
+            }
+            None => {
+                leaf.outside.0 += 1;
+                leaf.outside.1 += d;
+            }
+        }
+    }
+    if d >= s.min_ns {
+        s.top_eligible += 1;
+        if s.top_n > 0 {
+            let r = std::cmp::Reverse(Ranked(g));
+            if top.len() < s.top_n {
+                top.push(r);
+            } else if top.peek().is_some_and(|m| r < *m) {
+                top.pop();
+                top.push(r);
+            }
+        }
+    }
+}
+
 /// [`summarize`], keeping in `top_gaps` the `top_n` longest gaps of at least `min_ns` (and
 /// counting all such gaps in `top_eligible`). The call tree's gap time counts only those gaps
 /// too (its launches and kernel time count every op); the window's totals count every gap.
 pub fn summarize_top(store: &Store, w: Window, cfg: &Config, top_n: usize, min_ns: Ns) -> Summary {
+    summarize_steps(store, w, cfg, top_n, min_ns, None)
+}
+
+/// [`summarize_top`], with each charged gap also placed in its step: the sites' per-step
+/// figures are over the steady steps, and what falls outside them is counted apart.
+pub fn summarize_steps(
+    store: &Store,
+    w: Window,
+    cfg: &Config,
+    top_n: usize,
+    min_ns: Ns,
+    steps: Option<&Steps>,
+) -> Summary {
     let (span_lo, span_hi) = store.span().unwrap_or((0, 0));
     let lo = w.lo().max(span_lo);
     let hi = w.hi().min(span_hi).max(lo);
@@ -656,9 +940,16 @@ pub fn summarize_top(store: &Store, w: Window, cfg: &Config, top_n: usize, min_n
         kernel_hist: hist(),
         stacks: HashMap::default(),
         leaves: HashMap::default(),
+        basis: cfg.basis,
+        charged: [Bucket::default(); 3],
+        min_ns,
+        top_n,
+        steady_steps: 0,
     };
     let win = Window::new(lo, hi);
-    let mut top: std::collections::BinaryHeap<std::cmp::Reverse<Ranked>> = Default::default();
+    let mut top = TopGaps::default();
+    let steady = steps.map(|st| (st, st.steady()));
+    s.steady_steps = steady.as_ref().map_or(0, |(_, r)| r.len() as u32);
     for lane in 0..store.lanes.len() {
         let l = &store.lanes[lane];
         // Ops overlapping the window.
@@ -699,30 +990,17 @@ pub fn summarize_top(store: &Store, w: Window, cfg: &Config, top_n: usize, min_n
             r.count += 1;
             r.total_ns += d;
             let _ = s.gap_hist.record(d.max(1) as u64);
-            if d >= min_ns {
-                s.tree.add_gap(store, &g);
-            }
-            let e = s.stacks.entry((g.stack, g.api, g.op_name)).or_default();
-            e.0 += 1;
-            e.1 += d;
-            let next = store.lanes[g.lane].ops.get(g.next).map_or(0, |o| o.dur());
-            s.leaves
-                .entry(Site::of(&g))
-                .or_default()
-                .add(d, g.reason, next);
-            if d >= min_ns {
-                s.top_eligible += 1;
-                if top_n > 0 {
-                    let r = std::cmp::Reverse(Ranked(g));
-                    if top.len() < top_n {
-                        top.push(r);
-                    } else if top.peek().is_some_and(|m| r < *m) {
-                        top.pop();
-                        top.push(r);
-                    }
-                }
+            if cfg.basis == Basis::Stream {
+                charge(&mut s, &mut top, store, g, steady.as_ref());
             }
         });
+    }
+    if cfg.basis == Basis::Device {
+        for (_, lanes) in store.devices() {
+            device_gaps(store, &lanes, win, cfg, |g| {
+                charge(&mut s, &mut top, store, g, steady.as_ref())
+            });
+        }
     }
     // Ascending order of Reverse is descending order of gaps: longest first.
     s.top_gaps = top.into_sorted_vec().into_iter().map(|r| r.0 .0).collect();

@@ -9,12 +9,15 @@ use gaptop_wire::{Frame, OP_MEMCPY, OP_MEMSET};
 
 use super::kineto::is_comm_kernel;
 use super::store::{
-    ApiCall, ApiKind, GpuOp, LaneKey, NameId, OpKind, StackId, Store, FLAG_COMM, MAX_OP_NS, MAX_TS,
+    ApiCall, ApiKind, CpuSample, GpuOp, LaneKey, NameId, OpKind, StackId, Store, FLAG_COMM,
+    MAX_OP_NS, MAX_TS,
 };
 
 #[derive(Default)]
 struct Conn {
     proc: Option<u32>,
+    /// The viewer's CPU sampler's stream, and its sampling period.
+    sampler: Option<u32>,
     names: HashMap<u32, NameId>,
     stacks: HashMap<u32, StackId>,
     comm: HashMap<u32, bool>,
@@ -68,6 +71,27 @@ impl Ingest {
     /// counted under `store.skipped`.
     pub fn apply(&mut self, store: &mut Store, conn: u32, f: Frame) {
         let c = self.conns.entry(conn).or_default();
+        if let Frame::Sampler { period_ns } = f {
+            if c.proc.is_none() && c.sampler.is_none() {
+                c.sampler = Some(period_ns);
+            } else {
+                store.skip("repeated sampler hello");
+            }
+            return;
+        }
+        if let Some(period) = c.sampler {
+            match f {
+                Frame::Name { .. } | Frame::Stack { .. } => {}
+                Frame::Samples { pid, samples } => {
+                    Self::samples(c, store, pid, period, samples);
+                    return;
+                }
+                _ => {
+                    store.skip("collector frame on the sampler's stream");
+                    return;
+                }
+            }
+        }
         let proc = match (&f, c.proc) {
             (Frame::Hello(h), None) => {
                 let p = store.add_process(h.pid, h.rank, &h.label);
@@ -79,6 +103,8 @@ impl Ingest {
                 return;
             }
             (_, Some(p)) => p,
+            // A sampler's names and stacks need no process.
+            (Frame::Name { .. } | Frame::Stack { .. }, None) if c.sampler.is_some() => 0,
             (_, None) => {
                 store.skip("frame before hello");
                 return;
@@ -213,6 +239,40 @@ impl Ingest {
                 store.procs[proc as usize].ended = true;
                 store.generation += 1;
             }
+            Frame::Sampler { .. } | Frame::Samples { .. } => {
+                store.skip("sampler frame on a collector's stream");
+            }
+        }
+    }
+
+    /// Adds a batch of the sampler's CPU samples of process `pid` to the store.
+    fn samples(
+        c: &Conn,
+        store: &mut Store,
+        pid: u32,
+        period: u32,
+        samples: Vec<gaptop_wire::Sample>,
+    ) {
+        let proc = store.process_for_samples(pid);
+        store.procs[proc as usize].sample_period_ns = period as i64;
+        let mut by_tid: Vec<(u32, Vec<CpuSample>)> = Vec::new();
+        for x in samples {
+            if x.time > MAX_TS {
+                store.skip("CPU sample with an implausible timestamp");
+                continue;
+            }
+            let stack = c.stacks.get(&x.stack).copied().unwrap_or(0);
+            let s = CpuSample {
+                time: x.time as i64,
+                stack,
+            };
+            match by_tid.iter_mut().find(|(t, _)| *t == x.tid) {
+                Some((_, v)) => v.push(s),
+                None => by_tid.push((x.tid, vec![s])),
+            }
+        }
+        for (tid, v) in by_tid {
+            store.add_samples(proc, tid, &v);
         }
     }
 

@@ -26,6 +26,8 @@ pub enum LiveEvent {
     Output(String),
     /// The child exited with this description.
     Exited(String),
+    /// Something to say once about the capture (CPU sampling refused, say).
+    Notice(String),
 }
 
 /// A private directory holding the socket, removed on drop.
@@ -280,6 +282,8 @@ pub fn how_it_ended(s: std::process::ExitStatus) -> String {
 pub struct Options {
     /// Native frames between the interpreter and the CUDA call (costs time at each launch).
     pub native: bool,
+    /// Sample the program's threads from outside it (None: no CPU samples).
+    pub samples: Option<super::cpu::SamplerConfig>,
 }
 
 /// Starts `cmd` with the collector injected, listening for it (and its children) on a fresh
@@ -333,6 +337,7 @@ pub fn launch(cmd: &[String], capture: Option<&Path>, opts: &Options) -> anyhow:
                 .name("gaptop-output".into())
                 .spawn(move || follow(reader, tx, stop))?;
         }
+        start_sampler(&child, opts, &tx, &stop)?;
         return Ok(Launch {
             child,
             dir,
@@ -343,6 +348,7 @@ pub fn launch(cmd: &[String], capture: Option<&Path>, opts: &Options) -> anyhow:
         });
     }
     let child = c.spawn().with_context(|| format!("cannot start {prog}"))?;
+    start_sampler(&child, opts, &tx, &stop)?;
     Ok(Launch {
         child,
         dir,
@@ -351,6 +357,22 @@ pub fn launch(cmd: &[String], capture: Option<&Path>, opts: &Options) -> anyhow:
         tx,
         log: None,
     })
+}
+
+/// Samples the child's threads (and its children's) on a thread of the viewer, when asked to.
+fn start_sampler(
+    child: &Child,
+    opts: &Options,
+    tx: &Sender<LiveEvent>,
+    stop: &Arc<AtomicBool>,
+) -> anyhow::Result<()> {
+    if let Some(cfg) = opts.samples {
+        let (pid, tx, stop) = (child.id(), tx.clone(), stop.clone());
+        std::thread::Builder::new()
+            .name("gaptop-sampler".into())
+            .spawn(move || super::cpu::stream::run(pid, cfg, tx, stop))?;
+    }
+    Ok(())
 }
 
 /// The longest output line kept whole; longer ones are cut into pieces this long.

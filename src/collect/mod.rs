@@ -27,7 +27,7 @@ pub fn load_path(path: &Path, budget: usize) -> anyhow::Result<store::Store> {
     let n = std::fs::File::open(path)
         .and_then(|mut f| f.read(&mut head))
         .with_context(|| format!("{shown}: cannot open"))?;
-    if n == 8 && &head == gaptop_wire::RECORDING_MAGIC {
+    if n == 8 && gaptop_wire::RECORDING_MAGICS.contains(&&head) {
         return recording::load(path, budget).map_err(|e| anyhow::anyhow!("{shown}: {e:#}"));
     }
     kineto::load(path, budget).map_err(|e| anyhow::anyhow!("{shown}: {e:#}"))

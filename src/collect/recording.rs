@@ -2,7 +2,7 @@
 //! connection they came on.
 //!
 //! ```text
-//! file := "GAPTOPR1" (conn:u32 frame)*
+//! file := "GAPTOPR2" (conn:u32 frame)*      (GAPTOPR1, without CPU samples, is read too)
 //! ```
 //! A recording cut short at any byte still opens: everything before the cut is kept and the
 //! loss is reported.
@@ -69,7 +69,7 @@ impl<R: Read> Reader<R> {
         let mut magic = [0u8; 8];
         r.read_exact(&mut magic)
             .map_err(|_| anyhow::anyhow!("not a gaptop recording (too short)"))?;
-        if &magic != RECORDING_MAGIC {
+        if !gaptop_wire::RECORDING_MAGICS.contains(&&magic) {
             anyhow::bail!("not a gaptop recording (bad magic)");
         }
         Ok(Reader {

@@ -102,6 +102,8 @@ pub struct Steps {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct StepsJson {
     pub count: usize,
+    /// Steps in the steady state (the per-step figures of advice are over these).
+    pub steady: usize,
     pub source: &'static str,
     pub median_ns: Ns,
     pub p90_ns: Ns,
@@ -165,6 +167,7 @@ impl Steps {
     pub fn json(&self) -> StepsJson {
         StepsJson {
             count: self.steps.len(),
+            steady: self.steady().len(),
             source: self.source.as_str(),
             median_ns: self.median_ns(),
             p90_ns: self.p90_ns(),

@@ -326,9 +326,39 @@ pub struct Process {
     bulk: bool,
     /// Collector statistics as last reported.
     pub stats: gaptop_wire::Stats,
+    /// CPU samples per thread, in time order (`gaptop run` and `record` sample the program's
+    /// threads from outside it), and the sampling period.
+    pub samples: HashMap<u32, VecDeque<CpuSample>>,
+    pub sample_period_ns: Ns,
+    /// The process is known from CPU samples only (no collector has said hello for it yet).
+    pub from_samples: bool,
 }
 
+/// One CPU sample of a thread: when, and its native stack (outermost frame first).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuSample {
+    pub time: Ns,
+    pub stack: StackId,
+}
+
+/// Most CPU samples kept per thread (about a quarter of an hour at 1 kHz); the oldest leave
+/// first, counted in `Store::evicted_samples`.
+pub const MAX_THREAD_SAMPLES: usize = 1 << 20;
+
 impl Process {
+    /// The samples of thread `tid` taken in [t0, t1].
+    pub fn samples_in(&self, tid: u32, t0: Ns, t1: Ns) -> impl Iterator<Item = &CpuSample> {
+        let v = self.samples.get(&tid);
+        let (a, b) = match v {
+            Some(v) => (
+                v.partition_point(|s| s.time < t0),
+                v.partition_point(|s| s.time <= t1),
+            ),
+            None => (0, 0),
+        };
+        v.into_iter().flat_map(move |v| v.range(a..b))
+    }
+
     pub fn api_by_corr(&self, corr: u32) -> Option<&ApiCall> {
         let seq = *self.by_corr.get(&corr)?;
         let i = seq.checked_sub(self.api_base)? as usize;
@@ -442,6 +472,11 @@ pub struct Store {
     /// The capture's extent when a source fixes it (an exported window); otherwise it is the
     /// span of its ops.
     pub window: Option<(Ns, Ns)>,
+    /// CPU samples kept, and those that left a full thread's buffer.
+    pub cpu_samples: u64,
+    pub evicted_samples: u64,
+    /// Why CPU samples could not be taken, when they could not (said once).
+    pub sampling_note: Option<String>,
 }
 
 impl Default for Store {
@@ -468,10 +503,25 @@ impl Store {
             generation: 0,
             source: String::new(),
             window: None,
+            cpu_samples: 0,
+            evicted_samples: 0,
+            sampling_note: None,
         }
     }
 
     pub fn add_process(&mut self, pid: u32, rank: i32, label: &str) -> u32 {
+        // A process first known from its CPU samples is the one its collector now names.
+        if let Some(i) = self
+            .procs
+            .iter()
+            .position(|p| p.pid == pid && p.from_samples)
+        {
+            let p = &mut self.procs[i];
+            p.rank = rank;
+            p.label = label.to_string();
+            p.from_samples = false;
+            return i as u32;
+        }
         self.procs.push(Process {
             pid,
             rank,
@@ -479,6 +529,45 @@ impl Store {
             ..Default::default()
         });
         (self.procs.len() - 1) as u32
+    }
+
+    /// The process of `pid` (the newest of that pid), created from samples if none is known.
+    pub fn process_for_samples(&mut self, pid: u32) -> u32 {
+        match self.procs.iter().rposition(|p| p.pid == pid) {
+            Some(i) => i as u32,
+            None => {
+                let p = self.add_process(pid, -1, &format!("pid {pid}"));
+                self.procs[p as usize].from_samples = true;
+                p
+            }
+        }
+    }
+
+    /// Adds CPU samples of thread `tid` of process `proc` (samples arrive in time order, a
+    /// batch at a time).
+    pub fn add_samples(&mut self, proc: u32, tid: u32, samples: &[CpuSample]) {
+        let v = self.procs[proc as usize].samples.entry(tid).or_default();
+        for &x in samples {
+            if v.back().is_some_and(|b| b.time > x.time) {
+                // Out of order (a late batch): put it in its place.
+                let i = v.partition_point(|s| s.time <= x.time);
+                v.insert(i, x);
+            } else {
+                v.push_back(x);
+            }
+            if v.len() > MAX_THREAD_SAMPLES {
+                v.pop_front();
+                self.evicted_samples += 1;
+            } else {
+                self.cpu_samples += 1;
+            }
+        }
+        self.generation += 1;
+    }
+
+    /// CPU samples kept.
+    pub fn cpu_sample_count(&self) -> u64 {
+        self.cpu_samples
     }
 
     pub fn lane_id(&mut self, key: LaneKey) -> usize {

@@ -7,9 +7,13 @@
 //!
 //! ```text
 //! frame   := len:u32  tag:u8  payload[len-1]
-//! stream  := Hello frame, then any frames
-//! record  := "GAPTOPR1" (conn:u32 frame)*      -- a recording file
+//! stream  := Hello frame, then any frames          -- a collector's
+//!          | Sampler frame, then Name, Stack and Samples frames  -- the viewer's CPU sampler
+//! record  := "GAPTOPR2" (conn:u32 frame)*      -- a recording file
 //! ```
+//!
+//! Recordings are versioned by their magic: `GAPTOPR1` files (no CPU samples) are read as
+//! they always were; `GAPTOPR2` adds the sampler's streams.
 #![forbid(unsafe_code)]
 
 use std::fmt;
@@ -18,8 +22,10 @@ use std::fmt;
 pub const VERSION: u32 = 1;
 /// Magic that opens the Hello payload.
 pub const MAGIC: &[u8; 8] = b"GAPTOPW1";
-/// Magic that opens a recording file.
-pub const RECORDING_MAGIC: &[u8; 8] = b"GAPTOPR1";
+/// Magic that opens a recording file written now.
+pub const RECORDING_MAGIC: &[u8; 8] = b"GAPTOPR2";
+/// Every recording magic this version reads, oldest first.
+pub const RECORDING_MAGICS: [&[u8; 8]; 2] = [b"GAPTOPR1", b"GAPTOPR2"];
 /// Largest frame accepted; anything longer is a protocol error, not an allocation.
 pub const MAX_FRAME: usize = 8 << 20;
 
@@ -30,6 +36,10 @@ pub const TAG_OPS: u8 = 4;
 pub const TAG_APIS: u8 = 5;
 pub const TAG_STATS: u8 = 6;
 pub const TAG_BYE: u8 = 7;
+pub const TAG_SAMPLER: u8 = 8;
+pub const TAG_SAMPLES: u8 = 9;
+/// Bytes of one CPU sample on the wire.
+pub const SAMPLE_SIZE: usize = 16;
 
 pub const OP_SIZE: usize = 36;
 pub const API_SIZE: usize = 40;
@@ -173,12 +183,40 @@ pub struct Stats {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Frame {
     Hello(Hello),
-    Name { id: u32, text: String },
-    Stack { id: u32, parent: u32, frame: u32 },
+    Name {
+        id: u32,
+        text: String,
+    },
+    Stack {
+        id: u32,
+        parent: u32,
+        frame: u32,
+    },
     Ops(Vec<Op>),
     Apis(Vec<Api>),
     Stats(Stats),
-    Bye { reason: u8 },
+    Bye {
+        reason: u8,
+    },
+    /// Opens the stream of the viewer's CPU sampler: samples every `period_ns` of each thread
+    /// on a CPU. Its names and stacks follow as Name and Stack frames, as on a collector's.
+    Sampler {
+        period_ns: u32,
+    },
+    /// CPU samples of process `pid`'s threads, each with its stack (outermost frame first).
+    Samples {
+        pid: u32,
+        samples: Vec<Sample>,
+    },
+}
+
+/// One CPU sample: the thread, when (ns, CLOCK_REALTIME, as CUPTI's timestamps) and the
+/// stack id (on the sampler's stream) of its native frames.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sample {
+    pub tid: u32,
+    pub time: u64,
+    pub stack: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -190,7 +228,7 @@ pub enum WireError {
     BadPayload(&'static str),
     BadMagic,
     WrongVersion(u32),
-    /// The first frame of a stream was not a Hello.
+    /// The first frame of a stream was not a Hello (or a sampler's opening frame).
     NoHello,
 }
 
@@ -311,6 +349,23 @@ pub fn encode_bye(out: &mut Vec<u8>, reason: u8) {
     finish(out, at);
 }
 
+pub fn encode_sampler(out: &mut Vec<u8>, period_ns: u32) {
+    let at = begin(out, TAG_SAMPLER);
+    out.extend_from_slice(&period_ns.to_le_bytes());
+    finish(out, at);
+}
+
+pub fn encode_samples(out: &mut Vec<u8>, pid: u32, samples: &[Sample]) {
+    let at = begin(out, TAG_SAMPLES);
+    out.extend_from_slice(&pid.to_le_bytes());
+    for x in samples {
+        out.extend_from_slice(&x.tid.to_le_bytes());
+        out.extend_from_slice(&x.time.to_le_bytes());
+        out.extend_from_slice(&x.stack.to_le_bytes());
+    }
+    finish(out, at);
+}
+
 /// Encodes any frame (used by recordings and tests; the collector uses the typed encoders).
 pub fn encode(out: &mut Vec<u8>, f: &Frame) {
     match f {
@@ -321,6 +376,8 @@ pub fn encode(out: &mut Vec<u8>, f: &Frame) {
         Frame::Apis(apis) => encode_apis(out, apis),
         Frame::Stats(s) => encode_stats(out, s),
         Frame::Bye { reason } => encode_bye(out, *reason),
+        Frame::Sampler { period_ns } => encode_sampler(out, *period_ns),
+        Frame::Samples { pid, samples } => encode_samples(out, *pid, samples),
     }
 }
 
@@ -381,6 +438,8 @@ pub fn decode_payload(tag: u8, payload: &[u8]) -> Result<Frame, WireError> {
         TAG_APIS => "apis",
         TAG_STATS => "stats",
         TAG_BYE => "bye",
+        TAG_SAMPLER => "sampler",
+        TAG_SAMPLES => "samples",
         t => return Err(WireError::UnknownTag(t)),
     };
     let mut c = Cur { b: payload, what };
@@ -460,6 +519,24 @@ pub fn decode_payload(tag: u8, payload: &[u8]) -> Result<Frame, WireError> {
             lag_ns: if c.b.is_empty() { 0 } else { c.u64()? },
         }),
         TAG_BYE => Frame::Bye { reason: c.u8()? },
+        TAG_SAMPLER => Frame::Sampler {
+            period_ns: c.u32()?,
+        },
+        TAG_SAMPLES => {
+            let pid = c.u32()?;
+            if !c.b.len().is_multiple_of(SAMPLE_SIZE) {
+                return Err(WireError::BadPayload(what));
+            }
+            let mut v = Vec::with_capacity(c.b.len() / SAMPLE_SIZE);
+            while !c.b.is_empty() {
+                v.push(Sample {
+                    tid: c.u32()?,
+                    time: c.u64()?,
+                    stack: c.u32()?,
+                });
+            }
+            Frame::Samples { pid, samples: v }
+        }
         _ => unreachable!("tag checked above"),
     };
     c.done()?;
@@ -517,7 +594,7 @@ impl Decoder {
         let f = decode_payload(tag, &rest[5..4 + len])?;
         self.pos += 4 + len;
         if !self.saw_hello {
-            if !matches!(f, Frame::Hello(_)) {
+            if !matches!(f, Frame::Hello(_) | Frame::Sampler { .. }) {
                 return Err(WireError::NoHello);
             }
             self.saw_hello = true;
@@ -669,6 +746,55 @@ mod tests {
         assert_eq!(
             decode_payload(TAG_STACK, &[0u8; 13]),
             Err(WireError::BadPayload("stack"))
+        );
+    }
+
+    /// The sampler's stream: it opens with its own frame, then names, stacks and samples.
+    #[test]
+    fn a_sampler_stream_round_trips() {
+        let frames = vec![
+            Frame::Sampler {
+                period_ns: 2_000_000,
+            },
+            Frame::Name {
+                id: 1,
+                text: "planted_spin [spin]".into(),
+            },
+            Frame::Stack {
+                id: 1,
+                parent: 0,
+                frame: 1,
+            },
+            Frame::Samples {
+                pid: 42,
+                samples: vec![
+                    Sample {
+                        tid: 43,
+                        time: 1_000,
+                        stack: 1,
+                    },
+                    Sample {
+                        tid: 44,
+                        time: u64::MAX,
+                        stack: 0,
+                    },
+                ],
+            },
+        ];
+        let mut bytes = Vec::new();
+        for f in &frames {
+            encode(&mut bytes, f);
+        }
+        let mut d = Decoder::new();
+        d.feed(&bytes);
+        let mut got = Vec::new();
+        while let Some(f) = d.next_frame().unwrap() {
+            got.push(f);
+        }
+        assert_eq!(got, frames);
+        assert_eq!(
+            decode_payload(TAG_SAMPLES, &[0u8; 4 + SAMPLE_SIZE - 1]),
+            Err(WireError::BadPayload("samples"))
         );
     }
 
