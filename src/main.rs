@@ -131,8 +131,9 @@ enum Cmd {
     /// Summarize a trace or recording: idle breakdown, top gaps and stacks, percentiles
     Report {
         file: PathBuf,
-        /// text, json, or folded (gap time by launch stack, for flame graph tools)
-        #[arg(long, default_value = "text", value_parser = ["text", "json", "folded"])]
+        /// text, json, folded (gap time by launch stack, for flame graph tools), or folded-cpu
+        /// (the same, with the CPU samples taken during each launch's gaps under it)
+        #[arg(long, default_value = "text", value_parser = ["text", "json", "folded", "folded-cpu"])]
         format: String,
         #[command(flatten)]
         window: WindowArgs,
@@ -222,6 +223,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let cfg = Config {
                 kernel_wait_ns: kernel_wait,
                 basis: analysis.basis(),
+                cpu_tree: format == "folded-cpu",
             };
             let w = Window {
                 from: window.from,
@@ -232,6 +234,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             match format.as_str() {
                 "json" => println!("{}", serde_json::to_string_pretty(&j)?),
                 "folded" => print!("{}", gaptop::report::folded(&store, &summary)),
+                "folded-cpu" => print!("{}", gaptop::report::folded_cpu(&store, &summary)),
                 _ => print!("{}", gaptop::report::text(&j)),
             }
             Ok(ExitCode::SUCCESS)

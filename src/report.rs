@@ -34,7 +34,17 @@ pub struct JsonGap {
     pub next_op: String,
     pub launch_latency_ns: Ns,
     pub frames: Vec<String>,
+    /// What the launching thread was doing: its CPU span stack (traces) or, where the program
+    /// was sampled, the path to the frame at least half of the gap's samples pass through.
     pub cpu_frames: Vec<String>,
+    /// Where the program was sampled: the gap's samples, their share of the path above and the
+    /// launching thread's time on a CPU as a share of the gap.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_samples: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_share: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub on_cpu: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -138,7 +148,7 @@ pub fn gap_json(store: &Store, g: &Gap, origin: Ns) -> JsonGap {
     let l = &store.lanes[g.lane];
     let name = |i: usize| store.names.get(l.ops[i].name).to_string();
     let frames = stack_frames(store, g.stack, g.api, g.op_name);
-    JsonGap {
+    let mut j = JsonGap {
         start_ns: g.start - origin,
         duration_ns: g.dur(),
         cause: g.category.as_str(),
@@ -154,7 +164,23 @@ pub fn gap_json(store: &Store, g: &Gap, origin: Ns) -> JsonGap {
         launch_latency_ns: g.launch_latency,
         frames,
         cpu_frames: store.frame_strings(g.cpu_stack),
+        cpu_samples: None,
+        cpu_share: None,
+        on_cpu: None,
+    };
+    if let Some(d) = crate::collect::oncpu::during(store, g) {
+        if j.cpu_frames.is_empty() {
+            j.cpu_frames = d
+                .path
+                .iter()
+                .map(|&f| store.names.get(f).to_string())
+                .collect();
+        }
+        j.cpu_samples = Some(d.samples);
+        j.cpu_share = Some(d.share);
+        j.on_cpu = Some(d.on_cpu);
     }
+    j
 }
 
 /// Frames of a top stack the text report prints (innermost ones; JSON has them all).
@@ -198,6 +224,39 @@ pub fn folded(store: &Store, s: &Summary) -> String {
         out.push_str(&format!("{path} {ns}\n"));
     }
     out
+}
+
+/// Folded stacks of the gap time with what the CPU did during it: each launch's path, then the
+/// CPU samples taken during its gaps (the gap time shared among them) under
+/// `(CPU during these gaps)`; gaps without samples end at their launch. `s` must have been
+/// summarized with `Config::cpu_tree`.
+pub fn folded_cpu(store: &Store, s: &Summary) -> String {
+    let t = &s.tree;
+    let mut lines: Vec<(Ns, String)> = Vec::new();
+    for n in 1..t.nodes.len() {
+        let own = t.nodes[n].gap_ns
+            - t.nodes[n]
+                .children
+                .iter()
+                .map(|&c| t.nodes[c].gap_ns)
+                .sum::<Ns>();
+        if own <= 0 {
+            continue;
+        }
+        let path: Vec<String> = t
+            .path_to(n)
+            .into_iter()
+            .map(|p| store.names.get(t.nodes[p].frame))
+            .filter(|f| !crate::frames::is_plumbing(f))
+            .map(|f| f.replace(';', ":").replace(['\n', '\r'], " "))
+            .collect();
+        lines.push((own, path.join(";")));
+    }
+    lines.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    lines
+        .into_iter()
+        .map(|(ns, path)| format!("{path} {ns}\n"))
+        .collect()
 }
 
 pub fn build(store: &Store, w: Window, cfg: &Config, top: usize) -> (Summary, JsonReport) {
@@ -468,6 +527,9 @@ pub fn text(j: &JsonReport) -> String {
             if let Some(l) = crate::collect::advice::steps_line(a, steady) {
                 let _ = writeln!(o, "      {l}");
             }
+            if let Some(l) = crate::collect::advice::cpu_line(a) {
+                let _ = writeln!(o, "      {}", short(&l, 120));
+            }
             let _ = writeln!(o, "      {}", a.text);
             if a.one_offs > 0 {
                 let why = if j.steps.is_some() {
@@ -555,7 +617,20 @@ pub fn text(j: &JsonReport) -> String {
             let _ = writeln!(o, "      launched from {}", short(f, 90));
         }
         if let Some(f) = g.cpu_frames.last() {
-            let _ = writeln!(o, "      CPU during gap: {}", short(f, 90));
+            match (g.cpu_samples, g.cpu_share, g.on_cpu) {
+                (Some(n), Some(share), Some(on)) => {
+                    let _ = writeln!(
+                        o,
+                        "      CPU during gap: {:.0}% {} ({n} samples, on CPU {:.0}% of the gap)",
+                        100.0 * share,
+                        short(f, 80),
+                        100.0 * on
+                    );
+                }
+                _ => {
+                    let _ = writeln!(o, "      CPU during gap: {}", short(f, 90));
+                }
+            }
         }
     }
     if let Some(c) = &j.comm {

@@ -59,7 +59,7 @@ fn snapshot_biggest_gap_selected_160x48() {
     let s = render(&mut a, 160, 48);
     // The details pane names the cause and the launch stack.
     assert!(s.contains("gap 75µs"), "{s}");
-    assert!(s.contains("host_wait (sync)"), "{s}");
+    assert!(s.contains("host_wait (launch)"), "{s}");
     assert!(
         s.contains("launch stack: mlp  model.py:30 ‹ forward  model.py:10"),
         "{s}"

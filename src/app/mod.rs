@@ -620,6 +620,7 @@ impl App {
             Action::PrevStep => self.step_to(-1),
             Action::CpuSamples => {
                 self.cpu_tree = !self.cpu_tree;
+                self.cfg.cpu_tree = self.cpu_tree;
                 self.message = if self.store.cpu_sample_count() == 0 {
                     "no CPU samples in this capture (gaptop run and record take them)".into()
                 } else if self.cpu_tree {

@@ -15,6 +15,7 @@ use crate::collect::advice;
 use crate::collect::analysis::Basis;
 use crate::collect::analysis::{self, CallTree, Gap, Summary, Window};
 use crate::collect::comm::CommReport;
+use crate::collect::oncpu;
 use crate::collect::store::{OpKind, FLAG_COMM};
 use crate::frames::{is_native_frame, is_plumbing, is_unnamed_native, pretty_frame, short_kernel};
 use crate::units::{fmt_ns, fmt_short, Ns};
@@ -715,7 +716,30 @@ impl App {
         let cpu = self.store.frame_strings(g.cpu_stack);
         let proc = &self.store.procs[lane.key.proc as usize];
         let launch = proc.api_by_corr(next.corr);
-        let cpu_text = if cpu.is_empty() {
+        let sampled = self.store.cpu_sample_count() > 0;
+        let cpu_text = if let Some(d) = oncpu::during(&self.store, g) {
+            // The frame most of the gap's samples pass through, and its callers.
+            let names: Vec<String> = d
+                .path
+                .iter()
+                .rev()
+                .map(|&f| self.store.names.get(f))
+                .filter(|f| !is_plumbing(f) && !is_unnamed_native(f))
+                .take(3)
+                .map(pretty_frame)
+                .collect();
+            format!(
+                "CPU during gap: {:.0}% {} ‹ … ({} samples), on CPU {:.0}% of the gap",
+                100.0 * d.share,
+                names.join(" ‹ "),
+                d.samples,
+                100.0 * d.on_cpu
+            )
+        } else if sampled && cpu.is_empty() {
+            "CPU during gap: no samples: the launching thread was off the CPU (waiting or \
+             asleep)"
+                .into()
+        } else if cpu.is_empty() {
             // Without CPU spans (gaptop's recordings), the launching thread's own CUDA calls
             // still say how long it worked outside them before this launch.
             match launch.map(|a| (a, proc.call_before(next.corr, 4096))) {

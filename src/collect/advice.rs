@@ -33,6 +33,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use crate::collect::analysis::{self, Config, Gap, LeafAcc, Reason, Site, Summary, Window};
+use crate::collect::oncpu::JsonCpu;
 use crate::collect::steps::{self, Steps};
 use crate::collect::store::{NameId, Ns, StackId, Store};
 use crate::units::fmt_short;
@@ -158,6 +159,9 @@ pub struct Advice {
     /// does not address them.
     pub one_offs: u64,
     pub one_off_ns: Ns,
+    /// What the launching threads did during the gaps, where the program was sampled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<JsonCpu>,
     /// One sentence: what happened and what usually fixes it.
     pub text: String,
     /// The usual fix alone, for narrow places.
@@ -295,6 +299,30 @@ pub fn steps_line(a: &Advice, steady_steps: u32) -> Option<String> {
     } else {
         format!("not recurring: in {present} of {steady_steps} steps")
     })
+}
+
+/// What the CPU did during a site's gaps, in a line: its deepest frame in at least half of the
+/// samples (`CPU during its gaps: 93% deflate [libz.so.1] (412 samples, on CPU 97%)`).
+pub fn cpu_line(a: &Advice) -> Option<String> {
+    let c = a.cpu.as_ref()?;
+    // The innermost named frame in half of the samples (a stripped library's frames say
+    // nothing), else the innermost of all.
+    let named = |f: &&crate::collect::oncpu::JsonFrameShare| {
+        !crate::frames::is_unnamed_native(&f.frame) && !f.frame.starts_with("?+0x")
+    };
+    let f = c
+        .frames
+        .iter()
+        .filter(named)
+        .find(|f| f.share >= 0.5)
+        .or(c.frames.first())?;
+    Some(format!(
+        "CPU during its gaps: {:.0}% {} ({} samples, on CPU {:.0}% of the gaps)",
+        100.0 * f.share,
+        f.frame,
+        c.samples,
+        100.0 * c.on_cpu
+    ))
 }
 
 /// One line on a function's gaps: the verdict, its usual fix, and how its gaps looked.
@@ -500,7 +528,11 @@ pub fn advise(store: &Store, s: &Summary, n: usize) -> Vec<Advice> {
             let framework = framework_of(store, &f, everywhere);
             // Attention whose kernels are cuDNN's: a plan is built for each new shape.
             let sdpa = (f.qual.contains("sdpa") || f.qual.contains("scaled_dot_product"))
-                && a.ops.iter().any(|&o| store.names.get(o).contains("cudnn"));
+                && (a.ops.iter().any(|&o| store.names.get(o).contains("cudnn"))
+                    || a.cpu
+                        .innermost(store, 16, 0.5)
+                        .iter()
+                        .any(|f| f.frame.contains("cudnn")));
             let fix = if verdict == Verdict::HostWork && framework == Framework::PyTorch && sdpa {
                 SDPA_FIX
             } else {
@@ -579,6 +611,11 @@ pub fn advise(store: &Store, s: &Summary, n: usize) -> Vec<Advice> {
                 steps_present,
                 per_step_ns,
                 saving_ns,
+                cpu: (a.cpu.samples > 0).then(|| JsonCpu {
+                    samples: a.cpu.samples,
+                    on_cpu: (a.cpu.cpu_ns as f64 / a.gap_ns.max(1) as f64).min(1.0),
+                    frames: a.cpu.innermost(store, 8, 0.1),
+                }),
                 text: text(verdict, a, mean_op, fix),
                 fix,
             }

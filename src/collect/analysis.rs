@@ -69,6 +69,8 @@ pub struct Config {
     pub kernel_wait_ns: Ns,
     /// Which gaps the call tree, the top gaps and the advice are made of.
     pub basis: Basis,
+    /// The call tree shows, under each launch, the CPU samples taken during its gaps.
+    pub cpu_tree: bool,
 }
 
 impl Default for Config {
@@ -76,6 +78,7 @@ impl Default for Config {
         Config {
             kernel_wait_ns: 30_000,
             basis: Basis::Device,
+            cpu_tree: false,
         }
     }
 }
@@ -196,7 +199,10 @@ pub fn classify_from(
         } else if category == Category::HostWait
             && proc
                 .blocking_in(a.tid, from, a.start, ApiKind::Sync)
-                .is_some()
+                // The wait explains the gap only when it was long enough to: removing a sync
+                // lets the CPU run ahead by the time it blocked, no more. A short sync
+                // followed by long CPU work is that work's gap.
+                .is_some_and(|b| 2 * (b.end - b.start) >= dur)
         {
             reason = Reason::Sync;
         } else if category != Category::HostWait {
@@ -485,6 +491,30 @@ impl CallTree {
         self.add(n, g.dur(), 1, 0, 0);
     }
 
+    /// Under the gap's launch, the CPU samples taken during it: a marker frame, then each
+    /// sample's frames from the outermost in, the gap's time shared out among the samples (the
+    /// launch's own totals stay as they are).
+    pub fn add_cpu(&mut self, store: &Store, g: &Gap, samples: &[StackId]) {
+        let leaf = self.leaf(store, g.stack, g.api, g.op_name);
+        let marker = self.child(leaf, store.cpu_marker);
+        let n = samples.len() as Ns;
+        for (i, &s) in samples.iter().enumerate() {
+            // Whole nanoseconds: the first samples take the remainder.
+            let part = g.dur() / n + Ns::from((i as Ns) < g.dur() % n);
+            let mut node = marker;
+            for f in store.stacks.frames(s) {
+                node = self.child(node, f);
+            }
+            loop {
+                self.nodes[node].gap_ns += part;
+                if node == marker {
+                    break;
+                }
+                node = self.nodes[node].parent;
+            }
+        }
+    }
+
     pub fn add_op(&mut self, store: &Store, stack: StackId, api: NameId, op: &GpuOp, clip: Ns) {
         let n = self.leaf(store, stack, api, op.name);
         self.add(n, 0, 0, 1, clip);
@@ -586,6 +616,8 @@ pub struct Summary {
     pub top_n: usize,
     /// The steady steps the per-step figures are over (0: no steps known).
     pub steady_steps: u32,
+    /// The tree holds the CPU samples taken during the gaps.
+    pub cpu_tree: bool,
 }
 
 /// Where advice charges a gap: the stack of the call that launched the op after it; for a
@@ -643,6 +675,8 @@ pub struct LeafAcc {
     /// The first few distinct ops the gaps were charged to (what a site launches says which
     /// framework it is).
     pub ops: Vec<NameId>,
+    /// The CPU samples of the launching threads during the gaps.
+    pub cpu: super::oncpu::FrameShares,
 }
 
 /// How many distinct ops a site remembers.
@@ -673,6 +707,7 @@ impl Default for LeafAcc {
             per_step: HashMap::default(),
             outside: (0, 0),
             ops: Vec::new(),
+            cpu: Default::default(),
         }
     }
 }
@@ -716,6 +751,7 @@ impl LeafAcc {
         for &op in &o.ops {
             self.note_op(op);
         }
+        self.cpu.merge(&o.cpu);
     }
 
     /// Remembers an op the gaps were charged to (the first [`SITE_OPS`] distinct ones).
@@ -861,6 +897,15 @@ fn charge(
     if d >= s.min_ns {
         s.tree.add_gap(store, &g);
     }
+    // What the launching thread did meanwhile, where the program was sampled.
+    let samples = if store.cpu_samples > 0 {
+        super::oncpu::gap_samples(store, &g)
+    } else {
+        Vec::new()
+    };
+    if s.cpu_tree && d >= s.min_ns && !samples.is_empty() {
+        s.tree.add_cpu(store, &g, &samples);
+    }
     let e = s.stacks.entry((g.stack, g.api, g.op_name)).or_default();
     e.0 += 1;
     e.1 += d;
@@ -868,6 +913,10 @@ fn charge(
     let leaf = s.leaves.entry(Site::of(&g)).or_default();
     leaf.add(d, g.reason, op.dur());
     leaf.note_op(g.op_name);
+    if !samples.is_empty() {
+        let period = super::oncpu::period_of(store, &g);
+        leaf.cpu.add(store, &samples, period);
+    }
     // The launching call itself ran through most of the gap, far longer than a launch takes.
     let proc = &store.procs[store.lanes[g.lane].key.proc as usize];
     if let Some(a) = proc.api_by_corr(op.corr) {
@@ -945,6 +994,7 @@ pub fn summarize_steps(
         min_ns,
         top_n,
         steady_steps: 0,
+        cpu_tree: cfg.cpu_tree,
     };
     let win = Window::new(lo, hi);
     let mut top = TopGaps::default();
@@ -1052,4 +1102,49 @@ pub fn rate_bins(store: &Store, lo: Ns, hi: Ns, n: usize) -> Vec<RateBin> {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collect::store::{ApiCall, GpuOp, LaneKey, OpKind};
+
+    /// Two kernels with a gap of 100 between them, the second launched at 101 after a sync of
+    /// the same thread that ran from `sync_from` to 100.
+    fn after_sync(sync_from: Ns) -> Gap {
+        let mut st = Store::default();
+        let p = st.add_process(1, -1, "t");
+        let k = st.names.intern("k");
+        let lane = st.lane_id(LaneKey {
+            proc: p,
+            device: 0,
+            stream: 7,
+        });
+        st.add_op(lane, GpuOp::new(0, 10, OpKind::Kernel, k, 1));
+        st.add_op(lane, GpuOp::new(110, 120, OpKind::Kernel, k, 3));
+        let call = |start, end, corr, kind| ApiCall {
+            start,
+            end,
+            corr,
+            tid: 9,
+            name: k,
+            stack: 0,
+            kind,
+        };
+        st.add_api(p, call(-5, -1, 1, ApiKind::Launch));
+        st.add_api(p, call(sync_from, 100, 2, ApiKind::Sync));
+        st.add_api(p, call(101, 105, 3, ApiKind::Launch));
+        st.finish_bulk();
+        classify(&st, lane, 0, 1, &Config::default()).unwrap()
+    }
+
+    #[test]
+    fn a_sync_explains_a_gap_only_when_it_blocked_half_of_it() {
+        // .item() on a busy GPU: the thread blocked from 0, the launch came right after.
+        assert_eq!(after_sync(0).reason, Reason::Sync);
+        assert_eq!(after_sync(50).reason, Reason::Sync, "exactly half");
+        // A short sync, then CPU work: the work's gap.
+        let g = after_sync(95);
+        assert_eq!((g.category, g.reason), (Category::HostWait, Reason::Launch));
+    }
 }

@@ -9,6 +9,7 @@ pub mod ingest;
 pub mod jsonscan;
 pub mod kineto;
 pub mod live;
+pub mod oncpu;
 pub mod recording;
 pub mod steps;
 pub mod store;

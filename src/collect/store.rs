@@ -477,7 +477,12 @@ pub struct Store {
     pub evicted_samples: u64,
     /// Why CPU samples could not be taken, when they could not (said once).
     pub sampling_note: Option<String>,
+    /// The frame under which the call tree shows what the CPU did during a launch's gaps.
+    pub cpu_marker: NameId,
 }
+
+/// The call tree's frame above the CPU samples taken during a launch's gaps.
+pub const CPU_MARKER: &str = "(CPU during these gaps)";
 
 impl Default for Store {
     fn default() -> Self {
@@ -487,8 +492,11 @@ impl Default for Store {
 
 impl Store {
     pub fn new(budget: usize) -> Self {
+        let mut names = Interner::new();
+        let cpu_marker = names.intern(CPU_MARKER);
         Store {
-            names: Interner::new(),
+            cpu_marker,
+            names,
             stacks: StackTable::default(),
             lanes: Vec::new(),
             lane_index: HashMap::default(),

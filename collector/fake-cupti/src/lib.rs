@@ -12,7 +12,6 @@
 use std::collections::{HashMap, HashSet};
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::sync::{Mutex, OnceLock};
-use std::time::Instant;
 
 use cu::CUptiResult as R;
 use cudarc::cupti::sys as cu;
@@ -72,9 +71,12 @@ fn lock() -> std::sync::MutexGuard<'static, State> {
     state().lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// CUPTI's clock, as the real one keeps it on Linux: CLOCK_REALTIME in nanoseconds (the
+/// viewer's CPU samples are stamped on the same clock).
 fn now() -> u64 {
-    static BASE: OnceLock<Instant> = OnceLock::new();
-    1_000_000_000 + BASE.get_or_init(Instant::now).elapsed().as_nanos() as u64
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 // ------------------------------------------------------------------ the CUPTI calls

@@ -1,5 +1,6 @@
 //! Shared by the tests that run the real collector against the fake libcupti (here and in the
 //! viewer's tmux tests, which include this file by path).
+#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
