@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine from the carried folder gpu/ (docs/perf.md says how it is built).
-# usage: gpu-run.sh check|bench|variants|floor|probe|graphs|sanitizer|ui|all
+# usage: gpu-run.sh check|diagnose|bench|variants|floor|probe|graphs|sanitizer|ui|all
 set -u
 cd "$(dirname "$0")"
 export PYTHONUNBUFFERED=1
@@ -25,6 +25,20 @@ if [ "$MODE" = check ] || [ "$MODE" = all ]; then
   python3 compare_kineto.py --gaptop $G --kineto kineto.py --out "$OUT" launchbound.py 300 --expect rope 2>&1 | tee "$OUT/compare_lb.txt"
   python3 compare_kineto.py --gaptop $G --kineto kineto.py --out "$OUT" gpt2.py 10 --expect forward 2>&1 | tee "$OUT/compare_gpt2.txt"
   rm -f "$OUT"/*.kineto.json
+fi
+if [ "$MODE" = diagnose ] || [ "$MODE" = all ]; then
+  # The diagnosis on real models and on the planted decode loop: recordings with CPU samples,
+  # their text and JSON reports under $OUT/diag/ (DIAG_TOKENS tokens each).
+  cat /proc/sys/kernel/perf_event_paranoid
+  mkdir -p "$OUT/diag"
+  N=${DIAG_TOKENS:-40}
+  for w in "llama_decode.py $N" "llama_decode.py $N --no-cudnn-sdp" "decode_planted.py $N" "gpt2.py 20"; do
+    name=$(echo "$w" | sed 's/\.py//; s/ --no-cudnn-sdp/_nocudnn/; s/ [0-9]*//')
+    timeout 300 $G record -o "$OUT/diag/$name.rec" -- python3 $w 2>&1 | grep -E "WORKLOAD|recorded|CPU samples|Error|error" | cut -c1-300
+    $G report "$OUT/diag/$name.rec" > "$OUT/diag/$name.txt" 2>&1
+    $G report --format json "$OUT/diag/$name.rec" > "$OUT/diag/$name.json" 2>&1
+    echo "== $name"; sed -n '/^Steps/,/^Top stacks/p' "$OUT/diag/$name.txt" | grep -v "^Top stacks" | cut -c1-230 | head -${DIAG_LINES:-24}
+  done
 fi
 if [ "$MODE" = probe ]; then
   # Native frames, callback self-timing and the lag report on one launch-bound run each.
