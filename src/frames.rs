@@ -21,12 +21,14 @@ pub fn is_native_frame(frame: &str) -> bool {
     (frame.ends_with(']') && frame.contains(" [")) || is_unnamed_native(frame)
 }
 
-/// A native frame the viewer could not name (a stripped library).
+/// A native frame the viewer could not name (a stripped library or executable:
+/// `libfoo.so+0x1a2b`, `python3.12+0x5514`, `?+0x7f00`).
 pub fn is_unnamed_native(frame: &str) -> bool {
     match frame.rsplit_once("+0x") {
         Some((lib, off)) => {
-            !lib.contains(' ')
-                && lib.contains(".so")
+            !lib.is_empty()
+                && !lib.contains(' ')
+                && !lib.contains('(')
                 && !off.is_empty()
                 && off.chars().all(|c| c.is_ascii_hexdigit())
         }
@@ -81,6 +83,25 @@ pub fn cut(s: &str, n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unnamed_native_frames_are_told_apart() {
+        for f in [
+            "libcublasLt.so.13+0x71b8533",
+            "python3.12+0x551417",
+            "?+0x7f00",
+        ] {
+            assert!(is_unnamed_native(f), "{f}");
+        }
+        for f in [
+            "deflate [libz.so.1]",
+            "f.py(3): g+0x1",
+            "model.py(12): forward",
+            "cudaLaunchKernel",
+        ] {
+            assert!(!is_unnamed_native(f), "{f}");
+        }
+    }
 
     #[test]
     fn kernel_names_shorten() {

@@ -35,10 +35,10 @@ pub struct JsonGap {
     pub launch_latency_ns: Ns,
     pub frames: Vec<String>,
     /// What the launching thread was doing: its CPU span stack (traces) or, where the program
-    /// was sampled, the path to the frame at least half of the gap's samples pass through.
+    /// was sampled, the frames at least half of the gap's samples hold.
     pub cpu_frames: Vec<String>,
-    /// Where the program was sampled: the gap's samples, their share of the path above and the
-    /// launching thread's time on a CPU as a share of the gap.
+    /// Where the program was sampled: the gap's samples, the share that holds the innermost of
+    /// those frames, and the launching thread's time on a CPU as a share of the gap.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu_samples: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -170,14 +170,16 @@ pub fn gap_json(store: &Store, g: &Gap, origin: Ns) -> JsonGap {
     };
     if let Some(d) = crate::collect::oncpu::during(store, g) {
         if j.cpu_frames.is_empty() {
+            // Outermost first, as the other frame lists.
             j.cpu_frames = d
-                .path
+                .shared
                 .iter()
-                .map(|&f| store.names.get(f).to_string())
+                .rev()
+                .map(|&(f, _)| store.names.get(f).to_string())
                 .collect();
         }
         j.cpu_samples = Some(d.samples);
-        j.cpu_share = Some(d.share);
+        j.cpu_share = d.shared.first().map(|x| x.1);
         j.on_cpu = Some(d.on_cpu);
     }
     j
@@ -616,7 +618,12 @@ pub fn text(j: &JsonReport) -> String {
         if let Some(f) = g.frames.iter().rev().find(|f| f.contains(".py(")) {
             let _ = writeln!(o, "      launched from {}", short(f, 90));
         }
-        if let Some(f) = g.cpu_frames.last() {
+        let named = g
+            .cpu_frames
+            .iter()
+            .rev()
+            .find(|f| !crate::frames::is_unnamed_native(f));
+        if let Some(f) = named {
             match (g.cpu_samples, g.cpu_share, g.on_cpu) {
                 (Some(n), Some(share), Some(on)) => {
                     let _ = writeln!(

@@ -519,8 +519,9 @@ fn stackless_gaps_are_told_apart_by_api_and_kernel() {
     assert_eq!(gaps_of("(launch call not seen) orphan"), (1, 35_000));
 }
 
-/// GPT-2's Conv1D.forward gaps are launch-bound (typically ~22 µs) and recur in every one of
-/// the 24 steady forward passes, but the two longest gaps of the run (61.8 and 47.9 ms, first
+/// GPT-2's Conv1D.forward gaps are typically ~22 µs, but half of their steady time is in gaps
+/// of ~61 µs or more (the CPU work of cuBLASLt before its workspace memsets): host work. They
+/// recur in every one of the 24 steady forward passes, but the two longest gaps of the run (61.8 and 47.9 ms, first
 /// calls) fall in the warm-up pass: the advice counts that pass's gaps apart, and the text
 /// says the usual fix does not remove them.
 #[test]
@@ -533,7 +534,14 @@ fn advice_counts_one_off_gaps_apart() {
         .iter()
         .find(|a| a["site"].as_str().unwrap().starts_with("Conv1D.forward"))
         .expect("Conv1D.forward advised");
-    assert_eq!(conv["verdict"], "launch_bound");
+    assert_eq!(conv["verdict"], "host_work");
+    assert!(
+        conv["text"]
+            .as_str()
+            .unwrap()
+            .contains("in gaps of ~61.4us or more"),
+        "{conv}"
+    );
     let (n, ns, all) = (
         conv["one_offs"].as_u64().unwrap(),
         conv["one_off_ns"].as_i64().unwrap(),

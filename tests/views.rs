@@ -419,8 +419,8 @@ fn an_outlier_gap_is_called_a_one_off() {
         verdict.contains("one-off (warm-up, step 1 of 25)"),
         "{verdict}"
     );
-    assert!(verdict.contains("usually launch_bound: "), "{verdict}");
-    assert!(verdict.contains("typically ~22.5us apart"), "{verdict}");
+    assert!(verdict.contains("usually host_work: "), "{verdict}");
+    assert!(verdict.contains("(2400 gaps here"), "{verdict}");
     // A steady pass's biggest gap recurs.
     for _ in 0..5 {
         a.update(Action::NextStep);
@@ -654,7 +654,7 @@ fn details_describe_the_selected_tree_node() {
         "{text}"
     );
     assert!(
-        text.contains("all its launches: launch_bound: fuse"),
+        text.contains("all its launches: host_work: move CPU work off the launch path"),
         "{text}"
     );
     // Bottom-up, a node below a root reads down to its kernel.
@@ -835,7 +835,7 @@ fn the_first_screen_says_what_to_fix() {
         pane[1]
     );
     assert!(
-        pane[1].contains("[launch_bound 3.07ms/step in 24/24] fuse (to"),
+        pane[1].contains("[host_work 3.07ms/step in 24/24] move CPU"),
         "{}",
         pane[1]
     );

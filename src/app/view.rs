@@ -718,23 +718,33 @@ impl App {
         let launch = proc.api_by_corr(next.corr);
         let sampled = self.store.cpu_sample_count() > 0;
         let cpu_text = if let Some(d) = oncpu::during(&self.store, g) {
-            // The frame most of the gap's samples pass through, and its callers.
-            let names: Vec<String> = d
-                .path
+            // The deepest named frame most of the gap's samples hold, and its callers.
+            let shared: Vec<(&str, f64)> = d
+                .shared
                 .iter()
-                .rev()
-                .map(|&f| self.store.names.get(f))
-                .filter(|f| !is_plumbing(f) && !is_unnamed_native(f))
-                .take(3)
-                .map(pretty_frame)
+                .map(|&(f, share)| (self.store.names.get(f), share))
+                .filter(|(f, _)| !is_plumbing(f) && !is_unnamed_native(f))
                 .collect();
-            format!(
-                "CPU during gap: {:.0}% {} ‹ … ({} samples), on CPU {:.0}% of the gap",
-                100.0 * d.share,
-                names.join(" ‹ "),
-                d.samples,
-                100.0 * d.on_cpu
-            )
+            let names: Vec<String> = shared
+                .iter()
+                .take(3)
+                .map(|(f, _)| pretty_frame(f))
+                .collect();
+            match shared.first() {
+                Some((_, share)) => format!(
+                    "CPU during gap: {:.0}% {} ‹ … ({} samples), on CPU {:.0}% of the gap",
+                    100.0 * share,
+                    names.join(" ‹ "),
+                    d.samples,
+                    100.0 * d.on_cpu
+                ),
+                None => format!(
+                    "CPU during gap: {} samples with no frame in half of them, on CPU {:.0}% \
+                     of the gap",
+                    d.samples,
+                    100.0 * d.on_cpu
+                ),
+            }
         } else if sampled && cpu.is_empty() {
             "CPU during gap: no samples: the launching thread was off the CPU (waiting or \
              asleep)"

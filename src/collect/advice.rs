@@ -190,7 +190,7 @@ pub fn fix(v: Verdict, fw: Framework) -> &'static str {
             "fuse the kernels, or capture the sequence once in a CUDA graph (cudaStreamBeginCapture)"
         }
         (V::HostWork, F::PyTorch) => {
-            "move CPU work off the launch path; static shapes (a new shape re-plans, re-allocates or recompiles)"
+            "move CPU work off the launch path, or a CUDA graph where it is the framework's (torch.compile mode=\"reduce-overhead\"); static shapes"
         }
         (V::HostWork, F::Jax) => {
             "jax.jit the whole step so Python runs once; no NumPy or Python control flow on arrays in the loop"
@@ -227,7 +227,7 @@ pub fn fix(v: Verdict, fw: Framework) -> &'static str {
 
 /// The fix for PyTorch's scaled-dot-product attention when its gaps are CPU work: the cuDNN
 /// backend builds an execution plan for each new shape.
-const SDPA_FIX: &str = "SDPA re-plans for each new shape (cuDNN builds a plan per sequence length): \
+const SDPA_FIX: &str = "cuDNN's SDPA builds (and compiles) an execution plan for each new sequence length: \
      another backend (torch.nn.attention.sdpa_kernel, or torch.backends.cuda.enable_cudnn_sdp(False)) or static shapes";
 
 /// The frame a launch stack is charged to: its innermost non-plumbing Python frame, else its
@@ -305,21 +305,22 @@ pub fn steps_line(a: &Advice, steady_steps: u32) -> Option<String> {
 /// samples (`CPU during its gaps: 93% deflate [libz.so.1] (412 samples, on CPU 97%)`).
 pub fn cpu_line(a: &Advice) -> Option<String> {
     let c = a.cpu.as_ref()?;
-    // The innermost named frame in half of the samples (a stripped library's frames say
-    // nothing), else the innermost of all.
-    let named = |f: &&crate::collect::oncpu::JsonFrameShare| {
-        !crate::frames::is_unnamed_native(&f.frame) && !f.frame.starts_with("?+0x")
-    };
-    let f = c
+    let f = c.frames.first()?;
+    let callers: Vec<&str> = c
         .frames
         .iter()
-        .filter(named)
-        .find(|f| f.share >= 0.5)
-        .or(c.frames.first())?;
+        .skip(1)
+        .take(2)
+        .map(|f| f.frame.as_str())
+        .collect();
     Some(format!(
-        "CPU during its gaps: {:.0}% {} ({} samples, on CPU {:.0}% of the gaps)",
+        "CPU during its gaps: {:.0}% {}{} ({} samples, on CPU {:.0}% of the gaps)",
         100.0 * f.share,
         f.frame,
+        callers
+            .iter()
+            .map(|c| format!(" ‹ {c}"))
+            .collect::<String>(),
         c.samples,
         100.0 * c.on_cpu
     ))
@@ -359,10 +360,20 @@ fn site_function(store: &Store, site: Site) -> (String, String, Option<u32>) {
     }
 }
 
+/// The gap length a site's verdict goes by: with steps, where its steady-state gap time is
+/// (half of it in gaps at least this long); without, its typical (median) gap.
+fn verdict_gap(a: &LeafAcc) -> Ns {
+    match a.steady_weighted_gap() {
+        0 => a.typical_gap(),
+        w => w,
+    }
+}
+
 /// A site's verdict, given how busy its device was (0..1).
 fn verdict(a: &LeafAcc, busy_frac: f64) -> Verdict {
     let total = a.gap_ns.max(1);
     let share = |r: Reason| a.by_reason[r as usize] * 2 >= total;
+    let gap = verdict_gap(a);
     if share(Reason::Sync) {
         Verdict::Sync
     } else if share(Reason::EventWait) {
@@ -373,9 +384,9 @@ fn verdict(a: &LeafAcc, busy_frac: f64) -> Verdict {
         Verdict::Unknown
     } else if a.slow_launch_ns * 2 >= total {
         Verdict::SlowLaunch
-    } else if a.next_ns / a.gaps.max(1) as Ns >= 4 * a.typical_gap() && busy_frac >= 0.5 {
+    } else if a.next_ns / a.gaps.max(1) as Ns >= 4 * gap && busy_frac >= 0.5 {
         Verdict::Busy
-    } else if a.typical_gap() < HOST_WORK_NS {
+    } else if gap < HOST_WORK_NS {
         Verdict::LaunchBound
     } else {
         Verdict::HostWork
@@ -400,6 +411,11 @@ fn text(v: Verdict, a: &LeafAcc, mean_op: Ns, fix: &str) -> String {
             a.gaps,
             if a.gaps == 1 { "" } else { "es" },
             fmt_short(mean_op)
+        ),
+        Verdict::HostWork if a.steady_weighted_gap() > 0 => format!(
+            "CPU work before its launches, on the critical path: half of its steady idle is in \
+             gaps of ~{} or more. Fix: {fix}.",
+            fmt_short(a.steady_weighted_gap())
         ),
         Verdict::HostWork => format!(
             "typically {gap} of CPU work before each launch here, on the critical path. Fix: \
@@ -530,7 +546,7 @@ pub fn advise(store: &Store, s: &Summary, n: usize) -> Vec<Advice> {
             let sdpa = (f.qual.contains("sdpa") || f.qual.contains("scaled_dot_product"))
                 && (a.ops.iter().any(|&o| store.names.get(o).contains("cudnn"))
                     || a.cpu
-                        .innermost(store, 16, 0.5)
+                        .innermost(store, 64)
                         .iter()
                         .any(|f| f.frame.contains("cudnn")));
             let fix = if verdict == Verdict::HostWork && framework == Framework::PyTorch && sdpa {
@@ -614,7 +630,7 @@ pub fn advise(store: &Store, s: &Summary, n: usize) -> Vec<Advice> {
                 cpu: (a.cpu.samples > 0).then(|| JsonCpu {
                     samples: a.cpu.samples,
                     on_cpu: (a.cpu.cpu_ns as f64 / a.gap_ns.max(1) as f64).min(1.0),
-                    frames: a.cpu.innermost(store, 8, 0.1),
+                    frames: a.cpu.innermost(store, 8),
                 }),
                 text: text(verdict, a, mean_op, fix),
                 fix,

@@ -672,11 +672,13 @@ pub struct LeafAcc {
     /// With steps: gaps outside the steady state (warm-up, before the first or after the last
     /// step), and their time.
     pub outside: (u64, Ns),
+    /// With steps: the gap time inside the steady steps, by the buckets of `hist`.
+    pub steady_hist_ns: [Ns; HIST_BUCKETS],
     /// The first few distinct ops the gaps were charged to (what a site launches says which
     /// framework it is).
     pub ops: Vec<NameId>,
     /// The CPU samples of the launching threads during the gaps.
-    pub cpu: super::oncpu::FrameShares,
+    pub cpu: super::oncpu::SiteSamples,
 }
 
 /// How many distinct ops a site remembers.
@@ -706,6 +708,7 @@ impl Default for LeafAcc {
             slow_launch_ns: 0,
             per_step: HashMap::default(),
             outside: (0, 0),
+            steady_hist_ns: [0; HIST_BUCKETS],
             ops: Vec::new(),
             cpu: Default::default(),
         }
@@ -748,6 +751,9 @@ impl LeafAcc {
         }
         self.outside.0 += o.outside.0;
         self.outside.1 += o.outside.1;
+        for (a, b) in self.steady_hist_ns.iter_mut().zip(o.steady_hist_ns.iter()) {
+            *a += b;
+        }
         for &op in &o.ops {
             self.note_op(op);
         }
@@ -759,6 +765,25 @@ impl LeafAcc {
         if self.ops.len() < SITE_OPS && !self.ops.contains(&op) {
             self.ops.push(op);
         }
+    }
+
+    /// Where the steady state's gap time is: the gap length at which half of it is in gaps at
+    /// least that long (to within a bucket), 0 without steps. A site with many short gaps and
+    /// one long one a step has its time, and so its cause, in the long ones.
+    pub fn steady_weighted_gap(&self) -> Ns {
+        let total: Ns = self.steady_hist_ns.iter().sum();
+        if total == 0 {
+            return 0;
+        }
+        let mut seen = 0;
+        for i in (0..HIST_BUCKETS).rev() {
+            seen += self.steady_hist_ns[i];
+            if 2 * seen >= total {
+                let (lo, width) = bucket_range(i);
+                return (lo + width / 2) as Ns;
+            }
+        }
+        0
     }
 
     /// Whether every gap's duration is known exactly (not only its bucket).
@@ -915,7 +940,7 @@ fn charge(
     leaf.note_op(g.op_name);
     if !samples.is_empty() {
         let period = super::oncpu::period_of(store, &g);
-        leaf.cpu.add(store, &samples, period);
+        leaf.cpu.add(&samples, period);
     }
     // The launching call itself ran through most of the gap, far longer than a launch takes.
     let proc = &store.procs[store.lanes[g.lane].key.proc as usize];
@@ -931,6 +956,7 @@ fn charge(
                 let e = leaf.per_step.entry((i - range.start) as u32).or_default();
                 e.0 += d;
                 e.1 += (d - GRAPH_GAP_NS).max(0);
+                leaf.steady_hist_ns[bucket(d)] += d;
             }
             None => {
                 leaf.outside.0 += 1;

@@ -1,10 +1,11 @@
 //! What the CPU did during a gap: the CPU samples (`collect::cpu`, taken from outside the
 //! program) of the thread that launched the op ending the gap, taken while the GPU waited.
 //!
-//! For one gap, the *dominant* frame is the deepest frame that at least half of its samples
-//! pass through: walking the samples' stacks from the outermost frame in, the heaviest child
-//! while it holds half of them. For many gaps (a site's), each frame's share is the fraction of
-//! their samples whose stack holds it.
+//! What a set of samples (one gap's, or all of a site's gaps') has in common is the frames that
+//! at least half of them hold, ordered from the innermost: each frame's place is its median
+//! distance from the samples' innermost frame, so stacks cut short at the outer end (a deep
+//! stack that did not fit in the copy the kernel took) still line up. The first of them is the
+//! *dominant* frame: the deepest code most of the samples were in.
 
 use std::collections::HashMap;
 
@@ -40,10 +41,8 @@ pub struct During {
     pub samples: usize,
     /// The thread's time on a CPU as a share of the gap (samples × period / gap), at most 1.
     pub on_cpu: f64,
-    /// Frames from the outermost down to the dominant one, and the share of the samples that
-    /// pass through it.
-    pub path: Vec<NameId>,
-    pub share: f64,
+    /// The frames at least half of the samples hold, innermost first, with their shares.
+    pub shared: Vec<(NameId, f64)>,
 }
 
 /// The gap's samples, summed up; None when none were taken during it.
@@ -53,108 +52,87 @@ pub fn during(store: &Store, g: &Gap) -> Option<During> {
         return None;
     }
     let period = period_of(store, g);
-    let (path, share) = dominant(store, &stacks);
     Some(During {
         samples: stacks.len(),
         on_cpu: (stacks.len() as f64 * period as f64 / g.dur().max(1) as f64).min(1.0),
-        path,
-        share,
+        shared: shared_frames(store, &stacks),
     })
 }
 
-/// The deepest frame at least half of the samples pass through, with its path from the
-/// outermost frame, and the share of the samples that hold it.
-pub fn dominant(store: &Store, stacks: &[StackId]) -> (Vec<NameId>, f64) {
-    let frames: Vec<Vec<NameId>> = stacks.iter().map(|&s| store.stacks.frames(s)).collect();
-    let n = frames.len();
-    let mut alive: Vec<usize> = (0..n).collect();
-    let mut path = Vec::new();
-    for depth in 0.. {
-        let mut counts: HashMap<NameId, usize> = HashMap::new();
-        for &i in &alive {
-            if let Some(&f) = frames[i].get(depth) {
-                *counts.entry(f).or_default() += 1;
-            }
-        }
-        let Some((&f, &c)) = counts
-            .iter()
-            .max_by_key(|(&f, &c)| (c, std::cmp::Reverse(f)))
-        else {
-            break;
-        };
-        if 2 * c < n {
-            break;
-        }
-        path.push(f);
-        alive.retain(|&i| frames[i].get(depth) == Some(&f));
+/// The frames at least half of the samples hold (each counted once a sample), innermost first
+/// by their median distance from a sample's innermost frame, with the share that holds each.
+pub fn shared_frames(store: &Store, stacks: &[StackId]) -> Vec<(NameId, f64)> {
+    let n = stacks.len();
+    // Per frame: the samples that hold it and its distance from their innermost frame.
+    let mut seen: HashMap<NameId, Vec<usize>> = HashMap::new();
+    let mut by_stack: HashMap<StackId, usize> = HashMap::new();
+    for &s in stacks {
+        *by_stack.entry(s).or_default() += 1;
     }
-    let share = if path.is_empty() {
-        0.0
-    } else {
-        alive.len() as f64 / n.max(1) as f64
-    };
-    (path, share)
+    for (&s, &times) in &by_stack {
+        let frames = store.stacks.frames(s);
+        let mut done: Vec<NameId> = Vec::with_capacity(frames.len());
+        for (d, &f) in frames.iter().rev().enumerate() {
+            if done.contains(&f) {
+                continue;
+            }
+            done.push(f);
+            let e = seen.entry(f).or_default();
+            e.extend(std::iter::repeat_n(d, times));
+        }
+    }
+    let mut out: Vec<(NameId, f64, usize)> = seen
+        .into_iter()
+        .filter(|(_, d)| 2 * d.len() >= n && n > 0)
+        .map(|(f, mut d)| {
+            let mid = (d.len() - 1) / 2;
+            let at = *d.select_nth_unstable(mid).1;
+            (f, d.len() as f64 / n as f64, at)
+        })
+        .collect();
+    out.sort_by(|a, b| a.2.cmp(&b.2).then(b.1.total_cmp(&a.1)).then(a.0.cmp(&b.0)));
+    out.into_iter().map(|(f, share, _)| (f, share)).collect()
 }
 
-/// How often each frame appears in a set of samples (once a sample).
+/// The CPU samples of a site's gaps (the first [`SITE_SAMPLES`] of them kept whole).
 #[derive(Clone, Debug, Default)]
-pub struct FrameShares {
+pub struct SiteSamples {
     pub samples: u64,
     /// Samples × period: the CPU time they stand for.
     pub cpu_ns: Ns,
-    counts: HashMap<NameId, (u64, usize)>,
+    stacks: Vec<StackId>,
 }
 
-impl FrameShares {
+/// How many of a site's samples are kept for its dominant path.
+pub const SITE_SAMPLES: usize = 50_000;
+
+impl SiteSamples {
     /// Adds a gap's samples.
-    pub fn add(&mut self, store: &Store, stacks: &[StackId], period: Ns) {
-        for &s in stacks {
-            self.samples += 1;
-            self.cpu_ns += period;
-            let frames = store.stacks.frames(s);
-            let mut seen: Vec<NameId> = Vec::with_capacity(frames.len());
-            for (depth, f) in frames.into_iter().enumerate() {
-                if seen.contains(&f) {
-                    continue;
-                }
-                seen.push(f);
-                let e = self.counts.entry(f).or_insert((0, depth));
-                e.0 += 1;
-                e.1 = e.1.max(depth);
-            }
-        }
+    pub fn add(&mut self, stacks: &[StackId], period: Ns) {
+        self.samples += stacks.len() as u64;
+        self.cpu_ns += period * stacks.len() as Ns;
+        let room = SITE_SAMPLES.saturating_sub(self.stacks.len());
+        self.stacks.extend(stacks.iter().take(room));
     }
 
-    pub fn merge(&mut self, o: &FrameShares) {
+    pub fn merge(&mut self, o: &SiteSamples) {
         self.samples += o.samples;
         self.cpu_ns += o.cpu_ns;
-        for (&f, &(c, d)) in &o.counts {
-            let e = self.counts.entry(f).or_insert((0, d));
-            e.0 += c;
-            e.1 = e.1.max(d);
-        }
+        let room = SITE_SAMPLES.saturating_sub(self.stacks.len());
+        self.stacks.extend(o.stacks.iter().take(room));
     }
 
-    /// The `n` innermost frames held by at least `min_share` of the samples, innermost first
-    /// (by the deepest place each was seen at), with their shares.
-    pub fn innermost(&self, store: &Store, n: usize, min_share: f64) -> Vec<JsonFrameShare> {
-        let total = self.samples.max(1) as f64;
-        let mut v: Vec<(&NameId, &(u64, usize))> = self
-            .counts
-            .iter()
-            .filter(|(_, &(c, _))| c as f64 / total >= min_share)
-            .collect();
-        v.sort_by(|a, b| {
-            b.1 .1
-                .cmp(&a.1 .1)
-                .then(b.1 .0.cmp(&a.1 .0))
-                .then(a.0.cmp(b.0))
-        });
-        v.into_iter()
+    /// The innermost `n` named frames that at least half of the samples hold, innermost first,
+    /// with their shares (frames of stripped libraries, which say nothing, left out).
+    pub fn innermost(&self, store: &Store, n: usize) -> Vec<JsonFrameShare> {
+        shared_frames(store, &self.stacks)
+            .into_iter()
+            .map(|(f, share)| (store.names.get(f), share))
+            .filter(|(f, _)| !crate::frames::is_unnamed_native(f))
             .take(n)
-            .map(|(&f, &(c, _))| JsonFrameShare {
-                frame: store.names.get(f).to_string(),
-                share: c as f64 / total,
+            .map(|(f, share)| JsonFrameShare {
+                frame: f.to_string(),
+                share,
             })
             .collect()
     }
@@ -173,8 +151,8 @@ pub struct JsonCpu {
     pub samples: u64,
     /// The launching thread's CPU time during the gaps over their time.
     pub on_cpu: f64,
-    /// The innermost frames held by a tenth or more of the samples, innermost first, with
-    /// their shares.
+    /// The frames at least half of the samples hold, innermost (named) frame first, with the
+    /// share of the samples that hold each.
     pub frames: Vec<JsonFrameShare>,
 }
 
@@ -183,33 +161,42 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_dominant_frame_is_the_deepest_half_of_the_samples_share() {
+    fn the_frames_most_samples_hold_innermost_first() {
         let mut st = Store::default();
+        let start = st.names.intern("_start");
         let main = st.names.intern("main");
         let plan = st.names.intern("plan [libcudnn.so]");
         let (a, b) = (st.names.intern("a"), st.names.intern("b"));
-        let s_main = st.stacks.intern(0, main);
+        let s_start = st.stacks.intern(0, start);
+        let s_main = st.stacks.intern(s_start, main);
         let s_plan = st.stacks.intern(s_main, plan);
         let s_a = st.stacks.intern(s_plan, a);
         let s_b = st.stacks.intern(s_plan, b);
-        // 10 samples: 9 under plan (4 in a, 4 in b, 1 in plan itself), 1 in main alone.
-        let mut stacks = vec![s_a; 4];
+        // A stack cut short at the outer end: no _start, main and plan still line up.
+        let cut_plan = st.stacks.intern(0, plan);
+        let cut = st.stacks.intern(cut_plan, a);
+        // 10 samples: 9 in plan (4 in a, one of them cut short, 4 in b, 1 in plan itself),
+        // 1 in main alone.
+        let mut stacks = vec![s_a, s_a, s_a, cut];
         stacks.extend([s_b; 4]);
         stacks.extend([s_plan, s_main]);
-        let (path, share) = dominant(&st, &stacks);
-        assert_eq!(path, vec![main, plan], "neither a nor b holds half");
-        assert!((share - 0.9).abs() < 1e-9, "{share}");
-        let mut shares = FrameShares::default();
-        shares.add(&st, &stacks, 2_000_000);
-        let top = shares.innermost(&st, 8, 0.1);
+        let shared = shared_frames(&st, &stacks);
+        let names: Vec<NameId> = shared.iter().map(|x| x.0).collect();
+        assert_eq!(names, vec![plan, main, start], "neither a nor b holds half");
+        assert!((shared[0].1 - 0.9).abs() < 1e-9, "{shared:?}");
+        assert!(
+            (shared[2].1 - 0.9).abs() < 1e-9,
+            "the cut stack has no _start"
+        );
+        let mut site = SiteSamples::default();
+        site.add(&stacks, 2_000_000);
+        let top = site.innermost(&st, 2);
         let names: Vec<&str> = top.iter().map(|f| f.frame.as_str()).collect();
-        assert_eq!(names, ["a", "b", "plan [libcudnn.so]", "main"]);
-        assert!((top[2].share - 0.9).abs() < 1e-9);
-        assert!((top[0].share - 0.4).abs() < 1e-9);
+        assert_eq!(names, ["plan [libcudnn.so]", "main"]);
+        assert_eq!((site.samples, site.cpu_ns), (10, 20_000_000));
         // Half of the samples is enough.
-        stacks[8] = s_a;
-        assert_eq!(dominant(&st, &stacks).0, vec![main, plan, a]);
-        assert_eq!(shares.cpu_ns, 20_000_000);
-        assert_eq!(dominant(&st, &[]), (vec![], 0.0));
+        stacks[4] = s_a;
+        assert_eq!(shared_frames(&st, &stacks)[0].0, a);
+        assert!(shared_frames(&st, &[]).is_empty());
     }
 }
