@@ -1086,3 +1086,70 @@ fn each_pane_has_its_snapshot() {
         .expect("live at 160 columns shows the output");
     insta::assert_snapshot!("pane_output_160x40", pane(&s, out));
 }
+
+/// The what-to-fix rows take the focus (Tab) while the details pane shows them: ↑/↓ choose one,
+/// Enter lists that code's gaps alone and selects the first; `w` brings the rows back while a
+/// gap is selected, and Esc lists every gap again.
+#[test]
+fn a_what_to_fix_row_lists_its_codes_gaps() {
+    let mut a = recording("gpt2.rec");
+    render(&mut a, 120, 40);
+    a.update(Action::FocusNext); // the tree
+    a.update(Action::FocusNext); // the what-to-fix rows
+    assert_eq!(a.focus, Focus::Fix);
+    a.update(Action::Down);
+    let s = render(&mut a, 120, 40);
+    let chosen = a.diagnosis.as_ref().unwrap().advice[1].clone();
+    assert!(s.contains("Enter lists that code's gaps"), "{s}");
+    a.update(Action::Enter);
+    assert_eq!(a.focus, Focus::Gaps);
+    assert!(
+        a.message.starts_with("walking ") && a.message.contains(&chosen.site),
+        "{}",
+        a.message
+    );
+    let listed = a.listed_gaps();
+    assert!(!listed.is_empty() && listed.len() < a.gaps().len());
+    for g in &listed {
+        assert_eq!(gaptop::collect::advice::site_key(&a.store, g), chosen.key);
+    }
+    let s = render(&mut a, 120, 40);
+    assert!(
+        s.contains(&format!("· under {}", &chosen.site[..15])),
+        "{s}"
+    );
+    // The first of them is selected, and its details show; w brings the rows back.
+    assert!(a.selected_gap().is_some_and(|g| listed.contains(&g)));
+    assert!(!s.contains("What to fix"), "{s}");
+    a.update(Action::WhatToFix);
+    assert_eq!(a.focus, Focus::Fix);
+    assert!(render(&mut a, 120, 40).contains("What to fix"));
+    a.update(Action::WhatToFix);
+    assert!(!render(&mut a, 120, 40).contains("What to fix"));
+    a.update(Action::Clear);
+    assert_eq!(a.listed_gaps().len(), a.gaps().len());
+}
+
+/// With steps known, the rate pane shows a steps strip and its title counts them; `>` zooms
+/// to a step, whose bar is the cursor's.
+#[test]
+fn the_steps_strip_shows_a_bar_a_step() {
+    let mut a = recording("llama_decode.rec");
+    let s = render(&mut a, 120, 40);
+    assert!(s.contains("·  44 steps, median 43.5ms"), "{s}");
+    let strip = s
+        .lines()
+        .find(|l| l.starts_with("│steps "))
+        .expect("a steps row");
+    assert!(
+        strip.chars().filter(|c| "▁▂▃▄▅▆▇█".contains(*c)).count() > 50,
+        "{strip}"
+    );
+    a.update(Action::NextStep);
+    assert!(a.message.starts_with("step "), "{}", a.message);
+    let cur = a.view.rate.steps.as_ref().unwrap();
+    assert!(cur.iter().flatten().any(|c| c.current));
+    // At 80x20 the lanes keep the rows: no strip.
+    let s = render(&mut a, 80, 20);
+    assert!(!s.contains("│steps "), "{s}");
+}

@@ -37,9 +37,24 @@ impl App {
     /// Puts the gap list's row back on the selected gap after the list was rebuilt or sorted
     /// (its index moves with the window and the data); without one there, keeps it in range.
     pub(super) fn sync_gap_sel(&mut self) {
-        match self.gaps().iter().position(|g| self.is_selected(g)) {
+        let listed = self.listed_gaps();
+        match listed.iter().position(|g| self.is_selected(g)) {
             Some(i) => self.gap_sel = i,
-            None => self.gap_sel = self.gap_sel.min(self.gaps().len().saturating_sub(1)),
+            None => self.gap_sel = self.gap_sel.min(listed.len().saturating_sub(1)),
+        }
+    }
+
+    /// The gap list's rows: the window's gaps, or with a filter (a tree node's, a what-to-fix
+    /// row's) only the gaps under it.
+    pub fn listed_gaps(&self) -> Vec<Gap> {
+        match &self.node_filter {
+            Some((_, keys)) => self
+                .gaps()
+                .iter()
+                .filter(|g| keys.contains(&tree_key(g)))
+                .copied()
+                .collect(),
+            None => self.gaps().to_vec(),
         }
     }
 
@@ -68,6 +83,9 @@ impl App {
         });
         self.current = self.derive_selected();
         self.show_fix = false;
+        if self.focus == super::Focus::Fix {
+            self.focus = super::Focus::Gaps;
+        }
         self.cursor = g.start + g.dur() / 2;
         // Looking at a gap holds the window: following would move the cursor off it and,
         // live, scroll it away. `z` (or pause and resume) follows again.
@@ -80,30 +98,59 @@ impl App {
         self.reveal_in_tree(g);
     }
 
+    /// Enter on a what-to-fix row: the gap list shows that code's gaps, and `n`/`N` walk them.
+    pub(super) fn filter_fix_row(&mut self) {
+        let Some(a) = self
+            .diagnosis
+            .as_ref()
+            .and_then(|d| d.advice.get(self.fix_sel))
+            .cloned()
+        else {
+            self.message = "nothing to fix here".into();
+            return;
+        };
+        let keys: std::collections::HashSet<_> = self
+            .gaps()
+            .iter()
+            .filter(|g| crate::collect::advice::site_key(&self.store, g) == a.key)
+            .map(tree_key)
+            .collect();
+        let count = self
+            .gaps()
+            .iter()
+            .filter(|g| keys.contains(&tree_key(g)))
+            .count();
+        self.message = format!("walking {count} gaps of {} (n/N; esc clears)", a.site);
+        self.node_filter = Some((a.site.clone(), keys));
+        self.focus = super::Focus::Gaps;
+        self.gap_sel = 0;
+        if let Some(g) = self.listed_gaps().first().copied() {
+            self.select(&g);
+        }
+    }
+
     /// ↑/↓ in the gap list: the previous or next row, selected.
     pub(super) fn move_in_gap_list(&mut self, down: bool) {
-        let n = self.gaps().len();
+        let listed = self.listed_gaps();
+        let n = listed.len();
         if n > 0 {
             self.gap_sel = if down {
                 (self.gap_sel + 1).min(n - 1)
             } else {
                 self.gap_sel.saturating_sub(1)
             };
-            let g = self.gaps()[self.gap_sel];
+            let g = listed[self.gap_sel];
             self.select(&g);
         }
     }
 
     pub(super) fn select_biggest(&mut self) {
-        let best = self
-            .gaps()
-            .iter()
-            .copied()
-            .max_by_key(|g| (g.dur(), -g.start));
+        let listed = self.listed_gaps();
+        let best = listed.iter().copied().max_by_key(|g| (g.dur(), -g.start));
         match best {
             Some(g) => {
                 self.select(&g);
-                self.gap_sel = self.gaps().iter().position(|x| *x == g).unwrap_or(0);
+                self.gap_sel = listed.iter().position(|x| *x == g).unwrap_or(0);
                 self.message = format!("biggest gap: {}", fmt_ns(g.dur()));
             }
             None => self.message = "no gaps in the window".into(),

@@ -4,6 +4,7 @@
 //! ```text
 //! ┌ GPU timeline (a row per lane, 3..1/3 of the height) ──────────────────┐
 //! ┌ launches/s · GPU busy · NCCL wait (launch rate and busy sparklines) ──┐
+//! │ and, when steps are known, the steps strip (a bar a step)             │
 //! ┌ Gaps (50%; 35% while the tree   ┐┌ Call tree (50%; 65% with the focus) ┐
 //! │ has the focus)                  ││                                     │
 //! ┌ Details: the selected gap, or the   ┐┌ program output (live, ≥140 cols) ┐
@@ -49,7 +50,10 @@ pub fn too_small(area: Rect) -> bool {
 /// The panes of a screen of `area` showing `lanes` lanes; the call tree is wider while it has
 /// the focus (its indentation grows with the stack's depth, and the frame names are what it is
 /// for), and live runs show the program's output beside the details on a wide screen.
-pub fn screen(area: Rect, lanes: u16, tree_focused: bool, live: bool) -> Screen {
+pub fn screen(area: Rect, lanes: u16, tree_focused: bool, live: bool, steps: bool) -> Screen {
+    // A third rate row, the steps strip, when the program's steps are known and the screen
+    // has the room (an 80x20 split keeps its rows for the lanes).
+    let rate_h = if steps && area.height >= 23 { 5 } else { 4 };
     let big = area.height >= 40;
     let short = area.height < 24;
     let detail_h = if big {
@@ -59,19 +63,21 @@ pub fn screen(area: Rect, lanes: u16, tree_focused: bool, live: bool) -> Screen 
     } else {
         6
     };
-    // What is left for the timeline once the other panes have their least: 4 rows of rate,
-    // 5 of gaps and tree, the details and the status line.
+    // What is left for the timeline once the other panes have their least: the rate rows, 5
+    // of gaps and tree, the details and the status line.
     let tl_max = if big {
         area.height / 3
     } else {
-        area.height.saturating_sub(4 + 5 + detail_h + 1).clamp(4, 8)
+        area.height
+            .saturating_sub(rate_h + 5 + detail_h + 1)
+            .clamp(4, 8)
     };
     let tl_h = (lanes + 3).clamp(4, tl_max);
     let rows = Layout::default()
         .direction(Direction::Vertical)
         .constraints([
             Constraint::Length(tl_h),
-            Constraint::Length(4),
+            Constraint::Length(rate_h),
             Constraint::Min(5),
             Constraint::Length(detail_h),
             Constraint::Length(1),

@@ -43,6 +43,8 @@ pub enum Focus {
     Timeline,
     Gaps,
     Tree,
+    /// The what-to-fix rows of the details pane (while it shows them).
+    Fix,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -218,6 +220,8 @@ pub struct App {
     pub step_by: Option<String>,
     /// The details pane shows what to fix although a gap is selected (`w`).
     pub show_fix: bool,
+    /// The what-to-fix row chosen (with the focus on it).
+    pub fix_sel: usize,
     /// The call tree shows CPU samples during each site's gaps (`c`).
     pub cpu_tree: bool,
     /// What the panes show, for the last known screen size.
@@ -279,6 +283,7 @@ impl App {
             diagnosed: None,
             step_by: None,
             show_fix: false,
+            fix_sel: 0,
             cpu_tree: false,
             view: ViewModel::default(),
             current: None,
@@ -506,13 +511,23 @@ impl App {
                         }
                     }
                     Focus::Gaps | Focus::Timeline => self.move_in_gap_list(down),
+                    Focus::Fix => {
+                        let n = self.diagnosis.as_ref().map_or(0, |d| d.advice.len());
+                        self.fix_sel = if down {
+                            (self.fix_sel + 1).min(n.saturating_sub(1))
+                        } else {
+                            self.fix_sel.saturating_sub(1)
+                        };
+                    }
                 }
             }
             Action::NextGap => self.step_gap(1),
             Action::PrevGap => self.step_gap(-1),
             Action::BiggestGap => self.select_biggest(),
             Action::Enter => {
-                if self.focus == Focus::Tree {
+                if self.focus == Focus::Fix {
+                    self.filter_fix_row();
+                } else if self.focus == Focus::Tree {
                     self.filter_selected_node();
                 } else if let Some(g) = self.selected_gap() {
                     self.zoom_to_gap(&g);
@@ -523,12 +538,17 @@ impl App {
             }
             Action::ZoomAll => self.zoom_all(),
             Action::FocusNext | Action::FocusPrev => {
-                let order = [Focus::Timeline, Focus::Gaps, Focus::Tree];
+                // The what-to-fix rows take the focus while the details pane shows them.
+                let mut order = vec![Focus::Timeline, Focus::Gaps, Focus::Tree];
+                if self.current.is_none() || self.show_fix {
+                    order.push(Focus::Fix);
+                }
+                let n = order.len();
                 let i = order.iter().position(|f| *f == self.focus).unwrap_or(0);
                 let j = if a == Action::FocusNext {
-                    (i + 1) % 3
+                    (i + 1) % n
                 } else {
-                    (i + 2) % 3
+                    (i + n - 1) % n
                 };
                 self.focus = order[j];
                 if self.focus == Focus::Tree && self.tree_state.selected().is_empty() {
@@ -612,6 +632,11 @@ impl App {
             }
             Action::WhatToFix => {
                 self.show_fix = !self.show_fix;
+                if self.show_fix {
+                    self.focus = Focus::Fix;
+                } else if self.focus == Focus::Fix {
+                    self.focus = Focus::Gaps;
+                }
                 if !self.show_fix && self.current.is_none() {
                     self.message = "no gap selected: n, b or ↑/↓ picks one".into();
                 }

@@ -119,6 +119,17 @@ pub struct RateVm {
     /// Eighths of a cell for each bin.
     pub launches: Vec<u64>,
     pub busy: Vec<u64>,
+    /// With steps: for each bin, the step at its middle: eighths of the longest step in the
+    /// window its wall time is, whether it is an odd step (to tell neighbours apart), and
+    /// whether the cursor is in it. None where no step is.
+    pub steps: Option<Vec<Option<StepCell>>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StepCell {
+    pub eighths: u8,
+    pub odd: bool,
+    pub current: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -142,6 +153,8 @@ pub struct FixRow {
     pub head: String,
     pub site: String,
     pub tail: String,
+    /// The chosen row, while the rows have the focus.
+    pub selected: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -345,11 +358,13 @@ impl App {
         if layout::too_small(area) {
             return ViewModel::default();
         }
+        let steps = self.diagnosis.as_ref().and_then(|d| d.steps.as_ref());
         let screen = layout::screen(
             area,
             self.store.lanes.len() as u16,
             self.focus == Focus::Tree,
             self.is_live(),
+            steps.is_some(),
         );
         ViewModel {
             screen,
@@ -382,10 +397,11 @@ impl App {
         let t_at = |c: u16| lo + (w * c as f64 / cols as f64) as i64;
         let order = self.store.lane_order();
         let lane_rows = (inner.height - 1) as usize;
-        let shown = if order.len() > lane_rows {
-            lane_rows.saturating_sub(1)
+        // When not every lane fits, the last row says so, unless that would leave none.
+        let shown = if order.len() > lane_rows && lane_rows >= 2 {
+            lane_rows - 1
         } else {
-            order.len()
+            order.len().min(lane_rows)
         };
         let sel = self.current;
         // When not every lane fits, the rows start where the selected gap's lane shows.
@@ -519,8 +535,21 @@ impl App {
                 }
             })
             .unwrap_or_default();
+        let steps = self.diagnosis.as_ref().and_then(|d| d.steps.as_ref());
+        let steps_title = steps
+            .map(|st| {
+                format!(
+                    "  ·  {} steps, median {}",
+                    st.steps.len(),
+                    fmt_short(st.median_ns())
+                )
+            })
+            .unwrap_or_default();
         let mut vm = RateVm {
-            title: format!(" launches/s {:.0}  ·  GPU busy {:.1}%{comm} ", ops, busy),
+            title: format!(
+                " launches/s {:.0}  ·  GPU busy {:.1}%{comm}{steps_title} ",
+                ops, busy
+            ),
             ..Default::default()
         };
         if inner.width < 10 || inner.height < 2 {
@@ -534,6 +563,38 @@ impl App {
             .map(|b| spark_ticks(b.ops as f64 / most))
             .collect();
         vm.busy = bins.iter().map(|b| spark_ticks(b.busy)).collect();
+        if let Some(st) = steps {
+            let width = (self.hi - self.lo).max(1) as f64 / n.max(1) as f64;
+            let at: Vec<Option<usize>> = (0..n)
+                .map(|i| st.step_of(self.lo + ((i as f64 + 0.5) * width) as Ns))
+                .collect();
+            // Heights against the longest steady step in view: a warm-up step many times as
+            // long fills its cells rather than flattening the rest.
+            let steady = st.steady();
+            let longest = at
+                .iter()
+                .flatten()
+                .filter(|i| steady.contains(i))
+                .map(|&i| st.steps[i].end - st.steps[i].start)
+                .max()
+                .unwrap_or(1)
+                .max(1);
+            let cur = st.step_of(self.cursor);
+            vm.steps = Some(
+                at.into_iter()
+                    .map(|s| {
+                        s.map(|i| {
+                            let wall = st.steps[i].end - st.steps[i].start;
+                            StepCell {
+                                eighths: spark_ticks(wall as f64 / longest as f64).min(8) as u8,
+                                odd: i % 2 == 1,
+                                current: Some(i) == cur,
+                            }
+                        })
+                    })
+                    .collect(),
+            );
+        }
         vm
     }
 
@@ -554,8 +615,12 @@ impl App {
 
     /// The window's gaps, longest first or in time order: the rows that fit.
     fn gap_list_vm(&self, inner: Rect) -> GapListVm {
-        let total = self.cache.as_ref().map(|c| c.gaps_total).unwrap_or(0);
-        let gaps = self.gaps();
+        let listed = self.listed_gaps();
+        let gaps = &listed[..];
+        let total = match &self.node_filter {
+            Some(_) => gaps.len() as u64,
+            None => self.cache.as_ref().map(|c| c.gaps_total).unwrap_or(0),
+        };
         let title = format!(
             " Gaps{} {}{} · {} by {} ",
             if self.min_gap > 0 {
@@ -887,14 +952,19 @@ impl App {
     /// With no gap selected, what to fix first: the code with the most gap time in the window,
     /// its share, what kind of waiting it is and the usual fix.
     fn what_to_fix(&self) -> DetailsVm {
-        let hint = "n/N walks gaps, b picks the biggest, Tab goes to the call tree, ? for help.";
+        let hint = if self.focus == Focus::Fix {
+            "↑/↓ choose, Enter lists that code's gaps, Tab moves on, ? for help."
+        } else {
+            "n/N walks gaps, b picks the biggest, Tab goes to the call tree, ? for help."
+        };
         let d = self.diagnosis.as_ref();
         let advice = d.map(|d| &d.advice[..]).unwrap_or(&[]);
         let steady = d.map_or(0, |d| d.steady_steps());
         let rows: Vec<FixRow> = advice
             .iter()
             .take(20)
-            .map(|a| {
+            .enumerate()
+            .map(|(i, a)| {
                 // With steps: how often and how much a step; else the share of the idle.
                 let when = match (a.steps_present, a.per_step_ns) {
                     (Some(n), Some(per)) if a.recurring => {
@@ -907,6 +977,7 @@ impl App {
                     head: format!("{:>4.0}% {:>7}  ", 100.0 * a.share, fmt_short(a.gap_ns)),
                     site: a.site.clone(),
                     tail: format!("  [{}{when}] {}", a.verdict.as_str(), a.fix),
+                    selected: self.focus == Focus::Fix && i == self.fix_sel,
                 }
             })
             .collect();

@@ -7,9 +7,9 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
 use ratatui::Frame;
 
-use super::{cause_color, tone_style};
+use super::{cause_color, focus_style, tone_style};
 use crate::app::view::{DetailsVm, Tone};
-use crate::app::App;
+use crate::app::{App, Focus};
 use crate::frames::cut;
 
 fn tone_lines(lines: &[(Tone, String)], w: usize) -> Vec<Line<'static>> {
@@ -61,22 +61,35 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App) {
             } else {
                 " What to fix: the window's gap time by the code that launched it "
             };
-            let block = Block::default().borders(Borders::ALL).title(title);
+            let block = Block::default()
+                .borders(Borders::ALL)
+                .title(title)
+                .border_style(focus_style(app, Focus::Fix));
             let inner = block.inner(area);
             f.render_widget(block, area);
             let w = inner.width as usize;
+            // The chosen row stays in view.
+            let room = (inner.height as usize).saturating_sub(1).max(1);
+            let chosen = rows.iter().position(|r| r.selected).unwrap_or(0);
+            let first = (chosen + 1).saturating_sub(room);
             let mut lines: Vec<Line> = rows
                 .iter()
-                .take((inner.height as usize).saturating_sub(1))
+                .skip(first)
+                .take(room)
                 .map(|r| {
                     let head_w = r.head.chars().count();
                     let site = cut(&r.site, w.saturating_sub(head_w + 12));
                     let room = w.saturating_sub(head_w + site.chars().count());
-                    Line::from(vec![
+                    let line = Line::from(vec![
                         Span::styled(r.head.clone(), Style::default().fg(Color::LightGreen)),
                         Span::styled(site, Style::default().fg(Color::White)),
                         Span::styled(cut(&r.tail, room), Style::default().fg(Color::Gray)),
-                    ])
+                    ]);
+                    if r.selected {
+                        line.style(Style::default().bg(Color::Indexed(24)))
+                    } else {
+                        line
+                    }
                 })
                 .collect();
             lines.push(Line::styled(cut(hint, w), tone_style(Tone::Dim)));

@@ -9,6 +9,13 @@ use ratatui::Frame;
 use crate::app::{Action, App};
 use crate::frames::cut as short;
 
+/// What the panes' marks mean.
+const LEGEND: [&str; 3] = [
+    "timeline: bar height = busy share; green kernel, blue copy, magenta NCCL",
+    "gaps ─: yellow host_wait, cyan kernel_wait, red sync, magenta event wait",
+    "rate: launches and busy % a column; steps: a bar a step, height = its time",
+];
+
 /// Every key, from the key map in use; two columns when the terminal is short.
 pub fn draw(f: &mut Frame, area: Rect, app: &App) {
     let two = area.height < Action::ALL.len() as u16 + 4;
@@ -41,7 +48,7 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App) {
         74.min(area.width - 2)
     };
     let w = if two { area.width } else { col_w + 2 };
-    let h = (per_col as u16 + 3).min(area.height);
+    let h = (per_col as u16 + 2 + LEGEND.len() as u16).min(area.height);
     let r = Rect::new(
         area.x + (area.width - w) / 2,
         area.y + (area.height - h) / 2,
@@ -64,10 +71,12 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App) {
         }
         lines.push(Line::raw(l));
     }
-    lines.push(Line::styled(
-        "timeline: █ busy · ─ gap: yellow host_wait, cyan kernel_wait, red sync",
-        Style::default().fg(Color::DarkGray),
-    ));
+    for legend in LEGEND {
+        lines.push(Line::styled(
+            short(legend, col_w as usize * if two { 2 } else { 1 }),
+            Style::default().fg(Color::DarkGray),
+        ));
+    }
     f.render_widget(
         Paragraph::new(lines).block(
             Block::default()

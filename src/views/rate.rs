@@ -39,4 +39,24 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App) {
             .style(Style::default().fg(Color::Green)),
         r2,
     );
+    // The steps strip: a bar a step, as tall as its wall time against the window's longest,
+    // neighbours in two shades, the cursor's step bright.
+    if let (Some(steps), true) = (&vm.steps, inner.height >= 3) {
+        let buf = f.buffer_mut();
+        let y = inner.y + 2;
+        buf.set_string(inner.x, y, "steps", label);
+        const BLOCKS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+        for (i, c) in steps.iter().enumerate().take(n as usize) {
+            let Some(c) = c else { continue };
+            let color = match (c.current, c.odd) {
+                (true, _) => Color::LightYellow,
+                (false, true) => Color::Cyan,
+                (false, false) => Color::Blue,
+            };
+            if let Some(cell) = buf.cell_mut((inner.x + LABEL_W + i as u16, y)) {
+                cell.set_char(BLOCKS[(c.eighths as usize).clamp(1, 8) - 1])
+                    .set_style(Style::default().fg(color));
+            }
+        }
+    }
 }
