@@ -216,6 +216,8 @@ pub struct App {
     /// was made for (the store's generation and the basis) and when.
     pub diagnosis: Option<Diagnosis>,
     pub(super) diagnosed: Option<((u64, Basis), Instant)>,
+    /// A diagnosis being made on its own thread (live, big captures), and what for.
+    pub(super) diag_job: Option<(std::sync::mpsc::Receiver<Diagnosis>, (u64, Basis))>,
     /// What delimits steps (`--step NAME`), else found automatically.
     pub step_by: Option<String>,
     /// The details pane shows what to fix although a gap is selected (`w`).
@@ -281,6 +283,7 @@ impl App {
             cache: None,
             diagnosis: None,
             diagnosed: None,
+            diag_job: None,
             step_by: None,
             show_fix: false,
             fix_sel: 0,

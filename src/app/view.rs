@@ -43,9 +43,12 @@ pub struct Cache {
     pub comm: Option<CommReport>,
 }
 
-/// Most ops the whole capture's diagnosis reads (the newest ones): a bigger capture's
-/// diagnosis would hold up the UI.
+/// Most ops the whole capture's diagnosis reads (the newest ones): about a second's work.
 pub const DIAGNOSIS_CAP: usize = 1_000_000;
+/// Live, where the diagnosis shares the store with the ingest: about a fifth of a second.
+pub const LIVE_DIAGNOSIS_CAP: usize = 200_000;
+/// Up to this many ops the diagnosis takes a few milliseconds and is made in place.
+pub const SYNC_DIAGNOSIS_OPS: usize = 20_000;
 
 /// What a piece of text is, for its colour.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -303,9 +306,23 @@ impl App {
     }
 
     /// Recomputes the whole capture's diagnosis (steps, what to fix, verdicts) when the data
-    /// or the basis changed: live, at most every two seconds. A capture of more than
-    /// [`DIAGNOSIS_CAP`] ops is diagnosed on its newest part of that many.
+    /// or the basis changed: live, at most every two seconds, and on a thread of its own once the
+    /// capture is too big to diagnose between two frames (the thread shares the store, so new
+    /// data waits in the channel meanwhile, as it does for an export's copy). A capture of more
+    /// than [`DIAGNOSIS_CAP`] ops ([`LIVE_DIAGNOSIS_CAP`] live) is diagnosed on its newest part
+    /// of that many.
     fn refresh_diagnosis(&mut self, force: bool) {
+        if let Some((rx, key)) = &self.diag_job {
+            match rx.try_recv() {
+                Ok(d) => {
+                    self.diagnosed = Some((*key, Instant::now()));
+                    self.diagnosis = Some(d);
+                    self.diag_job = None;
+                }
+                Err(std::sync::mpsc::TryRecvError::Empty) => return,
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => self.diag_job = None,
+            }
+        }
         let key = (self.store.generation, self.cfg.basis);
         if let Some((k, at)) = self.diagnosed {
             let recent = self.is_live() && at.elapsed().as_secs() < 2;
@@ -317,13 +334,41 @@ impl App {
             self.diagnosis = None;
             return;
         };
-        let lo = self.newest_part(slo, shi, DIAGNOSIS_CAP);
+        let cap = if self.is_live() {
+            LIVE_DIAGNOSIS_CAP
+        } else {
+            DIAGNOSIS_CAP
+        };
+        let lo = self.newest_part(slo, shi, cap);
+        let (cfg, step_by) = (self.cfg, self.step_by.clone());
+        if self.is_live() && self.store.op_count() > SYNC_DIAGNOSIS_OPS {
+            let store = std::sync::Arc::clone(&self.store);
+            let step_by = step_by.clone();
+            let (tx, rx) = std::sync::mpsc::channel();
+            let spawned = std::thread::Builder::new()
+                .name("gaptop-diagnosis".into())
+                .spawn(move || {
+                    let d = advice::diagnose(
+                        &store,
+                        Window::new(lo, shi),
+                        &cfg,
+                        0,
+                        step_by.as_deref(),
+                    );
+                    drop(store);
+                    let _ = tx.send(d);
+                });
+            if spawned.is_ok() {
+                self.diag_job = Some((rx, key));
+                return;
+            }
+        }
         self.diagnosis = Some(advice::diagnose(
             &self.store,
             Window::new(lo, shi),
-            &self.cfg,
+            &cfg,
             0,
-            self.step_by.as_deref(),
+            step_by.as_deref(),
         ));
         self.diagnosed = Some((key, Instant::now()));
     }
