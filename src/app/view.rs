@@ -348,13 +348,8 @@ impl App {
             let spawned = std::thread::Builder::new()
                 .name("gaptop-diagnosis".into())
                 .spawn(move || {
-                    let d = advice::diagnose(
-                        &store,
-                        Window::new(lo, shi),
-                        &cfg,
-                        0,
-                        step_by.as_deref(),
-                    );
+                    let d =
+                        advice::diagnose(&store, Window::new(lo, shi), &cfg, 0, step_by.as_deref());
                     drop(store);
                     let _ = tx.send(d);
                 });
