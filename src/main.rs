@@ -45,12 +45,33 @@ impl CollectArgs {
 
 #[derive(clap::Args, Clone)]
 struct WindowArgs {
-    /// Window start, relative to the capture start (e.g. 1.5ms, 200us, 3s; bare numbers are µs)
+    /// Window start, relative to the capture start (e.g. 1.5ms, 200us, 3s: a unit is needed)
     #[arg(long, value_parser = parse_time)]
     from: Option<i64>,
     /// Window end, relative to the capture start
     #[arg(long, value_parser = parse_time)]
     to: Option<i64>,
+}
+
+impl WindowArgs {
+    /// The window as offsets from the capture's start, checked against a capture `span` long:
+    /// a window past the end or ending before it starts is an error, not an empty answer.
+    fn check(&self, span: i64) -> anyhow::Result<(i64, i64)> {
+        use gaptop::units::fmt_ns;
+        let from = self.from.unwrap_or(0);
+        let to = self.to.unwrap_or(span);
+        if from >= span {
+            anyhow::bail!(
+                "--from {} is past the end of the capture ({} long)",
+                fmt_ns(from),
+                fmt_ns(span)
+            );
+        }
+        if to <= from {
+            anyhow::bail!("--to {} must be after --from {}", fmt_ns(to), fmt_ns(from));
+        }
+        Ok((from, to))
+    }
 }
 
 #[derive(clap::Args, Clone)]
@@ -220,6 +241,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             analysis,
         } => {
             let store = gaptop::collect::load_path(&file, usize::MAX)?;
+            let (slo, shi) = store.span().unwrap_or((0, 0));
+            window
+                .check(shi - slo)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
             let cfg = Config {
                 kernel_wait_ns: kernel_wait,
                 basis: analysis.basis(),
@@ -308,11 +333,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let (lo, hi) = store
                 .span()
                 .ok_or_else(|| anyhow::anyhow!("{}: no GPU ops", file.display()))?;
-            let from = window.from.map(|f| lo + f).unwrap_or(lo);
-            let to = window.to.map(|t| lo + t).unwrap_or(hi);
-            if to <= from {
-                anyhow::bail!("--to must be after --from");
-            }
+            let (from, to) = window
+                .check(hi - lo)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+            let (from, to) = (lo + from, lo + to);
             let n = gaptop::export::write_file(&store, from, to, &Config::default(), &output)?;
             let spans = if n.spans > 0 {
                 format!(", {} CPU spans", n.spans)

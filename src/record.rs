@@ -86,8 +86,16 @@ pub fn run(
     ] {
         signal_hook::flag::register_usize(sig, signalled.clone(), sig as usize)?;
     }
-    // Only now the program starts: a signal from here on finalises the recording.
-    let mut l = live::launch(cmd, None, opts)?;
+    // Only now the program starts: a signal from here on finalises the recording. A program
+    // that cannot start leaves no recording behind.
+    let mut l = match live::launch(cmd, None, opts) {
+        Ok(l) => l,
+        Err(e) => {
+            drop(w);
+            let _ = std::fs::remove_file(out);
+            return Err(e);
+        }
+    };
     let started = Instant::now();
     let mut t = Totals::default();
     let mut drops = Default::default();

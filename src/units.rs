@@ -42,7 +42,7 @@ pub fn fmt_short(ns: Ns) -> String {
     }
 }
 
-/// Parses "1.5ms", "200us", "200µs", "3s", "100ns"; a bare number is microseconds.
+/// Parses "1.5ms", "200us", "200µs", "3s", "100ns"; a number needs its unit (but 0).
 pub fn parse_time(s: &str) -> Result<Ns, String> {
     let t = s.trim();
     let (num, mult) = if let Some(n) = t.strip_suffix("ns") {
@@ -53,8 +53,10 @@ pub fn parse_time(s: &str) -> Result<Ns, String> {
         (n, 1e6)
     } else if let Some(n) = t.strip_suffix('s') {
         (n, 1e9)
+    } else if t.parse::<f64>().is_ok_and(|v| v == 0.0) {
+        (t, 0.0)
     } else {
-        (t, 1e3)
+        return Err(format!("bad time {s:?}: give a unit: ns, us, ms or s"));
     };
     let v: f64 = num
         .trim()
@@ -88,7 +90,8 @@ mod tests {
         assert_eq!(parse_time("200us"), Ok(200_000));
         assert_eq!(parse_time("200µs"), Ok(200_000));
         assert_eq!(parse_time("3s"), Ok(3_000_000_000));
-        assert_eq!(parse_time("7"), Ok(7_000));
+        assert!(parse_time("7").unwrap_err().contains("give a unit"));
+        assert_eq!(parse_time("0"), Ok(0));
         assert!(parse_time("-1ms").is_err());
         assert!(parse_time("abc").is_err());
     }

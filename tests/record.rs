@@ -193,3 +193,23 @@ fn ui_commands_without_a_terminal_say_so_and_start_nothing() {
     std::thread::sleep(Duration::from_millis(200));
     assert!(!marker.exists(), "`gaptop run` started the program");
 }
+
+/// A command that cannot start is said in one line, and leaves no recording behind.
+#[test]
+fn a_command_that_cannot_start_leaves_no_file() {
+    let dir = support::tempdir("nostart");
+    let (cuda, coll) = fake_cuda(&dir);
+    let out = dir.join("run.rec");
+    let o = Command::new(env!("CARGO_BIN_EXE_gaptop"))
+        .args(["record", "-o"])
+        .arg(&out)
+        .args(["--", "/nonexistent/program"])
+        .env("CUDA_HOME", &cuda)
+        .env("GAPTOP_COLLECTOR", &coll)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("cannot start /nonexistent/program"), "{err}");
+    assert!(!out.exists(), "an empty recording was left: {err}");
+}

@@ -284,7 +284,7 @@ fn malformed_inputs_fail_with_one_line() {
         "negative duration",
     );
     fails_with(b"{\"traceEvents\": []}", "empty.json", "no GPU ops");
-    fails_with(b"", "zero.json", "truncated");
+    fails_with(b"", "zero.json", "empty file");
     fails_with(b"{\"hello\": 1}", "notatrace.json", "not a trace");
     fails_with(b"\x89PNG\r\n\x1a\n\0\0\0", "image.png", "invalid JSON");
     fails_with(b"GAPTOPR1", "empty.rec", "no GPU ops");
@@ -762,4 +762,56 @@ fn an_exports_calls_stay_with_their_own_process() {
     let j = report_json(&p, &[]);
     assert_eq!(j["reasons"]["launch"]["count"], 1, "{}", j["reasons"]);
     assert_eq!(j["reasons"]["sync"]["count"], 0, "{}", j["reasons"]);
+}
+
+/// Windows that hold nothing and inputs that are not what they seem end in one clear line and
+/// status 1, not an empty report: a window past the end, one that ends before it starts, a bare
+/// number without its unit, an empty file, a directory; a gzipped recording reads as it is.
+#[test]
+fn bad_windows_and_odd_files_are_clear() {
+    let gpt2 = support::asset("gpt2.rec");
+    let fails = |args: &[&str], want: &str| {
+        let out = Command::new(bin()).args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert_eq!(out.stdout.len(), 0, "{args:?} printed a report");
+    };
+    let g = gpt2.to_str().unwrap();
+    fails(
+        &["report", g, "--from", "700ms"],
+        "--from 700.00ms is past the end of the capture (614.66ms long)",
+    );
+    fails(
+        &["report", g, "--from", "300ms", "--to", "100ms"],
+        "--to 100.00ms must be after --from 300.00ms",
+    );
+    fails(
+        &["export", g, "--from", "1s", "-o", "/dev/null"],
+        "is past the end of the capture",
+    );
+    fails(
+        &["report", g, "--from", "1.5"],
+        "give a unit: ns, us, ms or s",
+    );
+    let dir = support::tempdir("odd-files");
+    let empty = dir.join("empty.json");
+    std::fs::write(&empty, b"").unwrap();
+    fails(
+        &["report", empty.to_str().unwrap()],
+        "empty.json: empty file",
+    );
+    fails(
+        &["report", dir.to_str().unwrap()],
+        "is a directory, not a trace or a recording",
+    );
+    // A recording someone gzipped reads as the recording.
+    let gz = dir.join("gpt2.rec.gz");
+    let mut z = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut z, &std::fs::read(&gpt2).unwrap()).unwrap();
+    std::fs::write(&gz, z.finish().unwrap()).unwrap();
+    let plain = report_json(&gpt2, &[]);
+    let zipped = report_json(&gz, &[]);
+    assert_eq!(plain["gpu_ops"], zipped["gpu_ops"]);
+    assert_eq!(plain["device_idle_ns"], zipped["device_idle_ns"]);
 }

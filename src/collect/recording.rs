@@ -153,7 +153,14 @@ pub fn load(path: &Path, budget: usize) -> anyhow::Result<Store> {
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
     let f = std::fs::File::open(path)?;
-    let note = read_into(f, &mut store)?;
+    // A recording someone gzipped reads as it is.
+    let mut head = [0u8; 2];
+    let gz = std::fs::File::open(path)?.read(&mut head)? == 2 && head == [0x1f, 0x8b];
+    let note = if gz {
+        read_into(flate2::read::GzDecoder::new(f), &mut store)?
+    } else {
+        read_into(f, &mut store)?
+    };
     if let Some((at, why)) = note.cut {
         store
             .skipped
