@@ -42,6 +42,17 @@ pub fn fmt_short(ns: Ns) -> String {
     }
 }
 
+/// `n` and its noun, in the singular for one: `1 gap`, `3 gaps`, `1 launch`, `2 launches`.
+pub fn count(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else if noun.ends_with("ch") || noun.ends_with('s') {
+        format!("{n} {noun}es")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 /// Parses "1.5ms", "200us", "200µs", "3s", "100ns"; a number needs its unit (but 0).
 pub fn parse_time(s: &str) -> Result<Ns, String> {
     let t = s.trim();
@@ -82,6 +93,14 @@ mod tests {
         assert_eq!(fmt_ns(3_000_000_000), "3.000s");
         assert_eq!(fmt_short(1_500), "1.50us");
         assert_eq!(fmt_short(250_000_000), "250ms");
+    }
+
+    #[test]
+    fn counts_say_one_in_the_singular() {
+        assert_eq!(count(1, "gap"), "1 gap");
+        assert_eq!(count(0, "gap"), "0 gaps");
+        assert_eq!(count(1, "launch"), "1 launch");
+        assert_eq!(count(7, "launch"), "7 launches");
     }
 
     #[test]

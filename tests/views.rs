@@ -216,7 +216,7 @@ fn threshold_zoom_and_pause() {
     // (Set by hand rather than by keys: the view model is rebuilt by hand too.)
     a.refresh(false);
     let screen = render(&mut a, 120, 30);
-    assert!(screen.contains("(100.0%) in 1 gaps"), "{screen}");
+    assert!(screen.contains("(100.0%) in 1 gap, "), "{screen}");
     a.focus = Focus::Gaps;
     a.update(Action::ThresholdDown);
     assert_eq!(a.gaps().len(), 3);
@@ -1152,4 +1152,55 @@ fn the_steps_strip_shows_a_bar_a_step() {
     // At 80x20 the lanes keep the rows: no strip.
     let s = render(&mut a, 80, 20);
     assert!(!s.contains("│steps "), "{s}");
+}
+
+/// The gap list as htop's lists: the first ↓ selects the first row (not the second), PgDn and
+/// PgUp move a page, End and Home (G and g) the last and first rows, the title says which row
+/// of how many, and the columns have names.
+#[test]
+fn the_gap_list_moves_by_rows_pages_and_ends() {
+    let mut a = recording("gpt2.rec");
+    let s = render(&mut a, 120, 40);
+    assert!(s.contains("     gap cause             at before"), "{s}");
+    let listed = a.listed_gaps();
+    a.update(Action::Down);
+    assert_eq!(
+        a.selected_gap(),
+        Some(listed[0]),
+        "the first row, not the second"
+    );
+    let s = render(&mut a, 120, 40);
+    assert!(s.contains(&format!("· 1 of {} ", listed.len())), "{s}");
+    a.update(Action::PageDown);
+    let page = a.gap_sel;
+    assert!(page > 5, "a page is the list's height: {page}");
+    a.update(Action::Bottom);
+    assert_eq!(a.gap_sel, listed.len() - 1);
+    assert_eq!(a.selected_gap(), Some(listed[listed.len() - 1]));
+    a.update(Action::PageUp);
+    assert_eq!(a.gap_sel, listed.len() - 1 - page);
+    a.update(Action::Top);
+    assert_eq!(a.gap_sel, 0);
+    let s = render(&mut a, 120, 40);
+    assert!(s.contains(&format!("· 1 of {} ", listed.len())), "{s}");
+}
+
+/// Messages do not outlive what they were about: `z` says it shows the whole capture. A
+/// recording cut short says so on the status line as soon as it opens. The help says that `q`
+/// quits.
+#[test]
+fn status_messages_are_current() {
+    let mut a = recording("gpt2.rec");
+    a.update(Action::BiggestGap);
+    assert!(a.message.starts_with("biggest gap"));
+    a.update(Action::ZoomAll);
+    assert_eq!(a.message, "the whole capture");
+    let bytes = std::fs::read(support::asset("planted.rec")).unwrap();
+    let cut = support::tempdir("cut").join("cut.rec");
+    std::fs::write(&cut, &bytes[..bytes.len() - 7]).unwrap();
+    let mut a = App::new(load_path(&cut, usize::MAX).unwrap(), SourceState::File);
+    let s = render(&mut a, 120, 30);
+    assert!(s.contains("recording cut at byte"), "{s}");
+    a.update(Action::Help);
+    assert!(render(&mut a, 120, 40).contains("q quits; any other key closes this"));
 }

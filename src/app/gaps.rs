@@ -129,16 +129,19 @@ impl App {
         }
     }
 
-    /// ↑/↓ in the gap list: the previous or next row, selected.
+    /// ↑/↓ in the gap list: the previous or next row, selected; with no gap selected yet, the
+    /// first row.
     pub(super) fn move_in_gap_list(&mut self, down: bool) {
+        let by = if self.selected.is_none() { 0 } else { 1 };
+        self.move_gap_rows(if down { by } else { -by });
+    }
+
+    /// Moves the gap list's selection by `rows` (clamped to the list) and selects that gap.
+    pub(super) fn move_gap_rows(&mut self, rows: i64) {
         let listed = self.listed_gaps();
         let n = listed.len();
         if n > 0 {
-            self.gap_sel = if down {
-                (self.gap_sel + 1).min(n - 1)
-            } else {
-                self.gap_sel.saturating_sub(1)
-            };
+            self.gap_sel = (self.gap_sel as i64 + rows).clamp(0, n as i64 - 1) as usize;
             let g = listed[self.gap_sel];
             self.select(&g);
         }

@@ -47,6 +47,11 @@ pub enum Action {
     PrevStep,
     /// Show the CPU samples taken during each site's gaps as its subtree.
     CpuSamples,
+    /// A page up or down, the first or the last row, in the focused list.
+    PageUp,
+    PageDown,
+    Top,
+    Bottom,
     /// While searching (not bindable; `search_action` makes them): a typed character, a
     /// deleted one, the next match, and the end of the search.
     SearchChar(char),
@@ -56,7 +61,7 @@ pub enum Action {
 }
 
 impl Action {
-    pub const ALL: [(Action, &'static str, &'static str); 31] = [
+    pub const ALL: [(Action, &'static str, &'static str); 35] = [
         (Action::Quit, "quit", "quit (the terminal is restored)"),
         (
             Action::Pause,
@@ -148,6 +153,14 @@ impl Action {
             "cpu_samples",
             "call tree: CPU samples during each site's gaps",
         ),
+        (Action::PageUp, "page_up", "a page up in the focused list"),
+        (
+            Action::PageDown,
+            "page_down",
+            "a page down in the focused list",
+        ),
+        (Action::Top, "top", "the first row of the focused list"),
+        (Action::Bottom, "bottom", "the last row of the focused list"),
     ];
 
     /// A description of at most 28 characters, for the help's columns on an 80-column screen.
@@ -184,6 +197,10 @@ impl Action {
             Action::NextStep => "next step",
             Action::PrevStep => "previous step",
             Action::CpuSamples => "tree: CPU samples in gaps",
+            Action::PageUp => "page up",
+            Action::PageDown => "page down",
+            Action::Top => "first row",
+            Action::Bottom => "last row",
             Action::SearchChar(_) | Action::SearchBack | Action::SearchNext | Action::SearchEnd => {
                 ""
             }

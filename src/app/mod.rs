@@ -253,6 +253,13 @@ impl App {
         let store = store.into();
         let (lo, hi) = store.span().unwrap_or((0, 1));
         let live = source == SourceState::Live;
+        // A recording cut short says so at once, not only once the UI has gone.
+        let message = store
+            .skipped
+            .keys()
+            .find(|k| k.starts_with("recording cut at byte"))
+            .map(|k| format!("{k}: showing what comes before it"))
+            .unwrap_or_default();
         App {
             store,
             ingest: Ingest::new(),
@@ -276,7 +283,7 @@ impl App {
             search_hit: 0,
             node_filter: None,
             help: false,
-            message: String::new(),
+            message,
             export_dir: PathBuf::from("."),
             export_job: None,
             stop_requests: 0,
@@ -539,7 +546,10 @@ impl App {
                     self.message = "select a gap first (n, b or ↑/↓)".into();
                 }
             }
-            Action::ZoomAll => self.zoom_all(),
+            Action::ZoomAll => {
+                self.zoom_all();
+                self.message = "the whole capture".into();
+            }
             Action::FocusNext | Action::FocusPrev => {
                 // The what-to-fix rows take the focus while the details pane shows them.
                 let mut order = vec![Focus::Timeline, Focus::Gaps, Focus::Tree];
@@ -642,6 +652,37 @@ impl App {
                 }
                 if !self.show_fix && self.current.is_none() {
                     self.message = "no gap selected: n, b or ↑/↓ picks one".into();
+                }
+            }
+            Action::PageUp | Action::PageDown | Action::Top | Action::Bottom => {
+                // A page is the gap list's height as last laid out.
+                let page = (self.view.screen.gaps.height.saturating_sub(3) as i64).max(1);
+                let rows = match a {
+                    Action::PageUp => -page,
+                    Action::PageDown => page,
+                    Action::Top => i64::MIN / 2,
+                    _ => i64::MAX / 2,
+                };
+                match self.focus {
+                    Focus::Tree => {
+                        let n = rows.unsigned_abs().min(10_000) as usize;
+                        for _ in 0..n {
+                            let moved = if rows < 0 {
+                                self.tree_state.key_up()
+                            } else {
+                                self.tree_state.key_down()
+                            };
+                            if !moved {
+                                break;
+                            }
+                        }
+                    }
+                    Focus::Fix => {
+                        let n = self.diagnosis.as_ref().map_or(0, |d| d.advice.len()) as i64;
+                        self.fix_sel =
+                            (self.fix_sel as i64 + rows).clamp(0, (n - 1).max(0)) as usize;
+                    }
+                    Focus::Gaps | Focus::Timeline => self.move_gap_rows(rows),
                 }
             }
             Action::NextStep => self.step_to(1),

@@ -293,9 +293,9 @@ pub(super) fn build_rows(store: &Store, t: &CallTree, ids: &[usize]) -> Vec<Tree
             head: format!("{:>6} {:>3.0}%  ", fmt_short(node.gap_ns), share),
             name,
             counts: format!(
-                "  {} gaps · {} launches · {} kernel",
-                node.gaps,
-                node.launches,
+                "  {} · {} · {} kernel",
+                crate::units::count(node.gaps, "gap"),
+                crate::units::count(node.launches, "launch"),
                 fmt_short(node.kernel_ns),
             ),
             children,

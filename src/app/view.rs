@@ -146,6 +146,8 @@ pub struct GapRow {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct GapListVm {
     pub title: String,
+    /// The columns' names.
+    pub header: String,
     /// The rows that fit, around the selected one.
     pub rows: Vec<GapRow>,
 }
@@ -689,7 +691,13 @@ impl App {
             }
             _ => title,
         };
-        let h = inner.height as usize;
+        // Where the selected row is in the list.
+        let title = match gaps.iter().position(|g| self.is_selected(g)) {
+            Some(i) => format!("{title}· {} of {} ", i + 1, gaps.len()),
+            None => title,
+        };
+        // The first row names the columns.
+        let h = (inner.height as usize).saturating_sub(1);
         let first = self
             .gap_sel
             .saturating_sub(h / 2)
@@ -717,7 +725,15 @@ impl App {
                 }
             })
             .collect();
-        GapListVm { title, rows }
+        let header = format!(
+            "{:>8} {:<11} {:>8} {:<14} {}",
+            "gap", "cause", "at", "before", "launched from"
+        );
+        GapListVm {
+            title,
+            header,
+            rows,
+        }
     }
 
     fn tree_title(&self) -> String {
@@ -937,10 +953,10 @@ impl App {
             (
                 Tone::Plain,
                 format!(
-                    "{} of gap time ({share:.1}%) in {} gaps, {} launches, {} of kernel time",
+                    "{} of gap time ({share:.1}%) in {}, {}, {} of kernel time",
                     fmt_ns(node.gap_ns),
-                    node.gaps,
-                    node.launches,
+                    crate::units::count(node.gaps, "gap"),
+                    crate::units::count(node.launches, "launch"),
                     fmt_ns(node.kernel_ns)
                 ),
             ),

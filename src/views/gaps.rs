@@ -21,21 +21,23 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App) {
     if inner.height == 0 {
         return;
     }
-    let mut lines: Vec<Line> = vm
-        .rows
-        .iter()
-        .map(|r| {
-            let mut style = Style::default().fg(cause_color(r.cause));
-            if r.highlighted {
-                style = style.add_modifier(Modifier::BOLD);
-            }
-            if r.selected {
-                style = style.bg(Color::Indexed(24)).fg(Color::White);
-            }
-            Line::styled(cut(&r.text, inner.width as usize), style)
-        })
-        .collect();
-    if lines.is_empty() {
+    let mut lines: Vec<Line> = vec![Line::styled(
+        cut(&vm.header, inner.width as usize),
+        Style::default()
+            .fg(Color::DarkGray)
+            .add_modifier(Modifier::UNDERLINED),
+    )];
+    lines.extend(vm.rows.iter().map(|r| {
+        let mut style = Style::default().fg(cause_color(r.cause));
+        if r.highlighted {
+            style = style.add_modifier(Modifier::BOLD);
+        }
+        if r.selected {
+            style = style.bg(Color::Indexed(24)).fg(Color::White);
+        }
+        Line::styled(cut(&r.text, inner.width as usize), style)
+    }));
+    if vm.rows.is_empty() {
         lines.push(Line::styled(
             "no gaps in this window",
             Style::default().fg(Color::DarkGray),

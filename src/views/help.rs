@@ -81,7 +81,7 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App) {
         Paragraph::new(lines).block(
             Block::default()
                 .borders(Borders::ALL)
-                .title(" gaptop keys (any key closes) "),
+                .title(" gaptop keys (q quits; any other key closes this) "),
         ),
         r,
     );
