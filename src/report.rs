@@ -116,7 +116,9 @@ pub struct JsonWindow {
     pub to_ns: Ns,
 }
 
-fn pct(h: &hdrhistogram::Histogram<u64>) -> Percentiles {
+/// Percentiles of a histogram, with its exact maximum (the histogram's own is rounded up to
+/// its precision, and would read above the longest gap listed).
+fn pct(h: &hdrhistogram::Histogram<u64>, max: Ns) -> Percentiles {
     if h.is_empty() {
         return Percentiles {
             p50: 0,
@@ -129,7 +131,7 @@ fn pct(h: &hdrhistogram::Histogram<u64>) -> Percentiles {
         p50: h.value_at_quantile(0.5),
         p90: h.value_at_quantile(0.9),
         p99: h.value_at_quantile(0.99),
-        max: h.max(),
+        max: max.max(0) as u64,
     }
 }
 
@@ -334,8 +336,8 @@ pub fn build_steps(
         device_idle_ns: s.device_idle_ns,
         idle,
         reasons,
-        gap_percentiles_ns: pct(&s.gap_hist),
-        kernel_percentiles_ns: pct(&s.kernel_hist),
+        gap_percentiles_ns: pct(&s.gap_hist, s.gap_max_ns),
+        kernel_percentiles_ns: pct(&s.kernel_hist, s.kernel_max_ns),
         basis: s.basis.as_str(),
         steps: d.steps.as_ref().map(|st| st.json()),
         advice: d.advice.into_iter().take(5).collect(),

@@ -20,6 +20,24 @@ pub fn fmt_ns(ns: Ns) -> String {
     }
 }
 
+/// A time precise enough to tell apart points `res` nanoseconds apart: `173.8245ms` where
+/// [`fmt_ns`] says `173.82ms`.
+pub fn fmt_at(ns: Ns, res: Ns) -> String {
+    let a = ns.unsigned_abs() as f64;
+    let (unit, name) = if a < 1e3 {
+        return fmt_ns(ns);
+    } else if a < 1e6 {
+        (1e3, "µs")
+    } else if a < 1e9 {
+        (1e6, "ms")
+    } else {
+        (1e9, "s")
+    };
+    let digits = (unit / res.max(1) as f64).log10().ceil().clamp(2.0, 9.0) as usize;
+    let sign = if ns < 0 { "-" } else { "" };
+    format!("{sign}{:.digits$}{name}", a / unit)
+}
+
 /// Compact form for axes and narrow cells: at most 6 characters.
 pub fn fmt_short(ns: Ns) -> String {
     let a = ns.unsigned_abs() as f64;
@@ -27,7 +45,7 @@ pub fn fmt_short(ns: Ns) -> String {
     let (v, u) = if a < 1e3 {
         (a, "ns")
     } else if a < 1e6 {
-        (a / 1e3, "us")
+        (a / 1e3, "µs")
     } else if a < 1e9 {
         (a / 1e6, "ms")
     } else {
@@ -91,7 +109,10 @@ mod tests {
         assert_eq!(fmt_ns(15_500), "15.5µs");
         assert_eq!(fmt_ns(2_500_000), "2.50ms");
         assert_eq!(fmt_ns(3_000_000_000), "3.000s");
-        assert_eq!(fmt_short(1_500), "1.50us");
+        assert_eq!(fmt_short(1_500), "1.50µs");
+        assert_eq!(fmt_at(173_824_519, 45), "173.82452ms");
+        assert_eq!(fmt_at(173_824_519, 10_000_000), "173.82ms");
+        assert_eq!(fmt_at(2_500_000_000, 1_000), "2.500000s");
         assert_eq!(fmt_short(250_000_000), "250ms");
     }
 

@@ -539,7 +539,7 @@ fn advice_counts_one_off_gaps_apart() {
         conv["text"]
             .as_str()
             .unwrap()
-            .contains("in gaps of ~61.4us or more"),
+            .contains("in gaps of ~61.4µs or more"),
         "{conv}"
     );
     let (n, ns, all) = (
@@ -814,4 +814,27 @@ fn bad_windows_and_odd_files_are_clear() {
     let zipped = report_json(&gz, &[]);
     assert_eq!(plain["gpu_ops"], zipped["gpu_ops"]);
     assert_eq!(plain["device_idle_ns"], zipped["device_idle_ns"]);
+}
+
+/// The percentiles' max is the longest gap itself, not the histogram's value rounded up to its
+/// three digits (which read 4.815 s beside a 4.814 s top gap).
+#[test]
+fn the_percentile_max_is_the_longest_gap() {
+    for name in ["gpt2.rec", "planted.rec", "launchbound.rec"] {
+        for basis in [&[][..], &["--per-stream"][..]] {
+            let j = report_json(&support::asset(name), basis);
+            let longest = j["top_gaps"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|g| g["duration_ns"].as_u64().unwrap())
+                .max()
+                .unwrap();
+            assert_eq!(
+                j["gap_percentiles_ns"]["max"].as_u64().unwrap(),
+                longest,
+                "{name} {basis:?}"
+            );
+        }
+    }
 }

@@ -206,7 +206,7 @@ fn threshold_zoom_and_pause() {
     );
     let screen = render(&mut a, 120, 30);
     assert!(
-        screen.contains("Call tree (top-down, gaps ≥64us)"),
+        screen.contains("Call tree (top-down, gaps ≥64µs)"),
         "{screen}"
     );
     // The node's details give the same share as its row.
@@ -1203,4 +1203,46 @@ fn status_messages_are_current() {
     assert!(s.contains("recording cut at byte"), "{s}");
     a.update(Action::Help);
     assert!(render(&mut a, 120, 40).contains("q quits; any other key closes this"));
+}
+
+/// Zoomed deep into a capture (a few µs, 170 ms in), the axis counts from the window's start
+/// as nsys does, the title gives the start precisely, and the cursor's ▲ is named and covers
+/// no tick's digits.
+#[test]
+fn a_deep_zoom_reads_ticks_from_the_window_start() {
+    let mut a = recording("gpt2.rec");
+    let origin = a.store.span().unwrap().0;
+    let t = origin + 173_824_519;
+    // Step in with the keys, centred on t (each zoom halves the window around the cursor).
+    a.cursor = t;
+    for _ in 0..40 {
+        a.update(Action::ZoomIn);
+    }
+    a.refresh(false);
+    assert!(a.width() < 10_000, "zoomed in to {} ns", a.width());
+    let screen = render(&mut a, 80, 24);
+    let axis: Vec<&str> = screen.lines().filter(|l| l.contains("|+")).collect();
+    assert_eq!(axis.len(), 1, "one axis row with relative ticks:\n{screen}");
+    assert!(axis[0].contains("|+0ns"), "{screen}");
+    // Every tick label reads differently (absolute ones all said |174ms).
+    let labels: Vec<&str> = axis[0].split('|').skip(2).map(|s| s.trim()).collect();
+    let mut seen = labels.clone();
+    seen.dedup();
+    assert_eq!(seen, labels, "{screen}");
+    assert!(
+        screen.contains("173.82") && screen.contains("(ticks from the window start)"),
+        "{screen}"
+    );
+    assert!(screen.contains("▲ cursor"), "the mark is named: {screen}");
+    // The ▲ sits on the axis between labels, never inside one.
+    let line = axis[0];
+    if let Some(i) = line.find('▲') {
+        let before = &line[..i];
+        let after = &line[i + '▲'.len_utf8()..];
+        assert!(
+            !(before.ends_with(|c: char| c.is_ascii_alphanumeric() || c == '.')
+                && after.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '.')),
+            "the cursor mark splits a label: {line}"
+        );
+    }
 }

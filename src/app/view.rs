@@ -421,13 +421,26 @@ impl App {
 
     /// One row per lane: busy blocks, gaps by cause, the cursor and the selected gap.
     fn timeline_vm(&self, inner: Rect) -> TimelineVm {
+        let origin = self.store.span().map(|s| s.0).unwrap_or(0);
+        // A window narrow beside its distance from the capture start (a deep zoom) reads its
+        // ticks from the window's start, as nsys and Perfetto do, and its start precisely.
+        let relative = self.width().saturating_mul(50) < self.lo - origin;
+        let cursor = format!("▲ cursor {}", self.rel(self.cursor));
         let mut vm = TimelineVm {
-            title: format!(
-                " GPU timeline  {} .. {}  (window {}) ",
-                self.rel(self.lo),
-                self.rel(self.hi),
-                fmt_ns(self.width())
-            ),
+            title: if relative {
+                format!(
+                    " GPU timeline  {} + {}  (ticks from the window start)  {cursor} ",
+                    crate::units::fmt_at(self.lo - origin, self.width() / 100),
+                    fmt_ns(self.width()),
+                )
+            } else {
+                format!(
+                    " GPU timeline  {} .. {}  (window {})  {cursor} ",
+                    self.rel(self.lo),
+                    self.rel(self.hi),
+                    fmt_ns(self.width())
+                )
+            },
             ..Default::default()
         };
         if inner.height < 2 || inner.width < 20 {
@@ -529,18 +542,24 @@ impl App {
                 )
             });
         }
-        // Axis with ticks every ~16 columns, relative to the capture start.
-        let origin = self.store.span().map(|s| s.0).unwrap_or(0);
-        let mut c = 0u16;
-        while c + 8 < cols {
-            let label = format!("|{}", fmt_short(t_at(c) - origin));
-            let n = label.len() as u16;
-            vm.ticks.push((c, label));
-            c += 16.max(n + 2);
-        }
+        // Axis with ticks every ~16 columns, relative to the capture start (or, deep in, to
+        // the window's start). A tick the cursor's mark would cover is left out.
         vm.cursor_col = (0..cols as i64)
             .contains(&cursor_col)
             .then_some(cursor_col as u16);
+        let mut c = 0u16;
+        while c + 8 < cols {
+            let label = if relative {
+                format!("|+{}", fmt_short(t_at(c) - lo))
+            } else {
+                format!("|{}", fmt_short(t_at(c) - origin))
+            };
+            let n = label.chars().count() as u16;
+            if vm.cursor_col.is_none_or(|k| k < c || k >= c + n) {
+                vm.ticks.push((c, label));
+            }
+            c += 16.max(n + 2);
+        }
         vm
     }
 

@@ -604,6 +604,9 @@ pub struct Summary {
     pub top_eligible: u64,
     pub gap_hist: hdrhistogram::Histogram<u64>,
     pub kernel_hist: hdrhistogram::Histogram<u64>,
+    /// The longest gap and op exactly (the histograms keep 3 significant digits).
+    pub gap_max_ns: Ns,
+    pub kernel_max_ns: Ns,
     /// Per (stack, api, op) leaf: (gaps, gap_ns).
     pub stacks: HashMap<(StackId, NameId, NameId), (u64, Ns)>,
     /// Per launch site: what its gaps were like (for advice).
@@ -1013,6 +1016,8 @@ pub fn summarize_steps(
         top_eligible: 0,
         gap_hist: hist(),
         kernel_hist: hist(),
+        gap_max_ns: 0,
+        kernel_max_ns: 0,
         stacks: HashMap::default(),
         leaves: HashMap::default(),
         basis: cfg.basis,
@@ -1042,6 +1047,7 @@ pub fn summarize_steps(
                 s.kernels += 1;
                 s.kernel_ns += clip;
                 let _ = s.kernel_hist.record(op.dur().max(1) as u64);
+                s.kernel_max_ns = s.kernel_max_ns.max(op.dur());
             }
             let api = proc.api_by_corr(op.corr);
             let kernel_clip = if op.kind == super::store::OpKind::Kernel {
@@ -1066,6 +1072,7 @@ pub fn summarize_steps(
             r.count += 1;
             r.total_ns += d;
             let _ = s.gap_hist.record(d.max(1) as u64);
+            s.gap_max_ns = s.gap_max_ns.max(d);
             if cfg.basis == Basis::Stream {
                 charge(&mut s, &mut top, store, g, steady.as_ref());
             }
