@@ -148,7 +148,7 @@ fn write_copy(
     let (_, report) = crate::report::build(
         store,
         {
-            let origin = store.span().map(|s| s.0).unwrap_or(0);
+            let origin = store.origin();
             Window::new(lo - origin, hi - origin)
         },
         cfg,
@@ -289,7 +289,7 @@ fn write_copy(
         Ev::meta(
             "gaptop_window",
             json!("gaptop gaps"),
-            json!({"from_ns": lo, "to_ns": hi}),
+            json!({"from_ns": lo, "to_ns": hi, "origin_ns": store.origin()}),
         ),
     )?;
     for d in devices {

@@ -54,17 +54,28 @@ struct WindowArgs {
 }
 
 impl WindowArgs {
-    /// The window as offsets from the capture's start, checked against a capture `span` long:
-    /// a window past the end or ending before it starts is an error, not an empty answer.
-    fn check(&self, span: i64) -> anyhow::Result<(i64, i64)> {
+    /// The window as offsets from the capture's origin (its start, or for an exported window
+    /// the start of the capture it came from), checked against the capture's extent
+    /// `[start, end)` in the same offsets: a window past the end, before the start or ending
+    /// before it starts is an error, not an empty answer.
+    fn check(&self, store: &gaptop::collect::store::Store) -> anyhow::Result<(i64, i64)> {
         use gaptop::units::fmt_ns;
-        let from = self.from.unwrap_or(0);
-        let to = self.to.unwrap_or(span);
-        if from >= span {
+        let (slo, shi) = store.span().unwrap_or((0, 0));
+        let (start, end) = (slo - store.origin(), shi - store.origin());
+        let from = self.from.unwrap_or(start);
+        let to = self.to.unwrap_or(end);
+        if from >= end {
             anyhow::bail!(
-                "--from {} is past the end of the capture ({} long)",
+                "--from {} is past the end of the capture (it ends at {})",
                 fmt_ns(from),
-                fmt_ns(span)
+                fmt_ns(end)
+            );
+        }
+        if to <= start {
+            anyhow::bail!(
+                "--to {} is before the capture starts (at {})",
+                fmt_ns(to),
+                fmt_ns(start)
             );
         }
         if to <= from {
@@ -241,9 +252,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             analysis,
         } => {
             let store = gaptop::collect::load_path(&file, usize::MAX)?;
-            let (slo, shi) = store.span().unwrap_or((0, 0));
             window
-                .check(shi - slo)
+                .check(&store)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
             let cfg = Config {
                 kernel_wait_ns: kernel_wait,
@@ -330,13 +340,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             output,
         } => {
             let store = gaptop::collect::load_path(&file, usize::MAX)?;
-            let (lo, hi) = store
-                .span()
-                .ok_or_else(|| anyhow::anyhow!("{}: no GPU ops", file.display()))?;
+            if store.span().is_none() {
+                anyhow::bail!("{}: no GPU ops", file.display());
+            }
             let (from, to) = window
-                .check(hi - lo)
+                .check(&store)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
-            let (from, to) = (lo + from, lo + to);
+            let (from, to) = (store.origin() + from, store.origin() + to);
             let n = gaptop::export::write_file(&store, from, to, &Config::default(), &output)?;
             let spans = if n.spans > 0 {
                 format!(", {} CPU spans", n.spans)

@@ -116,6 +116,15 @@ pub struct JsonWindow {
     pub to_ns: Ns,
 }
 
+/// A count of gaps for a right-aligned column: `12 gaps`, `1 gap ` (the noun's column kept).
+fn gaps_n(n: u64) -> String {
+    format!(
+        "{:<w$}",
+        crate::units::count(n, "gap"),
+        w = n.to_string().len() + 5
+    )
+}
+
 /// Percentiles of a histogram, with its exact maximum (the histogram's own is rounded up to
 /// its precision, and would read above the longest gap listed).
 fn pct(h: &hdrhistogram::Histogram<u64>, max: Ns) -> Percentiles {
@@ -128,9 +137,9 @@ fn pct(h: &hdrhistogram::Histogram<u64>, max: Ns) -> Percentiles {
         };
     }
     Percentiles {
-        p50: h.value_at_quantile(0.5),
-        p90: h.value_at_quantile(0.9),
-        p99: h.value_at_quantile(0.99),
+        p50: h.value_at_quantile(0.5).min(max.max(0) as u64),
+        p90: h.value_at_quantile(0.9).min(max.max(0) as u64),
+        p99: h.value_at_quantile(0.99).min(max.max(0) as u64),
         max: max.max(0) as u64,
     }
 }
@@ -276,7 +285,7 @@ pub fn build_steps(
     top: usize,
     step_by: Option<&str>,
 ) -> (Summary, JsonReport) {
-    let origin = store.span().map(|s| s.0).unwrap_or(0);
+    let origin = store.origin();
     let abs = Window {
         from: w.from.map(|f| f + origin),
         to: w.to.map(|t| t + origin),
@@ -465,9 +474,9 @@ pub fn text(j: &JsonReport) -> String {
         let b = &j.idle[c];
         let _ = writeln!(
             o,
-            "  {:<12} {:>8} gaps  {:>12}  {:5.1}%",
+            "  {:<12} {:>13}  {:>12}  {:5.1}%",
             c,
-            b.count,
+            gaps_n(b.count),
             fmt_ns(b.total_ns),
             pctf(b.total_ns, total)
         );
@@ -521,10 +530,10 @@ pub fn text(j: &JsonReport) -> String {
         for a in &j.advice {
             let _ = writeln!(
                 o,
-                "  {:>10} {:5.1}%  {:>6} gaps  {}  [{}]",
+                "  {:>10} {:5.1}%  {:>11}  {}  [{}]",
                 fmt_ns(a.gap_ns),
                 100.0 * a.share,
-                a.gaps,
+                gaps_n(a.gaps as u64),
                 a.site,
                 a.verdict.as_str()
             );
@@ -578,10 +587,10 @@ pub fn text(j: &JsonReport) -> String {
     for s in j.top_stacks.iter().take(8) {
         let _ = writeln!(
             o,
-            "  {:>10} {:5.1}%  {:>6} gaps",
+            "  {:>10} {:5.1}%  {:>11}",
             fmt_ns(s.gap_ns),
             pctf(s.gap_ns, total),
-            s.gaps
+            gaps_n(s.gaps as u64)
         );
         // The innermost frames, framework plumbing left out as in the UI's tree, so that the
         // modules that launched show rather than nn.Module's call machinery.

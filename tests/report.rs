@@ -664,11 +664,9 @@ fn exports_reopen_with_the_analysis_they_were_taken_from() {
             out.display()
         );
         if !window.is_empty() {
-            assert_eq!(got["window"]["from_ns"], 0);
-            assert_eq!(
-                got["window"]["to_ns"], 10_000_000,
-                "the window, not its ops"
-            );
+            // The window, not its ops, at the source's times.
+            assert_eq!(got["window"]["from_ns"], 20_000_000);
+            assert_eq!(got["window"]["to_ns"], 30_000_000);
         }
     }
     // The two ranks of the recording were checked as processes above; say it outright.
@@ -780,7 +778,7 @@ fn bad_windows_and_odd_files_are_clear() {
     let g = gpt2.to_str().unwrap();
     fails(
         &["report", g, "--from", "700ms"],
-        "--from 700.00ms is past the end of the capture (614.66ms long)",
+        "--from 700.00ms is past the end of the capture (it ends at 614.66ms)",
     );
     fails(
         &["report", g, "--from", "300ms", "--to", "100ms"],
@@ -837,4 +835,54 @@ fn the_percentile_max_is_the_longest_gap() {
             );
         }
     }
+}
+
+/// A window exported from a longer capture keeps the capture's times: reopened, its gaps are
+/// where they were in the source, and `--from`/`--to` count from the source's start too.
+#[test]
+fn an_exported_window_keeps_the_source_times() {
+    let dir = support::tempdir("export-times");
+    let out = dir.join("w.json.gz");
+    let st = std::process::Command::new(bin())
+        .args(["export"])
+        .arg(support::asset("gpt2.rec"))
+        .args(["--from", "200ms", "--to", "260ms", "-o"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(st.status.success(), "{st:?}");
+    let src = report_json(
+        &support::asset("gpt2.rec"),
+        &["--from", "200ms", "--to", "260ms"],
+    );
+    let w = report_json(&out, &[]);
+    let starts = |j: &Value| -> Vec<u64> {
+        j["top_gaps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g["start_ns"].as_u64().unwrap())
+            .collect()
+    };
+    assert_eq!(starts(&w), starts(&src));
+    assert!(
+        starts(&w).iter().all(|&s| s >= 200_000_000),
+        "{:?}",
+        starts(&w)
+    );
+    assert_eq!(w["window"]["from_ns"], 200_000_000);
+    let sub = report_json(&out, &["--from", "210ms", "--to", "230ms"]);
+    assert_eq!(sub["window"]["from_ns"], 210_000_000);
+    // Before the window's start and past its end: errors, not empty reports.
+    let err = std::process::Command::new(bin())
+        .arg("report")
+        .arg(&out)
+        .args(["--to", "100ms"])
+        .output()
+        .unwrap();
+    assert!(!err.status.success());
+    assert!(
+        String::from_utf8_lossy(&err.stderr).contains("before the capture starts (at 200.00ms)"),
+        "{err:?}"
+    );
 }

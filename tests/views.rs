@@ -1246,3 +1246,43 @@ fn a_deep_zoom_reads_ticks_from_the_window_start() {
         );
     }
 }
+
+/// A gap the window cuts reads whole: after `b`, Enter (zoom to the biggest gap) and `j`, the
+/// next gap, which the zoomed window holds only part of, is given at its full length and start
+/// in the details and the status line, and its row in the list is marked where it is cut.
+#[test]
+fn a_gap_cut_by_the_window_reads_whole() {
+    let mut a = recording("gpt2.rec");
+    press(&mut a, Action::BiggestGap);
+    press(&mut a, Action::Enter);
+    let mut cut = None;
+    for _ in 0..40 {
+        press(&mut a, Action::Down);
+        a.refresh(false);
+        if let Some(g) = a.selected_gap() {
+            let (ws, we) = g.whole(&a.store);
+            if (ws, we) != (g.start, g.end) {
+                cut = Some((g, ws, we));
+                break;
+            }
+        }
+    }
+    let (g, ws, we) = cut.expect("some gap of the zoomed window is cut by its edge");
+    let whole = gaptop::units::fmt_ns(we - ws);
+    let part = gaptop::units::fmt_ns(g.dur());
+    let screen = render(&mut a, 160, 48);
+    assert!(
+        screen.contains(&format!(
+            "gap {whole} ({part} of it in the window) at {}",
+            a.rel(ws)
+        )),
+        "{screen}"
+    );
+    let marked = if ws < g.start { "«" } else { "»" };
+    assert!(
+        screen
+            .lines()
+            .any(|l| l.contains(marked) && l.contains(&gaptop::units::fmt_short(g.dur()))),
+        "the row is marked {marked}: {screen}"
+    );
+}

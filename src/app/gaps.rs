@@ -228,7 +228,11 @@ impl App {
         match best {
             Some(g) => {
                 self.select(&g);
-                self.message = format!("gap {} at {}", fmt_ns(g.dur()), self.rel(g.start));
+                self.message = format!(
+                    "gap {} at {}",
+                    self.gap_whole_text(&g),
+                    self.rel(g.whole(&self.store).0)
+                );
             }
             None => self.message = "no more gaps that way".into(),
         }

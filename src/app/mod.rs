@@ -314,8 +314,22 @@ impl App {
     }
 
     /// Time relative to the capture start, formatted.
+    /// A gap's length whole, and how much of it the window holds when the window cuts it.
+    pub fn gap_whole_text(&self, g: &Gap) -> String {
+        let (ws, we) = g.whole(&self.store);
+        if (ws, we) == (g.start, g.end) {
+            fmt_ns(g.dur())
+        } else {
+            format!(
+                "{} ({} of it in the window)",
+                fmt_ns(we - ws),
+                fmt_ns(g.dur())
+            )
+        }
+    }
+
     pub fn rel(&self, t: Ns) -> String {
-        let origin = self.store.span().map(|s| s.0).unwrap_or(0);
+        let origin = self.store.origin();
         fmt_ns(t - origin)
     }
 

@@ -421,7 +421,7 @@ impl App {
 
     /// One row per lane: busy blocks, gaps by cause, the cursor and the selected gap.
     fn timeline_vm(&self, inner: Rect) -> TimelineVm {
-        let origin = self.store.span().map(|s| s.0).unwrap_or(0);
+        let origin = self.store.origin();
         // A window narrow beside its distance from the capture start (a deep zoom) reads its
         // ticks from the window's start, as nsys and Perfetto do, and its start precisely.
         let relative = self.width().saturating_mul(50) < self.lo - origin;
@@ -729,10 +729,18 @@ impl App {
                 let lane = &self.store.lanes[g.lane];
                 let next = short_kernel(self.store.names.get(lane.ops[g.next].name));
                 let site = pretty_frame(&self.launch_site(g));
+                // A gap the window cuts is marked on the side it goes on: «3ms, 3ms», «3ms».
+                let (ws, we) = g.whole(&self.store);
+                let dur = format!(
+                    "{}{}{}",
+                    if ws < g.start { "«" } else { "" },
+                    fmt_short(g.dur()),
+                    if we > g.end { "»" } else { "" }
+                );
                 GapRow {
                     text: format!(
                         "{:>8} {:<11} {:>8} {} {}",
-                        fmt_short(g.dur()),
+                        dur,
                         App::cause_label(g),
                         self.rel(g.start),
                         crate::frames::cut(&next, 14),
@@ -910,10 +918,10 @@ impl App {
         };
         lines.push((Tone::Cpu, cpu_text));
         DetailsVm::Gap {
-            dur: format!("gap {} ", fmt_ns(g.dur())),
+            dur: format!("gap {} ", self.gap_whole_text(g)),
             at: format!(
                 "at {} on {}  cause ",
-                self.rel(g.start),
+                self.rel(g.whole(&self.store).0),
                 self.store.lane_label(g.lane)
             ),
             cause_text: format!("{} ({})", g.category.as_str(), g.reason.as_str()),

@@ -133,6 +133,22 @@ impl Gap {
     pub fn dur(&self) -> Ns {
         self.end - self.start
     }
+
+    /// The gap whole, from the end of the op before it to the start of the op after it, where
+    /// `start` and `end` are clipped to the window it was found in.
+    pub fn whole(&self, store: &Store) -> (Ns, Ns) {
+        let end = |l: usize, i: usize, f: fn(&GpuOp) -> Ns| {
+            store.lanes.get(l).and_then(|l| l.ops.get(i)).map(f)
+        };
+        (
+            end(self.prev_lane, self.prev, |o| o.end)
+                .unwrap_or(self.start)
+                .min(self.start),
+            end(self.lane, self.next, |o| o.start)
+                .unwrap_or(self.end)
+                .max(self.end),
+        )
+    }
 }
 
 /// A time window [from, to); `None` bounds are open.

@@ -420,6 +420,7 @@ impl Builder {
             members(args, |k, v| match k {
                 b"from_ns" => from = int_of(Some(v)),
                 b"to_ns" => to = int_of(Some(v)),
+                b"origin_ns" => self.store.origin = int_of(Some(v)),
                 _ => {}
             })
             .map_err(|e| format!("gaptop_window: unreadable args: {e}"))?;

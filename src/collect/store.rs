@@ -472,6 +472,9 @@ pub struct Store {
     /// The capture's extent when a source fixes it (an exported window); otherwise it is the
     /// span of its ops.
     pub window: Option<(Ns, Ns)>,
+    /// Where the capture's times count from when a source says (a window exported from a
+    /// longer capture keeps that capture's start); otherwise its span's start.
+    pub origin: Option<Ns>,
     /// CPU samples kept, and those that left a full thread's buffer.
     pub cpu_samples: u64,
     pub evicted_samples: u64,
@@ -511,6 +514,7 @@ impl Store {
             generation: 0,
             source: String::new(),
             window: None,
+            origin: None,
             cpu_samples: 0,
             evicted_samples: 0,
             sampling_note: None,
@@ -792,6 +796,14 @@ impl Store {
         (lo <= hi).then_some((lo, hi))
     }
 
+    /// The time the capture's times are shown from: the start of the capture the data came
+    /// from (see `origin`), else of its span, else 0.
+    pub fn origin(&self) -> Ns {
+        self.origin
+            .or_else(|| self.span().map(|s| s.0))
+            .unwrap_or(0)
+    }
+
     /// What analysing and exporting the window [lo, hi) reads, copied: per lane the window's
     /// ops and the op next to each side of them, their launch calls, the syncs and waits that
     /// end from the earliest of those to the latest, every CPU span, all names and stacks.
@@ -804,6 +816,7 @@ impl Store {
         c.stacks = self.stacks.clone();
         c.source = self.source.clone();
         c.window = self.span();
+        c.origin = Some(self.origin());
         for p in &self.procs {
             let i = c.add_process(p.pid, p.rank, &p.label) as usize;
             c.procs[i].spans = p.spans.clone();
