@@ -533,7 +533,7 @@ pub fn text(j: &JsonReport) -> String {
                 "  {:>10} {:5.1}%  {:>11}  {}  [{}]",
                 fmt_ns(a.gap_ns),
                 100.0 * a.share,
-                gaps_n(a.gaps as u64),
+                gaps_n(a.gaps),
                 a.site,
                 a.verdict.as_str()
             );
@@ -590,7 +590,7 @@ pub fn text(j: &JsonReport) -> String {
             "  {:>10} {:5.1}%  {:>11}",
             fmt_ns(s.gap_ns),
             pctf(s.gap_ns, total),
-            gaps_n(s.gaps as u64)
+            gaps_n(s.gaps)
         );
         // The innermost frames, framework plumbing left out as in the UI's tree, so that the
         // modules that launched show rather than nn.Module's call machinery.
