@@ -125,8 +125,15 @@ const DEMO: &[u8] = include_bytes!("../assets/gpt2.rec");
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Play the embedded sample recording in the UI, as if live (no GPU needed)
+    /// Play the embedded sample recording in the UI, as if live (no GPU needed): laps of
+    /// GPT-2 decoding on an H200 for about 20 s, then the whole capture to explore
     Demo {
+        /// Play faster (2 = twice the program's pace) or slower (0.5)
+        #[arg(long, default_value_t = 1.0, value_parser = parse_speed)]
+        speed: f64,
+        /// Keep playing laps until you quit
+        #[arg(long = "loop")]
+        looping: bool,
         #[command(flatten)]
         ui: UiArgs,
     },
@@ -192,6 +199,13 @@ enum Cmd {
         #[arg(last = true, required = true)]
         cmd: Vec<String>,
     },
+}
+
+fn parse_speed(s: &str) -> Result<f64, String> {
+    match s.trim().trim_end_matches('x').parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= 1000.0 => Ok(v),
+        _ => Err(format!("bad speed {s:?}: a number above 0, e.g. 0.5 or 4")),
+    }
 }
 
 fn parse_bytes(s: &str) -> Result<usize, String> {
@@ -274,7 +288,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Demo { ui } => {
+        Cmd::Demo { speed, looping, ui } => {
             use gaptop::app::{term, SourceState};
             term::need_terminal("demo")?;
             let mut store = gaptop::collect::store::Store::new(1 << 30);
@@ -290,7 +304,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             term::run(
                 app,
-                term::Feed::Demo(term::demo_feed(DEMO)),
+                term::Feed::Demo(term::demo_feed(
+                    DEMO,
+                    term::DemoOptions {
+                        speed,
+                        looping,
+                        ..Default::default()
+                    },
+                )),
                 term::stop_flag()?,
                 gaptop::views::render,
             )?;

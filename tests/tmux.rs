@@ -225,7 +225,12 @@ fn open_zoom_walk_export_quit() {
 
 #[test]
 fn demo_pauses_and_resumes_while_data_arrives() {
-    let s = Session::start(&format!("{} demo", env!("CARGO_BIN_EXE_gaptop")), 120, 30);
+    // 20 s of the program's time at twenty times its pace: a second.
+    let s = Session::start(
+        &format!("{} demo --speed 20", env!("CARGO_BIN_EXE_gaptop")),
+        120,
+        30,
+    );
     s.wait_for(" LIVE ");
     s.keys(&["Space"]);
     s.wait_for(" PAUSED ");
@@ -522,6 +527,20 @@ fn tree_search_takes_keys_as_text_until_esc() {
         screen.contains("│Conv1D.forward  pytorch_utils.py:119"),
         "{screen}"
     );
+    s.keys(&["q"]);
+    s.wait_for("GAPTOP_EXIT=0");
+}
+
+/// The demo stays live long enough to be seen live (it used to end after half a second):
+/// still LIVE after three seconds, with data arriving.
+#[test]
+fn the_demo_stays_live() {
+    let s = Session::start(&format!("{} demo", env!("CARGO_BIN_EXE_gaptop")), 120, 30);
+    s.wait_for(" LIVE ");
+    std::thread::sleep(Duration::from_secs(3));
+    let screen = s.screen();
+    assert!(screen.contains(" LIVE "), "{screen}");
+    assert!(!screen.contains("ENDED"), "{screen}");
     s.keys(&["q"]);
     s.wait_for("GAPTOP_EXIT=0");
 }
