@@ -144,11 +144,24 @@ fn gap_walk_zoom_and_filter() {
     assert_eq!(a.selected_gap().unwrap().dur(), 58_000);
     a.update(Action::NextGap);
     assert_eq!(a.selected_gap().unwrap().dur(), 40_000);
+    // Past the last gap n goes round to the first, and N before the first to the last.
     a.update(Action::NextGap);
-    assert_eq!(a.message, "no more gaps that way");
+    assert!(
+        a.message
+            .starts_with("past the last gap, back to the first: gap 5µs"),
+        "{}",
+        a.message
+    );
+    assert_eq!(a.selected_gap().unwrap().dur(), 5_000);
     a.update(Action::PrevGap);
-    a.update(Action::PrevGap);
-    a.update(Action::PrevGap);
+    assert!(
+        a.message
+            .starts_with("before the first gap, on to the last"),
+        "{}",
+        a.message
+    );
+    assert_eq!(a.selected_gap().unwrap().dur(), 40_000);
+    a.update(Action::NextGap);
     assert_eq!(a.selected_gap().unwrap().dur(), 5_000);
 
     // Enter zooms to the gap with its neighbours.
@@ -170,11 +183,12 @@ fn gap_walk_zoom_and_filter() {
         a.message
     );
     assert_eq!(a.focus, Focus::Gaps);
+    // Before the 75 µs gap, kernel_b's 5 µs one is under attn, not mlp: N goes round to the
+    // node's last gap, and n back to its first.
     a.update(Action::PrevGap);
-    assert_eq!(
-        a.message, "no more gaps that way",
-        "kernel_b's gap is under attn, not mlp"
-    );
+    assert_eq!(a.selected_gap().unwrap().dur(), 40_000, "{}", a.message);
+    a.update(Action::NextGap);
+    assert_eq!(a.selected_gap().unwrap().dur(), 75_000);
     a.update(Action::NextGap);
     assert_eq!(a.selected_gap().unwrap().dur(), 58_000);
     a.update(Action::Clear);
@@ -1109,7 +1123,15 @@ fn a_what_to_fix_row_lists_its_codes_gaps() {
         a.message
     );
     let listed = a.listed_gaps();
-    assert!(!listed.is_empty() && listed.len() < a.gaps().len());
+    assert!(!listed.is_empty());
+    // All of the code's gaps, the short ones too (not only those among the window's longest).
+    assert_eq!(a.filtered_total(), Some(chosen.gaps), "{}", a.message);
+    assert!(
+        a.message
+            .contains(&gaptop::units::count(chosen.gaps, "gap")),
+        "{}",
+        a.message
+    );
     for g in &listed {
         assert_eq!(gaptop::collect::advice::site_key(&a.store, g), chosen.key);
     }
@@ -1285,4 +1307,52 @@ fn a_gap_cut_by_the_window_reads_whole() {
             .any(|l| l.contains(marked) && l.contains(&gaptop::units::fmt_short(g.dur()))),
         "the row is marked {marked}: {screen}"
     );
+}
+
+/// Enter on a tree node walks all of the node's gaps, as many as its row counts (not only those
+/// among the list's 2,000 longest), the list's title names the frame as the tree does, and
+/// the list holds only the node's gaps.
+#[test]
+fn a_tree_node_filter_holds_every_gap_of_the_node() {
+    let mut a = recording("gpt2.rec");
+    render(&mut a, 160, 48);
+    a.update(Action::FocusNext);
+    assert_eq!(a.focus, Focus::Tree);
+    // The top-level rows: pick one with more gaps than a handful.
+    let (node, want) = {
+        let c = a.cache.as_ref().unwrap();
+        let t = &c.tree;
+        let n = t.nodes[0]
+            .children
+            .iter()
+            .copied()
+            .max_by_key(|&n| t.nodes[n].gaps)
+            .unwrap();
+        (c.tree_ids[n], t.nodes[n].gaps)
+    };
+    assert!(
+        want > 2000,
+        "a node with more gaps than the list shows: {want}"
+    );
+    a.tree_state.select(vec![node]);
+    a.update(Action::Enter);
+    assert_eq!(a.filtered_total(), Some(want), "{}", a.message);
+    assert!(
+        a.message
+            .starts_with(&format!("walking {want} gaps under <module>  gpt2.py:")),
+        "{}",
+        a.message
+    );
+    let s = render(&mut a, 160, 48);
+    assert!(
+        s.contains(&format!(
+            "Gaps {want} (top 2000) · under <module>  gpt2.py:"
+        )),
+        "{s}"
+    );
+    let keys = &a.node_filter.as_ref().unwrap().1;
+    assert!(a
+        .listed_gaps()
+        .iter()
+        .all(|g| keys.contains(&(g.stack, g.api, g.op_name))));
 }

@@ -3,17 +3,20 @@
 
 use super::{tree_key, App, GapSort, SelGap};
 use crate::collect::analysis::{self, Gap};
-use crate::units::fmt_ns;
+use crate::units::{fmt_ns, Ns};
 
 impl App {
     pub(super) fn apply_sort(&mut self) {
         let sort = self.sort;
         if let Some(c) = &mut self.cache {
-            match sort {
-                GapSort::Duration => c
-                    .gaps
-                    .sort_by(|a, b| b.dur().cmp(&a.dur()).then(a.start.cmp(&b.start))),
-                GapSort::Time => c.gaps.sort_by_key(|g| (g.start, g.lane)),
+            let lists = std::iter::once(&mut c.gaps).chain(c.filtered.as_mut().map(|f| &mut f.0));
+            for gaps in lists {
+                match sort {
+                    GapSort::Duration => {
+                        gaps.sort_by(|a, b| b.dur().cmp(&a.dur()).then(a.start.cmp(&b.start)))
+                    }
+                    GapSort::Time => gaps.sort_by_key(|g| (g.start, g.lane)),
+                }
             }
         }
     }
@@ -47,15 +50,30 @@ impl App {
     /// The gap list's rows: the window's gaps, or with a filter (a tree node's, a what-to-fix
     /// row's) only the gaps under it.
     pub fn listed_gaps(&self) -> Vec<Gap> {
-        match &self.node_filter {
-            Some((_, keys)) => self
+        match (
+            &self.node_filter,
+            self.cache.as_ref().and_then(|c| c.filtered.as_ref()),
+        ) {
+            (Some(_), Some((gaps, _))) => gaps.clone(),
+            (Some((_, keys)), None) => self
                 .gaps()
                 .iter()
                 .filter(|g| keys.contains(&tree_key(g)))
                 .copied()
                 .collect(),
-            None => self.gaps().to_vec(),
+            (None, _) => self.gaps().to_vec(),
         }
+    }
+
+    /// How many gaps the filter holds in the window (the list shows the longest of them).
+    pub fn filtered_total(&self) -> Option<u64> {
+        self.node_filter.as_ref()?;
+        Some(
+            match self.cache.as_ref().and_then(|c| c.filtered.as_ref()) {
+                Some((_, n)) => *n,
+                None => self.listed_gaps().len() as u64,
+            },
+        )
     }
 
     pub fn gaps(&self) -> &[Gap] {
@@ -109,19 +127,23 @@ impl App {
             self.message = "nothing to fix here".into();
             return;
         };
+        // Every launch site of the window whose code is this row's.
         let keys: std::collections::HashSet<_> = self
-            .gaps()
+            .cache
             .iter()
-            .filter(|g| crate::collect::advice::site_key(&self.store, g) == a.key)
-            .map(tree_key)
+            .flat_map(|c| c.top_down().leaves().map(|(k, _)| k))
+            .filter(|&(stack, api, op)| {
+                crate::collect::advice::site_key_of(&self.store, stack, api, op) == a.key
+            })
             .collect();
-        let count = self
-            .gaps()
-            .iter()
-            .filter(|g| keys.contains(&tree_key(g)))
-            .count();
-        self.message = format!("walking {count} gaps of {} (n/N; esc clears)", a.site);
         self.node_filter = Some((a.site.clone(), keys));
+        self.refresh_filter();
+        let count = self.filtered_total().unwrap_or(0);
+        self.message = format!(
+            "walking {} of {} (n/N go round; esc clears)",
+            crate::units::count(count, "gap"),
+            a.site
+        );
         self.focus = super::Focus::Gaps;
         self.gap_sel = 0;
         if let Some(g) = self.listed_gaps().first().copied() {
@@ -179,11 +201,41 @@ impl App {
 
     /// The next (dir > 0) or previous gap after the selected gap (or the cursor), over the
     /// whole store, honouring the threshold and the tree-node filter.
+    /// Past the last one, `n` goes round to the first (and `N` past the first to the last),
+    /// and says so, as a search in vi or less does.
     pub(super) fn step_gap(&mut self, dir: i64) {
         let from = match self.selected {
             Some(s) => s.start,
             None => self.cursor,
         };
+        let (best, wrapped) = match self.next_gap_from(from, dir) {
+            Some(g) => (Some(g), false),
+            None => (
+                self.next_gap_from(if dir > 0 { Ns::MIN } else { Ns::MAX }, dir),
+                true,
+            ),
+        };
+        match best {
+            Some(g) => {
+                self.select(&g);
+                self.message = format!(
+                    "{}gap {} at {}",
+                    match (wrapped, dir > 0) {
+                        (false, _) => "",
+                        (true, true) => "past the last gap, back to the first: ",
+                        (true, false) => "before the first gap, on to the last: ",
+                    },
+                    self.gap_whole_text(&g),
+                    self.rel(g.whole(&self.store).0)
+                );
+            }
+            None => self.message = "no gaps to walk".into(),
+        }
+    }
+
+    /// The first gap after (dir > 0) or before `from` over the whole store that passes the
+    /// threshold and the filter.
+    fn next_gap_from(&self, from: Ns, dir: i64) -> Option<Gap> {
         let mut best: Option<Gap> = None;
         for lane in 0..self.store.lanes.len() {
             let ops = &self.store.lanes[lane].ops;
@@ -225,16 +277,6 @@ impl App {
                 }
             }
         }
-        match best {
-            Some(g) => {
-                self.select(&g);
-                self.message = format!(
-                    "gap {} at {}",
-                    self.gap_whole_text(&g),
-                    self.rel(g.whole(&self.store).0)
-                );
-            }
-            None => self.message = "no more gaps that way".into(),
-        }
+        best
     }
 }

@@ -494,6 +494,7 @@ impl App {
                 self.help = false;
                 if self.node_filter.take().is_some() {
                     self.message = "tree-node filter cleared".into();
+                    self.refresh_filter();
                 }
             }
             Action::Pause => {

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 
 use tui_tree_widget::TreeState;
 
-use super::{tree_key, App, Cache, Focus};
+use super::{App, Cache, Focus, GapKey};
 use crate::collect::analysis::{CallTree, Gap};
 use crate::collect::store::{NameId, Store};
 use crate::frames::{is_plumbing, pretty_frame};
@@ -41,7 +41,7 @@ impl App {
     pub(super) fn reveal_in_tree(&mut self, g: &Gap) {
         let Some(c) = &self.cache else { return };
         let path: Vec<usize> = if self.inverted {
-            let frames = self.inverted_frames(g);
+            let frames = self.inverted_frames((g.stack, g.api, g.op_name));
             let mut node = 0;
             let mut p = Vec::new();
             for f in frames {
@@ -156,49 +156,47 @@ impl App {
             }
             n = t.nodes[n].parent;
         };
-        let mut keys = HashSet::new();
-        // Keys of gaps in the window whose displayed path passes through the node.
-        for g in &c.gaps {
-            let leaf = if self.inverted {
-                None
-            } else {
-                t.node_of(g.stack, g.api, g.op_name)
-            };
-            let inside = match leaf {
-                Some(l) => under(l),
-                None => self.inverted && self.inverted_path_has(g, node),
-            };
-            if inside {
-                keys.insert(tree_key(g));
-            }
-        }
-        let name = self.store.names.get(t.nodes[node].frame).to_string();
-        let count = c
-            .gaps
-            .iter()
-            .filter(|g| keys.contains(&tree_key(g)))
-            .count();
-        self.message = format!("walking {count} gaps under {name} (n/N; esc clears)");
-        self.node_filter = Some((name, keys));
+        // Every launch site of the window (not only those of the list's longest gaps) whose
+        // displayed path passes through the node.
+        let keys: HashSet<_> = c
+            .top_down()
+            .leaves()
+            .filter(|&(key, leaf)| {
+                if self.inverted {
+                    self.inverted_path_has(key, node)
+                } else {
+                    under(leaf)
+                }
+            })
+            .map(|(key, _)| key)
+            .collect();
+        let name = pretty_frame(self.store.names.get(t.nodes[node].frame));
+        self.node_filter = Some((name.clone(), keys));
+        self.refresh_filter();
+        let count = self.filtered_total().unwrap_or(0);
+        self.message = format!(
+            "walking {} under {name} (n/N go round; esc clears)",
+            crate::units::count(count, "gap")
+        );
         self.focus = Focus::Gaps;
     }
 
     /// A gap's path in the bottom-up tree: op name, API, then the stack from the inside out.
-    fn inverted_frames(&self, g: &Gap) -> Vec<NameId> {
-        let mut frames = vec![g.op_name];
-        if g.api != 0 {
-            frames.push(g.api);
+    fn inverted_frames(&self, (stack, api, op): GapKey) -> Vec<NameId> {
+        let mut frames = vec![op];
+        if api != 0 {
+            frames.push(api);
         }
-        let mut st = self.store.stacks.frames(g.stack);
+        let mut st = self.store.stacks.frames(stack);
         st.reverse();
         frames.extend(st);
         frames
     }
 
-    fn inverted_path_has(&self, g: &Gap, node: usize) -> bool {
+    fn inverted_path_has(&self, key: GapKey, node: usize) -> bool {
         let Some(c) = &self.cache else { return false };
         let path = c.tree.path_to(node);
-        let frames = self.inverted_frames(g);
+        let frames = self.inverted_frames(key);
         path.iter()
             .zip(frames.iter())
             .all(|(&n, &f)| c.tree.nodes[n].frame == f)

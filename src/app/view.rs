@@ -41,6 +41,20 @@ pub struct Cache {
     pub analyzed: (Ns, Ns),
     /// Communication stalls across ranks in that part (None with fewer than two ranks).
     pub comm: Option<CommReport>,
+    /// With a tree-node or what-to-fix filter: every gap of the window under it at or over the
+    /// threshold (longest first, at most `MAX_GAPS`), and how many there are.
+    pub filtered: Option<(Vec<Gap>, u64)>,
+}
+
+impl Cache {
+    /// The top-down tree, whichever way the tree is shown.
+    pub fn top_down(&self) -> &CallTree {
+        if self.key.3 {
+            &self.summary.tree
+        } else {
+            &self.tree
+        }
+    }
 }
 
 /// Most ops the whole capture's diagnosis reads (the newest ones): about a second's work.
@@ -243,7 +257,7 @@ impl App {
         }
     }
 
-    fn refresh_analysis(&mut self, force: bool) {
+    pub(super) fn refresh_analysis(&mut self, force: bool) {
         let key = (
             self.lo,
             self.hi,
@@ -302,7 +316,38 @@ impl App {
                 let c = crate::collect::comm::analyze(&self.store, alo, ahi);
                 (c.ranks >= 2).then_some(c)
             },
+            filtered: None,
         });
+        self.refresh_filter();
+        self.apply_sort();
+        self.sync_gap_sel();
+    }
+
+    /// The filter's gaps, from the whole window rather than the list's longest ones: a node's
+    /// short gaps are its gaps too.
+    pub(super) fn refresh_filter(&mut self) {
+        let Some(c) = &self.cache else { return };
+        let filtered = self.node_filter.as_ref().map(|(_, keys)| {
+            let mut v = Vec::new();
+            let min = self.min_gap.max(1);
+            analysis::window_gaps(
+                &self.store,
+                Window::new(c.analyzed.0, c.analyzed.1),
+                &self.cfg,
+                |g| {
+                    if g.dur() >= min && keys.contains(&super::tree_key(&g)) {
+                        v.push(g);
+                    }
+                },
+            );
+            let total = v.len() as u64;
+            v.sort_by(|a, b| b.dur().cmp(&a.dur()).then(a.start.cmp(&b.start)));
+            v.truncate(MAX_GAPS);
+            (v, total)
+        });
+        if let Some(c) = &mut self.cache {
+            c.filtered = filtered;
+        }
         self.apply_sort();
         self.sync_gap_sel();
     }
@@ -678,8 +723,8 @@ impl App {
     fn gap_list_vm(&self, inner: Rect) -> GapListVm {
         let listed = self.listed_gaps();
         let gaps = &listed[..];
-        let total = match &self.node_filter {
-            Some(_) => gaps.len() as u64,
+        let total = match self.filtered_total() {
+            Some(n) => n,
             None => self.cache.as_ref().map(|c| c.gaps_total).unwrap_or(0),
         };
         let title = format!(
@@ -696,7 +741,7 @@ impl App {
                 String::new()
             },
             match &self.node_filter {
-                Some((n, _)) => format!("under {}", crate::frames::cut(n, 20)),
+                Some((n, _)) => format!("under {}", crate::frames::cut(n, 32)),
                 None => "all".into(),
             },
             match self.sort {

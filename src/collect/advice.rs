@@ -265,6 +265,12 @@ pub fn site_key(store: &Store, g: &Gap) -> String {
     key_of(&file, &qual)
 }
 
+/// [`site_key`] of the gaps charged to a launch stack, API and op.
+pub fn site_key_of(store: &Store, stack: StackId, api: NameId, op: NameId) -> String {
+    let (file, qual, _) = site_function(store, Site::of_key(stack, api, op));
+    key_of(&file, &qual)
+}
+
 /// The key advice groups a function's gaps under, for a frame of the call tree (`file(line):
 /// qual`); None for frames that are not a Python function (APIs, kernels, native frames).
 pub fn frame_key(frame: &str) -> Option<String> {

@@ -387,6 +387,23 @@ pub fn lane_gaps(store: &Store, lane: usize, w: Window, cfg: &Config, mut f: imp
     }
 }
 
+/// Calls `f` for every gap of the window on the configured basis (each stream's own, or each
+/// device's), clipped to it: lane by lane, or device by device, in time order within each.
+pub fn window_gaps(store: &Store, w: Window, cfg: &Config, mut f: impl FnMut(Gap)) {
+    match cfg.basis {
+        Basis::Stream => {
+            for lane in 0..store.lanes.len() {
+                lane_gaps(store, lane, w, cfg, &mut f);
+            }
+        }
+        Basis::Device => {
+            for (_, lanes) in store.devices() {
+                device_gaps(store, &lanes, w, cfg, &mut f);
+            }
+        }
+    }
+}
+
 /// Device-level idle: intervals inside `[lo, hi)` where no lane of the device runs anything.
 pub fn device_idle(store: &Store, lanes: &[usize], lo: Ns, hi: Ns, mut f: impl FnMut(Ns, Ns)) {
     let merged = Merged::new(store, lanes, lo);
@@ -541,6 +558,11 @@ impl CallTree {
         self.leaf_cache.get(&(stack, api, op)).copied()
     }
 
+    /// Every (launch stack, API, op name) the tree was built from, with its leaf node.
+    pub fn leaves(&self) -> impl Iterator<Item = ((StackId, NameId, NameId), usize)> + '_ {
+        self.leaf_cache.iter().map(|(&k, &n)| (k, n))
+    }
+
     /// Frames from the root to `n` (exclusive of the root).
     pub fn path_to(&self, mut n: usize) -> Vec<usize> {
         let mut v = Vec::new();
@@ -651,18 +673,19 @@ pub struct Site {
 
 impl Site {
     pub fn of(g: &Gap) -> Site {
-        if g.stack != 0 {
+        Site::of_key(g.stack, g.api, g.op_name)
+    }
+
+    /// The site of gaps charged to launch stack `stack` (or, without one, to `api` and `op`).
+    pub fn of_key(stack: StackId, api: NameId, op: NameId) -> Site {
+        if stack != 0 {
             Site {
-                stack: g.stack,
+                stack,
                 api: 0,
                 op: 0,
             }
         } else {
-            Site {
-                stack: 0,
-                api: g.api,
-                op: g.op_name,
-            }
+            Site { stack: 0, api, op }
         }
     }
 }
