@@ -108,6 +108,9 @@ struct AnalysisArgs {
     /// GPU op, by name (default: ProfilerStep#N spans, else found from the repeating launches)
     #[arg(long, value_name = "NAME")]
     step: Option<String>,
+    /// Gaps shorter than this that are not host_wait count as kernel_wait
+    #[arg(long, default_value = "30us", value_parser = parse_time)]
+    kernel_wait: i64,
 }
 
 impl AnalysisArgs {
@@ -140,6 +143,9 @@ enum Cmd {
     /// Open a trace (Kineto JSON, .json.gz, a gaptop export) or a recording in the UI
     Open {
         file: PathBuf,
+        /// Open on this window (--from/--to); z still shows the whole capture
+        #[command(flatten)]
+        window: WindowArgs,
         #[command(flatten)]
         ui: UiArgs,
     },
@@ -179,9 +185,6 @@ enum Cmd {
         /// How many of the longest gaps to list
         #[arg(long, default_value_t = 100)]
         top: usize,
-        /// Gaps shorter than this that are not host_wait count as kernel_wait
-        #[arg(long, default_value = "30us", value_parser = parse_time)]
-        kernel_wait: i64,
         #[command(flatten)]
         analysis: AnalysisArgs,
     },
@@ -233,6 +236,7 @@ fn ui_app(
     let mut app = gaptop::app::App::new(store, source);
     app.export_dir = ui.export_dir.clone();
     app.cfg.basis = ui.analysis.basis();
+    app.cfg.kernel_wait_ns = ui.analysis.kernel_wait;
     app.step_by = ui.analysis.step.clone();
     if let Some(k) = &ui.keys {
         let text = std::fs::read_to_string(k)
@@ -262,7 +266,6 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             format,
             window,
             top,
-            kernel_wait,
             analysis,
         } => {
             let store = gaptop::collect::load_path(&file, usize::MAX)?;
@@ -270,7 +273,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .check(&store)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
             let cfg = Config {
-                kernel_wait_ns: kernel_wait,
+                kernel_wait_ns: analysis.kernel_wait,
                 basis: analysis.basis(),
                 cpu_tree: format == "folded-cpu",
             };
@@ -317,11 +320,18 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             )?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Open { file, ui } => {
+        Cmd::Open { file, window, ui } => {
             use gaptop::app::{term, SourceState};
-            term::need_terminal("open")?;
             let store = gaptop::collect::load_path(&file, usize::MAX)?;
-            let app = ui_app(store, SourceState::File, &ui)?;
+            let (from, to) = window
+                .check(&store)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+            term::need_terminal("open")?;
+            let origin = store.origin();
+            let mut app = ui_app(store, SourceState::File, &ui)?;
+            if window.from.is_some() || window.to.is_some() {
+                app.set_window(origin + from, origin + to);
+            }
             term::run(
                 app,
                 term::Feed::None,

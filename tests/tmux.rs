@@ -544,3 +544,71 @@ fn the_demo_stays_live() {
     s.keys(&["q"]);
     s.wait_for("GAPTOP_EXIT=0");
 }
+
+/// A newcomer's path, as the README gives it, at the two sizes people use: the demo, `b` (the
+/// biggest gap), Enter (zoom to it), Tab (the call tree), `?` (help), `q`. Each step shows what
+/// it should, the key bar is there throughout, and gaptop exits cleanly.
+#[test]
+fn a_newcomers_path_at_80x24_and_160x48() {
+    for (w, h) in [(80u16, 24u16), (160, 48)] {
+        let s = Session::start(&format!("{} demo", env!("CARGO_BIN_EXE_gaptop")), w, h);
+        let screen = s.wait_for(" LIVE ");
+        assert!(screen.contains("?Help"), "{w}x{h}: the key bar\n{screen}");
+        assert!(screen.contains("What to fix"), "{w}x{h}\n{screen}");
+        s.keys(&["b"]);
+        let screen = s.wait_for("biggest gap: ");
+        assert!(
+            screen.contains("cause host_wait"),
+            "{w}x{h}: its details\n{screen}"
+        );
+        s.keys(&["Enter"]);
+        let screen = s.wait_for("zoomed to the ");
+        assert!(
+            !screen.contains("(window 4."),
+            "{w}x{h}: zoomed in\n{screen}"
+        );
+        s.keys(&["Tab"]);
+        let screen = s.wait_for("Its gaps");
+        assert!(
+            screen.contains("iInvert"),
+            "{w}x{h}: the tree's keys\n{screen}"
+        );
+        s.keys(&["?"]);
+        let screen = s.wait_for("gaptop keys (q quits");
+        assert!(screen.contains("biggest gap"), "{w}x{h}\n{screen}");
+        s.keys(&["q"]);
+        s.wait_for("GAPTOP_EXIT=0");
+    }
+}
+
+/// `open` takes the report's window (`--from`, `--to`) and `z` still shows all of the capture;
+/// a window past the end is refused before the screen is taken.
+#[test]
+fn open_starts_on_a_window() {
+    let rec = support::asset("gpt2.rec");
+    let s = Session::start(
+        &format!(
+            "{} open {} --from 100ms --to 200ms --kernel-wait 5us",
+            env!("CARGO_BIN_EXE_gaptop"),
+            rec.display()
+        ),
+        120,
+        30,
+    );
+    s.wait_for("GPU timeline  100.00ms .. 200.00ms");
+    s.keys(&["z"]);
+    s.wait_for("GPU timeline  0ns .. 614.66ms");
+    s.keys(&["q"]);
+    s.wait_for("GAPTOP_EXIT=0");
+    let out = Command::new(env!("CARGO_BIN_EXE_gaptop"))
+        .arg("open")
+        .arg(&rec)
+        .args(["--from", "2s"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--from 2.000s is past the end"),
+        "{out:?}"
+    );
+}

@@ -119,7 +119,8 @@ fn short_terminals_keep_every_pane() {
                 "Gaps ",
                 "Call tree",
                 "Details",
-                "zoom ",
+                // The message keeps its room on the status line (the zoom gives up its own).
+                "biggest gap: ",
             ] {
                 assert!(s.contains(pane), "{name} 80x{h}: no {pane}\n{s}");
             }
@@ -918,7 +919,8 @@ fn a_reopened_window_counts_its_own_ops() {
         "the export keeps the neighbours too"
     );
     let s = render(&mut a, 100, 30);
-    let status = s.lines().last().unwrap();
+    // The status line, above the key bar.
+    let status = s.lines().rev().nth(1).unwrap();
     assert!(
         status.contains(&format!("│ {inside} ops │")),
         "{status} ({inside} inside)"
@@ -1355,4 +1357,67 @@ fn a_tree_node_filter_holds_every_gap_of_the_node() {
         .listed_gaps()
         .iter()
         .all(|g| keys.contains(&(g.stack, g.api, g.op_name))));
+}
+
+/// The key bar says the focused pane's keys, from the key map in use, and every screen's.
+#[test]
+fn the_key_bar_follows_the_focus_and_the_key_map() {
+    let mut a = app();
+    let bar = |a: &mut App| render(a, 100, 30).lines().last().unwrap().to_string();
+    let gaps = bar(&mut a);
+    assert!(gaps.starts_with("?Help bBiggest nNext gap"), "{gaps}");
+    assert!(gaps.contains("qQuit"), "{gaps}");
+    a.update(Action::FocusNext);
+    let tree = bar(&mut a);
+    assert!(
+        tree.contains("iInvert") && tree.contains("/Search"),
+        "{tree}"
+    );
+    assert!(!tree.contains("Biggest"), "{tree}");
+    // Remapped keys show as they are.
+    a.keys = gaptop::app::KeyMap::with_overrides("invert = I").unwrap();
+    a.refresh(false);
+    assert!(bar(&mut a).contains("IInvert"), "{}", bar(&mut a));
+    // Under 24 rows the bar gives its row to the panes; the status line keeps `? help`.
+    let short = render(&mut a, 80, 22);
+    assert!(!short.contains("qQuit"), "{short}");
+    assert!(short.lines().last().unwrap().contains("? help"), "{short}");
+}
+
+/// The README's key table names every key of the default key map (the help is made from the
+/// key map itself, so it cannot drift): a new key or action must be written down.
+#[test]
+fn the_readme_key_table_names_every_default_key() {
+    let readme = std::fs::read_to_string(support::root().join("README.md")).unwrap();
+    let table: String = readme
+        .split("### Keys")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .take_while(|l| l.starts_with('|') || l.trim().is_empty())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let keys = gaptop::app::KeyMap::default();
+    for (action, name, _) in Action::ALL {
+        for k in keys.keys_for(action) {
+            let shown = match k.as_str() {
+                "space" => "space".to_string(),
+                "enter" => "Enter".into(),
+                "esc" => "Esc".into(),
+                "tab" => "Tab".into(),
+                "shift+tab" => "Shift-Tab".into(),
+                "pageup" => "PgUp".into(),
+                "pagedown" => "PgDn".into(),
+                "home" => "Home".into(),
+                "end" => "End".into(),
+                "ctrl+c" => "Ctrl-C".into(),
+                "←" | "→" | "↑" | "↓" => format!("`{k}`"),
+                c => format!("`{c}`"),
+            };
+            assert!(
+                table.contains(&shown),
+                "README's key table lacks {shown} ({name})"
+            );
+        }
+    }
 }

@@ -32,6 +32,8 @@ pub struct Screen {
     /// The program's output, live on a wide screen.
     pub output: Option<Rect>,
     pub status: Rect,
+    /// The key bar under the status line, as htop's (on screens of 24 rows or more).
+    pub keys: Option<Rect>,
 }
 
 /// Inside a pane's frame.
@@ -73,6 +75,7 @@ pub fn screen(area: Rect, lanes: u16, tree_focused: bool, live: bool, steps: boo
             .clamp(4, 8)
     };
     let tl_h = (lanes + 3).clamp(4, tl_max);
+    let key_bar = !short;
     let rows = Layout::default()
         .direction(Direction::Vertical)
         .constraints([
@@ -81,6 +84,7 @@ pub fn screen(area: Rect, lanes: u16, tree_focused: bool, live: bool, steps: boo
             Constraint::Min(5),
             Constraint::Length(detail_h),
             Constraint::Length(1),
+            Constraint::Length(key_bar as u16),
         ])
         .split(area);
     let tree_pct = if tree_focused { 65 } else { 50 };
@@ -109,5 +113,6 @@ pub fn screen(area: Rect, lanes: u16, tree_focused: bool, live: bool, steps: boo
         details,
         output,
         status: rows[4],
+        keys: key_bar.then_some(rows[5]),
     }
 }

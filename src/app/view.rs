@@ -224,6 +224,8 @@ pub struct ViewModel {
     pub tree_title: String,
     pub details: DetailsVm,
     pub status: StatusVm,
+    /// The key bar: (keys, what they do) for the focused pane, then those of every pane.
+    pub key_bar: Vec<(String, &'static str)>,
 }
 
 /// Eighths of a one-row sparkline cell for a fraction of its full height: the nearest eighth,
@@ -461,7 +463,49 @@ impl App {
             tree_title: self.tree_title(),
             details: self.details_vm(),
             status: self.status_vm(),
+            key_bar: self.key_bar_vm(),
         }
+    }
+
+    /// The key bar's entries, from the key map in use: what the focused pane's keys do, then
+    /// help, panes, zoom, export and quit.
+    fn key_bar_vm(&self) -> Vec<(String, &'static str)> {
+        use super::Action as A;
+        let mut v: Vec<(A, &'static str)> = vec![(A::Help, "Help")];
+        match self.focus {
+            Focus::Tree => v.extend([
+                (A::Enter, "Its gaps"),
+                (A::Invert, "Invert"),
+                (A::Search, "Search"),
+            ]),
+            Focus::Fix => v.extend([(A::Enter, "Its gaps"), (A::WhatToFix, "Hide")]),
+            _ => v.extend([
+                (A::BiggestGap, "Biggest"),
+                (A::NextGap, "Next gap"),
+                (A::Enter, "Zoom in"),
+                (A::Sort, "Sort"),
+            ]),
+        }
+        v.push((A::FocusNext, "Pane"));
+        v.push((A::ZoomAll, "All"));
+        if self.is_live() {
+            v.push((A::Pause, "Pause"));
+        }
+        v.extend([(A::Export, "Export"), (A::Quit, "Quit")]);
+        v.into_iter()
+            .filter_map(|(a, what)| {
+                let keys = self.keys.keys_for(a);
+                // The shortest key for it, a letter first: `b` rather than a longer name.
+                let k = keys
+                    .iter()
+                    .min_by_key(|k| {
+                        let c = k.chars().next().unwrap_or(' ');
+                        (k.chars().count(), !c.is_ascii_alphabetic())
+                    })?
+                    .clone();
+                Some((k, what))
+            })
+            .collect()
     }
 
     /// One row per lane: busy blocks, gaps by cause, the cursor and the selected gap.

@@ -49,6 +49,19 @@ impl App {
         }
     }
 
+    /// Shows `[lo, hi)` (clipped to the capture; at least the narrowest zoom), the cursor in
+    /// its middle, and stops following.
+    pub fn set_window(&mut self, lo: Ns, hi: Ns) {
+        let (slo, shi) = self.store.span().unwrap_or((lo, hi));
+        let lo = lo.clamp(slo, shi);
+        let hi = hi.clamp(lo, shi).max(lo + MIN_WIDTH);
+        self.auto_width = false;
+        self.follow = false;
+        (self.lo, self.hi) = (lo, hi);
+        self.cursor = lo + (hi - lo) / 2;
+        self.refresh(true);
+    }
+
     pub(super) fn zoom(&mut self, factor: f64, around: Ns) {
         self.auto_width = false;
         let (slo, shi) = self.store.span().unwrap_or((self.lo, self.hi));

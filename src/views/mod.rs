@@ -18,6 +18,7 @@
 mod details;
 mod gaps;
 mod help;
+mod keybar;
 mod output;
 mod rate;
 mod status;
@@ -97,6 +98,9 @@ pub fn draw(f: &mut Frame, app: &App, tree_state: &mut TreeState<usize>) -> HitA
         output::draw(f, o, app);
     }
     status::draw(f, s.status, app);
+    if let Some(k) = s.keys {
+        keybar::draw(f, k, app);
+    }
     if app.help {
         help::draw(f, area, app);
     }

@@ -28,28 +28,51 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App) {
         f.render_widget(Paragraph::new(line), area);
         return;
     }
+    let tail = match &vm.message {
+        Some(m) => Span::styled(m.clone(), Style::default().fg(Color::LightYellow)),
+        None => Span::styled("? help", Style::default().fg(Color::DarkGray)),
+    };
+    // On a narrow screen the message (or `? help`) keeps its room: the zoom, the lag, the
+    // source's figures and a clean drop count give theirs up first, in that order.
+    let width = |s: &str| s.chars().count();
+    let room = (area.width as usize).saturating_sub(width(&vm.mode) + width(&tail.content) + 1);
+    let bare = |s: &str| s.trim().trim_matches('│').trim().to_string();
+    let mut parts: Vec<(u8, Span)> = vec![
+        (2, Span::raw(bare(&vm.middle))),
+        (
+            if vm.lost_any { 9 } else { 3 },
+            Span::styled(
+                vm.lost.clone(),
+                if vm.lost_any {
+                    Style::default().fg(Color::Red).add_modifier(Modifier::BOLD)
+                } else {
+                    Style::default().fg(Color::DarkGray)
+                },
+            ),
+        ),
+    ];
+    if let Some(lag) = &vm.lag {
+        parts.push((1, Span::raw(bare(lag))));
+    }
+    parts.push((0, Span::raw(bare(&vm.zoom))));
+    for give_up in 0..9u8 {
+        let used: usize = parts.iter().map(|(_, s)| width(&s.content) + 3).sum();
+        if used <= room {
+            break;
+        }
+        parts.retain(|(p, _)| *p != give_up);
+    }
     let mut spans = vec![
         Span::styled(
             vm.mode.clone(),
             Style::default().bg(Color::Blue).fg(Color::White),
         ),
-        Span::raw(vm.middle.clone()),
-        Span::styled(
-            vm.lost.clone(),
-            if vm.lost_any {
-                Style::default().fg(Color::Red).add_modifier(Modifier::BOLD)
-            } else {
-                Style::default().fg(Color::DarkGray)
-            },
-        ),
+        Span::raw(" "),
     ];
-    if let Some(lag) = &vm.lag {
-        spans.push(Span::raw(lag.clone()));
+    for (_, s) in parts {
+        spans.push(s);
+        spans.push(Span::raw(" │ "));
     }
-    spans.push(Span::raw(vm.zoom.clone()));
-    spans.push(match &vm.message {
-        Some(m) => Span::styled(m.clone(), Style::default().fg(Color::LightYellow)),
-        None => Span::styled("? help", Style::default().fg(Color::DarkGray)),
-    });
+    spans.push(tail);
     f.render_widget(Paragraph::new(Line::from(spans)), area);
 }
