@@ -297,14 +297,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let mut store = gaptop::collect::store::Store::new(1 << 30);
             store.source = "demo (gpt2.rec)".into();
             let mut app = ui_app(store, SourceState::Live, &ui)?;
-            // Nothing runs in the demo; say so where a run's output would be.
-            for l in [
-                "(nothing runs in the demo: it replays",
-                "a recording of GPT-2 on an H200;",
-                "`gaptop run` shows the program's output here)",
-            ] {
-                app.output.push_back(l.into());
-            }
+            // Nothing runs in the demo: no output pane.
+            app.program = false;
             term::run(
                 app,
                 term::Feed::Demo(term::demo_feed(

@@ -239,6 +239,8 @@ pub struct App {
     pub quit: bool,
     /// Last lines the profiled program printed.
     pub output: VecDeque<String>,
+    /// Whether a program runs whose output the output pane shows (not in the demo).
+    pub program: bool,
 }
 
 /// What a gap is charged to in the call tree: launch stack, API and op name.
@@ -302,6 +304,7 @@ impl App {
             hits: HitAreas::default(),
             quit: false,
             output: Default::default(),
+            program: live,
         }
     }
 

@@ -452,7 +452,7 @@ impl App {
             area,
             self.store.lanes.len() as u16,
             self.focus == Focus::Tree,
-            self.is_live(),
+            self.is_live() && self.program,
             steps.is_some(),
         );
         ViewModel {
