@@ -36,6 +36,36 @@ pub fn is_unnamed_native(frame: &str) -> bool {
     }
 }
 
+/// A Python frame's path, line and qualified name.
+fn python_parts(f: &str) -> Option<(&str, &str, &str)> {
+    let (loc, qual) = f.split_once("): ")?;
+    let (path, line) = loc.rsplit_once('(')?;
+    (path.ends_with(".py") && line.chars().all(|c| c.is_ascii_digit() || c == '-'))
+        .then_some((path, line, qual))
+}
+
+/// `(path, qualified name)` of a Python frame: the function, whichever line.
+pub fn python_function(frame: &str) -> Option<(&str, &str)> {
+    python_parts(frame).map(|(p, _, q)| (p, q))
+}
+
+/// A frame as the tree shows it by function: a Python frame without its line
+/// (`Class.method  file.py`); other frames as [`pretty_frame`] has them.
+pub fn pretty_function(f: &str) -> String {
+    match python_parts(f) {
+        Some((path, _, qual)) => {
+            let file = path.rsplit('/').next().unwrap_or(path);
+            format!("{qual}  {file}")
+        }
+        None => pretty_frame(f),
+    }
+}
+
+/// The library of a native frame the viewer could not name (`libfoo.so` of `libfoo.so+0x1a2b`).
+pub fn unnamed_lib(frame: &str) -> Option<&str> {
+    is_unnamed_native(frame).then(|| frame.rsplit_once("+0x").map(|(l, _)| l))?
+}
+
 /// Frames of framework plumbing that every module call passes through; the tree hides them so
 /// the user's modules are what shows (their totals flow into the nearest shown ancestor).
 pub fn is_plumbing(frame: &str) -> bool {

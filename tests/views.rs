@@ -1421,3 +1421,100 @@ fn the_readme_key_table_names_every_default_key() {
         }
     }
 }
+
+/// `L` shows the call tree by function: the lines of one function (GPT2Block.forward at
+/// modeling_gpt2.py:274, :305, ...) become one row holding their gap time together, and the
+/// tree's total is unchanged; `L` again goes back to lines.
+#[test]
+fn the_tree_by_function_merges_a_functions_lines() {
+    let mut a = recording("gpt2.rec");
+    let rows_named = |a: &App, name: &str| -> Vec<(usize, i64)> {
+        let c = a.cache.as_ref().unwrap();
+        let t = &c.tree;
+        (1..t.nodes.len())
+            .filter(|&n| a.store.names.get(t.nodes[n].frame).ends_with(name))
+            .map(|n| (t.nodes[n].parent, t.nodes[n].gap_ns))
+            .collect()
+    };
+    let total = a.cache.as_ref().unwrap().tree.nodes[0].gap_ns;
+    let by_line = rows_named(&a, "GPT2Block.forward");
+    assert!(by_line.len() >= 5, "{by_line:?}");
+    press(&mut a, Action::ByFunction);
+    let by_fn = rows_named(&a, "GPT2Block.forward");
+    assert_eq!(by_fn.len(), 1, "one row for the function: {by_fn:?}");
+    assert_eq!(by_fn[0].1, by_line.iter().map(|r| r.1).sum::<i64>());
+    assert_eq!(a.cache.as_ref().unwrap().tree.nodes[0].gap_ns, total);
+    // Its row reads without a line number.
+    fn names(rows: &[gaptop::app::tree::TreeRow], out: &mut Vec<String>) {
+        for r in rows {
+            out.push(r.name.clone());
+            names(&r.children, out);
+        }
+    }
+    let mut all = Vec::new();
+    names(&a.cache.as_ref().unwrap().rows, &mut all);
+    assert!(
+        all.iter()
+            .any(|n| n == "GPT2Block.forward  modeling_gpt2.py"),
+        "{all:?}"
+    );
+    // The bottom-up tree goes by function too, and so does a node's filter.
+    press(&mut a, Action::Invert);
+    let inverted_by_fn = rows_named(&a, "GPT2Block.forward").len();
+    press(&mut a, Action::ByFunction);
+    let inverted_by_line = rows_named(&a, "GPT2Block.forward").len();
+    assert!(
+        inverted_by_fn < inverted_by_line,
+        "{inverted_by_fn} {inverted_by_line}"
+    );
+    press(&mut a, Action::Invert);
+    assert_eq!(rows_named(&a, "GPT2Block.forward").len(), by_line.len());
+}
+
+/// A run of native frames without symbols in one library is one row, and `H` hides native
+/// frames altogether, their time going to the Python frame above them.
+#[test]
+fn native_frames_fold_and_hide() {
+    let mut a = recording("gpt2_native.rec");
+    let frames = |a: &App| -> Vec<(String, String)> {
+        let t = &a.cache.as_ref().unwrap().tree;
+        (1..t.nodes.len())
+            .map(|n| {
+                let p = t.nodes[n].parent;
+                (
+                    a.store.names.get(t.nodes[n].frame).to_string(),
+                    a.store.names.get(t.nodes[p].frame).to_string(),
+                )
+            })
+            .collect()
+    };
+    let total = a.cache.as_ref().unwrap().tree.nodes[0].gap_ns;
+    let shown = frames(&a);
+    assert!(
+        shown
+            .iter()
+            .any(|(f, _)| gaptop::frames::is_native_frame(f)),
+        "the recording has native frames"
+    );
+    for (f, p) in &shown {
+        if let (Some(l), Some(pl)) = (
+            gaptop::frames::unnamed_lib(f),
+            gaptop::frames::unnamed_lib(p),
+        ) {
+            assert_ne!(
+                l, pl,
+                "{f} under {p}: a run of one library's unnamed frames is one row"
+            );
+        }
+    }
+    press(&mut a, Action::HideNative);
+    let hidden = frames(&a);
+    assert!(
+        hidden
+            .iter()
+            .all(|(f, _)| !gaptop::frames::is_native_frame(f)),
+        "{hidden:?}"
+    );
+    assert!(hidden.len() < shown.len());
+    assert_eq!(a.cache.as_ref().unwrap().tree.nodes[0].gap_ns, total);
+}

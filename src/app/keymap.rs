@@ -47,6 +47,10 @@ pub enum Action {
     PrevStep,
     /// Show the CPU samples taken during each site's gaps as its subtree.
     CpuSamples,
+    /// The call tree by function rather than by line.
+    ByFunction,
+    /// Hide or show native frames in the call tree.
+    HideNative,
     /// A page up or down, the first or the last row, in the focused list.
     PageUp,
     PageDown,
@@ -61,7 +65,7 @@ pub enum Action {
 }
 
 impl Action {
-    pub const ALL: [(Action, &'static str, &'static str); 35] = [
+    pub const ALL: [(Action, &'static str, &'static str); 37] = [
         (Action::Quit, "quit", "quit (the terminal is restored)"),
         (
             Action::Pause,
@@ -153,6 +157,16 @@ impl Action {
             "cpu_samples",
             "call tree: CPU samples during each site's gaps",
         ),
+        (
+            Action::ByFunction,
+            "by_function",
+            "call tree by function (its lines as one) or by line",
+        ),
+        (
+            Action::HideNative,
+            "hide_native",
+            "call tree: hide or show native (C/C++) frames",
+        ),
         (Action::PageUp, "page_up", "a page up in the focused list"),
         (
             Action::PageDown,
@@ -197,6 +211,8 @@ impl Action {
             Action::NextStep => "next step",
             Action::PrevStep => "previous step",
             Action::CpuSamples => "tree: CPU samples in gaps",
+            Action::ByFunction => "tree by function / line",
+            Action::HideNative => "tree: hide native frames",
             Action::PageUp => "page up",
             Action::PageDown => "page down",
             Action::Top => "first row",

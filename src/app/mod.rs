@@ -197,6 +197,10 @@ pub struct App {
     pub selected: Option<SelGap>,
     pub min_gap: Ns,
     pub inverted: bool,
+    /// The call tree by function (a Python function's lines as one frame), as py-spy's `L`.
+    pub tree_by_function: bool,
+    /// The call tree without native frames.
+    pub hide_native: bool,
     pub tree_state: TreeState<usize>,
     /// Leaf keys of the tree node whose gaps `n`/`N` walk.
     pub node_filter: Option<(String, HashSet<GapKey>)>,
@@ -280,6 +284,8 @@ impl App {
             selected: None,
             min_gap: 0,
             inverted: false,
+            tree_by_function: false,
+            hide_native: false,
             tree_state: TreeState::default(),
             search: None,
             search_hit: 0,
@@ -702,6 +708,24 @@ impl App {
                     }
                     Focus::Gaps | Focus::Timeline => self.move_gap_rows(rows),
                 }
+            }
+            Action::ByFunction => {
+                self.tree_by_function = !self.tree_by_function;
+                self.message = if self.tree_by_function {
+                    "call tree: by function (a function's lines as one)".into()
+                } else {
+                    "call tree: by line".into()
+                };
+                self.refresh(true);
+            }
+            Action::HideNative => {
+                self.hide_native = !self.hide_native;
+                self.message = if self.hide_native {
+                    "call tree: native frames hidden".into()
+                } else {
+                    "call tree: native frames shown (runs without symbols folded)".into()
+                };
+                self.refresh(true);
             }
             Action::NextStep => self.step_to(1),
             Action::PrevStep => self.step_to(-1),

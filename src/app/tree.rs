@@ -181,16 +181,56 @@ impl App {
         self.focus = Focus::Gaps;
     }
 
-    /// A gap's path in the bottom-up tree: op name, API, then the stack from the inside out.
+    /// A gap's path in the bottom-up tree: op name, API, then the stack from the inside out,
+    /// its frames as the tree shows them (see [`App::frame_map`]).
     fn inverted_frames(&self, (stack, api, op): GapKey) -> Vec<NameId> {
-        let mut frames = vec![op];
+        let mut raw = self.store.stacks.frames(stack);
         if api != 0 {
-            frames.push(api);
+            raw.push(api);
         }
-        let mut st = self.store.stacks.frames(stack);
-        st.reverse();
-        frames.extend(st);
+        raw.push(op);
+        let mut map = self.frame_map();
+        let mut frames: Vec<NameId> = Vec::with_capacity(raw.len());
+        for f in raw {
+            if let Some(m) = map(f, frames.last().copied()) {
+                frames.push(m);
+            }
+        }
+        frames.reverse();
         frames
+    }
+
+    /// How the tree shows a frame under its parent's: `None` folds it into the parent (a
+    /// native frame while they are hidden, or an unnamed native frame of the same library as
+    /// its parent: a run of them is one row); by function, every line of a Python function
+    /// is the function's one frame (the lowest name id of its lines).
+    pub(super) fn frame_map(&self) -> impl FnMut(NameId, Option<NameId>) -> Option<NameId> + '_ {
+        use crate::frames::{is_native_frame, python_function, unnamed_lib};
+        let names = &self.store.names;
+        let mut reps: std::collections::HashMap<(&str, &str), NameId> = Default::default();
+        if self.tree_by_function {
+            for id in 0..names.len() as NameId {
+                if let Some(k) = python_function(names.get(id)) {
+                    reps.entry(k).or_insert(id);
+                }
+            }
+        }
+        let hide_native = self.hide_native;
+        move |f, parent| {
+            let name = names.get(f);
+            if hide_native && is_native_frame(name) {
+                return None;
+            }
+            if let Some(lib) = unnamed_lib(name) {
+                if parent.and_then(|p| unnamed_lib(names.get(p))) == Some(lib) {
+                    return None;
+                }
+            }
+            Some(match python_function(name) {
+                Some(k) if !reps.is_empty() => reps.get(&k).copied().unwrap_or(f),
+                _ => f,
+            })
+        }
     }
 
     fn inverted_path_has(&self, key: GapKey, node: usize) -> bool {
@@ -266,11 +306,28 @@ fn display_order(c: &Cache) -> Vec<usize> {
 }
 
 /// The tree's rows, children sorted by gap time, at most 50 a level.
-pub(super) fn build_rows(store: &Store, t: &CallTree, ids: &[usize]) -> Vec<TreeRow> {
-    fn row(store: &Store, t: &CallTree, ids: &[usize], n: usize, depth: usize) -> TreeRow {
+pub(super) fn build_rows(
+    store: &Store,
+    t: &CallTree,
+    ids: &[usize],
+    by_function: bool,
+) -> Vec<TreeRow> {
+    fn row(
+        store: &Store,
+        t: &CallTree,
+        ids: &[usize],
+        n: usize,
+        depth: usize,
+        by_fn: bool,
+    ) -> TreeRow {
         let node = &t.nodes[n];
         let share = tree_share(t, n);
-        let mut name = pretty_frame(store.names.get(node.frame));
+        let frame = store.names.get(node.frame);
+        let mut name = match crate::frames::unnamed_lib(frame) {
+            Some(lib) => format!("{lib} (frames without symbols)"),
+            None if by_fn => crate::frames::pretty_function(frame),
+            None => pretty_frame(frame),
+        };
         if name.chars().count() > 90 {
             name = name.chars().take(89).collect::<String>() + "…";
         }
@@ -278,7 +335,7 @@ pub(super) fn build_rows(store: &Store, t: &CallTree, ids: &[usize]) -> Vec<Tree
             visible_children(store, t, n)
                 .into_iter()
                 .take(TREE_CHILDREN)
-                .map(|c| row(store, t, ids, c, depth + 1))
+                .map(|c| row(store, t, ids, c, depth + 1, by_fn))
                 .collect()
         } else {
             Vec::new()
@@ -302,6 +359,6 @@ pub(super) fn build_rows(store: &Store, t: &CallTree, ids: &[usize]) -> Vec<Tree
     visible_children(store, t, 0)
         .into_iter()
         .take(TREE_CHILDREN)
-        .map(|c| row(store, t, ids, c, 1))
+        .map(|c| row(store, t, ids, c, 1, by_function))
         .collect()
 }

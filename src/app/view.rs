@@ -22,7 +22,7 @@ use crate::units::{fmt_ns, fmt_short, Ns};
 
 /// Analysis of the current window, recomputed when the window or the data changes.
 pub struct Cache {
-    pub key: (Ns, Ns, Ns, bool, u64, Basis),
+    pub key: (Ns, Ns, Ns, bool, u64, Basis, (bool, bool)),
     pub summary: Summary,
     /// Gaps in the window at or over the threshold, longest first (at most `MAX_GAPS`).
     pub gaps: Vec<Gap>,
@@ -267,6 +267,7 @@ impl App {
             self.inverted,
             self.store.generation,
             self.cfg.basis,
+            (self.tree_by_function, self.hide_native),
         );
         if let Some(c) = &self.cache {
             if c.key == key && !force {
@@ -276,7 +277,8 @@ impl App {
                 && c.key.1 == key.1
                 && c.key.2 == key.2
                 && c.key.3 == key.3
-                && c.key.5 == key.5;
+                && c.key.5 == key.5
+                && c.key.6 == key.6;
             if same_view && !force && c.built.elapsed().as_millis() < 250 {
                 return;
             }
@@ -291,6 +293,9 @@ impl App {
         );
         let gaps = std::mem::take(&mut summary.top_gaps);
         let total = summary.top_eligible;
+        // The tree as shown: native runs folded, by function or by line (the summary keeps
+        // the shown top-down tree, for the filters' keys).
+        summary.tree = summary.tree.mapped(self.frame_map());
         let tree = if self.inverted {
             summary.tree.inverted()
         } else {
@@ -302,7 +307,7 @@ impl App {
             .enumerate()
             .map(|(n, &id)| (id, n))
             .collect();
-        let rows = build_rows(&self.store, &tree, &tree_ids);
+        let rows = build_rows(&self.store, &tree, &tree_ids, self.tree_by_function);
         self.cache = Some(Cache {
             key,
             summary,
@@ -476,6 +481,7 @@ impl App {
             Focus::Tree => v.extend([
                 (A::Enter, "Its gaps"),
                 (A::Invert, "Invert"),
+                (A::ByFunction, "By func"),
                 (A::Search, "Search"),
             ]),
             Focus::Fix => v.extend([(A::Enter, "Its gaps"), (A::WhatToFix, "Hide")]),

@@ -607,6 +607,33 @@ impl CallTree {
         t
     }
 
+    /// The same tree with its frames mapped: `f(frame, parent)` gives the frame a node shows
+    /// under its (mapped) parent's frame, or `None` to fold the node into its parent. Nodes
+    /// that map to the same frame under one parent become one, their values summed; the
+    /// gap keys' leaves follow. (The call tree's by-function view and its folding of native
+    /// frames.)
+    pub fn mapped(&self, mut f: impl FnMut(NameId, Option<NameId>) -> Option<NameId>) -> CallTree {
+        let mut t = CallTree::default();
+        let mut new_of = vec![0usize; self.nodes.len()];
+        // Parents come before their children in `nodes`.
+        for n in 1..self.nodes.len() {
+            let p = new_of[self.nodes[n].parent];
+            let parent_frame = (p != 0).then(|| t.nodes[p].frame);
+            new_of[n] = match f(self.nodes[n].frame, parent_frame) {
+                Some(m) => t.child(p, m),
+                None => p,
+            };
+            let (g, c, l, k) = self.self_values(n);
+            t.add(new_of[n], g, c, l, k);
+        }
+        t.leaf_cache = self
+            .leaf_cache
+            .iter()
+            .map(|(&key, &leaf)| (key, new_of[leaf]))
+            .collect();
+        t
+    }
+
     /// Children of a node sorted by gap time, largest first.
     pub fn sorted_children(&self, n: usize) -> Vec<usize> {
         let mut v = self.nodes[n].children.clone();
