@@ -1518,3 +1518,65 @@ fn native_frames_fold_and_hide() {
     assert!(hidden.len() < shown.len());
     assert_eq!(a.cache.as_ref().unwrap().tree.nodes[0].gap_ns, total);
 }
+
+/// The mouse: a click on a gap row picks that gap, a click on a tree row selects the row and
+/// focuses the tree, the wheel scrolls the list it is over and zooms over the timeline.
+#[test]
+fn clicks_pick_gaps_and_tree_rows() {
+    use gaptop::app::{MouseKind, Msg};
+    let mut a = recording("gpt2.rec");
+    render(&mut a, 120, 40);
+    let gaps = a.view.screen.gaps;
+    // The third gap row: under the frame's top border and the column names.
+    let (x, y) = (gaps.x + 5, gaps.y + 1 + 1 + 2);
+    a.update(Msg::Mouse {
+        column: x,
+        row: y,
+        kind: MouseKind::Click,
+    });
+    let listed = a.listed_gaps();
+    assert_eq!(a.focus, Focus::Gaps);
+    assert_eq!(a.selected_gap(), Some(listed[2]));
+    let screen = render(&mut a, 120, 40);
+    assert!(
+        screen.contains(&format!("· 3 of {} ", listed.len())),
+        "{screen}"
+    );
+    // The wheel over the list moves the selection three rows.
+    a.update(Msg::Mouse {
+        column: x,
+        row: y,
+        kind: MouseKind::ScrollDown,
+    });
+    assert_eq!(a.selected_gap(), Some(a.listed_gaps()[5]));
+    // A tree row.
+    render(&mut a, 120, 40);
+    let tree = a.view.screen.tree;
+    let at = ratatui::layout::Position::new(tree.x + 10, tree.y + 2);
+    let drawn = a
+        .tree_state
+        .rendered_at(at)
+        .expect("a row drawn there")
+        .to_vec();
+    assert_ne!(a.tree_state.selected(), &drawn[..]);
+    a.update(Msg::Mouse {
+        column: at.x,
+        row: at.y,
+        kind: MouseKind::Click,
+    });
+    assert_eq!(a.focus, Focus::Tree);
+    assert_eq!(
+        a.tree_state.selected(),
+        &drawn[..],
+        "the row drawn where it was clicked"
+    );
+    // The wheel over the timeline zooms around where it points.
+    let w = a.width();
+    let tl = a.view.screen.timeline;
+    a.update(Msg::Mouse {
+        column: tl.x + 40,
+        row: tl.y + 1,
+        kind: MouseKind::ScrollUp,
+    });
+    assert!(a.width() < w);
+}

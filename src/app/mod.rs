@@ -113,6 +113,8 @@ impl Cause {
 pub enum MouseKind {
     ScrollUp,
     ScrollDown,
+    /// The left button pressed.
+    Click,
     Other,
 }
 
@@ -135,6 +137,7 @@ pub enum Msg {
     Action(Action),
     Mouse {
         column: u16,
+        row: u16,
         kind: MouseKind,
     },
     /// The terminal's size, before each draw (and on a resize): the view model is laid out
@@ -404,18 +407,7 @@ impl App {
         let mut fx = Vec::new();
         match msg.into() {
             Msg::Action(a) => self.act(a, &mut fx),
-            Msg::Mouse { column, kind } => {
-                let (x0, w) = self.hits.timeline_x;
-                if w > 0 && column >= x0 && column < x0 + w {
-                    self.cursor = self.lo
-                        + ((self.hi - self.lo) as f64 * (column - x0) as f64 / w as f64) as i64;
-                }
-                match kind {
-                    MouseKind::ScrollUp => self.act(Action::ZoomIn, &mut fx),
-                    MouseKind::ScrollDown => self.act(Action::ZoomOut, &mut fx),
-                    MouseKind::Other => {}
-                }
-            }
+            Msg::Mouse { column, row, kind } => self.mouse(column, row, kind, &mut fx),
             Msg::Resize(w, h) => {
                 self.lay_out((w, h));
                 return fx;
@@ -483,6 +475,55 @@ impl App {
     }
 
     /// Applies one action.
+    /// The mouse, by where the last view put the panes: over the timeline a click or the wheel
+    /// moves the cursor there (the wheel zooms around it); a click on a gap row picks that gap,
+    /// on a tree row that row (a second click opens or closes it); the wheel scrolls the list
+    /// or tree it is over.
+    fn mouse(&mut self, column: u16, row: u16, kind: MouseKind, fx: &mut Vec<Effect>) {
+        use ratatui::layout::Position;
+        let at = Position::new(column, row);
+        let s = self.view.screen;
+        let over_timeline = s.timeline.contains(at);
+        if over_timeline || !matches!(kind, MouseKind::Click) {
+            let (x0, w) = self.hits.timeline_x;
+            if over_timeline && w > 0 && column >= x0 && column < x0 + w {
+                self.cursor =
+                    self.lo + ((self.hi - self.lo) as f64 * (column - x0) as f64 / w as f64) as i64;
+            }
+        }
+        let rows = layout::inner(s.gaps);
+        match kind {
+            MouseKind::Click if rows.contains(at) && row > rows.y => {
+                self.focus = Focus::Gaps;
+                let i = self.view.gaps.first + (row - rows.y - 1) as usize;
+                let listed = self.listed_gaps();
+                if let Some(g) = listed.get(i).copied() {
+                    self.gap_sel = i;
+                    self.select(&g);
+                }
+            }
+            MouseKind::Click if s.tree.contains(at) => {
+                self.focus = Focus::Tree;
+                self.tree_state.click_at(at);
+            }
+            MouseKind::Click if over_timeline => self.focus = Focus::Timeline,
+            MouseKind::ScrollUp | MouseKind::ScrollDown if rows.contains(at) => {
+                let up = matches!(kind, MouseKind::ScrollUp);
+                self.move_gap_rows(if up { -3 } else { 3 });
+            }
+            MouseKind::ScrollUp | MouseKind::ScrollDown if s.tree.contains(at) => {
+                if matches!(kind, MouseKind::ScrollUp) {
+                    self.tree_state.scroll_up(3);
+                } else {
+                    self.tree_state.scroll_down(3);
+                }
+            }
+            MouseKind::ScrollUp => self.act(Action::ZoomIn, fx),
+            MouseKind::ScrollDown => self.act(Action::ZoomOut, fx),
+            _ => {}
+        }
+    }
+
     fn act(&mut self, a: Action, fx: &mut Vec<Effect>) {
         if self.help && !matches!(a, Action::Help | Action::Clear | Action::Quit) {
             self.help = false;

@@ -166,10 +166,12 @@ where
                     let kind = match m.kind {
                         MouseEventKind::ScrollUp => MouseKind::ScrollUp,
                         MouseEventKind::ScrollDown => MouseKind::ScrollDown,
+                        MouseEventKind::Down(event::MouseButton::Left) => MouseKind::Click,
                         _ => MouseKind::Other,
                     };
                     app.update(Msg::Mouse {
                         column: m.column,
+                        row: m.row,
                         kind,
                     })
                 }

@@ -164,6 +164,8 @@ pub struct GapListVm {
     pub header: String,
     /// The rows that fit, around the selected one.
     pub rows: Vec<GapRow>,
+    /// The index in the list of the first row shown.
+    pub first: usize,
 }
 
 /// One "what to fix" row: share and time, the code, the verdict and fix.
@@ -855,6 +857,7 @@ impl App {
             title,
             header,
             rows,
+            first,
         }
     }
 
