@@ -44,6 +44,28 @@ fn python_parts(f: &str) -> Option<(&str, &str, &str)> {
         .then_some((path, line, qual))
 }
 
+/// A Python frame's file and line (`dir/file.py`, 42).
+pub fn python_location(frame: &str) -> Option<(&str, u32)> {
+    let (path, line, _) = python_parts(frame)?;
+    Some((path, line.parse().ok()?))
+}
+
+/// Frames (outermost first) as text to paste: Python frames as a Python traceback writes
+/// them (`  File "x.py", line 3, in f`), other frames (the API, the kernel, native code) as
+/// they are.
+pub fn traceback<'a>(frames: impl Iterator<Item = &'a str>) -> String {
+    let mut out = String::from("Traceback (most recent call last):\n");
+    for f in frames {
+        match python_parts(f) {
+            Some((path, line, qual)) => {
+                out.push_str(&format!("  File \"{path}\", line {line}, in {qual}\n"))
+            }
+            None => out.push_str(&format!("  {f}\n")),
+        }
+    }
+    out
+}
+
 /// `(path, qualified name)` of a Python frame: the function, whichever line.
 pub fn python_function(frame: &str) -> Option<(&str, &str)> {
     python_parts(frame).map(|(p, _, q)| (p, q))

@@ -135,8 +135,11 @@ enum Cmd {
         #[arg(long, default_value_t = 1.0, value_parser = parse_speed)]
         speed: f64,
         /// Keep playing laps until you quit
-        #[arg(long = "loop")]
+        #[arg(long = "loop", conflicts_with = "once")]
         looping: bool,
+        /// Play the recording once (a few seconds), without laps
+        #[arg(long)]
+        once: bool,
         #[command(flatten)]
         ui: UiArgs,
     },
@@ -291,7 +294,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Demo { speed, looping, ui } => {
+        Cmd::Demo {
+            speed,
+            looping,
+            once,
+            ui,
+        } => {
             use gaptop::app::{term, SourceState};
             term::need_terminal("demo")?;
             let mut store = gaptop::collect::store::Store::new(1 << 30);
@@ -306,7 +314,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     term::DemoOptions {
                         speed,
                         looping,
-                        ..Default::default()
+                        at_least: if once {
+                            std::time::Duration::ZERO
+                        } else {
+                            term::DemoOptions::default().at_least
+                        },
                     },
                 )),
                 term::stop_flag()?,

@@ -225,9 +225,9 @@ fn open_zoom_walk_export_quit() {
 
 #[test]
 fn demo_pauses_and_resumes_while_data_arrives() {
-    // 20 s of the program's time at twenty times its pace: a second.
+    // The recording once, at twice its pace.
     let s = Session::start(
-        &format!("{} demo --speed 20", env!("CARGO_BIN_EXE_gaptop")),
+        &format!("{} demo --once --speed 2", env!("CARGO_BIN_EXE_gaptop")),
         120,
         30,
     );
@@ -552,9 +552,10 @@ fn the_demo_stays_live() {
 fn a_newcomers_path_at_80x24_and_160x48() {
     for (w, h) in [(80u16, 24u16), (160, 48)] {
         let s = Session::start(&format!("{} demo", env!("CARGO_BIN_EXE_gaptop")), w, h);
-        let screen = s.wait_for(" LIVE ");
+        // Live, with the first steps in (the diagnosis comes with the data).
+        let screen = s.wait_for("What to fix");
+        assert!(screen.contains(" LIVE "), "{w}x{h}\n{screen}");
         assert!(screen.contains("?Help"), "{w}x{h}: the key bar\n{screen}");
-        assert!(screen.contains("What to fix"), "{w}x{h}\n{screen}");
         // Nothing runs in the demo: the details have the width an output pane would take.
         assert!(!screen.contains("program output"), "{w}x{h}\n{screen}");
         s.keys(&["b"]);
@@ -613,4 +614,62 @@ fn open_starts_on_a_window() {
         String::from_utf8_lossy(&out.stderr).contains("--from 2.000s is past the end"),
         "{out:?}"
     );
+}
+
+/// `y` puts the selected gap's stack on the clipboard through the terminal (tmux keeps it as a
+/// paste buffer), and `o` opens `$EDITOR` at its innermost source line, found through
+/// GAPTOP_SRC_PATH, then gives the screen back.
+#[test]
+fn copy_the_stack_and_open_its_source_line() {
+    let dir = support::tempdir("edit");
+    let src = dir.join("transformers");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("pytorch_utils.py"), "# a stand-in source file\n").unwrap();
+    let args = dir.join("editor-args");
+    let editor = dir.join("ed.sh");
+    std::fs::write(
+        &editor,
+        format!("#!/bin/sh\necho \"$@\" > {}\n", args.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&editor, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let ok = Command::new("tmux")
+        .args(["set-option", "-s", "set-clipboard", "on"])
+        .status()
+        .map(|s| s.success());
+    let s = Session::start(
+        &format!(
+            "EDITOR={} GAPTOP_SRC_PATH={} {} open {}",
+            editor.display(),
+            dir.display(),
+            env!("CARGO_BIN_EXE_gaptop"),
+            support::asset("gpt2.rec").display()
+        ),
+        120,
+        30,
+    );
+    s.wait_for("Call tree");
+    s.keys(&["b", "y"]);
+    s.wait_for("copied ");
+    if ok.unwrap_or(false) {
+        let buf = Command::new("tmux").args(["show-buffer"]).output().unwrap();
+        let buf = String::from_utf8_lossy(&buf.stdout);
+        assert!(
+            buf.contains("File \"transformers/pytorch_utils.py\", line 119, in Conv1D.forward"),
+            "{buf}"
+        );
+    }
+    s.keys(&["o"]);
+    s.wait_for("back from ");
+    let got = std::fs::read_to_string(&args).unwrap();
+    assert_eq!(
+        got.trim(),
+        format!("+119 {}", src.join("pytorch_utils.py").display()),
+        "the editor's arguments"
+    );
+    // The UI is back, whole.
+    let screen = s.wait_for("GPU timeline");
+    assert!(screen.contains("Call tree"), "{screen}");
+    s.keys(&["q"]);
+    s.wait_for("GAPTOP_EXIT=0");
 }

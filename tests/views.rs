@@ -1580,3 +1580,59 @@ fn clicks_pick_gaps_and_tree_rows() {
     });
     assert!(a.width() < w);
 }
+
+/// `d` shows the details at full size, lines whole and the whole stack innermost first; `y`
+/// asks for the stack on the clipboard as a Python traceback; `o` asks for the innermost
+/// source line of the user's code.
+#[test]
+fn details_at_full_size_copy_and_edit() {
+    use gaptop::app::Effect;
+    let mut a = recording("gpt2.rec");
+    press(&mut a, Action::BiggestGap);
+    press(&mut a, Action::Details);
+    let s = render(&mut a, 80, 24);
+    assert!(s.contains("Details, full size"), "{s}");
+    // At 80x24 it scrolls to the stack.
+    let mut s = s;
+    for _ in 0..10 {
+        if s.contains("GPT2Attention.forward  modeling_gpt2.py:185") {
+            break;
+        }
+        press(&mut a, Action::PageDown);
+        s = render(&mut a, 80, 24);
+    }
+    assert!(
+        s.contains("stack, innermost first") || s.contains("  Conv1D.forward"),
+        "{s}"
+    );
+    // The innermost frames each on a line of their own.
+    let conv = s
+        .lines()
+        .position(|l| l.contains("Conv1D.forward  pytorch_utils.py:119"));
+    let attn = s
+        .lines()
+        .position(|l| l.contains("GPT2Attention.forward  modeling_gpt2.py:185"));
+    assert!(matches!((conv, attn), (Some(c), Some(t)) if c < t), "{s}");
+    let fx = a.update(Action::CopyStack);
+    let text = match &fx[..] {
+        [Effect::Copy(t)] => t.clone(),
+        other => panic!("{} effects, not one copy", other.len()),
+    };
+    assert!(
+        text.starts_with("Traceback (most recent call last):\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  File \"transformers/pytorch_utils.py\", line 119, in Conv1D.forward\n"),
+        "{text}"
+    );
+    assert!(a.message.starts_with("copied "), "{}", a.message);
+    let fx = a.update(Action::Edit);
+    assert!(
+        matches!(&fx[..], [Effect::Edit { path, line: 119 }] if path == "transformers/pytorch_utils.py"),
+        "{} effects",
+        fx.len()
+    );
+    press(&mut a, Action::Details);
+    assert!(!render(&mut a, 80, 24).contains("full size"));
+}

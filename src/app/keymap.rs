@@ -51,6 +51,12 @@ pub enum Action {
     ByFunction,
     /// Hide or show native frames in the call tree.
     HideNative,
+    /// The details at full size.
+    Details,
+    /// Copy the selected stack to the clipboard.
+    CopyStack,
+    /// Open the selected stack's innermost source line in $EDITOR.
+    Edit,
     /// A page up or down, the first or the last row, in the focused list.
     PageUp,
     PageDown,
@@ -65,7 +71,7 @@ pub enum Action {
 }
 
 impl Action {
-    pub const ALL: [(Action, &'static str, &'static str); 37] = [
+    pub const ALL: [(Action, &'static str, &'static str); 40] = [
         (Action::Quit, "quit", "quit (the terminal is restored)"),
         (
             Action::Pause,
@@ -167,6 +173,21 @@ impl Action {
             "hide_native",
             "call tree: hide or show native (C/C++) frames",
         ),
+        (
+            Action::Details,
+            "details",
+            "the details at full size, with the whole stack",
+        ),
+        (
+            Action::CopyStack,
+            "copy_stack",
+            "copy the selected stack to the clipboard (OSC 52)",
+        ),
+        (
+            Action::Edit,
+            "edit",
+            "open $EDITOR at the stack's innermost source line",
+        ),
         (Action::PageUp, "page_up", "a page up in the focused list"),
         (
             Action::PageDown,
@@ -213,6 +234,9 @@ impl Action {
             Action::CpuSamples => "tree: CPU samples in gaps",
             Action::ByFunction => "tree by function / line",
             Action::HideNative => "tree: hide native frames",
+            Action::Details => "details at full size",
+            Action::CopyStack => "copy the stack",
+            Action::Edit => "open the source line",
             Action::PageUp => "page up",
             Action::PageDown => "page down",
             Action::Top => "first row",

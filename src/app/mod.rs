@@ -168,6 +168,10 @@ pub enum Effect {
     Export(ExportRequest),
     /// Signal the program under `gaptop run`, harder the nth time (SIGINT, SIGTERM, SIGKILL).
     StopProgram(u32),
+    /// Put this text on the terminal's clipboard (OSC 52, which works over ssh and in tmux).
+    Copy(String),
+    /// Open `$EDITOR` (or vi) at this line of this source file, the UI suspended meanwhile.
+    Edit { path: String, line: u32 },
 }
 
 pub const MAX_GAPS: usize = 2000;
@@ -200,6 +204,10 @@ pub struct App {
     pub selected: Option<SelGap>,
     pub min_gap: Ns,
     pub inverted: bool,
+    /// The details at full size, wrapped, with the whole launch stack (`d`).
+    pub details_full: bool,
+    /// How far the full-size details are scrolled, in lines.
+    pub details_scroll: u16,
     /// The call tree by function (a Python function's lines as one frame), as py-spy's `L`.
     pub tree_by_function: bool,
     /// The call tree without native frames.
@@ -287,6 +295,8 @@ impl App {
             selected: None,
             min_gap: 0,
             inverted: false,
+            details_full: false,
+            details_scroll: 0,
             tree_by_function: false,
             hide_native: false,
             tree_state: TreeState::default(),
@@ -474,7 +484,6 @@ impl App {
         }
     }
 
-    /// Applies one action.
     /// The mouse, by where the last view put the panes: over the timeline a click or the wheel
     /// moves the cursor there (the wheel zooms around it); a click on a gap row picks that gap,
     /// on a tree row that row (a second click opens or closes it); the wheel scrolls the list
@@ -524,9 +533,31 @@ impl App {
         }
     }
 
+    /// Applies one action.
     fn act(&mut self, a: Action, fx: &mut Vec<Effect>) {
         if self.help && !matches!(a, Action::Help | Action::Clear | Action::Quit) {
             self.help = false;
+        }
+        // The details at full size scroll like a pager while they are open.
+        if self.details_full {
+            let page = (self.view.screen.details.y + self.view.screen.details.height)
+                .saturating_sub(self.view.screen.gaps.y + 3)
+                .max(1);
+            let lines = self.view.stack.len() as u16 + 16;
+            let by: i32 = match a {
+                Action::Up => -1,
+                Action::Down => 1,
+                Action::PageUp => -(page as i32),
+                Action::PageDown => page as i32,
+                Action::Top => -(u16::MAX as i32),
+                Action::Bottom => u16::MAX as i32,
+                _ => 0,
+            };
+            if by != 0 {
+                self.details_scroll =
+                    (self.details_scroll as i32 + by).clamp(0, lines as i32) as u16;
+                return;
+            }
         }
         match a {
             Action::Quit => self.quit = true,
@@ -542,6 +573,7 @@ impl App {
             Action::Help => self.help = !self.help,
             Action::Clear => {
                 self.help = false;
+                self.details_full = false;
                 if self.node_filter.take().is_some() {
                     self.message = "tree-node filter cleared".into();
                     self.refresh_filter();
@@ -748,6 +780,44 @@ impl App {
                             (self.fix_sel as i64 + rows).clamp(0, (n - 1).max(0)) as usize;
                     }
                     Focus::Gaps | Focus::Timeline => self.move_gap_rows(rows),
+                }
+            }
+            Action::Details => {
+                self.details_full = !self.details_full;
+                self.details_scroll = 0;
+            }
+            Action::CopyStack => {
+                let frames = self.selected_frames();
+                if frames.is_empty() {
+                    self.message = "select a gap or a tree node first: its stack is copied".into();
+                } else {
+                    let text =
+                        crate::frames::traceback(frames.iter().map(|&f| self.store.names.get(f)));
+                    self.message = format!(
+                        "copied {} to the clipboard (through the terminal: tmux needs \
+                         set-clipboard on)",
+                        crate::units::count(frames.len() as u64, "frame")
+                    );
+                    fx.push(Effect::Copy(text));
+                }
+            }
+            Action::Edit => {
+                // The innermost frame of the user's code: not framework plumbing, and a file.
+                let target = self.selected_frames().iter().rev().find_map(|&f| {
+                    let name = self.store.names.get(f);
+                    if crate::frames::is_plumbing(name) {
+                        return None;
+                    }
+                    crate::frames::python_location(name)
+                });
+                match target {
+                    Some((path, line)) => fx.push(Effect::Edit {
+                        path: path.to_string(),
+                        line,
+                    }),
+                    None => {
+                        self.message = "no Python source line in the selected stack to open".into()
+                    }
                 }
             }
             Action::ByFunction => {

@@ -42,9 +42,14 @@ pub fn drain(app: &mut App, rx: &Receiver<LiveEvent>, budget: Duration) -> bool 
 }
 
 /// Carries out what `update` asked for: starts an export's thread, signals the program.
-pub fn perform(app: &mut App, effects: Vec<Effect>, feed: &mut Feed) {
+///
+/// What needs the terminal itself (the clipboard, an editor) comes back, for the loop that owns
+/// the terminal ([`terminal_effect`]).
+pub fn perform(app: &mut App, effects: Vec<Effect>, feed: &mut Feed) -> Vec<Effect> {
+    let mut left = Vec::new();
     for e in effects {
         match e {
+            e @ (Effect::Copy(_) | Effect::Edit { .. }) => left.push(e),
             Effect::Export(req) => {
                 app.update(Msg::ExportStarted(crate::export::start(req)));
             }
@@ -61,6 +66,82 @@ pub fn perform(app: &mut App, effects: Vec<Effect>, feed: &mut Feed) {
             }
         }
     }
+    left
+}
+
+/// Carries out an effect on the real terminal: text onto its clipboard by OSC 52, or the UI
+/// suspended while `$EDITOR` (else `vi`) opens a source line. Returns what to tell the user,
+/// if anything.
+fn terminal_effect<B: Backend>(term: &mut Terminal<B>, e: Effect) -> Option<String> {
+    use base64::Engine;
+    use crossterm::{event as ev, execute, terminal as t};
+    use std::io::Write;
+    match e {
+        Effect::Copy(text) => {
+            let b64 = base64::engine::general_purpose::STANDARD.encode(text);
+            let mut out = std::io::stdout();
+            let _ = write!(out, "\x1b]52;c;{b64}\x07");
+            let _ = out.flush();
+            None
+        }
+        Effect::Edit { path, line } => {
+            let Some(file) = find_source(&path) else {
+                return Some(format!(
+                    "cannot find {path} here: put the folders that hold it in GAPTOP_SRC_PATH"
+                ));
+            };
+            let editor = std::env::var("VISUAL")
+                .or_else(|_| std::env::var("EDITOR"))
+                .unwrap_or_else(|_| "vi".into());
+            let mut out = std::io::stdout();
+            let _ = execute!(out, ev::DisableMouseCapture, t::LeaveAlternateScreen);
+            let _ = t::disable_raw_mode();
+            // `$EDITOR +LINE FILE`: vi, vim, nano, emacs and micro all take it; the editor
+            // string may carry its own arguments (`code -w`).
+            let mut words = editor.split_whitespace();
+            let ran = match words.next() {
+                Some(prog) => std::process::Command::new(prog)
+                    .args(words)
+                    .arg(format!("+{line}"))
+                    .arg(&file)
+                    .status()
+                    .map_err(|e| format!("cannot run {prog}: {e}")),
+                None => Err("EDITOR is empty".into()),
+            };
+            let _ = t::enable_raw_mode();
+            let _ = execute!(out, t::EnterAlternateScreen, ev::EnableMouseCapture);
+            let _ = term.clear();
+            Some(match ran {
+                Ok(_) => format!("back from {editor} ({}:{line})", file.display()),
+                Err(e) => e,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// Where a frame's source file is: the path itself, else under the folders of
+/// `GAPTOP_SRC_PATH` (colon-separated), the working folder, or Python's own paths (frames of
+/// installed packages are relative to site-packages).
+fn find_source(path: &str) -> Option<std::path::PathBuf> {
+    let p = std::path::Path::new(path);
+    if p.is_absolute() {
+        return p.is_file().then(|| p.to_path_buf());
+    }
+    let mut roots: Vec<std::path::PathBuf> = std::env::var("GAPTOP_SRC_PATH")
+        .map(|v| v.split(':').map(Into::into).collect())
+        .unwrap_or_default();
+    roots.push(".".into());
+    if let Ok(o) = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sys; print('\\n'.join(p for p in sys.path if p))",
+        ])
+        .output()
+    {
+        roots.extend(String::from_utf8_lossy(&o.stdout).lines().map(Into::into));
+    }
+    roots.into_iter().map(|r| r.join(p)).find(|f| f.is_file())
 }
 
 /// How the loop draws a frame: `crate::views::render`, handed in by the caller so that the
@@ -181,7 +262,12 @@ where
                 }
                 _ => Vec::new(),
             };
-            perform(app, fx, feed);
+            for e in perform(app, fx, feed) {
+                if let Some(said) = terminal_effect(term, e) {
+                    app.update(Msg::Said(said));
+                }
+                dirty = true;
+            }
         }
     }
 }

@@ -16,7 +16,7 @@ use crate::collect::analysis::Basis;
 use crate::collect::analysis::{self, CallTree, Gap, Summary, Window};
 use crate::collect::comm::CommReport;
 use crate::collect::oncpu;
-use crate::collect::store::{OpKind, FLAG_COMM};
+use crate::collect::store::{NameId, OpKind, FLAG_COMM};
 use crate::frames::{is_native_frame, is_plumbing, is_unnamed_native, pretty_frame, short_kernel};
 use crate::units::{fmt_ns, fmt_short, Ns};
 
@@ -228,6 +228,9 @@ pub struct ViewModel {
     pub status: StatusVm,
     /// The key bar: (keys, what they do) for the focused pane, then those of every pane.
     pub key_bar: Vec<(String, &'static str)>,
+    /// The selected gap's launch stack (or the selected tree node's path), every frame,
+    /// innermost first, for the details at full size (`d`).
+    pub stack: Vec<String>,
 }
 
 /// Eighths of a one-row sparkline cell for a fraction of its full height: the nearest eighth,
@@ -471,6 +474,31 @@ impl App {
             details: self.details_vm(),
             status: self.status_vm(),
             key_bar: self.key_bar_vm(),
+            stack: self
+                .selected_frames()
+                .iter()
+                .rev()
+                .map(|&f| pretty_frame(self.store.names.get(f)))
+                .collect(),
+        }
+    }
+
+    /// The frames the details are about, outermost first: the selected tree node's path while
+    /// the tree has the focus, else the selected gap's launch stack (empty without either).
+    pub fn selected_frames(&self) -> Vec<NameId> {
+        if self.focus == Focus::Tree {
+            if let (Some(n), Some(c)) = (self.selected_node(), self.cache.as_ref()) {
+                return c
+                    .tree
+                    .path_to(n)
+                    .iter()
+                    .map(|&m| c.tree.nodes[m].frame)
+                    .collect();
+            }
+        }
+        match self.current {
+            Some(g) if !self.show_fix => self.store.stacks.frames(g.stack),
+            _ => Vec::new(),
         }
     }
 
@@ -495,6 +523,7 @@ impl App {
             ]),
         }
         v.push((A::FocusNext, "Pane"));
+        v.push((A::Details, "Details"));
         v.push((A::ZoomAll, "All"));
         if self.is_live() {
             v.push((A::Pause, "Pause"));

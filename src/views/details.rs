@@ -105,3 +105,68 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App) {
         }
     }
 }
+
+/// The details at full size (`d`): over the gap list, the tree and the details pane, every line
+/// whole (wrapped rather than cut), then the whole stack, innermost frame first.
+pub fn draw_full(f: &mut Frame, area: Rect, app: &App) {
+    use ratatui::widgets::Clear;
+    let mut lines: Vec<Line> = Vec::new();
+    let tone = |lines: &mut Vec<Line>, items: &[(Tone, String)]| {
+        lines.extend(
+            items
+                .iter()
+                .map(|(t, s)| Line::styled(s.clone(), tone_style(*t))),
+        )
+    };
+    match &app.view.details {
+        DetailsVm::Gap {
+            dur,
+            at,
+            cause_text,
+            lines: rest,
+            ..
+        } => {
+            lines.push(Line::styled(
+                format!("{dur}{at}{cause_text}"),
+                Style::default().add_modifier(Modifier::BOLD),
+            ));
+            // The launch stack follows whole, a frame a line.
+            let rest: Vec<_> = rest
+                .iter()
+                .filter(|(_, s)| !s.starts_with("launch stack: ") || app.view.stack.is_empty())
+                .cloned()
+                .collect();
+            tone(&mut lines, &rest);
+        }
+        DetailsVm::Node(items) => tone(&mut lines, items),
+        DetailsVm::Fix { rows, .. } => lines.extend(
+            rows.iter()
+                .map(|r| Line::raw(format!("{}{}{}", r.head, r.site, r.tail))),
+        ),
+        DetailsVm::Waiting(why) => lines.push(Line::raw(why.clone())),
+    }
+    if !app.view.stack.is_empty() {
+        lines.push(Line::raw(""));
+        lines.push(Line::styled(
+            "stack, innermost first (y copies it, o opens its source line):",
+            Style::default().add_modifier(Modifier::BOLD),
+        ));
+        lines.extend(
+            app.view
+                .stack
+                .iter()
+                .map(|s| Line::styled(format!("  {s}"), tone_style(Tone::Stack))),
+        );
+    }
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .title(" Details, full size (↑↓ PgUp PgDn scroll; d closes) ");
+    f.render_widget(Clear, area);
+    f.render_widget(
+        Paragraph::new(lines)
+            .block(block)
+            .wrap(Wrap { trim: false })
+            .scroll((app.details_scroll, 0)),
+        area,
+    );
+}

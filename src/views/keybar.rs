@@ -9,19 +9,30 @@ use ratatui::Frame;
 use crate::app::App;
 
 pub fn draw(f: &mut Frame, area: Rect, app: &App) {
+    let mut entries: Vec<(String, &str)> = app
+        .view
+        .key_bar
+        .iter()
+        .map(|(key, what)| {
+            let k = key
+                .replace("enter", "⏎")
+                .replace("tab", "Tab")
+                .replace("space", "Spc");
+            (k, *what)
+        })
+        .collect();
+    let width = |e: &[(String, &str)]| -> usize {
+        e.iter()
+            .map(|(k, w)| k.chars().count() + w.chars().count() + 1)
+            .sum()
+    };
+    // Whole entries only (one cut in half reads as another key), and the last (quit) stays:
+    // those before it give way, the last but one first.
+    while width(&entries) > area.width as usize && entries.len() > 2 {
+        entries.remove(entries.len() - 2);
+    }
     let mut spans = Vec::new();
-    let mut used = 0usize;
-    for (key, what) in &app.view.key_bar {
-        let k = key
-            .replace("enter", "⏎")
-            .replace("tab", "Tab")
-            .replace("space", "Spc");
-        let w = k.chars().count() + what.chars().count() + 1;
-        // Whole entries only: one cut in half reads as another key.
-        if used + w > area.width as usize {
-            break;
-        }
-        used += w;
+    for (k, what) in entries {
         spans.push(Span::styled(k, Style::default().fg(Color::White)));
         spans.push(Span::styled(
             format!("{what} "),

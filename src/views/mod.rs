@@ -97,6 +97,12 @@ pub fn draw(f: &mut Frame, app: &App, tree_state: &mut TreeState<usize>) -> HitA
     if let Some(o) = s.output {
         output::draw(f, o, app);
     }
+    if app.details_full {
+        let top = s.gaps.y;
+        let bottom = s.details.y + s.details.height;
+        let r = ratatui::layout::Rect::new(area.x, top, area.width, bottom - top);
+        details::draw_full(f, r, app);
+    }
     status::draw(f, s.status, app);
     if let Some(k) = s.keys {
         keybar::draw(f, k, app);
