@@ -1636,3 +1636,45 @@ fn details_at_full_size_copy_and_edit() {
     press(&mut a, Action::Details);
     assert!(!render(&mut a, 80, 24).contains("full size"));
 }
+
+/// `\` filters the gap list by text, as htop's filter: typing keeps the gaps whose op, API,
+/// cause or stack hold it, the title says so, `n` walks only them; Enter ends the typing and
+/// keeps the filter, Esc clears it.
+#[test]
+fn the_gap_list_filters_by_text() {
+    let mut a = recording("gpt2.rec");
+    let all = a.listed_gaps().len();
+    a.update(Action::FilterGaps);
+    assert_eq!(a.focus, Focus::Gaps);
+    for c in "MEMSET".chars() {
+        a.update(Action::SearchChar(c));
+    }
+    let listed = a.listed_gaps();
+    assert!(
+        !listed.is_empty() && listed.len() < all,
+        "{} of {all}",
+        listed.len()
+    );
+    for g in &listed {
+        let op = a.store.names.get(g.op_name).to_lowercase();
+        let api = a.store.names.get(g.api).to_lowercase();
+        assert!(
+            op.contains("memset") || api.contains("memset"),
+            "{op} {api}"
+        );
+    }
+    let s = render(&mut a, 120, 40);
+    assert!(s.contains(" FILTER  /MEMSET▏"), "{s}");
+    assert!(s.contains("· holding \"memset\""), "{s}");
+    a.update(Action::SearchNext); // Enter: typing ends, the filter stays
+    assert!(a.search.is_none());
+    assert_eq!(a.listed_gaps().len(), listed.len());
+    a.update(Action::NextGap);
+    let g = a.selected_gap().unwrap();
+    assert!(
+        a.store.names.get(g.op_name).contains("Memset")
+            || a.store.names.get(g.api).contains("Memset")
+    );
+    a.update(Action::Clear);
+    assert_eq!(a.listed_gaps().len(), all);
+}

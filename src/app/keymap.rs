@@ -36,6 +36,8 @@ pub enum Action {
     Clear,
     /// Start searching the call tree's frames.
     Search,
+    /// Start typing a text filter for the gap list (htop's `\`).
+    FilterGaps,
     /// Stop the profiled program (`gaptop run`): SIGINT, then SIGTERM, then SIGKILL.
     StopProgram,
     /// Gaps of device idle (the default) or of each stream's own idle (HTA's).
@@ -71,7 +73,7 @@ pub enum Action {
 }
 
 impl Action {
-    pub const ALL: [(Action, &'static str, &'static str); 40] = [
+    pub const ALL: [(Action, &'static str, &'static str); 41] = [
         (Action::Quit, "quit", "quit (the terminal is restored)"),
         (
             Action::Pause,
@@ -188,6 +190,11 @@ impl Action {
             "edit",
             "open $EDITOR at the stack's innermost source line",
         ),
+        (
+            Action::FilterGaps,
+            "filter_gaps",
+            "filter the gap list by text (cause, kernel, API, stack)",
+        ),
         (Action::PageUp, "page_up", "a page up in the focused list"),
         (
             Action::PageDown,
@@ -237,6 +244,7 @@ impl Action {
             Action::Details => "details at full size",
             Action::CopyStack => "copy the stack",
             Action::Edit => "open the source line",
+            Action::FilterGaps => "filter the gap list",
             Action::PageUp => "page up",
             Action::PageDown => "page down",
             Action::Top => "first row",

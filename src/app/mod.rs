@@ -218,6 +218,11 @@ pub struct App {
     /// The call tree search being typed (`/`), and which of its matches is selected.
     pub search: Option<String>,
     search_hit: usize,
+    /// The typed search filters the gap list rather than searching the tree (`/` started in
+    /// the gap list or the timeline).
+    pub search_gaps: bool,
+    /// The gap list's text filter (any case): gaps whose cause, op, API or launch stack hold it.
+    pub gap_query: Option<String>,
     pub help: bool,
     pub message: String,
     pub export_dir: PathBuf,
@@ -301,6 +306,8 @@ impl App {
             hide_native: false,
             tree_state: TreeState::default(),
             search: None,
+            search_gaps: false,
+            gap_query: None,
             search_hit: 0,
             node_filter: None,
             help: false,
@@ -574,6 +581,11 @@ impl App {
             Action::Clear => {
                 self.help = false;
                 self.details_full = false;
+                if self.gap_query.take().is_some() {
+                    self.message = "gap list filter cleared".into();
+                    self.sync_gap_sel();
+                    return;
+                }
                 if self.node_filter.take().is_some() {
                     self.message = "tree-node filter cleared".into();
                     self.refresh_filter();
@@ -699,30 +711,38 @@ impl App {
                     format!("hiding gaps under {}", fmt_ns(self.min_gap))
                 };
             }
-            Action::Search => {
+            Action::Search | Action::FilterGaps => {
                 self.search = Some(String::new());
                 self.search_hit = 0;
-                self.focus = Focus::Tree;
-                self.find_in_tree();
+                self.search_gaps = a == Action::FilterGaps;
+                if self.search_gaps {
+                    self.focus = Focus::Gaps;
+                    self.filter_gaps_by_text();
+                } else {
+                    self.focus = Focus::Tree;
+                    self.find_in_tree();
+                }
             }
             Action::SearchChar(ch) => {
                 if let Some(q) = &mut self.search {
                     q.push(ch);
                     self.search_hit = 0;
-                    self.find_in_tree();
+                    self.searched();
                 }
             }
             Action::SearchBack => {
                 if let Some(q) = &mut self.search {
                     q.pop();
                     self.search_hit = 0;
-                    self.find_in_tree();
+                    self.searched();
                 }
             }
+            Action::SearchNext if self.search_gaps => self.end_gap_filter_typing(),
             Action::SearchNext => {
                 self.search_hit += 1;
                 self.find_in_tree();
             }
+            Action::SearchEnd if self.search_gaps => self.end_gap_filter_typing(),
             Action::SearchEnd => {
                 if let Some(q) = self.search.take() {
                     self.message = format!("search for {q:?} ended");

@@ -204,8 +204,10 @@ impl Default for DetailsVm {
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct StatusVm {
-    /// While a tree search is typed: its query (the line is its prompt).
+    /// While a tree search or a gap list filter is typed: its query (the line is its prompt).
     pub search: Option<String>,
+    /// The query filters the gap list (else it searches the tree).
+    pub search_gaps: bool,
     pub mode: String,
     pub middle: String,
     pub lost: String,
@@ -519,6 +521,7 @@ impl App {
                 (A::BiggestGap, "Biggest"),
                 (A::NextGap, "Next gap"),
                 (A::Enter, "Zoom in"),
+                (A::FilterGaps, "Filter"),
                 (A::Sort, "Sort"),
             ]),
         }
@@ -835,6 +838,10 @@ impl App {
                 format!("{title}· {} around cursor ", fmt_short(b - a))
             }
             _ => title,
+        };
+        let title = match &self.gap_query {
+            Some(q) => format!("{title}· holding {:?} ", crate::frames::cut(q, 16)),
+            None => title,
         };
         // Where the selected row is in the list.
         let title = match gaps.iter().position(|g| self.is_selected(g)) {
@@ -1261,6 +1268,7 @@ impl App {
         };
         StatusVm {
             search: self.search.clone(),
+            search_gaps: self.search_gaps,
             mode: format!(" {} ", mode),
             middle: format!(
                 " {} │ {} │ {} ops │ ",

@@ -16,7 +16,11 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App) {
         // The query must stay in view.
         let line = Line::from(vec![
             Span::styled(
-                " SEARCH ",
+                if vm.search_gaps {
+                    " FILTER "
+                } else {
+                    " SEARCH "
+                },
                 Style::default().bg(Color::Magenta).fg(Color::White),
             ),
             Span::styled(
