@@ -415,7 +415,7 @@ fn run_shows_a_live_programs_kernels_and_stacks() {
     let script = fake_gpu::script();
     let s = Session::start(
         &format!(
-            "cd {d} && unset LD_LIBRARY_PATH && GAPTOP_FAKE_CUPTI=1 CUDA_HOME={d}/cuda GAPTOP_COLLECTOR={t}/libgaptop_collector.so FAKE_STEP_SLEEP=0.01 {bin} run --log {d}/p.log -- python3 {script} 150",
+            "cd {d} && unset LD_LIBRARY_PATH && GAPTOP_FAKE_CUPTI=1 CUDA_HOME={d}/cuda GAPTOP_COLLECTOR={t}/libgaptop_collector.so FAKE_STEP_SLEEP=0.03 {bin} run --log {d}/p.log -- python3 {script} 150",
             d = dir.display(),
             t = target.display(),
             bin = bin.display(),
