@@ -1678,3 +1678,43 @@ fn the_gap_list_filters_by_text() {
     a.update(Action::Clear);
     assert_eq!(a.listed_gaps().len(), all);
 }
+
+/// The tree keeps its rows in view after a walk down it, a pick of the biggest gap (which opens
+/// the tree along that gap's path) and Enter: no lone row above a blank pane.
+#[test]
+fn the_tree_stays_filled_after_walking_it_and_picking_a_gap() {
+    for (w, h) in [(160u16, 48u16), (80, 24)] {
+        let mut a = recording("gpt2.rec");
+        render(&mut a, w, h);
+        press(&mut a, Action::FocusNext);
+        for _ in 0..30 {
+            press(&mut a, Action::Down);
+            render(&mut a, w, h);
+        }
+        press(&mut a, Action::BiggestGap);
+        render(&mut a, w, h);
+        press(&mut a, Action::Enter);
+        render(&mut a, w, h);
+        press(&mut a, Action::Down);
+        let s = render(&mut a, w, h);
+        let tree = a.view.screen.tree;
+        let rows: Vec<String> = s
+            .lines()
+            .skip(tree.y as usize + 1)
+            .take(tree.height.saturating_sub(2) as usize)
+            .map(|l| {
+                l.chars()
+                    .skip(tree.x as usize + 1)
+                    .take(tree.width as usize - 2)
+                    .collect()
+            })
+            .collect();
+        let filled = rows.iter().filter(|r| !r.trim().is_empty()).count();
+        let total = a.cache.as_ref().unwrap().tree.nodes.len();
+        assert!(
+            filled >= rows.len().min(total - 1) / 2,
+            "{w}x{h}: {filled} of {} tree rows drawn\n{s}",
+            rows.len()
+        );
+    }
+}
