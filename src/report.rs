@@ -67,6 +67,11 @@ pub struct JsonReport {
     pub kernel_ns: Ns,
     pub device_idle_ns: Ns,
     pub idle: std::collections::BTreeMap<&'static str, JsonBucket>,
+    /// Ops that started before the work before them on their stream had ended (count, and
+    /// by how much in all), when there are any: counted apart from the gaps. HTA counts each
+    /// as a kernel_wait gap of negative length.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overlapping: Option<JsonBucket>,
     pub reasons: std::collections::BTreeMap<&'static str, JsonBucket>,
     pub gap_percentiles_ns: Percentiles,
     pub kernel_percentiles_ns: Percentiles,
@@ -333,6 +338,10 @@ pub fn build_steps(
         kernel_ns: s.kernel_ns,
         device_idle_ns: s.device_idle_ns,
         idle,
+        overlapping: (s.overlapping.count > 0).then_some(JsonBucket {
+            count: s.overlapping.count,
+            total_ns: s.overlapping.total_ns,
+        }),
         reasons,
         gap_percentiles_ns: pct(&s.gap_hist),
         kernel_percentiles_ns: pct(&s.kernel_hist),
@@ -477,6 +486,15 @@ pub fn text(j: &JsonReport) -> String {
         .map(|(k, b)| format!("{k} {} ({})", b.count, fmt_ns(b.total_ns)))
         .collect();
     let _ = writeln!(o, "  why: {}", reasons.join(", "));
+    if let Some(b) = &j.overlapping {
+        let _ = writeln!(
+            o,
+            "  {:<12} {:>8} ops   {:>12}  started before the work before them on their stream ended (not gaps; HTA counts them as kernel_wait of negative length)",
+            "overlapping",
+            b.count,
+            fmt_ns(b.total_ns)
+        );
+    }
     let g = &j.gap_percentiles_ns;
     let k = &j.kernel_percentiles_ns;
     let _ = writeln!(
