@@ -94,6 +94,9 @@ pub struct JsonReport {
     pub kernels_with_stack: u64,
     /// Each process with kernels in the window: who it is and what arrived from it.
     pub processes: Vec<JsonProcess>,
+    /// How the clocks of traces joined as one capture were put together (several traces only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clocks: Option<String>,
     pub dropped: u64,
     pub evicted_ops: u64,
     pub skipped: std::collections::BTreeMap<String, u64>,
@@ -358,6 +361,7 @@ pub fn build_steps(
         kernels_with_launch: launches.iter().map(|p| p.kernels_with_launch).sum(),
         kernels_with_stack: launches.iter().map(|p| p.kernels_with_stack).sum(),
         processes: launches,
+        clocks: store.clocks.clone(),
         dropped: store.dropped,
         evicted_ops: store.evicted_ops,
         skipped: store.skipped.clone(),
@@ -457,6 +461,9 @@ pub fn text(j: &JsonReport) -> String {
                 p.dropped,
                 short(&p.label, 60)
             );
+        }
+        if let Some(c) = &j.clocks {
+            let _ = writeln!(o, "  clocks: {c}");
         }
     }
     if j.dropped > 0 || j.evicted_ops > 0 {

@@ -479,6 +479,9 @@ pub struct Store {
     pub sampling_note: Option<String>,
     /// The frame under which the call tree shows what the CPU did during a launch's gaps.
     pub cpu_marker: NameId,
+    /// How the clocks of a capture joined from several traces were put together (None for a
+    /// single source).
+    pub clocks: Option<String>,
 }
 
 /// The call tree's frame above the CPU samples taken during a launch's gaps.
@@ -514,6 +517,7 @@ impl Store {
             cpu_samples: 0,
             evicted_samples: 0,
             sampling_note: None,
+            clocks: None,
         }
     }
 
@@ -840,6 +844,37 @@ impl Store {
         }
         c.finish_bulk();
         c
+    }
+
+    /// Moves everything of process `proc` (its ops, calls, CPU spans and samples) `by` ns
+    /// later on the capture's clock: one rank's trace put on the clock of the others. Order,
+    /// sums and indexes stay as they are.
+    pub fn shift_process(&mut self, proc: u32, by: Ns) {
+        if by == 0 {
+            return;
+        }
+        for l in self.lanes.iter_mut().filter(|l| l.key.proc == proc) {
+            for o in l.ops.iter_mut() {
+                o.start += by;
+                o.end += by;
+            }
+            if l.max_end != Ns::MIN {
+                l.max_end += by;
+            }
+        }
+        let p = &mut self.procs[proc as usize];
+        for a in p.apis.iter_mut().chain(p.blocking.iter_mut()) {
+            a.start += by;
+            a.end += by;
+        }
+        for s in p.spans.values_mut().flatten() {
+            s.start += by;
+            s.end += by;
+        }
+        for s in p.samples.values_mut().flatten() {
+            s.time += by;
+        }
+        self.generation += 1;
     }
 
     /// The API call that launched an op in this lane, if known.
