@@ -316,6 +316,17 @@ fn traces_of_different_runs_are_refused() {
     std::fs::create_dir_all(&empty).unwrap();
     std::fs::write(empty.join("notes.txt"), b"x").unwrap();
     fails(&[&empty], "no traces in it (*.json, *.json.gz)");
+    // A header that puts the times nowhere.
+    let odd = d.join("odd.json");
+    std::fs::write(
+        &odd,
+        br#"{"traceEvents": [{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":1,"dur":1,"args":{"stream":7}}], "baseTimeNanoseconds": -5}"#,
+    )
+    .unwrap();
+    fails(
+        &[&odd],
+        "odd.json: baseTimeNanoseconds -5 is not a time since 1970",
+    );
     // A broken file among good ones is named.
     let bad = d.join("rank-5.json");
     std::fs::write(&bad, b"{\"traceEvents\": [").unwrap();

@@ -179,6 +179,9 @@ struct RawSpan {
     pystack: StackId,
 }
 
+/// The latest `baseTimeNanoseconds` taken for a time (2^62 ns: the year 2116).
+const MAX_BASE_NS: Ns = 1 << 62;
+
 /// What a trace's header says about its run, read around its events.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Header {
@@ -285,8 +288,8 @@ impl Builder {
         for l in &mut self.store.lanes {
             if procs.contains(&l.key.proc) {
                 for o in l.ops.iter_mut() {
-                    o.start += by;
-                    o.end += by;
+                    o.start = o.start.saturating_add(by);
+                    o.end = o.end.saturating_add(by);
                 }
             }
         }
@@ -294,16 +297,16 @@ impl Builder {
             let proc = &mut self.store.procs[p as usize];
             let mut apis = proc.take_apis();
             for a in apis.iter_mut() {
-                a.start += by;
-                a.end += by;
+                a.start = a.start.saturating_add(by);
+                a.end = a.end.saturating_add(by);
             }
             proc.put_apis(apis);
         }
         for ((p, _), spans) in self.spans.iter_mut() {
             if procs.contains(p) {
                 for s in spans.iter_mut() {
-                    s.start += by;
-                    s.end += by;
+                    s.start = s.start.saturating_add(by);
+                    s.end = s.end.saturating_add(by);
                 }
             }
         }
@@ -726,6 +729,12 @@ impl Builder {
                     }
                     Piece::Header(h) => header = h,
                 }
+            }
+            if !(0..=MAX_BASE_NS).contains(&header.base_ns) {
+                return Err(format!(
+                    "baseTimeNanoseconds {} is not a time since 1970",
+                    header.base_ns
+                ));
             }
             Ok(header)
         });

@@ -853,26 +853,27 @@ impl Store {
         if by == 0 {
             return;
         }
+        // Saturating: a trace's times near the ends of the clock cannot wrap around.
         for l in self.lanes.iter_mut().filter(|l| l.key.proc == proc) {
             for o in l.ops.iter_mut() {
-                o.start += by;
-                o.end += by;
+                o.start = o.start.saturating_add(by);
+                o.end = o.end.saturating_add(by);
             }
             if l.max_end != Ns::MIN {
-                l.max_end += by;
+                l.max_end = l.max_end.saturating_add(by);
             }
         }
         let p = &mut self.procs[proc as usize];
         for a in p.apis.iter_mut().chain(p.blocking.iter_mut()) {
-            a.start += by;
-            a.end += by;
+            a.start = a.start.saturating_add(by);
+            a.end = a.end.saturating_add(by);
         }
         for s in p.spans.values_mut().flatten() {
-            s.start += by;
-            s.end += by;
+            s.start = s.start.saturating_add(by);
+            s.end = s.end.saturating_add(by);
         }
         for s in p.samples.values_mut().flatten() {
-            s.time += by;
+            s.time = s.time.saturating_add(by);
         }
         self.generation += 1;
     }

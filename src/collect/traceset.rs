@@ -183,7 +183,7 @@ fn check_overlap(reads: &[Read], store: &Store) -> anyhow::Result<()> {
                 bail!(
                     "{} ends {} before {} begins: traces of different runs?",
                     p.display(),
-                    fmt_ns(start - e),
+                    fmt_ns(start.saturating_sub(e)),
                     path.display()
                 );
             }
@@ -232,13 +232,14 @@ pub fn clock_offset(reference: &[CommOp], other: &[CommOp]) -> Result<Ns, String
     let mut d: Vec<Ns> = reference
         .iter()
         .zip(other)
-        .map(|(a, b)| a.1 - b.1)
-        .collect();
+        .map(|(a, b)| a.1.checked_sub(b.1))
+        .collect::<Option<_>>()
+        .ok_or("their clocks are further apart than a clock holds")?;
     d.sort_unstable();
     let offset = d[d.len() / 2];
     let agree = d
         .iter()
-        .filter(|&&x| (x - offset).abs() <= END_TOLERANCE_NS)
+        .filter(|&&x| x.abs_diff(offset) <= END_TOLERANCE_NS as u64)
         .count();
     if 4 * agree < 3 * d.len() {
         return Err(format!(
@@ -277,7 +278,7 @@ fn align_clocks(store: &mut Store, reads: &[Read]) -> String {
         match clock_offset(refc, c) {
             Ok(by) => {
                 let sign = if by < 0 { "-" } else { "+" };
-                moved.push(format!("{} {sign}{}", who(r), fmt_ns(by.abs())));
+                moved.push(format!("{} {sign}{}", who(r), fmt_ns(by.saturating_abs())));
                 shifts.push((r.procs.clone(), by));
             }
             Err(why) => kept.push(format!("{}: {why}", who(r))),
