@@ -143,9 +143,11 @@ enum Cmd {
         #[command(flatten)]
         ui: UiArgs,
     },
-    /// Open a trace (Kineto JSON, .json.gz, a gaptop export) or a recording in the UI
+    /// Open a trace (Kineto JSON, .json.gz, a gaptop export) or a recording in the UI; several
+    /// traces, or a directory of them, open as the ranks of one run
     Open {
-        file: PathBuf,
+        #[arg(required = true, value_name = "FILE|DIR")]
+        files: Vec<PathBuf>,
         /// Open on this window (--from/--to); z still shows the whole capture
         #[command(flatten)]
         window: WindowArgs,
@@ -170,15 +172,18 @@ enum Cmd {
     },
     /// Write a window of a trace or recording as Chrome trace JSON (Perfetto, chrome://tracing); gzipped when OUTPUT ends in .gz
     Export {
-        file: PathBuf,
+        #[arg(required = true, value_name = "FILE|DIR")]
+        files: Vec<PathBuf>,
         #[command(flatten)]
         window: WindowArgs,
         #[arg(short, long)]
         output: PathBuf,
     },
-    /// Summarize a trace or recording: idle breakdown, top gaps and stacks, percentiles
+    /// Summarize a trace or recording: idle breakdown, top gaps and stacks, percentiles; several
+    /// traces, or a directory of them, are the ranks of one run
     Report {
-        file: PathBuf,
+        #[arg(required = true, value_name = "FILE|DIR")]
+        files: Vec<PathBuf>,
         /// text, json, folded (gap time by launch stack, for flame graph tools), or folded-cpu
         /// (the same, with the CPU samples taken during each launch's gaps under it)
         #[arg(long, default_value = "text", value_parser = ["text", "json", "folded", "folded-cpu"])]
@@ -250,6 +255,12 @@ fn ui_app(
     Ok(app)
 }
 
+/// The inputs as an error names them.
+fn shown(files: &[PathBuf]) -> String {
+    let v: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+    v.join(" ")
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
@@ -265,16 +276,16 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.cmd {
         Cmd::Report {
-            file,
+            files,
             format,
             window,
             top,
             analysis,
         } => {
-            let store = gaptop::collect::load_path(&file, usize::MAX)?;
+            let store = gaptop::collect::load_paths(&files, usize::MAX)?;
             window
                 .check(&store)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+                .map_err(|e| anyhow::anyhow!("{}: {e}", shown(&files)))?;
             let cfg = Config {
                 kernel_wait_ns: analysis.kernel_wait,
                 basis: analysis.basis(),
@@ -326,12 +337,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             )?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Open { file, window, ui } => {
+        Cmd::Open { files, window, ui } => {
             use gaptop::app::{term, SourceState};
-            let store = gaptop::collect::load_path(&file, usize::MAX)?;
+            let store = gaptop::collect::load_paths(&files, usize::MAX)?;
             let (from, to) = window
                 .check(&store)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+                .map_err(|e| anyhow::anyhow!("{}: {e}", shown(&files)))?;
             term::need_terminal("open")?;
             let origin = store.origin();
             let mut app = ui_app(store, SourceState::File, &ui)?;
@@ -372,17 +383,17 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Export {
-            file,
+            files,
             window,
             output,
         } => {
-            let store = gaptop::collect::load_path(&file, usize::MAX)?;
+            let store = gaptop::collect::load_paths(&files, usize::MAX)?;
             if store.span().is_none() {
-                anyhow::bail!("{}: no GPU ops", file.display());
+                anyhow::bail!("{}: no GPU ops", shown(&files));
             }
             let (from, to) = window
                 .check(&store)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+                .map_err(|e| anyhow::anyhow!("{}: {e}", shown(&files)))?;
             let (from, to) = (store.origin() + from, store.origin() + to);
             let n = gaptop::export::write_file(&store, from, to, &Config::default(), &output)?;
             let spans = if n.spans > 0 {

@@ -67,6 +67,11 @@ pub struct JsonReport {
     pub kernel_ns: Ns,
     pub device_idle_ns: Ns,
     pub idle: std::collections::BTreeMap<&'static str, JsonBucket>,
+    /// Ops that started before the work before them on their stream had ended (count, and
+    /// by how much in all), when there are any: counted apart from the gaps. HTA counts each
+    /// as a kernel_wait gap of negative length.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overlapping: Option<JsonBucket>,
     pub reasons: std::collections::BTreeMap<&'static str, JsonBucket>,
     pub gap_percentiles_ns: Percentiles,
     pub kernel_percentiles_ns: Percentiles,
@@ -89,6 +94,9 @@ pub struct JsonReport {
     pub kernels_with_stack: u64,
     /// Each process with kernels in the window: who it is and what arrived from it.
     pub processes: Vec<JsonProcess>,
+    /// How the clocks of traces joined as one capture were put together (several traces only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clocks: Option<String>,
     pub dropped: u64,
     pub evicted_ops: u64,
     pub skipped: std::collections::BTreeMap<String, u64>,
@@ -344,6 +352,10 @@ pub fn build_steps(
         kernel_ns: s.kernel_ns,
         device_idle_ns: s.device_idle_ns,
         idle,
+        overlapping: (s.overlapping.count > 0).then_some(JsonBucket {
+            count: s.overlapping.count,
+            total_ns: s.overlapping.total_ns,
+        }),
         reasons,
         gap_percentiles_ns: pct(&s.gap_hist, s.gap_max_ns),
         kernel_percentiles_ns: pct(&s.kernel_hist, s.kernel_max_ns),
@@ -360,6 +372,7 @@ pub fn build_steps(
         kernels_with_launch: launches.iter().map(|p| p.kernels_with_launch).sum(),
         kernels_with_stack: launches.iter().map(|p| p.kernels_with_stack).sum(),
         processes: launches,
+        clocks: store.clocks.clone(),
         dropped: store.dropped,
         evicted_ops: store.evicted_ops,
         skipped: store.skipped.clone(),
@@ -460,6 +473,9 @@ pub fn text(j: &JsonReport) -> String {
                 short(&p.label, 60)
             );
         }
+        if let Some(c) = &j.clocks {
+            let _ = writeln!(o, "  clocks: {c}");
+        }
     }
     if j.dropped > 0 || j.evicted_ops > 0 {
         let _ = writeln!(
@@ -488,6 +504,15 @@ pub fn text(j: &JsonReport) -> String {
         .map(|(k, b)| format!("{k} {} ({})", b.count, fmt_ns(b.total_ns)))
         .collect();
     let _ = writeln!(o, "  why: {}", reasons.join(", "));
+    if let Some(b) = &j.overlapping {
+        let _ = writeln!(
+            o,
+            "  {:<12} {:>8} ops   {:>12}  started before the work before them on their stream ended (not gaps; HTA counts them as kernel_wait of negative length)",
+            "overlapping",
+            b.count,
+            fmt_ns(b.total_ns)
+        );
+    }
     let g = &j.gap_percentiles_ns;
     let k = &j.kernel_percentiles_ns;
     let _ = writeln!(

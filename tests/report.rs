@@ -799,9 +799,13 @@ fn bad_windows_and_odd_files_are_clear() {
         &["report", empty.to_str().unwrap()],
         "empty.json: empty file",
     );
+    // A directory is the traces in it (the ranks of a run): here the empty one, or none.
+    fails(&["report", dir.to_str().unwrap()], "empty.json: empty file");
+    let none = dir.join("none");
+    std::fs::create_dir_all(&none).unwrap();
     fails(
-        &["report", dir.to_str().unwrap()],
-        "is a directory, not a trace or a recording",
+        &["report", none.to_str().unwrap()],
+        "none: no traces in it (*.json, *.json.gz)",
     );
     // A recording someone gzipped reads as the recording.
     let gz = dir.join("gpt2.rec.gz");

@@ -673,3 +673,21 @@ fn copy_the_stack_and_open_its_source_line() {
     s.keys(&["q"]);
     s.wait_for("GAPTOP_EXIT=0");
 }
+
+/// A directory of rank traces opens as one run: a lane per rank's stream, labelled by rank.
+#[test]
+fn open_a_directory_of_rank_traces() {
+    let dir = support::root().join("tests/data/kineto/hta-two-ranks");
+    let s = Session::start(
+        &format!("{} open {}", env!("CARGO_BIN_EXE_gaptop"), dir.display()),
+        120,
+        40,
+    );
+    let screen = s.wait_for("Call tree");
+    assert!(screen.contains("│r0 gpu0 s7"), "{screen}");
+    assert!(screen.contains("│r1 gpu1 s7"), "{screen}");
+    // The communication analysis, over the ranks.
+    assert!(screen.contains("(rank 1 late 8x)"), "{screen}");
+    s.keys(&["q"]);
+    s.wait_for("GAPTOP_EXIT=0");
+}

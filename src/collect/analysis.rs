@@ -193,11 +193,25 @@ pub fn classify_from(
     from: Ns,
     cfg: &Config,
 ) -> Option<Gap> {
-    let n: &GpuOp = &store.lanes[lane].ops[next];
-    let p: &GpuOp = &store.lanes[prev.0].ops[prev.1];
-    if n.start <= from {
+    if store.lanes[lane].ops[next].start <= from {
         return None;
     }
+    Some(classify_at(store, lane, prev, next, from, cfg))
+}
+
+/// Classifies the interval from `from` to the start of `lane.ops[next]`, which may be empty:
+/// an op that starts exactly when the one before it ended follows a gap of length 0, which HTA
+/// counts (as kernel_wait, unless its launch began after the previous op ended).
+fn classify_at(
+    store: &Store,
+    lane: usize,
+    prev: (usize, usize),
+    next: usize,
+    from: Ns,
+    cfg: &Config,
+) -> Gap {
+    let n: &GpuOp = &store.lanes[lane].ops[next];
+    let p: &GpuOp = &store.lanes[prev.0].ops[prev.1];
     let proc = &store.procs[store.lanes[lane].key.proc as usize];
     let api = proc.api_by_corr(n.corr);
     let dur = n.start - from;
@@ -210,7 +224,10 @@ pub fn classify_from(
     };
     let mut cpu_stack = 0;
     if let Some(a) = api {
-        if a.kind == ApiKind::GraphLaunch && n.graph != 0 && p.graph == n.graph {
+        // Inside a replay: the op before it belongs to the same graph, by its id or (traces
+        // without graph ids) by being replayed from the same cudaGraphLaunch call.
+        let same_graph = (n.graph != 0 && p.graph == n.graph) || p.corr == n.corr;
+        if a.kind == ApiKind::GraphLaunch && same_graph {
             reason = Reason::Graph;
         } else if category == Category::HostWait
             && proc
@@ -234,7 +251,7 @@ pub fn classify_from(
     } else if n.graph != 0 && p.graph == n.graph {
         reason = Reason::Graph;
     }
-    Some(Gap {
+    Gap {
         lane,
         start: from,
         end: n.start,
@@ -248,7 +265,7 @@ pub fn classify_from(
         op_name: n.name,
         cpu_stack,
         launch_latency: api.map(|a| n.start - a.start).unwrap_or(-1),
-    })
+    }
 }
 
 /// The gap that ends at `lane.ops[next]` on the given basis: on its stream, or on its device
@@ -356,6 +373,35 @@ pub fn device_gaps(
 
 /// Calls `f` for each gap of `lane` that overlaps the window, clipped to it, in time order.
 pub fn lane_gaps(store: &Store, lane: usize, w: Window, cfg: &Config, mut f: impl FnMut(Gap)) {
+    lane_between(store, lane, w, cfg, |b| match b {
+        Between::Gap(g) if g.dur() > 0 => f(g),
+        _ => {}
+    });
+}
+
+/// What lies before an op on its stream, after the ops before it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Between {
+    /// A gap, of length 0 when the op starts exactly as the work before it ends (HTA counts
+    /// those).
+    Gap(Gap),
+    /// The op (index `next` in the lane) started `ns` before the work before it on its stream
+    /// had ended. CUDA runs a stream's ops in order, but traces show it: clocks of two
+    /// engines, a record's rounding. HTA counts such a pair as a gap of negative length
+    /// (kernel_wait, as it is under 30 µs); gaptop counts it apart.
+    Overlap { next: usize, ns: Ns },
+}
+
+/// Calls `f` for what lies before each op of `lane` that starts inside the window (and after
+/// the ops before it): a gap (clipped to the window; of length 0 when the op starts exactly as
+/// the stream's work before it ends) or an overlap, in time order.
+pub fn lane_between(
+    store: &Store,
+    lane: usize,
+    w: Window,
+    cfg: &Config,
+    mut f: impl FnMut(Between),
+) {
     let ops = &store.lanes[lane].ops;
     if ops.len() < 2 {
         return;
@@ -369,16 +415,20 @@ pub fn lane_gaps(store: &Store, lane: usize, w: Window, cfg: &Config, mut f: imp
         if max_end >= w.hi() {
             break;
         }
-        if n.start > max_end {
-            // The previous op whose end is the running max: that is `prev` when lanes do not
-            // overlap, which CUDA streams guarantee.
-            if let Some(mut g) = classify(store, lane, prev, next, cfg) {
-                g.start = g.start.max(max_end).max(w.lo());
-                g.end = g.end.min(w.hi());
-                if g.end > g.start {
-                    f(g);
-                }
+        if n.start >= max_end {
+            // From the end of the stream's work so far: the op `prev` that reached it.
+            let mut g = classify_at(store, lane, (lane, prev), next, max_end, cfg);
+            g.start = g.start.max(w.lo());
+            g.end = g.end.min(w.hi());
+            // A gap of length 0 inside the window, or a clipped gap that keeps some length.
+            if g.end > g.start || (n.start == max_end && n.start >= w.lo()) {
+                f(Between::Gap(g));
             }
+        } else if n.start >= w.lo() {
+            f(Between::Overlap {
+                next,
+                ns: max_end - n.start,
+            });
         }
         if n.end >= max_end {
             max_end = n.end;
@@ -660,7 +710,11 @@ pub struct Summary {
     pub kernel_ns: Ns,
     /// Time no stream of a device ran anything, summed over devices.
     pub device_idle_ns: Ns,
+    /// Each stream's gaps by HTA's category, those of length 0 included.
     pub idle: [Bucket; 3],
+    /// Ops that started before the work before them on their stream had ended, and by how
+    /// much in all (counted apart from the gaps; see [`Between::Overlap`]).
+    pub overlapping: Bucket,
     pub reasons: HashMap<Reason, Bucket>,
     pub tree: CallTree,
     /// Longest gaps, longest first (ties: earlier first).
@@ -1076,6 +1130,7 @@ pub fn summarize_steps(
         kernel_ns: 0,
         device_idle_ns: 0,
         idle: [Bucket::default(); 3],
+        overlapping: Bucket::default(),
         reasons: HashMap::default(),
         tree: CallTree::default(),
         top_gaps: Vec::new(),
@@ -1129,7 +1184,17 @@ pub fn summarize_steps(
                 kernel_clip,
             );
         }
-        lane_gaps(store, lane, win, cfg, |g| {
+        lane_between(store, lane, win, cfg, |b| {
+            let g = match b {
+                Between::Gap(g) => g,
+                Between::Overlap { ns, .. } => {
+                    s.overlapping.count += 1;
+                    s.overlapping.total_ns += ns;
+                    return;
+                }
+            };
+            // A gap of length 0 counts in the breakdown, as HTA counts it, and nowhere else:
+            // it holds no time to charge to a launch, and would pull percentiles to 0.
             let d = g.dur();
             let b = &mut s.idle[g.category as usize];
             b.count += 1;
@@ -1137,7 +1202,10 @@ pub fn summarize_steps(
             let r = s.reasons.entry(g.reason).or_default();
             r.count += 1;
             r.total_ns += d;
-            let _ = s.gap_hist.record(d.max(1) as u64);
+            if d == 0 {
+                return;
+            }
+            let _ = s.gap_hist.record(d as u64);
             s.gap_max_ns = s.gap_max_ns.max(d);
             if cfg.basis == Basis::Stream {
                 charge(&mut s, &mut top, store, g, steady.as_ref());
@@ -1235,6 +1303,79 @@ mod tests {
         st.add_api(p, call(101, 105, 3, ApiKind::Launch));
         st.finish_bulk();
         classify(&st, lane, 0, 1, &Config::default()).unwrap()
+    }
+
+    /// One stream: a [0,10], b [10,20] (starts as a ends), c [15,30] (starts 5 before b ends),
+    /// d [40,50]; then e [60,70] and f [72,80], both replayed by one cudaGraphLaunch (no graph
+    /// id). Every call is made long before its op.
+    #[test]
+    fn zero_length_gaps_overlaps_and_graph_replays() {
+        let mut st = Store::default();
+        let p = st.add_process(1, -1, "t");
+        let k = st.names.intern("k");
+        let graph = st.names.intern("cudaGraphLaunch");
+        let lane = st.lane_id(LaneKey {
+            proc: p,
+            device: 0,
+            stream: 7,
+        });
+        for (s, e, corr) in [
+            (0, 10, 1),
+            (10, 20, 2),
+            (15, 30, 3),
+            (40, 50, 4),
+            (60, 70, 5),
+            (72, 80, 5),
+        ] {
+            st.add_op(lane, GpuOp::new(s, e, OpKind::Kernel, k, corr));
+        }
+        for corr in 1..=5 {
+            let (name, kind) = if corr == 5 {
+                (graph, ApiKind::GraphLaunch)
+            } else {
+                (k, ApiKind::Launch)
+            };
+            st.add_api(
+                p,
+                ApiCall {
+                    start: -100 + corr as Ns,
+                    end: -99 + corr as Ns,
+                    corr,
+                    tid: 1,
+                    name,
+                    stack: 0,
+                    kind,
+                },
+            );
+        }
+        let cfg = Config::default();
+        let mut seen = Vec::new();
+        lane_between(&st, lane, Window::all(), &cfg, |b| {
+            seen.push(match b {
+                Between::Gap(g) => format!("gap {} {:?} {:?}", g.dur(), g.category, g.reason),
+                Between::Overlap { next, ns } => format!("overlap {next} {ns}"),
+            })
+        });
+        assert_eq!(
+            seen,
+            [
+                "gap 0 KernelWait Launch",
+                "overlap 2 5",
+                "gap 10 KernelWait Launch",
+                "gap 10 KernelWait Launch",
+                "gap 2 KernelWait Graph",
+            ]
+        );
+        // The breakdown counts the gap of length 0 and not the overlap; lane_gaps (the UI's,
+        // the export's) leaves out both.
+        let s = summarize(&st, Window::all(), &cfg, 10);
+        assert_eq!(s.idle(Category::KernelWait).count, 4);
+        assert_eq!(s.idle(Category::KernelWait).total_ns, 22);
+        assert_eq!((s.overlapping.count, s.overlapping.total_ns), (1, 5));
+        assert_eq!(s.reasons[&Reason::Graph].count, 1);
+        let mut n = 0;
+        lane_gaps(&st, lane, Window::all(), &cfg, |_| n += 1);
+        assert_eq!(n, 3);
     }
 
     #[test]

@@ -258,8 +258,19 @@ impl<R: Read> Scanner<R> {
     /// Walks the document and calls `f` with each event object's bytes. Returns the number of
     /// events seen.
     pub fn for_each_event(
+        self,
+        f: impl FnMut(&[u8], u64) -> Result<(), String>,
+    ) -> Result<u64, ScanErrorOr> {
+        self.for_each_event_and_member(f, |_, _| {})
+    }
+
+    /// [`Scanner::for_each_event`], also calling `member` with the key (without its quotes)
+    /// and raw value of each top-level member other than `traceEvents` (a trace's header,
+    /// before or after the events).
+    pub fn for_each_event_and_member(
         mut self,
         mut f: impl FnMut(&[u8], u64) -> Result<(), String>,
+        mut member: impl FnMut(&[u8], &[u8]),
     ) -> Result<u64, ScanErrorOr> {
         let mut count = 0u64;
         match self.peek().map_err(ScanErrorOr::Scan)? {
@@ -280,13 +291,15 @@ impl<R: Read> Scanner<R> {
                         return Err(self.syntax("expected a key").into());
                     }
                     let (ks, ke) = self.take_value()?;
-                    let is_events = &self.buf[ks..ke] == b"\"traceEvents\"";
+                    // Copied: reading on may refill the buffer and drop what lies before.
+                    let key = self.buf[ks + 1..ke - 1].to_vec();
                     self.eat(b':', "expected ':'")?;
-                    if is_events {
+                    if key == b"traceEvents" {
                         found = true;
                         self.events_array(&mut f, &mut count)?;
                     } else {
-                        self.take_value()?;
+                        let (vs, ve) = self.take_value()?;
+                        member(&key, &self.buf[vs..ve]);
                     }
                     match self.expect_more()? {
                         b',' => self.pos += 1,
@@ -415,6 +428,35 @@ mod tests {
             events("[{\"a\":1}] trailing"),
             Err(ScanErrorOr::Scan(ScanError::Syntax { .. }))
         ));
+    }
+
+    #[test]
+    fn header_members_are_handed_over_around_the_events() {
+        let doc = r#"{"schemaVersion": 1, "distributedInfo": {"rank": 3},
+            "traceEvents": [{"n": 1}], "baseTimeNanoseconds": 1711964646000000000}"#;
+        let mut members = Vec::new();
+        let n = Scanner::new(doc.as_bytes())
+            .for_each_event_and_member(
+                |_, _| Ok(()),
+                |k, v| {
+                    members.push((
+                        String::from_utf8(k.to_vec()).unwrap(),
+                        String::from_utf8(v.to_vec()).unwrap(),
+                    ))
+                },
+            )
+            .unwrap();
+        assert_eq!(n, 1);
+        let want = [
+            ("schemaVersion", "1"),
+            ("distributedInfo", r#"{"rank": 3}"#),
+            ("baseTimeNanoseconds", "1711964646000000000"),
+        ];
+        let got: Vec<(&str, &str)> = members
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(got, want);
     }
 
     #[test]

@@ -2,7 +2,15 @@
 //!
 //! What is kept: GPU ops (`kernel`, `gpu_memcpy`, `gpu_memset`), host API calls (`cuda_runtime`,
 //! `cuda_driver`) and CPU spans (`python_function`, `cpu_op`, `user_annotation`), whose nesting
-//! gives each API call its call stack. Everything else is counted as skipped.
+//! gives each API call its call stack. Traces of Kineto before mid-2021 spell the categories
+//! `Kernel`, `Memcpy`, `Memset`, `Runtime` and `Operator`, name a GPU op's thread `stream N`
+//! and give an operator's Python stack as its `Call stack` argument; they read alike.
+//! Everything else is counted as skipped.
+//!
+//! One builder may read several traces (the ranks of a run): each file's calls and ops make a
+//! process of their own, with the rank of the trace's `distributedInfo` header, and its times
+//! are put on the absolute clock its `baseTimeNanoseconds` gives (newer Kineto writes times
+//! relative to it).
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -10,7 +18,9 @@ use std::io::{BufReader, Read};
 use std::path::Path;
 
 use super::jsonscan::Scanner;
-use super::store::{ApiCall, ApiKind, GpuOp, LaneKey, NameId, Ns, OpKind, Span, Store, FLAG_COMM};
+use super::store::{
+    ApiCall, ApiKind, GpuOp, LaneKey, NameId, Ns, OpKind, Span, StackId, Store, FLAG_COMM,
+};
 
 /// The fields of one event that gaptop reads, borrowed from the event's bytes. Values are
 /// kept as raw JSON text; strings are decoded only when read.
@@ -33,6 +43,9 @@ struct RawArgs<'a> {
     stream: Option<&'a [u8]>,
     graph_id: Option<&'a [u8]>,
     stack: Option<&'a [u8]>,
+    /// An operator's Python stack, innermost frame first, `;`-separated (Kineto's with_stack
+    /// before python_function spans, and cpu_op events since).
+    call_stack: Option<&'a [u8]>,
     /// The profiled process of a GPU op (gaptop's exports, which may hold several).
     process: Option<&'a [u8]>,
 }
@@ -161,15 +174,58 @@ struct RawSpan {
     name: NameId,
     /// python_function sorts before cpu_op when both start together.
     rank: u8,
+    /// The Python stack the span's `Call stack` names (0 if none): what an outermost span
+    /// is nested in.
+    pystack: StackId,
+}
+
+/// The latest `baseTimeNanoseconds` taken for a time (2^62 ns: the year 2116).
+const MAX_BASE_NS: Ns = 1 << 62;
+
+/// What a trace's header says about its run, read around its events.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Header {
+    /// `distributedInfo.rank` and `.world_size`.
+    pub rank: Option<i32>,
+    pub world_size: Option<i64>,
+    /// `baseTimeNanoseconds`: what the events' times are relative to (0 when absent).
+    pub base_ns: Ns,
+}
+
+impl Header {
+    /// Takes what it knows from one top-level member of a trace.
+    fn member(&mut self, key: &[u8], value: &[u8]) {
+        match key {
+            b"distributedInfo" => {
+                let (mut rank, mut world) = (None, None);
+                let _ = members(value, |k, v| match k {
+                    b"rank" => rank = int_of(Some(v)),
+                    b"world_size" => world = int_of(Some(v)),
+                    _ => {}
+                });
+                self.rank = rank.and_then(|r| i32::try_from(r).ok()).filter(|r| *r >= 0);
+                self.world_size = world;
+            }
+            b"baseTimeNanoseconds" => self.base_ns = int_of(Some(value)).unwrap_or(0),
+            _ => {}
+        }
+    }
 }
 
 /// Accumulates parsed events until [`Builder::finish`] links them into the store.
 pub struct Builder {
     pub store: Store,
-    spans: HashMap<u32, Vec<RawSpan>>,
+    /// CPU spans per (process, thread).
+    spans: HashMap<(u32, u32), Vec<RawSpan>>,
     pub events: u64,
     /// GPU ops name their process (gaptop's exports): each pid is a process.
     per_process: bool,
+    /// The process of the file being read, and the first process that file made (an export
+    /// makes one per pid).
+    file_proc: u32,
+    file_first: u32,
+    /// Python stacks already interned, by their `Call stack` text.
+    call_stacks: HashMap<Vec<u8>, StackId>,
 }
 
 impl Builder {
@@ -182,6 +238,77 @@ impl Builder {
             spans: HashMap::new(),
             events: 0,
             per_process: false,
+            file_proc: 0,
+            file_first: 0,
+            call_stacks: HashMap::new(),
+        }
+    }
+
+    /// Starts another trace file of the same capture: its events go to a process of their
+    /// own, labelled `label` (the first file's is the one [`Builder::new`] made).
+    pub fn begin_file(&mut self, label: &str) {
+        let fresh = self.store.total_ops == 0
+            && self.store.procs.len() == 1
+            && self.store.procs[0].api_count() == 0
+            && self.spans.is_empty();
+        let p = if fresh {
+            self.store.procs[0].label = label.to_string();
+            0
+        } else {
+            self.store.add_process(0, -1, label)
+        };
+        self.file_proc = p;
+        self.file_first = p;
+        self.per_process = false;
+    }
+
+    /// The processes the current file made.
+    pub fn file_procs(&self) -> std::ops::Range<u32> {
+        self.file_first..self.store.procs.len() as u32
+    }
+
+    /// Ends the current file: its processes take the rank its header gives (else `rank`, as
+    /// its name may say), and its times move onto the absolute clock of its
+    /// `baseTimeNanoseconds`.
+    pub fn end_file(&mut self, header: &Header, rank: Option<i32>) {
+        let procs = self.file_procs();
+        if let Some(r) = header.rank.or(rank) {
+            for p in procs.clone() {
+                let p = &mut self.store.procs[p as usize];
+                // An export's processes keep the ranks it wrote.
+                if p.rank < 0 {
+                    p.rank = r;
+                }
+            }
+        }
+        let by = header.base_ns;
+        if by == 0 {
+            return;
+        }
+        for l in &mut self.store.lanes {
+            if procs.contains(&l.key.proc) {
+                for o in l.ops.iter_mut() {
+                    o.start = o.start.saturating_add(by);
+                    o.end = o.end.saturating_add(by);
+                }
+            }
+        }
+        for p in procs.clone() {
+            let proc = &mut self.store.procs[p as usize];
+            let mut apis = proc.take_apis();
+            for a in apis.iter_mut() {
+                a.start = a.start.saturating_add(by);
+                a.end = a.end.saturating_add(by);
+            }
+            proc.put_apis(apis);
+        }
+        for ((p, _), spans) in self.spans.iter_mut() {
+            if procs.contains(p) {
+                for s in spans.iter_mut() {
+                    s.start = s.start.saturating_add(by);
+                    s.end = s.end.saturating_add(by);
+                }
+            }
         }
     }
 
@@ -219,17 +346,18 @@ impl Builder {
             }
             return Ok(());
         }
+        // Kineto's categories, as spelled since mid-2021 and before.
         let kind = match cat {
-            "kernel" => Some(OpKind::Kernel),
-            "gpu_memcpy" => Some(OpKind::Memcpy),
-            "gpu_memset" => Some(OpKind::Memset),
+            "kernel" | "Kernel" => Some(OpKind::Kernel),
+            "gpu_memcpy" | "Memcpy" => Some(OpKind::Memcpy),
+            "gpu_memset" | "Memset" => Some(OpKind::Memset),
             _ => None,
         };
-        let is_api = matches!(cat, "cuda_runtime" | "cuda_driver");
+        let is_api = matches!(cat, "cuda_runtime" | "cuda_driver" | "Runtime");
         let span_rank = match cat {
             "python_function" => Some(0),
             "user_annotation" => Some(1),
-            "cpu_op" => Some(2),
+            "cpu_op" | "Operator" => Some(2),
             _ => None,
         };
         if kind.is_none() && !is_api && span_rank.is_none() {
@@ -263,6 +391,7 @@ impl Builder {
                 b"stream" => args.stream = Some(v),
                 b"graph id" => args.graph_id = Some(v),
                 b"stack" => args.stack = Some(v),
+                b"Call stack" => args.call_stack = Some(v),
                 b"process" => args.process = Some(v),
                 _ => {}
             })
@@ -278,6 +407,7 @@ impl Builder {
                 .ok_or_else(|| format!("{cat} {name:?}: no device"))?;
             let stream = int_of(args.stream)
                 .or(tid_num)
+                .or_else(|| stream_of_tid(ev.tid))
                 .ok_or_else(|| format!("{cat} {name:?}: no stream"))?;
             let corr = int_of(args.correlation).unwrap_or(0);
             let nm = self.store.names.intern(name);
@@ -286,7 +416,7 @@ impl Builder {
                     self.per_process = true;
                     self.proc_of(pid.clamp(0, u32::MAX as i64) as u32)
                 }
-                None => 0,
+                None => self.file_proc,
             };
             let lane = self.store.lane_id(LaneKey {
                 proc,
@@ -317,12 +447,13 @@ impl Builder {
                 let proc = match pid {
                     Some(pid) if self.per_process => self.proc_of(pid),
                     Some(pid) => {
-                        if self.store.procs[0].pid == 0 {
-                            self.store.procs[0].pid = pid;
+                        let p = &mut self.store.procs[self.file_proc as usize];
+                        if p.pid == 0 {
+                            p.pid = pid;
                         }
-                        0
+                        self.file_proc
                     }
-                    None => 0,
+                    None => self.file_proc,
                 };
                 let corr = int_of(args.correlation).unwrap_or(0);
                 let mut stack = 0;
@@ -353,27 +484,59 @@ impl Builder {
                     },
                 );
             } else if let Some(rank) = span_rank {
-                self.spans.entry(tid).or_default().push(RawSpan {
+                let pystack = match args.call_stack {
+                    Some(v) => self
+                        .call_stack(v)
+                        .map_err(|e| format!("{cat} {name:?}: {e}"))?,
+                    None => 0,
+                };
+                // In gaptop's exports (ops name their process) a span is its pid's.
+                let proc = match int_of(ev.pid) {
+                    Some(pid) if self.per_process => {
+                        self.proc_of(pid.clamp(0, u32::MAX as i64) as u32)
+                    }
+                    _ => self.file_proc,
+                };
+                self.spans.entry((proc, tid)).or_default().push(RawSpan {
                     start: ts,
                     end: ts + dur,
                     name: nm,
                     rank,
+                    pystack,
                 });
             }
         }
         Ok(())
     }
 
-    /// The process of `pid`: the trace's first one until it has a pid, then one per pid.
+    /// The Python stack of a `Call stack` argument (`file(line): fn;...`, innermost first),
+    /// interned outermost first; 0 when it is empty.
+    fn call_stack(&mut self, v: &[u8]) -> Result<StackId, String> {
+        if let Some(&s) = self.call_stacks.get(v) {
+            return Ok(s);
+        }
+        let text = string_of(v)?;
+        let mut stack = 0;
+        for f in text.rsplit(';').filter(|f| !f.trim().is_empty()) {
+            let id = self.store.names.intern(f.trim());
+            stack = self.store.stacks.intern(stack, id);
+        }
+        self.call_stacks.insert(v.to_vec(), stack);
+        Ok(stack)
+    }
+
+    /// The process of `pid` in the current file: the file's first one until it has a pid,
+    /// then one per pid.
     fn proc_of(&mut self, pid: u32) -> u32 {
-        if let Some(i) = self.store.procs.iter().position(|p| p.pid == pid) {
-            return i as u32;
+        let first = self.file_first as usize;
+        if let Some(i) = self.store.procs[first..].iter().position(|p| p.pid == pid) {
+            return (first + i) as u32;
         }
-        if self.store.procs[0].pid == 0 {
-            self.store.procs[0].pid = pid;
-            return 0;
+        if self.store.procs[first].pid == 0 {
+            self.store.procs[first].pid = pid;
+            return first as u32;
         }
-        let label = self.store.source.clone();
+        let label = self.store.procs[first].label.clone();
         self.store.add_process(pid, -1, &label)
     }
 
@@ -437,8 +600,7 @@ impl Builder {
     /// Builds span nesting and stacks, attaches a stack to every API call, sorts lanes.
     pub fn finish(mut self) -> Store {
         let st = &mut self.store;
-        let mut proc_spans: rustc_hash::FxHashMap<u32, Vec<Span>> = Default::default();
-        for (tid, mut raw) in self.spans.drain() {
+        for ((proc, tid), mut raw) in self.spans.drain() {
             raw.sort_by(|a, b| {
                 a.start
                     .cmp(&b.start)
@@ -457,7 +619,8 @@ impl Builder {
                 }
                 let (parent, pstack) = match open.last() {
                     Some(&p) => (p, out[p as usize].stack),
-                    None => (u32::MAX, 0),
+                    // An outermost span sits in the Python stack it names, if it names one.
+                    None => (u32::MAX, r.pystack),
                 };
                 let stack = st.stacks.intern(pstack, r.name);
                 out.push(Span {
@@ -468,11 +631,9 @@ impl Builder {
                 });
                 open.push((out.len() - 1) as u32);
             }
-            proc_spans.insert(tid, out);
+            st.procs[proc as usize].spans.insert(tid, out);
         }
-        st.procs[0].spans = proc_spans;
-        let p = &mut st.procs[0];
-        if !p.spans.is_empty() {
+        for p in st.procs.iter_mut().filter(|p| !p.spans.is_empty()) {
             let mut apis = p.take_apis();
             for a in apis.iter_mut().filter(|a| a.stack == 0) {
                 a.stack = p.span_stack_at(a.tid, a.start);
@@ -514,62 +675,129 @@ struct Batch {
     events: Vec<(usize, usize, u64)>,
 }
 
-/// Loads a Kineto trace from a reader into a new store. One thread splits the JSON into
-/// events while this one parses them, so the two halves of the work overlap.
-pub fn load_reader(r: impl Read + Send, source: &str, budget: usize) -> anyhow::Result<Store> {
-    let mut b = Builder::new(budget, source);
-    let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Batch, String>>(2);
-    let parsed: Result<(), String> = std::thread::scope(|scope| {
-        scope.spawn(move || {
-            let mut batch = Batch {
-                bytes: Vec::with_capacity(2 << 20),
-                events: Vec::new(),
-            };
-            let res = Scanner::new(r).for_each_event(|ev, at| {
-                let s = batch.bytes.len();
-                batch.bytes.extend_from_slice(ev);
-                batch.events.push((s, batch.bytes.len(), at));
-                if batch.bytes.len() >= 2 << 20 {
-                    let full = std::mem::replace(
-                        &mut batch,
-                        Batch {
-                            bytes: Vec::with_capacity(2 << 20),
-                            events: Vec::new(),
-                        },
-                    );
-                    tx.send(Ok(full)).map_err(|_| "stopped".to_string())?;
-                }
-                Ok(())
-            });
-            let _ = tx.send(Ok(batch));
-            if let Err(e) = res {
-                let _ = tx.send(Err(e.to_string()));
-            }
-        });
-        for msg in rx {
-            let batch = msg?;
-            for &(s, e, at) in &batch.events {
-                b.event(&batch.bytes[s..e])
-                    .map_err(|m| format!("event at byte {at}: {m}"))?;
-            }
-        }
-        Ok(())
-    });
-    parsed.map_err(|e| anyhow::anyhow!("{e}"))?;
-    let events = b.events;
-    let store = b.finish();
-    if store.total_ops == 0 {
-        anyhow::bail!("no GPU ops (kernel, gpu_memcpy, gpu_memset) among {events} events");
-    }
-    Ok(store)
+/// What the splitter's thread hands over: runs of events, then the header it saw around them.
+enum Piece {
+    Events(Batch),
+    Header(Header),
 }
 
+impl Builder {
+    /// Reads one trace into the current file, returning its header. One thread splits the
+    /// JSON into events while this one parses them, so the two halves of the work overlap.
+    pub fn read(&mut self, r: impl Read + Send) -> anyhow::Result<Header> {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Piece, String>>(2);
+        let parsed: Result<Header, String> = std::thread::scope(|scope| {
+            scope.spawn(move || {
+                let mut batch = Batch {
+                    bytes: Vec::with_capacity(2 << 20),
+                    events: Vec::new(),
+                };
+                let mut header = Header::default();
+                let res = Scanner::new(r).for_each_event_and_member(
+                    |ev, at| {
+                        let s = batch.bytes.len();
+                        batch.bytes.extend_from_slice(ev);
+                        batch.events.push((s, batch.bytes.len(), at));
+                        if batch.bytes.len() >= 2 << 20 {
+                            let full = std::mem::replace(
+                                &mut batch,
+                                Batch {
+                                    bytes: Vec::with_capacity(2 << 20),
+                                    events: Vec::new(),
+                                },
+                            );
+                            tx.send(Ok(Piece::Events(full)))
+                                .map_err(|_| "stopped".to_string())?;
+                        }
+                        Ok(())
+                    },
+                    |k, v| header.member(k, v),
+                );
+                let _ = tx.send(Ok(Piece::Events(batch)));
+                let _ = tx.send(match res {
+                    Ok(_) => Ok(Piece::Header(header)),
+                    Err(e) => Err(e.to_string()),
+                });
+            });
+            let mut header = Header::default();
+            for msg in rx {
+                match msg? {
+                    Piece::Events(batch) => {
+                        for &(s, e, at) in &batch.events {
+                            self.event(&batch.bytes[s..e])
+                                .map_err(|m| format!("event at byte {at}: {m}"))?;
+                        }
+                    }
+                    Piece::Header(h) => header = h,
+                }
+            }
+            if !(0..=MAX_BASE_NS).contains(&header.base_ns) {
+                return Err(format!(
+                    "baseTimeNanoseconds {} is not a time since 1970",
+                    header.base_ns
+                ));
+            }
+            Ok(header)
+        });
+        parsed.map_err(|e| anyhow::anyhow!("{e}"))
+    }
+
+    /// [`Builder::finish`], refusing a capture without GPU ops.
+    pub fn finish_checked(self) -> anyhow::Result<Store> {
+        let events = self.events;
+        let store = self.finish();
+        if store.total_ops == 0 {
+            anyhow::bail!("{}", no_gpu_ops(events));
+        }
+        Ok(store)
+    }
+}
+
+/// Why a trace without GPU ops is refused.
+pub fn no_gpu_ops(events: u64) -> String {
+    format!("no GPU ops (kernel, gpu_memcpy, gpu_memset) among {events} events")
+}
+
+/// Loads a Kineto trace from a reader into a new store.
+pub fn load_reader(r: impl Read + Send, source: &str, budget: usize) -> anyhow::Result<Store> {
+    let mut b = Builder::new(budget, source);
+    let h = b.read(r)?;
+    b.end_file(&h, None);
+    b.finish_checked()
+}
+
+/// Loads a Kineto trace file; its rank is its header's, else the one its name gives
+/// ([`rank_in_name`]).
 pub fn load(path: &Path, budget: usize) -> anyhow::Result<Store> {
-    let src = path
-        .file_name()
+    let src = file_label(path);
+    let mut b = Builder::new(budget, &src);
+    let h = b.read(open_maybe_gz(path)?)?;
+    b.end_file(&h, rank_in_name(&src));
+    b.finish_checked()
+}
+
+/// A file's name, as labels and sources show it.
+pub fn file_label(path: &Path) -> String {
+    path.file_name()
         .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    load_reader(open_maybe_gz(path)?, &src, budget)
+        .unwrap_or_default()
+}
+
+/// The rank a trace's file name gives, as distributed jobs name their ranks' traces:
+/// `rank-3`, `rank_3` or `rank3` (any case) anywhere in the name.
+pub fn rank_in_name(name: &str) -> Option<i32> {
+    let lower = name.to_ascii_lowercase();
+    lower.match_indices("rank").find_map(|(i, _)| {
+        let rest = lower[i + 4..].trim_start_matches(['-', '_']);
+        let digits: &str = &rest[..rest.bytes().take_while(u8::is_ascii_digit).count()];
+        digits.parse().ok()
+    })
+}
+
+/// The stream a GPU op's thread names (`"stream 7"`, Kineto's before mid-2021).
+fn stream_of_tid(tid: Option<&[u8]>) -> Option<i64> {
+    let t = text(tid)?.trim().trim_matches('"');
+    t.strip_prefix("stream ")?.trim().parse().ok()
 }
 
 #[cfg(test)]
@@ -588,6 +816,24 @@ mod tests {
         assert_eq!(us_to_ns("abc"), None);
         assert_eq!(us_to_ns("1.2.3"), None);
         assert_eq!(us_to_ns("1e400"), None);
+    }
+
+    #[test]
+    fn ranks_from_file_names() {
+        assert_eq!(rank_in_name("rank-0.json.gz"), Some(0));
+        assert_eq!(rank_in_name("sampled_rank-1.json.gz"), Some(1));
+        assert_eq!(rank_in_name("inference_rank_12.json.gz"), Some(12));
+        assert_eq!(rank_in_name("Rank3.pt.trace.json"), Some(3));
+        assert_eq!(rank_in_name("ranking_rank-4.json"), Some(4));
+        assert_eq!(rank_in_name("worker0.1623143089861.pt.trace.json.gz"), None);
+        assert_eq!(rank_in_name("rank.json"), None);
+    }
+
+    #[test]
+    fn streams_from_old_thread_names() {
+        assert_eq!(stream_of_tid(Some(b"\"stream 7\"")), Some(7));
+        assert_eq!(stream_of_tid(Some(b"\"stream 7 user\"")), None);
+        assert_eq!(stream_of_tid(Some(b"7")), None);
     }
 
     #[test]

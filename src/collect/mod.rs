@@ -14,9 +14,10 @@ pub mod recording;
 pub mod steps;
 pub mod store;
 pub mod symbols;
+pub mod traceset;
 
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
@@ -27,6 +28,15 @@ pub fn load_path(path: &Path, budget: usize) -> anyhow::Result<store::Store> {
     if path.is_dir() {
         anyhow::bail!("{shown}: is a directory, not a trace or a recording");
     }
+    if is_recording(path)? {
+        return recording::load(path, budget).map_err(|e| anyhow::anyhow!("{shown}: {e:#}"));
+    }
+    kineto::load(path, budget).map_err(|e| anyhow::anyhow!("{shown}: {e:#}"))
+}
+
+/// Whether a file is a recording (plain or gzipped); an empty or unreadable file is an error.
+fn is_recording(path: &Path) -> anyhow::Result<bool> {
+    let shown = path.display();
     let mut head = [0u8; 8];
     let n = std::fs::File::open(path)
         .and_then(|mut f| f.read(&mut head))
@@ -45,8 +55,24 @@ pub fn load_path(path: &Path, budget: usize) -> anyhow::Result<store::Store> {
             })
             .unwrap_or(false)
         && gaptop_wire::RECORDING_MAGICS.contains(&&inner);
-    if gz_recording || (n == 8 && gaptop_wire::RECORDING_MAGICS.contains(&&head)) {
-        return recording::load(path, budget).map_err(|e| anyhow::anyhow!("{shown}: {e:#}"));
+    Ok(gz_recording || (n == 8 && gaptop_wire::RECORDING_MAGICS.contains(&&head)))
+}
+
+/// Loads what the command line names as one capture: a file as [`load_path`] does, or several
+/// traces (files, or the traces in a directory) as the ranks of one run
+/// ([`traceset::load_traces`]). A recording opens alone.
+pub fn load_paths(paths: &[PathBuf], budget: usize) -> anyhow::Result<store::Store> {
+    let files = traceset::expand(paths)?;
+    if let [one] = files.as_slice() {
+        return load_path(one, budget);
     }
-    kineto::load(path, budget).map_err(|e| anyhow::anyhow!("{shown}: {e:#}"))
+    for f in &files {
+        if is_recording(f)? {
+            anyhow::bail!(
+                "{}: a recording opens alone, not joined with other files",
+                f.display()
+            );
+        }
+    }
+    traceset::load_traces(&files, &traceset::describe(paths, &files), budget)
 }

@@ -482,6 +482,9 @@ pub struct Store {
     pub sampling_note: Option<String>,
     /// The frame under which the call tree shows what the CPU did during a launch's gaps.
     pub cpu_marker: NameId,
+    /// How the clocks of a capture joined from several traces were put together (None for a
+    /// single source).
+    pub clocks: Option<String>,
 }
 
 /// The call tree's frame above the CPU samples taken during a launch's gaps.
@@ -518,6 +521,7 @@ impl Store {
             cpu_samples: 0,
             evicted_samples: 0,
             sampling_note: None,
+            clocks: None,
         }
     }
 
@@ -853,6 +857,38 @@ impl Store {
         }
         c.finish_bulk();
         c
+    }
+
+    /// Moves everything of process `proc` (its ops, calls, CPU spans and samples) `by` ns
+    /// later on the capture's clock: one rank's trace put on the clock of the others. Order,
+    /// sums and indexes stay as they are.
+    pub fn shift_process(&mut self, proc: u32, by: Ns) {
+        if by == 0 {
+            return;
+        }
+        // Saturating: a trace's times near the ends of the clock cannot wrap around.
+        for l in self.lanes.iter_mut().filter(|l| l.key.proc == proc) {
+            for o in l.ops.iter_mut() {
+                o.start = o.start.saturating_add(by);
+                o.end = o.end.saturating_add(by);
+            }
+            if l.max_end != Ns::MIN {
+                l.max_end = l.max_end.saturating_add(by);
+            }
+        }
+        let p = &mut self.procs[proc as usize];
+        for a in p.apis.iter_mut().chain(p.blocking.iter_mut()) {
+            a.start = a.start.saturating_add(by);
+            a.end = a.end.saturating_add(by);
+        }
+        for s in p.spans.values_mut().flatten() {
+            s.start = s.start.saturating_add(by);
+            s.end = s.end.saturating_add(by);
+        }
+        for s in p.samples.values_mut().flatten() {
+            s.time = s.time.saturating_add(by);
+        }
+        self.generation += 1;
     }
 
     /// The API call that launched an op in this lane, if known.

@@ -1,0 +1,364 @@
+//! Several traces as one capture: the ranks of a distributed run, given as files or as the
+//! directory that holds them (HTA's usual input).
+//!
+//! Each trace becomes a process of the capture, with its rank from its header's
+//! `distributedInfo` (else its file name, else none), its times on its host's absolute clock
+//! (`baseTimeNanoseconds` + `ts`). Hosts' clocks are trusted as Kineto wrote them (HTA does
+//! the same), unless the ranks' collectives say otherwise: NCCL kernels of one collective end
+//! together on every rank (each waits for the last data to arrive), so when two ranks ran the
+//! same sequence of collectives and their ends differ by the same amount (to within
+//! [`END_TOLERANCE_NS`] for three quarters of them), that amount is the difference between
+//! their clocks and the later rank's trace is moved onto the first one's. Traces that cannot
+//! be of one run (the same rank twice, different world sizes, no common time) are refused.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+
+use super::kineto::{file_label, open_maybe_gz, rank_in_name, Builder, Header};
+use super::store::{NameId, Ns, Store, FLAG_COMM};
+use crate::units::fmt_ns;
+
+/// How far apart the ends of one collective may lie on two ranks whose clocks agree.
+pub const END_TOLERANCE_NS: Ns = 20_000;
+
+/// The fewest shared collectives a clock offset is measured from.
+pub const MIN_COLLECTIVES: usize = 3;
+
+/// Whether a directory entry is a trace: `*.json` or `*.json.gz` (torch.profiler writes
+/// `*.pt.trace.json` and `*.pt.trace.json.gz`).
+fn is_trace_name(name: &str) -> bool {
+    name.ends_with(".json") || name.ends_with(".json.gz")
+}
+
+/// The files the paths name: a file as it is, a directory as the traces directly in it,
+/// sorted by name. A directory without traces, or a file named twice, is an error.
+pub fn expand(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for p in paths {
+        if !p.is_dir() {
+            out.push(p.clone());
+            continue;
+        }
+        let shown = p.display();
+        let mut found: Vec<PathBuf> = std::fs::read_dir(p)
+            .with_context(|| format!("{shown}: cannot read the directory"))?
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .filter(|f| f.is_file() && is_trace_name(&file_label(f)))
+            .collect();
+        if found.is_empty() {
+            bail!("{shown}: no traces in it (*.json, *.json.gz)");
+        }
+        found.sort();
+        out.extend(found);
+    }
+    for (i, a) in out.iter().enumerate() {
+        let ca = a.canonicalize().unwrap_or_else(|_| a.clone());
+        if out[..i]
+            .iter()
+            .any(|b| b.canonicalize().unwrap_or_else(|_| b.clone()) == ca)
+        {
+            bail!("{}: given twice", a.display());
+        }
+    }
+    Ok(out)
+}
+
+/// What the capture is called: the directory it came from, or its files' names.
+pub fn describe(paths: &[PathBuf], files: &[PathBuf]) -> String {
+    if let [dir] = paths {
+        if dir.is_dir() {
+            return format!("{} ({} traces)", dir.display(), files.len());
+        }
+    }
+    let names: Vec<String> = files.iter().map(|f| file_label(f)).collect();
+    if names.len() <= 3 {
+        names.join(" + ")
+    } else {
+        format!("{} + {} more", names[..2].join(" + "), names.len() - 2)
+    }
+}
+
+/// One trace of the set, as read.
+struct Read {
+    path: PathBuf,
+    header: Header,
+    /// The processes it made (one; an export makes one per process it holds).
+    procs: std::ops::Range<u32>,
+    ops: u64,
+}
+
+impl Read {
+    fn rank(&self, store: &Store) -> i32 {
+        store.procs[self.procs.start as usize].rank
+    }
+}
+
+/// Loads Kineto traces (at least two) as one capture. Errors are one line and name the file.
+pub fn load_traces(files: &[PathBuf], source: &str, budget: usize) -> anyhow::Result<Store> {
+    let mut b = Builder::new(budget, source);
+    let mut reads: Vec<Read> = Vec::new();
+    for path in files {
+        let label = file_label(path);
+        b.begin_file(&label);
+        let (ops, events) = (b.store.total_ops, b.events);
+        let header = open_maybe_gz(path)
+            .and_then(|r| b.read(r))
+            .map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))?;
+        if b.store.window.is_some() {
+            bail!(
+                "{}: a gaptop export opens alone, not joined with other traces",
+                path.display()
+            );
+        }
+        b.end_file(&header, rank_in_name(&label));
+        let read = Read {
+            path: path.clone(),
+            header,
+            procs: b.file_procs(),
+            ops: b.store.total_ops - ops,
+        };
+        if read.ops == 0 {
+            // A rank that ran nothing on a GPU (HTA's test sets have them): said, not fatal.
+            let why = format!("trace without GPU ops ({label})");
+            *b.store.skipped.entry(why).or_insert(0) += b.events - events;
+        }
+        reads.push(read);
+    }
+    check_one_run(&reads, &b.store)?;
+    let mut store = b.finish_checked()?;
+    store.clocks = Some(align_clocks(&mut store, &reads));
+    check_overlap(&reads, &store)?;
+    Ok(store)
+}
+
+/// Refuses traces that cannot be of one run: the same rank twice, different world sizes.
+fn check_one_run(reads: &[Read], store: &Store) -> anyhow::Result<()> {
+    for (i, a) in reads.iter().enumerate() {
+        for b in &reads[..i] {
+            let r = a.rank(store);
+            if r >= 0 && r == b.rank(store) {
+                bail!(
+                    "{} and {} are both rank {r}: traces of different runs?",
+                    b.path.display(),
+                    a.path.display()
+                );
+            }
+            if let (Some(x), Some(y)) = (b.header.world_size, a.header.world_size) {
+                if x != y {
+                    bail!(
+                        "{} is of a run of {x} ranks, {} of {y}: traces of different runs",
+                        b.path.display(),
+                        a.path.display()
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The GPU ops' span of a trace's processes, if it has any.
+fn span_of(store: &Store, procs: &std::ops::Range<u32>) -> Option<(Ns, Ns)> {
+    store
+        .lanes
+        .iter()
+        .filter(|l| procs.contains(&l.key.proc) && !l.ops.is_empty())
+        .map(|l| (l.ops[0].start, l.max_end))
+        .reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)))
+}
+
+/// Refuses traces whose GPU work does not meet in time: they cannot be one run.
+fn check_overlap(reads: &[Read], store: &Store) -> anyhow::Result<()> {
+    let mut spans: Vec<(Ns, Ns, &Path)> = reads
+        .iter()
+        .filter_map(|r| span_of(store, &r.procs).map(|(a, b)| (a, b, r.path.as_path())))
+        .collect();
+    spans.sort_by_key(|s| s.0);
+    let mut reach: Option<(Ns, &Path)> = None;
+    for &(start, end, path) in &spans {
+        if let Some((e, p)) = reach {
+            if start > e {
+                bail!(
+                    "{} ends {} before {} begins: traces of different runs?",
+                    p.display(),
+                    fmt_ns(start.saturating_sub(e)),
+                    path.display()
+                );
+            }
+        }
+        if reach.is_none_or(|(e, _)| end > e) {
+            reach = Some((end, path));
+        }
+    }
+    Ok(())
+}
+
+/// A communication kernel: its start, end and name.
+pub type CommOp = (Ns, Ns, NameId);
+
+/// The communication kernels of some processes in time order.
+fn comm_ops(store: &Store, procs: &std::ops::Range<u32>) -> Vec<CommOp> {
+    let mut v: Vec<CommOp> = store
+        .lanes
+        .iter()
+        .filter(|l| procs.contains(&l.key.proc))
+        .flat_map(|l| l.ops.iter())
+        .filter(|o| o.flags & FLAG_COMM != 0)
+        .map(|o| (o.start, o.end, o.name))
+        .collect();
+    v.sort();
+    v
+}
+
+/// How far `other`'s clock is behind `reference`'s, measured on the ends of the collectives
+/// they share (the k-th of each is the same one), when they ran the same ones and the ends
+/// agree on it; otherwise why not.
+pub fn clock_offset(reference: &[CommOp], other: &[CommOp]) -> Result<Ns, String> {
+    if reference.len() != other.len() {
+        return Err(format!(
+            "{} collectives against {}",
+            other.len(),
+            reference.len()
+        ));
+    }
+    if reference.len() < MIN_COLLECTIVES {
+        return Err(format!("only {} collectives", reference.len()));
+    }
+    if reference.iter().zip(other).any(|(a, b)| a.2 != b.2) {
+        return Err("not the same collectives in the same order".into());
+    }
+    let mut d: Vec<Ns> = reference
+        .iter()
+        .zip(other)
+        .map(|(a, b)| a.1.checked_sub(b.1))
+        .collect::<Option<_>>()
+        .ok_or("their clocks are further apart than a clock holds")?;
+    d.sort_unstable();
+    let offset = d[d.len() / 2];
+    let agree = d
+        .iter()
+        .filter(|&&x| x.abs_diff(offset) <= END_TOLERANCE_NS as u64)
+        .count();
+    if 4 * agree < 3 * d.len() {
+        return Err(format!(
+            "their ends agree on no one offset ({agree} of {} within {})",
+            d.len(),
+            fmt_ns(END_TOLERANCE_NS)
+        ));
+    }
+    Ok(offset)
+}
+
+/// Puts every trace on the clock of the first rank's where their collectives allow it (see
+/// the module's comment), and says what was done.
+fn align_clocks(store: &mut Store, reads: &[Read]) -> String {
+    let mut with_comm: Vec<(&Read, Vec<CommOp>)> = reads
+        .iter()
+        .map(|r| (r, comm_ops(store, &r.procs)))
+        .filter(|(_, c)| !c.is_empty())
+        .collect();
+    let recorded = "as recorded (each trace on its host's clock)";
+    if with_comm.len() < 2 {
+        return format!("{recorded}: fewer than two ranks ran collectives to align them on");
+    }
+    // The reference: the lowest rank (unknown ranks last), then the first file.
+    with_comm.sort_by_key(|(r, _)| {
+        let k = r.rank(store);
+        (k < 0, k)
+    });
+    let (refr, refc) = &with_comm[0];
+    let who = |r: &Read| match r.rank(store) {
+        k if k >= 0 => format!("rank {k}"),
+        _ => file_label(&r.path),
+    };
+    let (mut moved, mut kept, mut shifts) = (Vec::new(), Vec::new(), Vec::new());
+    for (r, c) in &with_comm[1..] {
+        match clock_offset(refc, c) {
+            Ok(by) => {
+                let sign = if by < 0 { "-" } else { "+" };
+                moved.push(format!("{} {sign}{}", who(r), fmt_ns(by.saturating_abs())));
+                shifts.push((r.procs.clone(), by));
+            }
+            Err(why) => kept.push(format!("{}: {why}", who(r))),
+        }
+    }
+    let mut says = Vec::new();
+    if !moved.is_empty() {
+        says.push(format!(
+            "aligned to {} on the ends of shared collectives: {}",
+            who(refr),
+            moved.join(", ")
+        ));
+    }
+    if !kept.is_empty() {
+        says.push(format!("{recorded}, not aligned: {}", kept.join("; ")));
+    }
+    for (procs, by) in shifts {
+        for p in procs {
+            store.shift_process(p, by);
+        }
+    }
+    says.join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ends(v: &[Ns]) -> Vec<CommOp> {
+        v.iter().map(|&e| (e - 10, e, 1)).collect()
+    }
+
+    #[test]
+    fn a_clock_offset_needs_the_same_collectives_ending_together() {
+        let r = ends(&[1_000_000, 2_000_000, 3_000_000, 4_000_000]);
+        // 5 ms behind, give or take a few µs of the ring's last step.
+        let o = ends(&[-4_000_000, -2_997_000, -1_999_000, -1_000_000]);
+        assert_eq!(clock_offset(&r, &o), Ok(5_000_000), "the median difference");
+        // One collective out of four far off still leaves three quarters agreeing.
+        let o = ends(&[-4_000_000, -3_000_000, -1_000_000, -1_000_000]);
+        assert_eq!(clock_offset(&r, &o), Ok(5_000_000));
+        // Two out of four do not.
+        let o = ends(&[-4_000_000, -2_000_000, -1_000_000, -1_000_000]);
+        assert!(clock_offset(&r, &o)
+            .unwrap_err()
+            .contains("agree on no one offset"));
+        // Not the same number, too few, or other collectives.
+        assert!(clock_offset(&r, &r[..3])
+            .unwrap_err()
+            .contains("3 collectives against 4"));
+        assert!(clock_offset(&r[..2], &r[..2])
+            .unwrap_err()
+            .contains("only 2"));
+        let mut other = r.clone();
+        other[1].2 = 2;
+        assert!(clock_offset(&r, &other)
+            .unwrap_err()
+            .contains("not the same collectives"));
+    }
+
+    #[test]
+    fn directories_hold_their_traces_sorted() {
+        let d = std::env::temp_dir().join(format!("gaptop-traceset-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(d.join("sub")).unwrap();
+        for f in [
+            "rank-1.pt.trace.json.gz",
+            "rank-0.json",
+            "notes.txt",
+            "sub/x.json",
+        ] {
+            std::fs::write(d.join(f), b"{}").unwrap();
+        }
+        let got = expand(std::slice::from_ref(&d)).unwrap();
+        let names: Vec<String> = got.iter().map(|p| file_label(p)).collect();
+        assert_eq!(names, ["rank-0.json", "rank-1.pt.trace.json.gz"]);
+        assert_eq!(
+            describe(std::slice::from_ref(&d), &got),
+            format!("{} (2 traces)", d.display())
+        );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
