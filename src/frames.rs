@@ -15,6 +15,22 @@ pub fn pretty_frame(f: &str) -> String {
     f.to_string()
 }
 
+/// The parts of a Python frame `dir/file.py(42): Class.method`: its file, line (the first of a
+/// range `42-44`) and function; None for other frames.
+pub fn python_parts(f: &str) -> Option<(&str, u32, &str)> {
+    let (loc, qual) = f.split_once("): ")?;
+    let (path, line) = loc.rsplit_once('(')?;
+    let first = line.split('-').next()?;
+    let line = first.parse().ok()?;
+    Some((path, line, qual))
+}
+
+/// The parts of a named native frame `symbol [libfoo.so]`: its symbol and library.
+pub fn native_parts(f: &str) -> Option<(&str, &str)> {
+    let (sym, lib) = f.strip_suffix(']')?.rsplit_once(" [")?;
+    (!sym.is_empty()).then_some((sym, lib))
+}
+
 /// A native frame from `--native`: `symbol [libfoo.so]`, or `libfoo.so+0x1a2b` when the
 /// library had no symbol for it.
 pub fn is_native_frame(frame: &str) -> bool {
@@ -101,6 +117,30 @@ mod tests {
         ] {
             assert!(!is_unnamed_native(f), "{f}");
         }
+    }
+
+    #[test]
+    fn frames_split_into_their_parts() {
+        assert_eq!(
+            python_parts("transformers/x/sdpa_attention.py(158): sdpa_attention_forward"),
+            Some((
+                "transformers/x/sdpa_attention.py",
+                158,
+                "sdpa_attention_forward"
+            ))
+        );
+        assert_eq!(
+            python_parts("m.py(12-14): f(x): g"),
+            Some(("m.py", 12, "f(x): g"))
+        );
+        assert_eq!(python_parts("cudaLaunchKernel"), None);
+        assert_eq!(python_parts("f(x): y"), None, "no line number");
+        assert_eq!(
+            native_parts("at::native::mul [libtorch_cuda.so]"),
+            Some(("at::native::mul", "libtorch_cuda.so"))
+        );
+        assert_eq!(native_parts("libz.so+0x12"), None);
+        assert_eq!(native_parts(" [lib]"), None);
     }
 
     #[test]

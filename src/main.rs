@@ -152,10 +152,14 @@ enum Cmd {
     /// Summarize a trace or recording: idle breakdown, top gaps and stacks, percentiles
     Report {
         file: PathBuf,
-        /// text, json, folded (gap time by launch stack, for flame graph tools), or folded-cpu
-        /// (the same, with the CPU samples taken during each launch's gaps under it)
-        #[arg(long, default_value = "text", value_parser = ["text", "json", "folded", "folded-cpu"])]
+        /// text, json, folded (gap time by launch stack, for flame graph tools), folded-cpu
+        /// (the same, with the CPU samples taken during each launch's gaps under it), or pprof
+        /// (both as a gzipped profile.proto, for pprof, Perfetto, Pyroscope, speedscope)
+        #[arg(long, default_value = "text", value_parser = ["text", "json", "folded", "folded-cpu", "pprof"])]
         format: String,
+        /// Write to this file rather than to stdout
+        #[arg(short, long)]
+        output: Option<PathBuf>,
         #[command(flatten)]
         window: WindowArgs,
         /// How many of the longest gaps to list
@@ -218,6 +222,25 @@ fn ui_app(
     Ok(app)
 }
 
+/// Writes what a command made to `output`, or to stdout (a binary format not to a terminal;
+/// a reader that went away, as `| head` does, ends it quietly).
+fn emit(bytes: &[u8], output: Option<&std::path::Path>, binary: bool) -> anyhow::Result<()> {
+    use std::io::{IsTerminal, Write};
+    if let Some(p) = output {
+        return std::fs::write(p, bytes)
+            .map_err(|e| anyhow::anyhow!("{}: cannot write: {e}", p.display()));
+    }
+    let out = std::io::stdout();
+    if binary && out.is_terminal() {
+        anyhow::bail!("the profile is binary: write it with -o FILE or redirect stdout to a file");
+    }
+    let mut out = out.lock();
+    match out.write_all(bytes).and_then(|_| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => r.map_err(|e| anyhow::anyhow!("cannot write to stdout: {e}")),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
@@ -235,6 +258,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Report {
             file,
             format,
+            output,
             window,
             top,
             kernel_wait,
@@ -254,14 +278,20 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 from: window.from,
                 to: window.to,
             };
+            if format == "pprof" {
+                let p = gaptop::pprof::profile(&store, w, &cfg);
+                emit(&gaptop::pprof::encode(&p), output.as_deref(), true)?;
+                return Ok(ExitCode::SUCCESS);
+            }
             let (summary, j) =
                 gaptop::report::build_steps(&store, w, &cfg, top, analysis.step.as_deref());
-            match format.as_str() {
-                "json" => println!("{}", serde_json::to_string_pretty(&j)?),
-                "folded" => print!("{}", gaptop::report::folded(&store, &summary)),
-                "folded-cpu" => print!("{}", gaptop::report::folded_cpu(&store, &summary)),
-                _ => print!("{}", gaptop::report::text(&j)),
-            }
+            let out = match format.as_str() {
+                "json" => serde_json::to_string_pretty(&j)? + "\n",
+                "folded" => gaptop::report::folded(&store, &summary),
+                "folded-cpu" => gaptop::report::folded_cpu(&store, &summary),
+                _ => gaptop::report::text(&j),
+            };
+            emit(out.as_bytes(), output.as_deref(), false)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Demo { ui } => {

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// A fresh, empty folder of the system's temporary folder, named after the test binary's
@@ -35,4 +36,26 @@ pub fn fixture(name: &str) -> PathBuf {
 /// A trace of ../shared/traces/ (beside the checkout, as CI lays it out).
 pub fn shared_trace(name: &str) -> PathBuf {
     root().join("../shared/traces").join(name)
+}
+
+/// The gaptop binary under test.
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_gaptop")
+}
+
+/// `gaptop report PATH --format FORMAT EXTRA...`'s output; the report must succeed.
+pub fn report_out(path: &Path, format: &str, extra: &[&str]) -> Vec<u8> {
+    let out = Command::new(bin())
+        .arg("report")
+        .arg(path)
+        .args(["--format", format])
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "report failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
 }
