@@ -6,7 +6,8 @@
 //! - [`units`] and [`frames`]: times, and how frames and op names read.
 //! - [`collect`]: sources (Kineto JSON, recordings, the live socket), the event store, the gap
 //!   analysis and the advice on what to fix.
-//! - [`report`] and [`pprof`]: the headless report and its pprof profile.
+//! - [`report`], [`pprof`] and [`diff`]: the headless report, its pprof profile and the
+//!   comparison of two captures.
 //! - [`export`] and [`record`]: the Chrome-trace export and `gaptop record`.
 //! - [`app`]: the terminal UI's model (state, messages, one `update`, the view model) and its
 //!   terminal loop.
@@ -15,6 +16,7 @@
 
 pub mod app;
 pub mod collect;
+pub mod diff;
 pub mod export;
 pub mod frames;
 pub mod pprof;

@@ -171,6 +171,22 @@ enum Cmd {
         #[command(flatten)]
         analysis: AnalysisArgs,
     },
+    /// Compare two captures (before and after a fix) a step at a time: step time, device idle,
+    /// launches, each launching function's idle and the GPU ops whose time changed
+    Diff {
+        /// The capture before (a trace or a recording)
+        a: PathBuf,
+        /// The capture after
+        b: PathBuf,
+        /// text or json
+        #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+        format: String,
+        /// Write to this file rather than to stdout
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        #[command(flatten)]
+        analysis: AnalysisArgs,
+    },
     /// Run a command with the collector injected and write a recording, without the UI
     Record {
         /// Output recording file
@@ -290,6 +306,31 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 "folded" => gaptop::report::folded(&store, &summary),
                 "folded-cpu" => gaptop::report::folded_cpu(&store, &summary),
                 _ => gaptop::report::text(&j),
+            };
+            emit(out.as_bytes(), output.as_deref(), false)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Diff {
+            a,
+            b,
+            format,
+            output,
+            analysis,
+        } => {
+            let load = |p: &PathBuf| -> anyhow::Result<gaptop::collect::store::Store> {
+                let s = gaptop::collect::load_path(p, usize::MAX)?;
+                anyhow::ensure!(s.span().is_some(), "{}: no GPU ops", p.display());
+                Ok(s)
+            };
+            let (sa, sb) = (load(&a)?, load(&b)?);
+            let cfg = Config {
+                basis: analysis.basis(),
+                ..Config::default()
+            };
+            let d = gaptop::diff::diff(&sa, &sb, &cfg, analysis.step.as_deref());
+            let out = match format.as_str() {
+                "json" => serde_json::to_string_pretty(&d)? + "\n",
+                _ => gaptop::diff::text(&d),
             };
             emit(out.as_bytes(), output.as_deref(), false)?;
             Ok(ExitCode::SUCCESS)
