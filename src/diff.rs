@@ -347,6 +347,54 @@ fn signed(ns: Ns) -> String {
     }
 }
 
+/// How much faster or slower B's step is than A's: `3.89x faster`.
+fn speed(a: Ns, b: Ns) -> Option<String> {
+    if b > 0 && a > b {
+        Some(format!("{:.2}x faster", a as f64 / b as f64))
+    } else if a > 0 && b > a {
+        Some(format!("{:.2}x slower", b as f64 / a as f64))
+    } else {
+        None
+    }
+}
+
+/// What a step (or a second) takes in A and in B, in a line: `a step: 43.5ms → 11.2ms (-74.3%,
+/// 3.89x faster) · device idle 42.8ms → 10.5ms (-75.6%) · launches 351 → 351`.
+pub fn headline(d: &DiffJson) -> String {
+    let s = &d.steps;
+    let head = match (s.a_median_ns, s.b_median_ns, d.per) {
+        (Some(a), Some(b), "step") => {
+            let x = speed(a, b).map(|x| format!(", {x}")).unwrap_or_default();
+            format!(
+                "a step: {} → {} ({}{x}) · ",
+                fmt_short(a),
+                fmt_short(b),
+                percent(a as f64, b as f64)
+            )
+        }
+        _ => "a second of capture: ".into(),
+    };
+    format!(
+        "{head}device idle {} → {} ({}) · launches {:.0} → {:.0}",
+        fmt_short(s.a_idle_ns),
+        fmt_short(s.b_idle_ns),
+        percent(s.a_idle_ns as f64, s.b_idle_ns as f64),
+        s.a_launches,
+        s.b_launches
+    )
+}
+
+/// A site's change in a line: `  -35.4ms  36.1ms → 656us  sdpa_attention_forward  sdpa_attention.py`.
+pub fn site_line(s: &SiteDiff) -> String {
+    format!(
+        "{:>9}  {:>7} → {:<7}  {}",
+        signed(s.delta_per_step_ns),
+        fmt_short(s.a_per_step_ns),
+        fmt_short(s.b_per_step_ns),
+        s.site
+    )
+}
+
 /// B against A as a percentage: `-74.2%`; `new` where A had none.
 fn percent(a: f64, b: f64) -> String {
     if a == 0.0 {
@@ -388,14 +436,10 @@ pub fn text(d: &DiffJson) -> String {
         let _ = writeln!(o, "  {name:<14}{a:>12}{b:>12}  {change}");
     };
     if let (Some(a), Some(b)) = (s.a_median_ns, s.b_median_ns) {
-        let ratio = if b > 0 && a > b {
-            format!("  ({:.2}x faster)", a as f64 / b as f64)
-        } else if a > 0 && b > a {
-            format!("  ({:.2}x slower)", b as f64 / a as f64)
-        } else {
-            String::new()
+        let change = match speed(a, b) {
+            Some(x) => format!("{}  ({x})", percent(a as f64, b as f64)),
+            None => percent(a as f64, b as f64),
         };
-        let change = percent(a as f64, b as f64) + &ratio;
         row("step time", fmt_short(a), fmt_short(b), change);
     }
     let times = [

@@ -122,6 +122,10 @@ enum Cmd {
     /// Open a trace (Kineto JSON, .json.gz, a gaptop export) or a recording in the UI
     Open {
         file: PathBuf,
+        /// Another capture to compare this one with (as `gaptop diff FILE OTHER`), shown in
+        /// the details pane (`w` cycles the gap, what to fix and the comparison)
+        #[arg(long, value_name = "OTHER")]
+        compare: Option<PathBuf>,
         #[command(flatten)]
         ui: UiArgs,
     },
@@ -257,6 +261,13 @@ fn emit(bytes: &[u8], output: Option<&std::path::Path>, binary: bool) -> anyhow:
     }
 }
 
+/// A capture to compare: loaded, with GPU ops.
+fn load_captured(p: &std::path::Path) -> anyhow::Result<gaptop::collect::store::Store> {
+    let s = gaptop::collect::load_path(p, usize::MAX)?;
+    anyhow::ensure!(s.span().is_some(), "{}: no GPU ops", p.display());
+    Ok(s)
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
@@ -317,12 +328,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             output,
             analysis,
         } => {
-            let load = |p: &PathBuf| -> anyhow::Result<gaptop::collect::store::Store> {
-                let s = gaptop::collect::load_path(p, usize::MAX)?;
-                anyhow::ensure!(s.span().is_some(), "{}: no GPU ops", p.display());
-                Ok(s)
-            };
-            let (sa, sb) = (load(&a)?, load(&b)?);
+            let (sa, sb) = (load_captured(&a)?, load_captured(&b)?);
             let cfg = Config {
                 basis: analysis.basis(),
                 ..Config::default()
@@ -357,11 +363,18 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             )?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Open { file, ui } => {
+        Cmd::Open { file, compare, ui } => {
             use gaptop::app::{term, SourceState};
             term::need_terminal("open")?;
             let store = gaptop::collect::load_path(&file, usize::MAX)?;
-            let app = ui_app(store, SourceState::File, &ui)?;
+            let mut app = ui_app(store, SourceState::File, &ui)?;
+            if let Some(other) = compare {
+                let b = load_captured(&other)?;
+                anyhow::ensure!(app.store.span().is_some(), "{}: no GPU ops", file.display());
+                let d = gaptop::diff::diff(&app.store, &b, &app.cfg, app.step_by.as_deref());
+                app.compare = Some(d);
+                app.show_compare = true;
+            }
             term::run(
                 app,
                 term::Feed::None,

@@ -1,5 +1,5 @@
-//! The details pane: the selected gap, the selected call tree node, what to fix first, or
-//! why there is nothing to show yet.
+//! The details pane: the selected gap, the selected call tree node, what to fix first, the
+//! comparison with another capture, or why there is nothing to show yet.
 
 use ratatui::layout::Rect;
 use ratatui::style::{Color, Modifier, Style};
@@ -94,6 +94,15 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App) {
                 .collect();
             lines.push(Line::styled(cut(hint, w), tone_style(Tone::Dim)));
             f.render_widget(Paragraph::new(lines), inner);
+        }
+        DetailsVm::Compare { title, lines } => {
+            let block = Block::default().borders(Borders::ALL).title(title.as_str());
+            let inner = block.inner(area);
+            f.render_widget(block, area);
+            f.render_widget(
+                Paragraph::new(tone_lines(lines, inner.width as usize)),
+                inner,
+            );
         }
         DetailsVm::Waiting(why) => {
             let block = Block::default().borders(Borders::ALL).title(" Details ");

@@ -59,3 +59,18 @@ pub fn report_out(path: &Path, format: &str, extra: &[&str]) -> Vec<u8> {
     );
     out.stdout
 }
+
+/// The UI drawn on a `w`×`h` TestBackend, as text.
+pub fn render(a: &mut gaptop::app::App, w: u16, h: u16) -> String {
+    let mut t = ratatui::Terminal::new(ratatui::backend::TestBackend::new(w, h)).unwrap();
+    gaptop::views::render(&mut t, a).unwrap();
+    let buf = t.backend().buffer().clone();
+    let mut s = String::new();
+    for y in 0..h {
+        for x in 0..w {
+            s.push_str(buf[(x, y)].symbol());
+        }
+        s.push('\n');
+    }
+    s
+}
