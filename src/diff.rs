@@ -11,7 +11,8 @@
 //!   one capture only has 0 in the other;
 //! - **kernels**: as Holistic Trace Analysis' trace diff compares ops, the GPU ops by name
 //!   (kernels, copies, sets) whose count or time a step changed most: their mean count and
-//!   time a step over the steady steps.
+//!   time a step over the steady steps (an op in the step that launched it, where the steps are
+//!   the CPU's: profiler steps, ranges, calls).
 //!
 //! Where either capture has no steps, every figure is per second of capture instead (totals
 //! over the capture's duration), and the comparison says so.
@@ -153,16 +154,30 @@ impl Side<'_> {
     }
 
     /// GPU ops by name: how many and how long, in the steady steps (per step) or over the
-    /// capture (per second).
+    /// capture (per second). Steps of the CPU's (profiler steps, ranges, function calls) hold
+    /// the ops launched in them, as HTA counts an iteration's kernels, wherever the GPU ran
+    /// them; steps found on the GPU hold the ops that start in them.
     fn ops(&self, per_step: bool) -> HashMap<NameId, (f64, f64)> {
+        use crate::collect::steps::StepSource;
         let steady = self.steady();
+        let by_launch = self.d.steps.as_ref().is_some_and(|st| {
+            matches!(
+                st.source,
+                StepSource::ProfilerStep | StepSource::Spans(_) | StepSource::Function(_)
+            )
+        });
         let (lo, hi) = (self.d.summary.lo, self.d.summary.hi);
         let mut m: HashMap<NameId, (f64, f64)> = HashMap::new();
         for lane in &self.store.lanes {
+            let proc = &self.store.procs[lane.key.proc as usize];
             for op in lane.ops.range(lane.lower_bound(lo)..lane.lower_bound(hi)) {
+                let t = match proc.api_by_corr(op.corr) {
+                    Some(a) if by_launch => a.start,
+                    _ => op.start,
+                };
                 let inside = !per_step || {
-                    let i = steady.partition_point(|s| s.0 <= op.start);
-                    i > 0 && op.start < steady[i - 1].1
+                    let i = steady.partition_point(|s| s.0 <= t);
+                    i > 0 && t < steady[i - 1].1
                 };
                 if inside {
                     let e = m.entry(op.name).or_default();

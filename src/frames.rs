@@ -70,13 +70,17 @@ pub fn is_plumbing(frame: &str) -> bool {
 pub fn short_kernel(name: &str) -> String {
     let mut out = String::new();
     let mut depth = 0i32;
+    let mut prev = ' ';
     for ch in name.chars() {
         match ch {
             '<' | '(' => depth += 1,
+            // `->` (in `Memcpy HtoD (Pinned -> Device)`) closes nothing.
+            '>' if prev == '-' => {}
             '>' | ')' => depth -= 1,
             _ if depth == 0 => out.push(ch),
             _ => {}
         }
+        prev = ch;
     }
     let out = out.trim().trim_start_matches("void ").to_string();
     let out = out.rsplit("::").next().unwrap_or(&out).to_string();
@@ -150,6 +154,10 @@ mod tests {
             "vectorized_elementwise_kernel"
         );
         assert_eq!(short_kernel("Memcpy HtoD"), "Memcpy HtoD");
+        assert_eq!(
+            short_kernel("Memcpy HtoD (Pinned -> Device)"),
+            "Memcpy HtoD"
+        );
         assert_eq!(
             short_kernel("ampere_sgemm_128x64_tn"),
             "ampere_sgemm_128x64_tn"

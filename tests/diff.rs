@@ -257,3 +257,37 @@ fn bad_input_is_an_error_and_output_can_go_to_a_file() {
     let j: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
     assert_eq!(j["per"], "step");
 }
+
+/// Holistic Trace Analysis' own trace-diff test traces: HTA finds one GPU op fewer in the test
+/// trace's step 1010 (its change category `-`) and the rest alike; so does the diff, with the op
+/// counted in the step that launched it although the GPU ran it after the step's end.
+#[test]
+fn hta_trace_diff_traces_differ_by_one_kernel() {
+    let dir = fixture("hta_trace_compare");
+    let d = diff_json(&dir.join("base.json.gz"), &dir.join("test.json.gz"), &[]);
+    assert_eq!(d["per"], "step");
+    assert_eq!(d["a"]["steps"]["source"], "profiler_step");
+    let kernels = d["kernels"].as_array().unwrap();
+    let changed: Vec<&Value> = kernels
+        .iter()
+        .filter(|k| k["count_change"] != "=")
+        .collect();
+    assert_eq!(changed.len(), 1, "{kernels:?}");
+    let k = changed[0];
+    assert_eq!(k["count_change"], "-");
+    assert!(
+        k["kernel"]
+            .as_str()
+            .unwrap()
+            .contains("CUDAFunctor_add<int>"),
+        "{k}"
+    );
+    // One launch fewer in one of the two steps: half an op a step.
+    let (a, b) = (
+        k["a_count"].as_f64().unwrap(),
+        k["b_count"].as_f64().unwrap(),
+    );
+    assert_eq!(a - b, 0.5);
+    assert!(ns(&k["delta_per_step_ns"]) < 0);
+    assert_eq!(kernels.len(), 6, "the ops of both, by name");
+}

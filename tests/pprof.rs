@@ -98,6 +98,8 @@ fn per_stream_profile_holds_the_idle_breakdown_by_cause_and_stack() {
         asset("gpt2.rec"),
         asset("ddp2.rec"),
         shared_trace("kineto-launchbound.json.gz"),
+        // HTA's, most of its kernels' launches not in it.
+        support::fixture("hta_trace_compare/base.json.gz"),
     ] {
         assert!(path.is_file(), "missing {}", path.display());
         let p = profile(&path, &["--per-stream"]);
