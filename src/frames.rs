@@ -15,6 +15,22 @@ pub fn pretty_frame(f: &str) -> String {
     f.to_string()
 }
 
+/// The parts of a Python frame `dir/file.py(42): Class.method`: its file, line (the first of a
+/// range `42-44`) and function; None for other frames.
+pub fn python_parts(f: &str) -> Option<(&str, u32, &str)> {
+    let (loc, qual) = f.split_once("): ")?;
+    let (path, line) = loc.rsplit_once('(')?;
+    let first = line.split('-').next()?;
+    let line = first.parse().ok()?;
+    Some((path, line, qual))
+}
+
+/// The parts of a named native frame `symbol [libfoo.so]`: its symbol and library.
+pub fn native_parts(f: &str) -> Option<(&str, &str)> {
+    let (sym, lib) = f.strip_suffix(']')?.rsplit_once(" [")?;
+    (!sym.is_empty()).then_some((sym, lib))
+}
+
 /// A native frame from `--native`: `symbol [libfoo.so]`, or `libfoo.so+0x1a2b` when the
 /// library had no symbol for it.
 pub fn is_native_frame(frame: &str) -> bool {
@@ -36,8 +52,8 @@ pub fn is_unnamed_native(frame: &str) -> bool {
     }
 }
 
-/// A Python frame's path, line and qualified name.
-fn python_parts(f: &str) -> Option<(&str, &str, &str)> {
+/// A Python frame's path, line (as written, maybe a range `42-44`) and qualified name.
+fn python_frame(f: &str) -> Option<(&str, &str, &str)> {
     let (loc, qual) = f.split_once("): ")?;
     let (path, line) = loc.rsplit_once('(')?;
     (path.ends_with(".py") && line.chars().all(|c| c.is_ascii_digit() || c == '-'))
@@ -46,8 +62,8 @@ fn python_parts(f: &str) -> Option<(&str, &str, &str)> {
 
 /// A Python frame's file and line (`dir/file.py`, 42).
 pub fn python_location(frame: &str) -> Option<(&str, u32)> {
-    let (path, line, _) = python_parts(frame)?;
-    Some((path, line.parse().ok()?))
+    let (path, line, _) = python_frame(frame)?;
+    Some((path, line.split('-').next()?.parse().ok()?))
 }
 
 /// Frames (outermost first) as text to paste: Python frames as a Python traceback writes
@@ -56,7 +72,7 @@ pub fn python_location(frame: &str) -> Option<(&str, u32)> {
 pub fn traceback<'a>(frames: impl Iterator<Item = &'a str>) -> String {
     let mut out = String::from("Traceback (most recent call last):\n");
     for f in frames {
-        match python_parts(f) {
+        match python_frame(f) {
             Some((path, line, qual)) => {
                 out.push_str(&format!("  File \"{path}\", line {line}, in {qual}\n"))
             }
@@ -68,13 +84,13 @@ pub fn traceback<'a>(frames: impl Iterator<Item = &'a str>) -> String {
 
 /// `(path, qualified name)` of a Python frame: the function, whichever line.
 pub fn python_function(frame: &str) -> Option<(&str, &str)> {
-    python_parts(frame).map(|(p, _, q)| (p, q))
+    python_frame(frame).map(|(p, _, q)| (p, q))
 }
 
 /// A frame as the tree shows it by function: a Python frame without its line
 /// (`Class.method  file.py`); other frames as [`pretty_frame`] has them.
 pub fn pretty_function(f: &str) -> String {
-    match python_parts(f) {
+    match python_frame(f) {
         Some((path, _, qual)) => {
             let file = path.rsplit('/').next().unwrap_or(path);
             format!("{qual}  {file}")
@@ -106,13 +122,17 @@ pub fn is_plumbing(frame: &str) -> bool {
 pub fn short_kernel(name: &str) -> String {
     let mut out = String::new();
     let mut depth = 0i32;
+    let mut prev = ' ';
     for ch in name.chars() {
         match ch {
             '<' | '(' => depth += 1,
+            // `->` (in `Memcpy HtoD (Pinned -> Device)`) closes nothing.
+            '>' if prev == '-' => {}
             '>' | ')' => depth -= 1,
             _ if depth == 0 => out.push(ch),
             _ => {}
         }
+        prev = ch;
     }
     let out = out.trim().trim_start_matches("void ").to_string();
     let out = out.rsplit("::").next().unwrap_or(&out).to_string();
@@ -156,12 +176,40 @@ mod tests {
     }
 
     #[test]
+    fn frames_split_into_their_parts() {
+        assert_eq!(
+            python_parts("transformers/x/sdpa_attention.py(158): sdpa_attention_forward"),
+            Some((
+                "transformers/x/sdpa_attention.py",
+                158,
+                "sdpa_attention_forward"
+            ))
+        );
+        assert_eq!(
+            python_parts("m.py(12-14): f(x): g"),
+            Some(("m.py", 12, "f(x): g"))
+        );
+        assert_eq!(python_parts("cudaLaunchKernel"), None);
+        assert_eq!(python_parts("f(x): y"), None, "no line number");
+        assert_eq!(
+            native_parts("at::native::mul [libtorch_cuda.so]"),
+            Some(("at::native::mul", "libtorch_cuda.so"))
+        );
+        assert_eq!(native_parts("libz.so+0x12"), None);
+        assert_eq!(native_parts(" [lib]"), None);
+    }
+
+    #[test]
     fn kernel_names_shorten() {
         assert_eq!(
             short_kernel("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul>)"),
             "vectorized_elementwise_kernel"
         );
         assert_eq!(short_kernel("Memcpy HtoD"), "Memcpy HtoD");
+        assert_eq!(
+            short_kernel("Memcpy HtoD (Pinned -> Device)"),
+            "Memcpy HtoD"
+        );
         assert_eq!(
             short_kernel("ampere_sgemm_128x64_tn"),
             "ampere_sgemm_128x64_tn"

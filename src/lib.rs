@@ -6,8 +6,9 @@
 //! - [`units`] and [`frames`]: times, and how frames and op names read.
 //! - [`collect`]: sources (Kineto JSON, recordings, the live socket), the event store, the gap
 //!   analysis and the advice on what to fix.
-//! - [`report`], [`export`] and [`record`]: the headless report, the Chrome-trace export and
-//!   `gaptop record`.
+//! - [`report`], [`pprof`] and [`diff`]: the headless report, its pprof profile and the
+//!   comparison of two captures.
+//! - [`export`] and [`record`]: the Chrome-trace export and `gaptop record`.
 //! - [`app`]: the terminal UI's model (state, messages, one `update`, the view model) and its
 //!   terminal loop.
 //! - [`views`]: render functions that lay out and colour the view model.
@@ -15,8 +16,10 @@
 
 pub mod app;
 pub mod collect;
+pub mod diff;
 pub mod export;
 pub mod frames;
+pub mod pprof;
 pub mod record;
 pub mod report;
 pub mod units;

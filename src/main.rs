@@ -151,6 +151,10 @@ enum Cmd {
         /// Open on this window (--from/--to); z still shows the whole capture
         #[command(flatten)]
         window: WindowArgs,
+        /// Another capture to compare this one with (as `gaptop diff FILE OTHER`), shown in
+        /// the details pane (`w` cycles the gap, what to fix and the comparison)
+        #[arg(long, value_name = "OTHER")]
+        compare: Option<PathBuf>,
         #[command(flatten)]
         ui: UiArgs,
     },
@@ -184,15 +188,35 @@ enum Cmd {
     Report {
         #[arg(required = true, value_name = "FILE|DIR")]
         files: Vec<PathBuf>,
-        /// text, json, folded (gap time by launch stack, for flame graph tools), or folded-cpu
-        /// (the same, with the CPU samples taken during each launch's gaps under it)
-        #[arg(long, default_value = "text", value_parser = ["text", "json", "folded", "folded-cpu"])]
+        /// text, json, folded (gap time by launch stack, for flame graph tools), folded-cpu
+        /// (the same, with the CPU samples taken during each launch's gaps under it), or pprof
+        /// (both as a gzipped profile.proto, for pprof, Perfetto, Pyroscope, speedscope)
+        #[arg(long, default_value = "text", value_parser = ["text", "json", "folded", "folded-cpu", "pprof"])]
         format: String,
+        /// Write to this file rather than to stdout
+        #[arg(short, long)]
+        output: Option<PathBuf>,
         #[command(flatten)]
         window: WindowArgs,
         /// How many of the longest gaps to list
         #[arg(long, default_value_t = 100)]
         top: usize,
+        #[command(flatten)]
+        analysis: AnalysisArgs,
+    },
+    /// Compare two captures (before and after a fix) a step at a time: step time, device idle,
+    /// launches, each launching function's idle and the GPU ops whose time changed
+    Diff {
+        /// The capture before (a trace or a recording)
+        a: PathBuf,
+        /// The capture after
+        b: PathBuf,
+        /// text or json
+        #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+        format: String,
+        /// Write to this file rather than to stdout
+        #[arg(short, long)]
+        output: Option<PathBuf>,
         #[command(flatten)]
         analysis: AnalysisArgs,
     },
@@ -261,6 +285,32 @@ fn shown(files: &[PathBuf]) -> String {
     v.join(" ")
 }
 
+/// Writes what a command made to `output`, or to stdout (a binary format not to a terminal;
+/// a reader that went away, as `| head` does, ends it quietly).
+fn emit(bytes: &[u8], output: Option<&std::path::Path>, binary: bool) -> anyhow::Result<()> {
+    use std::io::{IsTerminal, Write};
+    if let Some(p) = output {
+        return std::fs::write(p, bytes)
+            .map_err(|e| anyhow::anyhow!("{}: cannot write: {e}", p.display()));
+    }
+    let out = std::io::stdout();
+    if binary && out.is_terminal() {
+        anyhow::bail!("the profile is binary: write it with -o FILE or redirect stdout to a file");
+    }
+    let mut out = out.lock();
+    match out.write_all(bytes).and_then(|_| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => r.map_err(|e| anyhow::anyhow!("cannot write to stdout: {e}")),
+    }
+}
+
+/// A capture to compare: loaded, with GPU ops.
+fn load_captured(p: &std::path::Path) -> anyhow::Result<gaptop::collect::store::Store> {
+    let s = gaptop::collect::load_path(p, usize::MAX)?;
+    anyhow::ensure!(s.span().is_some(), "{}: no GPU ops", p.display());
+    Ok(s)
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
@@ -278,6 +328,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Report {
             files,
             format,
+            output,
             window,
             top,
             analysis,
@@ -295,14 +346,40 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 from: window.from,
                 to: window.to,
             };
+            if format == "pprof" {
+                let p = gaptop::pprof::profile(&store, w, &cfg);
+                emit(&gaptop::pprof::encode(&p), output.as_deref(), true)?;
+                return Ok(ExitCode::SUCCESS);
+            }
             let (summary, j) =
                 gaptop::report::build_steps(&store, w, &cfg, top, analysis.step.as_deref());
-            match format.as_str() {
-                "json" => println!("{}", serde_json::to_string_pretty(&j)?),
-                "folded" => print!("{}", gaptop::report::folded(&store, &summary)),
-                "folded-cpu" => print!("{}", gaptop::report::folded_cpu(&store, &summary)),
-                _ => print!("{}", gaptop::report::text(&j)),
-            }
+            let out = match format.as_str() {
+                "json" => serde_json::to_string_pretty(&j)? + "\n",
+                "folded" => gaptop::report::folded(&store, &summary),
+                "folded-cpu" => gaptop::report::folded_cpu(&store, &summary),
+                _ => gaptop::report::text(&j),
+            };
+            emit(out.as_bytes(), output.as_deref(), false)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Diff {
+            a,
+            b,
+            format,
+            output,
+            analysis,
+        } => {
+            let (sa, sb) = (load_captured(&a)?, load_captured(&b)?);
+            let cfg = Config {
+                basis: analysis.basis(),
+                ..Config::default()
+            };
+            let d = gaptop::diff::diff(&sa, &sb, &cfg, analysis.step.as_deref());
+            let out = match format.as_str() {
+                "json" => serde_json::to_string_pretty(&d)? + "\n",
+                _ => gaptop::diff::text(&d),
+            };
+            emit(out.as_bytes(), output.as_deref(), false)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Demo {
@@ -337,7 +414,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             )?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Open { files, window, ui } => {
+        Cmd::Open {
+            files,
+            window,
+            compare,
+            ui,
+        } => {
             use gaptop::app::{term, SourceState};
             let store = gaptop::collect::load_paths(&files, usize::MAX)?;
             let (from, to) = window
@@ -348,6 +430,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let mut app = ui_app(store, SourceState::File, &ui)?;
             if window.from.is_some() || window.to.is_some() {
                 app.set_window(origin + from, origin + to);
+            }
+            if let Some(other) = compare {
+                let b = load_captured(&other)?;
+                anyhow::ensure!(app.store.span().is_some(), "{}: no GPU ops", shown(&files));
+                let d = gaptop::diff::diff(&app.store, &b, &app.cfg, app.step_by.as_deref());
+                app.compare = Some(d);
+                app.show_compare = true;
             }
             term::run(
                 app,

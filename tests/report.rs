@@ -8,28 +8,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_gaptop")
-}
-
-use support::fixture;
-
-/// `gaptop report PATH --format FORMAT EXTRA...`'s output; the report must succeed.
-fn report_out(path: &Path, format: &str, extra: &[&str]) -> Vec<u8> {
-    let out = Command::new(bin())
-        .arg("report")
-        .arg(path)
-        .args(["--format", format])
-        .args(extra)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "report failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
-}
+use support::{bin, fixture, report_out};
 
 fn report_json(path: &Path, extra: &[&str]) -> Value {
     serde_json::from_slice(&report_out(path, "json", extra)).unwrap()

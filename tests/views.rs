@@ -32,19 +32,7 @@ fn press(a: &mut App, action: Action) {
     gaptop::app::term::perform(a, fx, &mut gaptop::app::term::Feed::None);
 }
 
-fn render(a: &mut App, w: u16, h: u16) -> String {
-    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
-    gaptop::views::render(&mut t, a).unwrap();
-    let buf = t.backend().buffer().clone();
-    let mut s = String::new();
-    for y in 0..h {
-        for x in 0..w {
-            s.push_str(buf[(x, y)].symbol());
-        }
-        s.push('\n');
-    }
-    s
-}
+use support::render;
 
 #[test]
 fn snapshot_main_screen_80x24() {

@@ -164,6 +164,7 @@ impl App {
         });
         self.current = self.derive_selected();
         self.show_fix = false;
+        self.show_compare = false;
         if self.focus == super::Focus::Fix {
             self.focus = super::Focus::Gaps;
         }

@@ -244,6 +244,10 @@ pub struct App {
     pub show_fix: bool,
     /// The what-to-fix row chosen (with the focus on it).
     pub fix_sel: usize,
+    /// A second capture compared with this one (`gaptop open A --compare B`), and whether the
+    /// details pane shows the comparison (`w` cycles the gap, what to fix and it).
+    pub compare: Option<crate::diff::DiffJson>,
+    pub show_compare: bool,
     /// The call tree shows CPU samples during each site's gaps (`c`).
     pub cpu_tree: bool,
     /// What the panes show, for the last known screen size.
@@ -322,6 +326,8 @@ impl App {
             step_by: None,
             show_fix: false,
             fix_sel: 0,
+            compare: None,
+            show_compare: false,
             cpu_tree: false,
             view: ViewModel::default(),
             current: None,
@@ -662,7 +668,7 @@ impl App {
             Action::FocusNext | Action::FocusPrev => {
                 // The what-to-fix rows take the focus while the details pane shows them.
                 let mut order = vec![Focus::Timeline, Focus::Gaps, Focus::Tree];
-                if self.current.is_none() || self.show_fix {
+                if (self.current.is_none() || self.show_fix) && !self.show_compare {
                     order.push(Focus::Fix);
                 }
                 let n = order.len();
@@ -759,6 +765,20 @@ impl App {
                     Basis::Device => "gaps: device idle (no stream of the device running)".into(),
                     Basis::Stream => "gaps: each stream's own idle (HTA's)".into(),
                 };
+            }
+            Action::WhatToFix if self.show_compare => {
+                // From the comparison back to the gap (or what to fix, with none selected).
+                self.show_compare = false;
+                self.show_fix = false;
+            }
+            Action::WhatToFix
+                if self.compare.is_some() && (self.show_fix || self.current.is_none()) =>
+            {
+                // What to fix was shown: the comparison next.
+                self.show_compare = true;
+                if self.focus == Focus::Fix {
+                    self.focus = Focus::Gaps;
+                }
             }
             Action::WhatToFix => {
                 self.show_fix = !self.show_fix;

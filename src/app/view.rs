@@ -78,6 +78,9 @@ pub enum Tone {
     Native,
     /// What the CPU did.
     Cpu,
+    /// A comparison's change for the better (less time), and for the worse.
+    Better,
+    Worse,
 }
 
 /// What kind of op fills a busy timeline cell.
@@ -192,6 +195,11 @@ pub enum DetailsVm {
     Node(Vec<(Tone, String)>),
     /// No gap selected: what to fix first, then a hint.
     Fix { rows: Vec<FixRow>, hint: String },
+    /// This capture compared with another (`--compare`): a title and lines.
+    Compare {
+        title: String,
+        lines: Vec<(Tone, String)>,
+    },
     /// Nothing to show yet, and why.
     Waiting(String),
 }
@@ -233,6 +241,45 @@ pub struct ViewModel {
     /// The selected gap's launch stack (or the selected tree node's path), every frame,
     /// innermost first, for the details at full size (`d`).
     pub stack: Vec<String>,
+}
+
+/// The details pane's comparison with another capture: what a step takes in each, then the
+/// launching functions whose idle a step changed most.
+fn compare_details(d: &crate::diff::DiffJson) -> DetailsVm {
+    let tone = |delta: Ns| match delta {
+        0 => Tone::Plain,
+        n if n < 0 => Tone::Better,
+        _ => Tone::Worse,
+    };
+    let mut lines = vec![(Tone::Bold, crate::diff::headline(d))];
+    if let Some(note) = &d.note {
+        lines.push((Tone::Dim, note.clone()));
+    }
+    lines.push((
+        Tone::Dim,
+        format!(
+            "idle a {} by the code that launched, this capture → the other, biggest change first:",
+            d.per
+        ),
+    ));
+    lines.extend(
+        d.sites
+            .iter()
+            .take(12)
+            .map(|s| (tone(s.delta_per_step_ns), crate::diff::site_line(s))),
+    );
+    lines.push((
+        Tone::Dim,
+        "gaptop diff prints all of it, with the GPU ops whose time changed".into(),
+    ));
+    DetailsVm::Compare {
+        title: format!(
+            " Compared with {}: a {} at a time (w: what to fix, the gap) ",
+            crate::frames::cut(&d.b.source, 60),
+            d.per
+        ),
+        lines,
+    }
 }
 
 /// Eighths of a one-row sparkline cell for a fraction of its full height: the nearest eighth,
@@ -921,8 +968,9 @@ impl App {
                 return DetailsVm::Node(self.node_details(c, n));
             }
         }
-        match self.current {
-            Some(g) if !self.show_fix => self.gap_details(&g),
+        match (self.current, &self.compare) {
+            (Some(g), _) if !self.show_fix && !self.show_compare => self.gap_details(&g),
+            (_, Some(d)) if self.show_compare => compare_details(d),
             _ => self.what_to_fix(),
         }
     }

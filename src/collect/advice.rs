@@ -349,6 +349,16 @@ fn key_of(file: &str, qual: &str) -> String {
     format!("{file}\u{1f}{qual}")
 }
 
+/// A site's key as it reads, without line numbers (which move between versions of the code):
+/// `function  file.py`, or the function alone.
+pub fn key_name(key: &str) -> String {
+    match key.split_once('\u{1f}') {
+        Some(("", qual)) => qual.to_string(),
+        Some((file, qual)) => format!("{qual}  {}", file.rsplit('/').next().unwrap_or(file)),
+        None => key.to_string(),
+    }
+}
+
 /// `(file, function, line)` of a launch site. Without a stack, the function says so, with
 /// the launching API and the op's short name (template arguments dropped, so that a kernel's
 /// variants group together).

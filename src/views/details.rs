@@ -1,5 +1,5 @@
-//! The details pane: the selected gap, the selected call tree node, what to fix first, or
-//! why there is nothing to show yet.
+//! The details pane: the selected gap, the selected call tree node, what to fix first, the
+//! comparison with another capture, or why there is nothing to show yet.
 
 use ratatui::layout::Rect;
 use ratatui::style::{Color, Modifier, Style};
@@ -95,6 +95,15 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App) {
             lines.push(Line::styled(cut(hint, w), tone_style(Tone::Dim)));
             f.render_widget(Paragraph::new(lines), inner);
         }
+        DetailsVm::Compare { title, lines } => {
+            let block = Block::default().borders(Borders::ALL).title(title.as_str());
+            let inner = block.inner(area);
+            f.render_widget(block, area);
+            f.render_widget(
+                Paragraph::new(tone_lines(lines, inner.width as usize)),
+                inner,
+            );
+        }
         DetailsVm::Waiting(why) => {
             let block = Block::default().borders(Borders::ALL).title(" Details ");
             let inner = block.inner(area);
@@ -139,6 +148,16 @@ pub fn draw_full(f: &mut Frame, area: Rect, app: &App) {
             tone(&mut lines, &rest);
         }
         DetailsVm::Node(items) => tone(&mut lines, items),
+        DetailsVm::Compare {
+            title,
+            lines: items,
+        } => {
+            lines.push(Line::styled(
+                title.clone(),
+                Style::default().add_modifier(Modifier::BOLD),
+            ));
+            tone(&mut lines, items);
+        }
         DetailsVm::Fix { rows, .. } => lines.extend(
             rows.iter()
                 .map(|r| Line::raw(format!("{}{}{}", r.head, r.site, r.tail))),

@@ -57,6 +57,8 @@ fn tone_style(t: Tone) -> Style {
         Tone::Verdict => Style::default().fg(Color::LightGreen),
         Tone::Native => Style::default().fg(Color::LightCyan),
         Tone::Cpu => Style::default().fg(Color::LightMagenta),
+        Tone::Better => Style::default().fg(Color::LightGreen),
+        Tone::Worse => Style::default().fg(Color::LightRed),
     }
 }
 

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// A fresh, empty folder of the system's temporary folder, named after the test binary's
@@ -35,4 +36,41 @@ pub fn fixture(name: &str) -> PathBuf {
 /// A trace of ../shared/traces/ (beside the checkout, as CI lays it out).
 pub fn shared_trace(name: &str) -> PathBuf {
     root().join("../shared/traces").join(name)
+}
+
+/// The gaptop binary under test.
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_gaptop")
+}
+
+/// `gaptop report PATH --format FORMAT EXTRA...`'s output; the report must succeed.
+pub fn report_out(path: &Path, format: &str, extra: &[&str]) -> Vec<u8> {
+    let out = Command::new(bin())
+        .arg("report")
+        .arg(path)
+        .args(["--format", format])
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "report failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// The UI drawn on a `w`×`h` TestBackend, as text.
+pub fn render(a: &mut gaptop::app::App, w: u16, h: u16) -> String {
+    let mut t = ratatui::Terminal::new(ratatui::backend::TestBackend::new(w, h)).unwrap();
+    gaptop::views::render(&mut t, a).unwrap();
+    let buf = t.backend().buffer().clone();
+    let mut s = String::new();
+    for y in 0..h {
+        for x in 0..w {
+            s.push_str(buf[(x, y)].symbol());
+        }
+        s.push('\n');
+    }
+    s
 }
