@@ -348,7 +348,6 @@ impl App {
         self.source != SourceState::File
     }
 
-    /// Time relative to the capture start, formatted.
     /// A gap's length whole, and how much of it the window holds when the window cuts it.
     pub fn gap_whole_text(&self, g: &Gap) -> String {
         let (ws, we) = g.whole(&self.store);
@@ -363,6 +362,7 @@ impl App {
         }
     }
 
+    /// Time relative to the capture start, formatted.
     pub fn rel(&self, t: Ns) -> String {
         let origin = self.store.origin();
         fmt_ns(t - origin)

@@ -575,7 +575,7 @@ impl App {
         v.push((A::FocusNext, "Pane"));
         v.push((A::Details, "Details"));
         v.push((A::ZoomAll, "All"));
-        if self.is_live() {
+        if self.source == super::SourceState::Live {
             v.push((A::Pause, "Pause"));
         }
         v.extend([(A::Export, "Export"), (A::Quit, "Quit")]);
