@@ -479,6 +479,9 @@ pub struct Store {
     pub sampling_note: Option<String>,
     /// The frame under which the call tree shows what the CPU did during a launch's gaps.
     pub cpu_marker: NameId,
+    /// What the source said about itself that a report should show: its format's version,
+    /// and what it lacked and what that costs (an Nsight Systems export without call chains).
+    pub notes: Vec<String>,
 }
 
 /// The call tree's frame above the CPU samples taken during a launch's gaps.
@@ -514,6 +517,7 @@ impl Store {
             cpu_samples: 0,
             evicted_samples: 0,
             sampling_note: None,
+            notes: Vec::new(),
         }
     }
 
@@ -803,6 +807,7 @@ impl Store {
         c.names = self.names.clone();
         c.stacks = self.stacks.clone();
         c.source = self.source.clone();
+        c.notes = self.notes.clone();
         c.window = self.span();
         for p in &self.procs {
             let i = c.add_process(p.pid, p.rank, &p.label) as usize;
