@@ -9,6 +9,7 @@ pub mod ingest;
 pub mod jsonscan;
 pub mod kineto;
 pub mod live;
+pub mod nsys;
 pub mod oncpu;
 pub mod recording;
 pub mod steps;
@@ -20,8 +21,9 @@ use std::path::Path;
 
 use anyhow::Context;
 
-/// Loads any file gaptop reads: a recording (`gaptop record`), or Chrome-trace JSON (Kineto or a
-/// gaptop export), plain or gzipped. Errors are one line and name the file.
+/// Loads any file gaptop reads: a recording (`gaptop record`), Chrome-trace JSON (Kineto or a
+/// gaptop export), plain or gzipped, or an Nsight Systems capture (its SQLite export, plain or
+/// gzipped, or a `.nsys-rep` through `nsys export`). Errors are one line and name the file.
 pub fn load_path(path: &Path, budget: usize) -> anyhow::Result<store::Store> {
     let shown = path.display();
     if path.is_dir() {
@@ -33,6 +35,11 @@ pub fn load_path(path: &Path, budget: usize) -> anyhow::Result<store::Store> {
         .with_context(|| format!("{shown}: cannot open"))?;
     if n == 0 {
         anyhow::bail!("{shown}: empty file");
+    }
+    let mut first = [0u8; 32];
+    let m = std::fs::File::open(path).and_then(|mut f| f.read(&mut first));
+    if let Some(kind) = nsys::sniff(path, &first[..m.unwrap_or(0)]) {
+        return nsys::load_kind(path, kind, budget).map_err(|e| anyhow::anyhow!("{shown}: {e:#}"));
     }
     // A gzipped recording: its first bytes once inflated.
     let mut inner = [0u8; 8];
