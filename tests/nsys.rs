@@ -825,3 +825,27 @@ fn real_nvfuser_export_puts_its_nvtx_ranges_in_the_tree() {
         .unwrap()[..]
     );
 }
+
+#[test]
+fn the_ui_says_what_an_export_lacks_as_it_opens() {
+    use gaptop::app::{App, SourceState};
+    let d = tempdir("nsys-ui");
+    let p = d.join("bare.sqlite");
+    training_fixture(&p, false, true);
+    let app = App::new(
+        gaptop::collect::load_path(&p, usize::MAX).unwrap(),
+        SourceState::File,
+    );
+    assert_eq!(
+        app.message,
+        "no CUDA_CALLCHAINS: launches have no native stacks (capture with --cudabacktrace=all)"
+    );
+    // An export with all of it says nothing.
+    let p = d.join("full.sqlite");
+    training_fixture(&p, true, true);
+    let app = App::new(
+        gaptop::collect::load_path(&p, usize::MAX).unwrap(),
+        SourceState::File,
+    );
+    assert_eq!(app.message, "");
+}
