@@ -659,13 +659,14 @@ impl Import {
                 Ok(())
             },
         )?;
-        // Depth 0 is the frame next to the call: the outermost frame has the greatest depth.
-        rows.sort_unstable_by_key(|x| (x.id, std::cmp::Reverse(x.depth)));
+        // nsys writes each chain's rows together, from depth 0 up: sorting is cheap when so.
+        rows.sort_unstable_by_key(|x| (x.id, x.depth));
         // Each frame's name, and whether it is the CUDA libraries' or the profiler's own.
         let mut memo: HashMap<FrameKey, (NameId, bool)> = HashMap::default();
         for chain in rows.chunk_by(|a, b| a.id == b.id) {
             let mut frames: Vec<(NameId, bool)> = Vec::with_capacity(chain.len());
-            for row in chain {
+            // Depth 0 is the frame next to the call: the outermost frame has the greatest depth.
+            for row in chain.iter().rev() {
                 let k = row.frame;
                 let strings = &self.strings;
                 let store = &mut self.store;
