@@ -567,6 +567,64 @@ fn fixture_without_chains_or_nvtx_says_what_it_lacks() {
 }
 
 #[test]
+fn processes_keep_their_own_correlation_ids_and_mpi_ranks() {
+    // Two ranks whose calls share correlation id 1 (nsys numbers each process's calls from 1).
+    let d = tempdir("nsys-ranks");
+    let p = d.join("ranks.sqlite");
+    let mut f = Fx::new(&p);
+    let (a, b) = (f.s("cudaLaunchKernel_v7000"), f.s("cuLaunchKernelEx"));
+    for (pid, name, rank) in [(PID, a, 0), (5000, b, 1)] {
+        let sql = "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?1, ?2, 0, ?3, 1, ?4, 0, NULL)";
+        let t0 = 1_000 * rank;
+        f.db.execute(sql, params![t0, t0 + 500, gid(pid, pid + 1), name])
+            .unwrap();
+        let n = f.s(&format!("kernel_of_rank{rank}"));
+        f.db.execute(
+            "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, contextId, streamId,
+             correlationId, globalPid, demangledName, shortName, registersPerThread, gridX, gridY,
+             gridZ, blockX, blockY, blockZ, staticSharedMemory, dynamicSharedMemory,
+             localMemoryPerThread, localMemoryTotal, gridId)
+             VALUES (?1, ?2, ?3, 1, 7, 1, ?4, ?5, ?5, 0, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1)",
+            params![t0 + 600, t0 + 900, rank, gid(pid, 0), n],
+        )
+        .unwrap();
+        f.db.execute_batch("CREATE TABLE IF NOT EXISTS MPI_RANKS (globalTid INTEGER NOT NULL, rank INTEGER NOT NULL)")
+            .unwrap();
+        f.db.execute(
+            "INSERT INTO MPI_RANKS VALUES (?1, ?2)",
+            params![gid(pid, pid + 1), rank],
+        )
+        .unwrap();
+    }
+    drop(f);
+    let st = gaptop::collect::load_path(&p, usize::MAX).unwrap();
+    assert_eq!(st.procs.len(), 2);
+    for lane in 0..st.lanes.len() {
+        let l = &st.lanes[lane];
+        let proc = &st.procs[l.key.proc as usize];
+        let op = l.ops[0];
+        let call = st.api_of(lane, &op).unwrap();
+        let (want, rank) = if proc.pid == PID as u32 {
+            ("cudaLaunchKernel_v7000", 0)
+        } else {
+            ("cuLaunchKernelEx", 1)
+        };
+        assert_eq!(st.names.get(call.name), want);
+        assert_eq!(proc.rank, rank);
+        assert_eq!(l.key.device, rank as u32);
+        assert_eq!(st.lane_label(lane), format!("r{rank} gpu{rank} s7"));
+    }
+    let j = report_json(&p, &[]);
+    let ranks: Vec<&Value> = j["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| &p["rank"])
+        .collect();
+    assert_eq!(ranks, [&json!(0), &json!(1)]);
+}
+
+#[test]
 fn gzipped_export_and_nsys_report_read_as_the_export() {
     let d = tempdir("nsys-forms");
     let p = d.join("train.sqlite");

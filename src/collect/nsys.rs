@@ -44,10 +44,10 @@ use super::store::{
 
 /// The first bytes of every SQLite database.
 pub const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
-/// The first bytes of an Nsight Systems report (`.nsys-rep`, and `.qdrep` before it).
+/// The first bytes of an Nsight Systems report (`.nsys-rep`).
 pub const REPORT_MAGIC: &[u8] = b"NVIDIA Tegra Profiler Report";
 
-/// What a file is, by its first bytes: `None` when it is none of the Nsight Systems forms.
+/// The forms of an Nsight Systems capture gaptop reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     Sqlite,
@@ -56,7 +56,7 @@ pub enum Kind {
 }
 
 /// Which Nsight Systems form `path` is, from `head`, its first bytes (at least 28 of them when
-/// the file has that many).
+/// the file has that many); `None` when it is none of them.
 pub fn sniff(path: &Path, head: &[u8]) -> Option<Kind> {
     if head.starts_with(SQLITE_MAGIC) {
         return Some(Kind::Sqlite);
@@ -218,9 +218,7 @@ impl Db {
         }
         Ok(())
     }
-}
 
-impl Db {
     /// Every row of `table` with the integer columns `cols` (as [`Db::each`] names them).
     fn ints<const N: usize>(
         &self,
@@ -296,12 +294,13 @@ impl Strings {
     }
 }
 
-/// `ENUM_NSYS_EVENT_TYPE` values of NVTX ranges and of a domain's creation.
+/// `ENUM_NSYS_EVENT_TYPE` values of NVTX ranges and marks (the other NVTX events, a domain's
+/// creation or a thread's name, are passed over).
 const NVTX_PUSH_POP: i64 = 59;
 const NVTX_START_END: i64 = 60;
 const NVTX_MARK: i64 = 34;
-/// `ENUM_NSYS_EVENT_CLASS` values of a CUDA backtrace row (older exports: a second row for a
-/// call, carrying its chain), and of a driver call.
+/// `ENUM_NSYS_EVENT_CLASS` values of CUDA backtrace rows (older exports: a second row for a
+/// call, carrying its chain).
 const CLASS_BACKTRACE: [i64; 3] = [67, 68, 69];
 
 /// The tables gaptop reads, and what a report without each lacks.
@@ -828,7 +827,9 @@ pub fn load_sqlite(path: &Path, source: &str, budget: usize) -> anyhow::Result<S
     };
     im.version()?;
     for (t, lacks) in EXPECTED {
-        if !im.db.has(t) {
+        // Older exports keep driver calls in a table of their own.
+        let driver = t == "CUPTI_ACTIVITY_KIND_RUNTIME" && im.db.has("CUPTI_ACTIVITY_KIND_DRIVER");
+        if !im.db.has(t) && !driver {
             im.note(format!("no {t}: {lacks}"));
         }
     }
