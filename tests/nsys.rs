@@ -907,3 +907,27 @@ fn the_ui_says_what_an_export_lacks_as_it_opens() {
     );
     assert_eq!(app.message, "");
 }
+
+#[test]
+fn the_ui_tree_shows_nvtx_ranges_of_a_real_export() {
+    use gaptop::app::{App, SourceState};
+    use ratatui::{backend::TestBackend, Terminal};
+    let st = gaptop::collect::load_path(&data("nvfuser_cross_entropy.sqlite.gz"), usize::MAX);
+    let mut a = App::new(st.unwrap(), SourceState::File);
+    a.refresh(true);
+    let (w, h) = (200, 50);
+    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+    gaptop::views::render(&mut t, &mut a).unwrap();
+    let buf = t.backend().buffer().clone();
+    let screen: String = (0..h)
+        .map(|y| (0..w).map(|x| buf[(x, y)].symbol()).collect::<String>() + "\n")
+        .collect();
+    // The call tree's top-down roots: nvFuser's outermost NVTX range holds the launches of its
+    // kernels, beside the launches made outside any range.
+    assert!(
+        screen.contains("FusionExecutorCache::runFusionWithInputs"),
+        "{screen}"
+    );
+    // The status line says what the export lacked.
+    assert!(screen.contains("no CUDA_CALLCHAINS"), "{screen}");
+}
