@@ -58,6 +58,10 @@ pub struct Percentiles {
 #[derive(Serialize)]
 pub struct JsonReport {
     pub source: String,
+    /// What the source said about itself: its format's version, the tables it lacked and what
+    /// that costs (an Nsight Systems export).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
     /// Absolute time of the capture start on the source's clock; all other times are relative.
     pub origin_ns: Ns,
     pub window: JsonWindow,
@@ -341,6 +345,7 @@ pub fn build_steps(
     let launches = launch_coverage(store, s.lo, s.hi);
     let j = JsonReport {
         source: store.source.clone(),
+        notes: store.notes.clone(),
         origin_ns: origin,
         window: JsonWindow {
             from_ns: s.lo - origin,
@@ -457,6 +462,9 @@ pub fn text(j: &JsonReport) -> String {
             "launch calls found for {} of {} kernels, {} with a call stack",
             j.kernels_with_launch, j.kernels, j.kernels_with_stack
         );
+    }
+    for n in &j.notes {
+        let _ = writeln!(o, "note: {n}");
     }
     if j.processes.len() > 1 || j.processes.iter().any(|p| p.dropped > 0) {
         let _ = writeln!(o, "\nProcesses");

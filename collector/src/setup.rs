@@ -23,21 +23,6 @@ use crate::state::{CallNames, Collector, Names, Parts, SYNC_NAMES};
 use crate::switches::{CuptiAttr, Switches};
 use crate::{CB_NOOP, COLLECTOR, EPOCH, FORKED};
 
-/// Names of CUPTI's memcpy kinds, in `CUpti_ActivityMemcpyKind` order.
-const COPY_KINDS: [&str; 11] = [
-    "Memcpy",
-    "Memcpy HtoD",
-    "Memcpy DtoH",
-    "Memcpy HtoA",
-    "Memcpy AtoH",
-    "Memcpy AtoA",
-    "Memcpy AtoD",
-    "Memcpy DtoA",
-    "Memcpy DtoD",
-    "Memcpy HtoH",
-    "Memcpy PtoP",
-];
-
 /// What the collector does with one CUDA API call, by its name.
 #[derive(Debug, PartialEq)]
 pub(crate) struct CallPlan {
@@ -307,7 +292,7 @@ pub(crate) fn start() -> Result<(), String> {
         timed,
         untimed,
     } = follow_calls(&sub, &sw, &names);
-    let copies = COPY_KINDS.map(|k| names.name(k));
+    let copies = w::COPY_KINDS.map(|k| names.name(k));
     let memset = names.name("Memset");
     let syncs = SYNC_NAMES.map(|n| names.name(n));
     let calls = CallNames {

@@ -285,6 +285,16 @@ impl App {
             .keys()
             .find(|k| k.starts_with("recording cut at byte"))
             .map(|k| format!("{k}: showing what comes before it"))
+            // What a source lacked (an Nsight Systems export without call chains or NVTX).
+            .or_else(|| {
+                let lacks: Vec<&str> = store
+                    .notes
+                    .iter()
+                    .filter(|n| n.starts_with("no "))
+                    .map(|n| n.as_str())
+                    .collect();
+                (!lacks.is_empty()).then(|| lacks.join("; "))
+            })
             .unwrap_or_default();
         App {
             store,

@@ -9,6 +9,7 @@ pub mod ingest;
 pub mod jsonscan;
 pub mod kineto;
 pub mod live;
+pub mod nsys;
 pub mod oncpu;
 pub mod recording;
 pub mod steps;
@@ -21,8 +22,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
-/// Loads any file gaptop reads: a recording (`gaptop record`), or Chrome-trace JSON (Kineto or a
-/// gaptop export), plain or gzipped. Errors are one line and name the file.
+/// Loads any file gaptop reads: a recording (`gaptop record`), Chrome-trace JSON (Kineto or a
+/// gaptop export), plain or gzipped, or an Nsight Systems capture (its SQLite export, plain or
+/// gzipped, or a `.nsys-rep` through `nsys export`). Errors are one line and name the file.
 pub fn load_path(path: &Path, budget: usize) -> anyhow::Result<store::Store> {
     let shown = path.display();
     if path.is_dir() {
@@ -31,7 +33,17 @@ pub fn load_path(path: &Path, budget: usize) -> anyhow::Result<store::Store> {
     if is_recording(path)? {
         return recording::load(path, budget).map_err(|e| anyhow::anyhow!("{shown}: {e:#}"));
     }
+    if let Some(kind) = nsys_kind(path) {
+        return nsys::load_kind(path, kind, budget).map_err(|e| anyhow::anyhow!("{shown}: {e:#}"));
+    }
     kineto::load(path, budget).map_err(|e| anyhow::anyhow!("{shown}: {e:#}"))
+}
+
+/// What kind of Nsight Systems capture a file is, if it is one (by its first bytes and name).
+fn nsys_kind(path: &Path) -> Option<nsys::Kind> {
+    let mut first = [0u8; 32];
+    let m = std::fs::File::open(path).and_then(|mut f| f.read(&mut first));
+    nsys::sniff(path, &first[..m.unwrap_or(0)])
 }
 
 /// Whether a file is a recording (plain or gzipped); an empty or unreadable file is an error.
@@ -70,6 +82,12 @@ pub fn load_paths(paths: &[PathBuf], budget: usize) -> anyhow::Result<store::Sto
         if is_recording(f)? {
             anyhow::bail!(
                 "{}: a recording opens alone, not joined with other files",
+                f.display()
+            );
+        }
+        if nsys_kind(f).is_some() {
+            anyhow::bail!(
+                "{}: an Nsight Systems capture opens alone (its ranks are in it), not joined with other files",
                 f.display()
             );
         }

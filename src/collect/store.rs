@@ -485,6 +485,9 @@ pub struct Store {
     /// How the clocks of a capture joined from several traces were put together (None for a
     /// single source).
     pub clocks: Option<String>,
+    /// What the source said about itself that a report should show: its format's version,
+    /// and what it lacked and what that costs (an Nsight Systems export without call chains).
+    pub notes: Vec<String>,
 }
 
 /// The call tree's frame above the CPU samples taken during a launch's gaps.
@@ -522,6 +525,7 @@ impl Store {
             evicted_samples: 0,
             sampling_note: None,
             clocks: None,
+            notes: Vec::new(),
         }
     }
 
@@ -819,6 +823,7 @@ impl Store {
         c.names = self.names.clone();
         c.stacks = self.stacks.clone();
         c.source = self.source.clone();
+        c.notes = self.notes.clone();
         c.window = self.span();
         c.origin = Some(self.origin());
         for p in &self.procs {

@@ -49,6 +49,22 @@ pub const OP_KERNEL: u8 = 0;
 pub const OP_MEMCPY: u8 = 1;
 pub const OP_MEMSET: u8 = 2;
 
+/// How a memcpy op is named, by CUPTI's `CUpti_ActivityMemcpyKind` (the collector's records and
+/// Nsight Systems' `copyKind` alike).
+pub const COPY_KINDS: [&str; 11] = [
+    "Memcpy",
+    "Memcpy HtoD",
+    "Memcpy DtoH",
+    "Memcpy HtoA",
+    "Memcpy AtoH",
+    "Memcpy AtoA",
+    "Memcpy AtoD",
+    "Memcpy DtoA",
+    "Memcpy DtoD",
+    "Memcpy HtoH",
+    "Memcpy PtoP",
+];
+
 /// Host API kinds on the wire (the viewer also classifies by name).
 pub const API_LAUNCH: u8 = 0;
 pub const API_GRAPH_LAUNCH: u8 = 1;

@@ -1,0 +1,892 @@
+//! Import of Nsight Systems captures: the SQLite export (`nsys export --type sqlite`, plain or
+//! gzipped) and, through the `nsys` on PATH, a `.nsys-rep` report.
+//!
+//! What is read, by table (NVIDIA's schema; a report holds only the tables it has rows for):
+//!
+//! - `CUPTI_ACTIVITY_KIND_KERNEL`, `_MEMCPY`, `_MEMSET`: GPU ops, one lane per (process,
+//!   device, stream); names through `StringIds`. A kernel with a `graphNodeId` ran as a node of
+//!   a CUDA graph; `CUPTI_ACTIVITY_KIND_GRAPH_TRACE` (graphs traced whole) gives one op per
+//!   replay. Either way an op's graph is the graph launch it came from (its correlation id), so
+//!   that the gaps inside one replay read as the graph's.
+//! - `CUPTI_ACTIVITY_KIND_RUNTIME` (runtime and, in recent exports, driver calls by their
+//!   `eventClass`) and `CUPTI_ACTIVITY_KIND_DRIVER` (older exports): API calls, joined to the
+//!   ops on (process, correlation id). A row of class `CUDABACKTRACE` (older exports) only
+//!   carries the call chain of the call with its correlation id.
+//! - `CUDA_CALLCHAINS` (`--cudabacktrace`): a call's chain becomes its stack, outermost first,
+//!   under the NVTX ranges open at the call; the profiler's and the driver's own frames next to
+//!   the call are left out. Frames read `symbol [module]`, or `module+0xADDRESS` unresolved.
+//! - `NVTX_EVENTS`: push/pop and start/end ranges become CPU spans of the thread that opened
+//!   them, so they are frames above the launches they enclose (as Kineto's `user_annotation`
+//!   spans are) and steps by name (`--step NAME`).
+//! - `PROCESSES` and `MPI_RANKS`: process names and ranks; `META_DATA_EXPORT` (or the older
+//!   `EXPORT_META_DATA`): the Nsight Systems version and the export's schema version.
+//!
+//! `globalTid` and `globalPid` are serialized ids: the process is `(id >> 24) & 0xFFFFFF`, the
+//! thread `id & 0xFFFFFF`, and the bits above 48 name the machine, so a process is its id with
+//! the thread's bits cleared. Times are nanoseconds on the capture's clock.
+//!
+//! The report's notes (`Store::notes`) say the version read and every table it lacked with what
+//! that costs; anything unreadable is an error that names the table and the column.
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use anyhow::{anyhow, bail, Context};
+use rusqlite::{Connection, OpenFlags, Row};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+
+use super::kineto::is_comm_kernel;
+use super::store::{
+    ApiCall, ApiKind, GpuOp, LaneKey, NameId, Ns, OpKind, Span, StackId, Store, FLAG_COMM,
+    MAX_OP_NS, MAX_TS,
+};
+
+/// The first bytes of every SQLite database.
+pub const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
+/// The first bytes of an Nsight Systems report (`.nsys-rep`).
+pub const REPORT_MAGIC: &[u8] = b"NVIDIA Tegra Profiler Report";
+
+/// The forms of an Nsight Systems capture gaptop reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Sqlite,
+    GzSqlite,
+    Report,
+}
+
+/// Which Nsight Systems form `path` is, from `head`, its first bytes (at least 28 of them when
+/// the file has that many); `None` when it is none of them.
+pub fn sniff(path: &Path, head: &[u8]) -> Option<Kind> {
+    if head.starts_with(SQLITE_MAGIC) {
+        return Some(Kind::Sqlite);
+    }
+    if head.starts_with(REPORT_MAGIC) {
+        return Some(Kind::Report);
+    }
+    if head.starts_with(&[0x1f, 0x8b]) {
+        let mut inner = [0u8; 16];
+        let ok = std::fs::File::open(path)
+            .map(|f| {
+                flate2::read::GzDecoder::new(f)
+                    .read_exact(&mut inner)
+                    .is_ok()
+            })
+            .unwrap_or(false);
+        if ok && &inner == SQLITE_MAGIC {
+            return Some(Kind::GzSqlite);
+        }
+    }
+    None
+}
+
+/// Loads a file of the form `kind` into a new store. Errors are one line (the caller names the
+/// file).
+pub fn load_kind(path: &Path, kind: Kind, budget: usize) -> anyhow::Result<Store> {
+    let source = path
+        .file_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    match kind {
+        Kind::Sqlite => load_sqlite(path, &source, budget),
+        Kind::GzSqlite => {
+            let dir = tempfile::tempdir().context("cannot make a temporary folder")?;
+            let plain = dir.path().join("export.sqlite");
+            let mut out = std::fs::File::create(&plain)
+                .with_context(|| format!("cannot write {}", plain.display()))?;
+            let f = std::fs::File::open(path).context("cannot open")?;
+            std::io::copy(&mut flate2::read::MultiGzDecoder::new(f), &mut out)
+                .context("cannot inflate the gzipped SQLite export")?;
+            load_sqlite(&plain, &source, budget)
+        }
+        Kind::Report => {
+            let dir = tempfile::tempdir().context("cannot make a temporary folder")?;
+            let plain = export_report(path, dir.path())?;
+            load_sqlite(&plain, &source, budget)
+        }
+    }
+}
+
+/// Runs `nsys export --type sqlite` on a report, into `dir`; the export's path.
+fn export_report(path: &Path, dir: &Path) -> anyhow::Result<std::path::PathBuf> {
+    let out = dir.join("export.sqlite");
+    let run = Command::new("nsys")
+        .args(["export", "--type", "sqlite", "--output"])
+        .arg(&out)
+        .arg(path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output();
+    let run = match run {
+        Ok(r) => r,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
+            "an Nsight Systems report, and no `nsys` is on PATH to export it: run \
+             `nsys export --type sqlite {}` and open the .sqlite it writes",
+            path.display()
+        ),
+        Err(e) => bail!("cannot run `nsys export`: {e}"),
+    };
+    if !run.status.success() || !out.is_file() {
+        let err = String::from_utf8_lossy(&run.stderr);
+        let last = err
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("");
+        bail!(
+            "`nsys export --type sqlite` failed ({}){}{}",
+            run.status,
+            if last.is_empty() { "" } else { ": " },
+            last.trim()
+        );
+    }
+    Ok(out)
+}
+
+/// The export's tables and their columns, as the database says.
+struct Db {
+    conn: Connection,
+    tables: HashSet<String>,
+}
+
+impl Db {
+    fn open(path: &Path) -> anyhow::Result<Db> {
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| anyhow!("not a readable SQLite database: {e}"))?;
+        let mut st = conn
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
+            .map_err(|e| anyhow!("not a readable SQLite database: {e}"))?;
+        let tables = st
+            .query_map([], |r| r.get::<_, String>(0))
+            .and_then(|rows| rows.collect::<Result<HashSet<_>, _>>())
+            .map_err(|e| anyhow!("not a readable SQLite database: {e}"))?;
+        drop(st);
+        Ok(Db { conn, tables })
+    }
+
+    fn has(&self, table: &str) -> bool {
+        self.tables.contains(table)
+    }
+
+    fn columns(&self, table: &str) -> anyhow::Result<HashSet<String>> {
+        let mut st = self
+            .conn
+            .prepare(&format!("PRAGMA table_info(\"{table}\")"))
+            .map_err(|e| anyhow!("{table}: {e}"))?;
+        let cols = st
+            .query_map([], |r| r.get::<_, String>(1))
+            .and_then(|rows| rows.collect::<Result<HashSet<_>, _>>())
+            .map_err(|e| anyhow!("{table}: {e}"))?;
+        Ok(cols)
+    }
+
+    /// Calls `f` on every row of `table` with `cols` in that order: a column named `name!` must
+    /// be there (an error names it when it is not); one the table lacks reads as NULL.
+    fn each(
+        &self,
+        table: &str,
+        cols: &[&str],
+        mut f: impl FnMut(&Row) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let have = self.columns(table)?;
+        let mut sel = Vec::with_capacity(cols.len());
+        for c in cols {
+            let (name, required) = match c.strip_suffix('!') {
+                Some(n) => (n, true),
+                None => (*c, false),
+            };
+            if have.contains(name) {
+                sel.push(format!("\"{name}\""));
+            } else if required {
+                bail!("{table} has no column {name}");
+            } else {
+                sel.push("NULL".to_string());
+            }
+        }
+        let sql = format!("SELECT {} FROM \"{table}\"", sel.join(", "));
+        let mut st = self
+            .conn
+            .prepare(&sql)
+            .map_err(|e| anyhow!("{table}: {e}"))?;
+        let mut rows = st.query([]).map_err(|e| anyhow!("{table}: {e}"))?;
+        while let Some(r) = rows.next().map_err(|e| anyhow!("{table}: {e}"))? {
+            f(r).map_err(|e| anyhow!("{table}: {e:#}"))?;
+        }
+        Ok(())
+    }
+
+    /// Every row of `table` with the integer columns `cols` (as [`Db::each`] names them).
+    fn ints<const N: usize>(
+        &self,
+        table: &str,
+        cols: &[&str; N],
+    ) -> anyhow::Result<Vec<[Option<i64>; N]>> {
+        let mut rows = Vec::new();
+        self.each(table, cols, |r| {
+            let mut v = [None; N];
+            for (i, c) in cols.iter().enumerate() {
+                v[i] = int(r, i, c.trim_end_matches('!'))?;
+            }
+            rows.push(v);
+            Ok(())
+        })?;
+        Ok(rows)
+    }
+}
+
+/// Column `i` of a row as an integer, or `None` for NULL; anything else is an error naming the
+/// column.
+fn int(r: &Row, i: usize, name: &str) -> anyhow::Result<Option<i64>> {
+    r.get::<_, Option<i64>>(i)
+        .map_err(|e| anyhow!("column {name}: {e}"))
+}
+
+fn text(r: &Row, i: usize, name: &str) -> anyhow::Result<Option<String>> {
+    r.get::<_, Option<String>>(i)
+        .map_err(|e| anyhow!("column {name}: {e}"))
+}
+
+/// `StringIds`, sorted by id, with the store's name of each string once it is asked for.
+struct Strings {
+    ids: Vec<i64>,
+    values: Vec<Box<str>>,
+    interned: Vec<NameId>,
+}
+
+const NOT_INTERNED: NameId = NameId::MAX;
+
+impl Strings {
+    fn load(db: &Db) -> anyhow::Result<Strings> {
+        let mut rows: Vec<(i64, Box<str>)> = Vec::new();
+        db.each("StringIds", &["id!", "value!"], |r| {
+            let id = int(r, 0, "id")?.ok_or_else(|| anyhow!("an id is NULL"))?;
+            let v = text(r, 1, "value")?.unwrap_or_default();
+            rows.push((id, v.into_boxed_str()));
+            Ok(())
+        })?;
+        rows.sort_unstable_by_key(|x| x.0);
+        let n = rows.len();
+        let (ids, values) = rows.into_iter().unzip();
+        Ok(Strings {
+            ids,
+            values,
+            interned: vec![NOT_INTERNED; n],
+        })
+    }
+
+    fn get(&self, id: i64) -> Option<&str> {
+        self.ids.binary_search(&id).ok().map(|i| &*self.values[i])
+    }
+
+    /// The store's name of string `id` (0, the empty name, for an unknown id).
+    fn name(&mut self, store: &mut Store, id: Option<i64>) -> NameId {
+        let Some(i) = id.and_then(|id| self.ids.binary_search(&id).ok()) else {
+            return 0;
+        };
+        if self.interned[i] == NOT_INTERNED {
+            self.interned[i] = store.names.intern(&self.values[i]);
+        }
+        self.interned[i]
+    }
+}
+
+/// `ENUM_NSYS_EVENT_TYPE` values of NVTX ranges and marks (the other NVTX events, a domain's
+/// creation or a thread's name, are passed over).
+const NVTX_PUSH_POP: i64 = 59;
+const NVTX_START_END: i64 = 60;
+const NVTX_MARK: i64 = 34;
+/// `ENUM_NSYS_EVENT_CLASS` values of CUDA backtrace rows (older exports: a second row for a
+/// call, carrying its chain).
+const CLASS_BACKTRACE: [i64; 3] = [67, 68, 69];
+
+/// The tables gaptop reads, and what a report without each lacks.
+const EXPECTED: [(&str, &str); 6] = [
+    ("CUPTI_ACTIVITY_KIND_KERNEL", "no kernels"),
+    ("CUPTI_ACTIVITY_KIND_MEMCPY", "no memory copies"),
+    ("CUPTI_ACTIVITY_KIND_MEMSET", "no memsets"),
+    (
+        "CUPTI_ACTIVITY_KIND_RUNTIME",
+        "no CUDA API calls: gaps have no launch call, stack or sync (capture with --trace=cuda)",
+    ),
+    (
+        "CUDA_CALLCHAINS",
+        "launches have no native stacks (capture with --cudabacktrace=all)",
+    ),
+    (
+        "NVTX_EVENTS",
+        "no NVTX ranges in the call tree or as steps (capture with --trace=nvtx)",
+    ),
+];
+
+/// The process of a serialized id: the id with the thread's bits cleared.
+fn proc_key(gid: i64) -> i64 {
+    gid & !0xFF_FFFF
+}
+
+fn pid_of(gid: i64) -> u32 {
+    ((gid >> 24) & 0xFF_FFFF) as u32
+}
+
+fn tid_of(gid: i64) -> u32 {
+    (gid & 0xFF_FFFF) as u32
+}
+
+fn corr_of(c: Option<i64>) -> u32 {
+    c.unwrap_or(0).clamp(0, u32::MAX as i64) as u32
+}
+
+/// An API call read, before its stack is known.
+struct RawCall {
+    proc: u32,
+    call: ApiCall,
+    chain: Option<i64>,
+}
+
+/// A frame of `CUDA_CALLCHAINS`: its symbol's and module's strings.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct FrameKey {
+    symbol: Option<i64>,
+    module: Option<i64>,
+    unresolved: bool,
+}
+
+struct ChainRow {
+    id: i64,
+    depth: i64,
+    frame: FrameKey,
+}
+
+/// An NVTX range read.
+struct RawRange {
+    start: Ns,
+    end: Ns,
+    name: NameId,
+}
+
+struct Import {
+    db: Db,
+    store: Store,
+    strings: Strings,
+    procs: HashMap<i64, u32>,
+    names: HashMap<i64, String>,
+    ranks: HashMap<i64, i32>,
+}
+
+impl Import {
+    /// The store's process of serialized id `gid`, made on first use.
+    fn proc(&mut self, gid: i64) -> u32 {
+        let key = proc_key(gid);
+        if let Some(&p) = self.procs.get(&key) {
+            return p;
+        }
+        let label = self
+            .names
+            .get(&key)
+            .cloned()
+            .unwrap_or_else(|| self.store.source.clone());
+        let rank = self.ranks.get(&key).copied().unwrap_or(-1);
+        let p = self.store.add_process(pid_of(gid), rank, &label);
+        self.procs.insert(key, p);
+        p
+    }
+
+    fn note(&mut self, s: String) {
+        self.store.notes.push(s);
+    }
+
+    fn version(&mut self) -> anyhow::Result<()> {
+        let table = ["META_DATA_EXPORT", "EXPORT_META_DATA"]
+            .into_iter()
+            .find(|t| self.db.has(t));
+        let Some(table) = table else {
+            self.note("no META_DATA_EXPORT: the export's schema version is unknown".into());
+            return Ok(());
+        };
+        let (mut product, mut schema) = (None, None);
+        self.db.each(table, &["name!", "value"], |r| {
+            let name = text(r, 0, "name")?.unwrap_or_default();
+            let value = text(r, 1, "value")?;
+            match name.as_str() {
+                "EXPORT_PRODUCT_VERSION" => product = value,
+                "EXPORT_SCHEMA_VERSION" => schema = value,
+                _ => {}
+            }
+            Ok(())
+        })?;
+        let schema = schema.unwrap_or_else(|| "unknown".into());
+        let mut s = format!(
+            "Nsight Systems {} export, schema {schema}",
+            product.as_deref().unwrap_or("(version unknown)")
+        );
+        let major = schema.split('.').next().and_then(|m| m.parse::<u32>().ok());
+        if !matches!(major, Some(2 | 3)) {
+            s.push_str(" (gaptop knows schemas 2 and 3; read as 3)");
+        }
+        self.note(s);
+        Ok(())
+    }
+
+    fn process_names(&mut self) -> anyhow::Result<()> {
+        if self.db.has("PROCESSES") {
+            let names = &mut self.names;
+            self.db.each("PROCESSES", &["globalPid!", "name"], |r| {
+                if let (Some(g), Some(n)) = (int(r, 0, "globalPid")?, text(r, 1, "name")?) {
+                    names.insert(proc_key(g), n);
+                }
+                Ok(())
+            })?;
+        }
+        if self.db.has("MPI_RANKS") {
+            let ranks = &mut self.ranks;
+            self.db.each("MPI_RANKS", &["globalTid!", "rank!"], |r| {
+                if let (Some(g), Some(k)) = (int(r, 0, "globalTid")?, int(r, 1, "rank")?) {
+                    ranks.insert(proc_key(g), k.clamp(-1, i32::MAX as i64) as i32);
+                }
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Adds one GPU op; `None` when its times cannot be right (counted as skipped).
+    #[allow(clippy::too_many_arguments)]
+    fn op(
+        &mut self,
+        gpid: Option<i64>,
+        device: Option<i64>,
+        stream: Option<i64>,
+        start: Option<i64>,
+        end: Option<i64>,
+        kind: OpKind,
+        name: NameId,
+        corr: Option<i64>,
+        graph: bool,
+    ) {
+        let (Some(start), Some(end)) = (start, end) else {
+            self.store.skip("GPU op without a start or an end");
+            return;
+        };
+        if end < start || end - start > MAX_OP_NS || start.unsigned_abs() > MAX_TS {
+            self.store.skip("op with implausible timestamps");
+            return;
+        }
+        let proc = self.proc(gpid.unwrap_or(0));
+        let lane = self.store.lane_id(LaneKey {
+            proc,
+            device: device.unwrap_or(0).clamp(0, u32::MAX as i64) as u32,
+            stream: stream.unwrap_or(0).clamp(0, u32::MAX as i64) as u32,
+        });
+        let corr = corr_of(corr);
+        let mut op = GpuOp::new(start, end, kind, name, corr);
+        if graph {
+            op.graph = corr.max(1);
+        }
+        if kind == OpKind::Kernel && is_comm_kernel(self.store.names.get(name)) {
+            op.flags |= FLAG_COMM;
+        }
+        self.store.push_op_unsorted(lane, op);
+    }
+
+    /// The GPU ops of the kernel, memcpy and memset tables, and of the graphs traced whole.
+    fn ops(&mut self) -> anyhow::Result<()> {
+        // Each table with its graph column and the two columns its ops are named by.
+        let tables = [
+            (
+                "CUPTI_ACTIVITY_KIND_KERNEL",
+                Some(OpKind::Kernel),
+                ["graphNodeId", "demangledName", "shortName"],
+            ),
+            (
+                "CUPTI_ACTIVITY_KIND_MEMCPY",
+                Some(OpKind::Memcpy),
+                ["graphNodeId", "copyKind", "copyKind"],
+            ),
+            (
+                "CUPTI_ACTIVITY_KIND_MEMSET",
+                Some(OpKind::Memset),
+                ["graphNodeId", "value", "value"],
+            ),
+            (
+                "CUPTI_ACTIVITY_KIND_GRAPH_TRACE",
+                None,
+                ["graphId", "graphId", "graphExecId"],
+            ),
+        ];
+        for (t, kind, [graph, a, b]) in tables {
+            if !self.db.has(t) {
+                continue;
+            }
+            let cols = [
+                "start!",
+                "end!",
+                "deviceId",
+                "streamId",
+                "correlationId",
+                "globalPid",
+                graph,
+                a,
+                b,
+            ];
+            let rows = self.db.ints(t, &cols)?;
+            if kind.is_none() && !rows.is_empty() {
+                self.note(
+                    "CUDA graphs traced whole (--cuda-graph-trace=graph): each replay is one op"
+                        .into(),
+                );
+            }
+            for [start, end, dev, stream, corr, gpid, graph, a, b] in rows {
+                let (name, kind) = match kind {
+                    Some(OpKind::Kernel) => match self.strings.name(&mut self.store, a) {
+                        0 => (self.strings.name(&mut self.store, b), OpKind::Kernel),
+                        n => (n, OpKind::Kernel),
+                    },
+                    Some(OpKind::Memcpy) => {
+                        let kinds = &gaptop_wire::COPY_KINDS;
+                        let k = a.unwrap_or(0).clamp(0, kinds.len() as i64 - 1) as usize;
+                        (self.store.names.intern(kinds[k]), OpKind::Memcpy)
+                    }
+                    Some(k) => (self.store.names.intern("Memset"), k),
+                    None => {
+                        let n = format!("CUDA graph {}", graph.unwrap_or(0));
+                        (self.store.names.intern(&n), OpKind::Kernel)
+                    }
+                };
+                let in_graph = graph.is_some();
+                self.op(gpid, dev, stream, start, end, kind, name, corr, in_graph);
+            }
+        }
+        Ok(())
+    }
+
+    /// The API calls of the runtime and driver tables, and the chains older exports give in a
+    /// second row of each call.
+    fn calls(&mut self) -> anyhow::Result<Vec<RawCall>> {
+        let cols = [
+            "start!",
+            "end!",
+            "eventClass",
+            "globalTid",
+            "correlationId",
+            "nameId!",
+            "callchainId",
+        ];
+        let mut calls = Vec::new();
+        let mut chains: HashMap<(u32, u32), i64> = HashMap::default();
+        for t in ["CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER"] {
+            if !self.db.has(t) {
+                continue;
+            }
+            let rows = self.db.ints(t, &cols)?;
+            for [start, end, class, gtid, corr, name, chain] in rows {
+                let (Some(start), Some(end), Some(gtid)) = (start, end, gtid) else {
+                    self.store.skip("API call without a time or a thread");
+                    continue;
+                };
+                if end < start || start.unsigned_abs() > MAX_TS {
+                    self.store.skip("API call with implausible timestamps");
+                    continue;
+                }
+                let proc = self.proc(gtid);
+                let corr = corr_of(corr);
+                if class.is_some_and(|c| CLASS_BACKTRACE.contains(&c)) {
+                    if let Some(c) = chain {
+                        chains.insert((proc, corr), c);
+                    }
+                    continue;
+                }
+                let name = self.strings.name(&mut self.store, name);
+                calls.push(RawCall {
+                    proc,
+                    call: ApiCall {
+                        start,
+                        end,
+                        corr,
+                        tid: tid_of(gtid),
+                        name,
+                        stack: 0,
+                        kind: ApiKind::classify(self.store.names.get(name)),
+                    },
+                    chain,
+                });
+            }
+        }
+        for c in &mut calls {
+            if c.chain.is_none() {
+                c.chain = chains.get(&(c.proc, c.call.corr)).copied();
+            }
+        }
+        // One call per correlation id in a process: the first to start (its ops' launch).
+        calls.sort_by_key(|c| (c.proc, c.call.start, c.call.corr));
+        let mut seen: HashSet<(u32, u32)> = HashSet::default();
+        for c in &mut calls {
+            if c.call.corr != 0 && !seen.insert((c.proc, c.call.corr)) {
+                c.call.corr = 0;
+            }
+        }
+        Ok(calls)
+    }
+
+    /// The frames of the chains `wanted`, outermost first, by chain id.
+    fn chains(&mut self, wanted: &HashSet<i64>) -> anyhow::Result<HashMap<i64, Vec<NameId>>> {
+        let mut out: HashMap<i64, Vec<NameId>> = HashMap::default();
+        if wanted.is_empty() || !self.db.has("CUDA_CALLCHAINS") {
+            return Ok(out);
+        }
+        let mut rows: Vec<ChainRow> = Vec::new();
+        self.db.each(
+            "CUDA_CALLCHAINS",
+            &["id!", "stackDepth!", "symbol", "module", "unresolved"],
+            |r| {
+                let Some(id) = int(r, 0, "id")? else {
+                    return Ok(());
+                };
+                if wanted.contains(&id) {
+                    rows.push(ChainRow {
+                        id,
+                        depth: int(r, 1, "stackDepth")?.unwrap_or(0),
+                        frame: FrameKey {
+                            symbol: int(r, 2, "symbol")?,
+                            module: int(r, 3, "module")?,
+                            unresolved: int(r, 4, "unresolved")?.unwrap_or(0) != 0,
+                        },
+                    });
+                }
+                Ok(())
+            },
+        )?;
+        // nsys writes each chain's rows together, from depth 0 up: sorting is cheap when so.
+        rows.sort_unstable_by_key(|x| (x.id, x.depth));
+        // Each frame's name, and whether it is the CUDA libraries' or the profiler's own.
+        let mut memo: HashMap<FrameKey, (NameId, bool)> = HashMap::default();
+        for chain in rows.chunk_by(|a, b| a.id == b.id) {
+            let mut frames: Vec<(NameId, bool)> = Vec::with_capacity(chain.len());
+            // Depth 0 is the frame next to the call: the outermost frame has the greatest depth.
+            for row in chain.iter().rev() {
+                let k = row.frame;
+                let strings = &self.strings;
+                let store = &mut self.store;
+                frames.push(*memo.entry(k).or_insert_with(|| {
+                    let sym = k.symbol.and_then(|s| strings.get(s)).unwrap_or("");
+                    let module = k.module.and_then(|m| strings.get(m)).unwrap_or("");
+                    let base = module.rsplit('/').next().unwrap_or(module);
+                    let f = store.names.intern(&frame_text(sym, base, k.unresolved));
+                    (f, is_tool_module(base))
+                }));
+            }
+            // The frames next to the call inside the CUDA libraries and the profiler are theirs,
+            // not the program's: the call's own name follows the stack.
+            while frames.last().is_some_and(|f| f.1) {
+                frames.pop();
+            }
+            out.insert(chain[0].id, frames.into_iter().map(|f| f.0).collect());
+        }
+        Ok(out)
+    }
+
+    /// NVTX ranges per (process, thread), in no order.
+    fn ranges(&mut self) -> anyhow::Result<HashMap<(u32, u32), Vec<RawRange>>> {
+        let mut out: HashMap<(u32, u32), Vec<RawRange>> = HashMap::default();
+        let t = "NVTX_EVENTS";
+        if !self.db.has(t) {
+            return Ok(out);
+        }
+        let cols = ["start!", "end", "eventType!", "globalTid", "textId", "text"];
+        let mut rows = Vec::new();
+        self.db.each(t, &cols, |r| {
+            let mut v = [None; 5];
+            for (i, c) in cols[..5].iter().enumerate() {
+                v[i] = int(r, i, c.trim_end_matches('!'))?;
+            }
+            rows.push((v, text(r, 5, "text")?));
+            Ok(())
+        })?;
+        for ([start, end, ty, gtid, text_id], text) in rows {
+            let ty = ty.unwrap_or(0);
+            if ty == NVTX_MARK {
+                self.store.skip("NVTX mark");
+                continue;
+            }
+            if ty != NVTX_PUSH_POP && ty != NVTX_START_END {
+                continue;
+            }
+            let (Some(start), Some(gtid)) = (start, gtid) else {
+                self.store.skip("NVTX range without a start or a thread");
+                continue;
+            };
+            let Some(end) = end else {
+                self.store.skip("NVTX range without an end");
+                continue;
+            };
+            if end < start || start.unsigned_abs() > MAX_TS {
+                self.store.skip("NVTX range with implausible timestamps");
+                continue;
+            }
+            // Ranges of processes that did no CUDA work explain no gap.
+            let Some(&proc) = self.procs.get(&proc_key(gtid)) else {
+                self.store.skip("NVTX range of a process without CUDA work");
+                continue;
+            };
+            let name = match text.filter(|s| !s.is_empty()) {
+                Some(s) => self.store.names.intern(&s),
+                None => match self.strings.name(&mut self.store, text_id) {
+                    0 => self.store.names.intern("(unnamed NVTX range)"),
+                    n => n,
+                },
+            };
+            out.entry((proc, tid_of(gtid)))
+                .or_default()
+                .push(RawRange { start, end, name });
+        }
+        Ok(out)
+    }
+
+    /// Gives each thread its ranges as spans, nested: a range's parent is the latest opened
+    /// range that holds it whole (start/end ranges need not nest; one that crosses another's
+    /// end becomes its sibling).
+    fn spans(&mut self, ranges: HashMap<(u32, u32), Vec<RawRange>>) {
+        for ((proc, tid), mut raw) in ranges {
+            raw.sort_unstable_by_key(|r| (r.start, std::cmp::Reverse(r.end), r.name));
+            let mut spans: Vec<Span> = Vec::with_capacity(raw.len());
+            let mut open: Vec<usize> = Vec::new();
+            for r in raw {
+                while let Some(&i) = open.last() {
+                    if spans[i].end >= r.end {
+                        break;
+                    }
+                    open.pop();
+                }
+                let (parent, under): (u32, StackId) = match open.last() {
+                    Some(&i) => (i as u32, spans[i].stack),
+                    None => (u32::MAX, 0),
+                };
+                spans.push(Span {
+                    start: r.start,
+                    end: r.end,
+                    stack: self.store.stacks.intern(under, r.name),
+                    parent,
+                });
+                open.push(spans.len() - 1);
+            }
+            self.store.procs[proc as usize].spans.insert(tid, spans);
+        }
+    }
+}
+
+/// Modules whose frames next to a CUDA call are the CUDA libraries' or the profiler's own.
+fn is_tool_module(base: &str) -> bool {
+    base.starts_with("libcupti")
+        || base.starts_with("libToolsInjection")
+        || base.starts_with("libcuda.so")
+        || base.starts_with("libcudart.so")
+}
+
+/// A chain's frame as gaptop's native frames read: `symbol [module]`, or `module+0xADDRESS`
+/// where nsys could not name it (it gives the address as the symbol).
+fn frame_text(sym: &str, base: &str, unresolved: bool) -> String {
+    if sym.is_empty() || (unresolved && sym.starts_with("0x")) {
+        format!("{}+{}", if base.is_empty() { "?" } else { base }, sym)
+    } else if base.is_empty() {
+        sym.to_string()
+    } else {
+        format!("{sym} [{base}]")
+    }
+}
+
+/// Loads an Nsight Systems SQLite export; `source` names it in the store.
+pub fn load_sqlite(path: &Path, source: &str, budget: usize) -> anyhow::Result<Store> {
+    let db = Db::open(path)?;
+    if !db.has("StringIds") {
+        bail!("a SQLite database, but not an Nsight Systems export (no StringIds table)");
+    }
+    let gpu = [
+        "CUPTI_ACTIVITY_KIND_KERNEL",
+        "CUPTI_ACTIVITY_KIND_MEMCPY",
+        "CUPTI_ACTIVITY_KIND_MEMSET",
+        "CUPTI_ACTIVITY_KIND_GRAPH_TRACE",
+    ];
+    if !gpu.iter().any(|t| db.has(t)) {
+        bail!(
+            "an Nsight Systems export without GPU activity (no CUPTI_ACTIVITY_KIND_KERNEL, \
+             _MEMCPY or _MEMSET table): capture with --trace=cuda"
+        );
+    }
+    let strings = Strings::load(&db)?;
+    let mut store = Store::new(budget);
+    store.source = source.to_string();
+    let mut im = Import {
+        db,
+        store,
+        strings,
+        procs: HashMap::default(),
+        names: HashMap::default(),
+        ranks: HashMap::default(),
+    };
+    im.version()?;
+    for (t, lacks) in EXPECTED {
+        // Older exports keep driver calls in a table of their own.
+        let driver = t == "CUPTI_ACTIVITY_KIND_RUNTIME" && im.db.has("CUPTI_ACTIVITY_KIND_DRIVER");
+        if !im.db.has(t) && !driver {
+            im.note(format!("no {t}: {lacks}"));
+        }
+    }
+    im.process_names()?;
+    im.ops()?;
+    let calls = im.calls()?;
+    let wanted: HashSet<i64> = calls.iter().filter_map(|c| c.chain).collect();
+    let chains = im.chains(&wanted)?;
+    if im.db.has("CUDA_CALLCHAINS") && !calls.is_empty() && chains.is_empty() {
+        im.note(
+            "CUDA_CALLCHAINS holds no chain of a traced call: launches have no native stacks"
+                .into(),
+        );
+    }
+    let ranges = im.ranges()?;
+    im.spans(ranges);
+    for c in calls {
+        let p = &im.store.procs[c.proc as usize];
+        let mut stack = p.span_stack_at(c.call.tid, c.call.start);
+        for &f in c.chain.and_then(|id| chains.get(&id)).into_iter().flatten() {
+            stack = im.store.stacks.intern(stack, f);
+        }
+        im.store
+            .push_api_unsorted(c.proc, ApiCall { stack, ..c.call });
+    }
+    let mut store = im.store;
+    store.finish_bulk();
+    if store.total_ops == 0 {
+        bail!("an Nsight Systems export without GPU ops (its kernel, memcpy and memset tables are empty)");
+    }
+    Ok(store)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serialized_ids_split_into_process_and_thread() {
+        // A thread of process 1230493 as a 2022 export on Perlmutter serialized it.
+        let g = 302_119_224_788_637_i64;
+        assert_eq!(pid_of(g), 1_230_493);
+        assert_eq!(tid_of(g), 1_230_493);
+        // The same process's own id (PROCESSES.globalPid) is the same process.
+        assert_eq!(proc_key(g), proc_key(302_119_223_558_144));
+        assert_eq!(pid_of(302_119_223_558_144), 1_230_493);
+    }
+
+    #[test]
+    fn sniffs_by_first_bytes() {
+        let p = Path::new("/nonexistent");
+        assert_eq!(sniff(p, b"SQLite format 3\0rest"), Some(Kind::Sqlite));
+        assert_eq!(
+            sniff(p, b"NVIDIA Tegra Profiler Report 2025@1"),
+            Some(Kind::Report)
+        );
+        assert_eq!(sniff(p, b"{\"traceEvents\": []}"), None);
+        assert_eq!(sniff(p, b"SQLite format 2"), None);
+    }
+}

@@ -1,0 +1,933 @@
+//! Nsight Systems captures: fixtures built from NVIDIA's documented SQLite export schema whose
+//! answers were worked out by hand, three real exports taken from public repositories
+//! (tests/data/nsys/README.md says where from and how each expected figure was computed), and
+//! what gaptop says of files it cannot read.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use rusqlite::{params, Connection};
+use serde_json::{json, Value};
+
+use support::{root, tempdir};
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_gaptop")
+}
+
+fn data(name: &str) -> PathBuf {
+    root().join("tests/data/nsys").join(name)
+}
+
+/// `gaptop report PATH EXTRA...`, with `PATH` set to `env_path` when given.
+fn run_report(path: &Path, extra: &[&str], env_path: Option<&str>) -> Output {
+    let mut c = Command::new(bin());
+    c.arg("report").arg(path).args(extra);
+    if let Some(p) = env_path {
+        c.env("PATH", p);
+    }
+    c.output().unwrap()
+}
+
+fn report(path: &Path, extra: &[&str]) -> Output {
+    run_report(path, extra, None)
+}
+
+/// The JSON report of a run that must have succeeded.
+fn json_of(out: Output) -> Value {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "report failed: {err}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn report_json(path: &Path, extra: &[&str]) -> Value {
+    json_of(report(path, &[&["--format", "json"], extra].concat()))
+}
+
+/// The report's error: it must fail with one line on stderr, which is returned.
+fn report_error(path: &Path, env_path: Option<&str>) -> String {
+    let out = run_report(path, &[], env_path);
+    assert!(!out.status.success(), "a bad file was reported on");
+    let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
+    assert_eq!(err.lines().count(), 1, "not one line: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    err
+}
+
+/// Asserts that reporting on `path` fails with a line that names the file and holds `needles`.
+fn fails_saying(path: &Path, env_path: Option<&str>, needles: &[&str]) -> String {
+    let err = report_error(path, env_path);
+    let name = path.file_name().unwrap().to_string_lossy();
+    assert!(err.contains(&*name), "the file is not named: {err}");
+    for n in needles {
+        assert!(err.contains(n), "no {n:?} in: {err}");
+    }
+    err
+}
+
+/// A SQLite database made of `sql`.
+fn sql_file(dir: &Path, name: &str, sql: &str) -> PathBuf {
+    let p = dir.join(name);
+    Connection::open(&p).unwrap().execute_batch(sql).unwrap();
+    p
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fixtures from the documented schema.
+
+/// The tables gaptop reads, with the columns and types NVIDIA documents for them (the SQLite
+/// Schema Reference of the Nsight Systems Analysis Guide, schema 3.x), and an enum table.
+const SCHEMA: &str = "
+CREATE TABLE StringIds (id INTEGER NOT NULL PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE META_DATA_EXPORT (name TEXT NOT NULL, value TEXT);
+CREATE TABLE TARGET_INFO_SESSION_START_TIME (utcEpochNs INTEGER, utcTime TEXT, localTime TEXT);
+CREATE TABLE PROCESSES (globalPid INTEGER, pid INTEGER, name TEXT);
+CREATE TABLE ThreadNames (nameId INTEGER NOT NULL, priority INTEGER, globalTid INTEGER);
+CREATE TABLE ENUM_NSYS_EVENT_TYPE (id INTEGER NOT NULL PRIMARY KEY, name TEXT, label TEXT);
+CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (
+    start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL,
+    contextId INTEGER NOT NULL, greenContextId INTEGER, streamId INTEGER NOT NULL,
+    correlationId INTEGER, globalPid INTEGER, demangledName INTEGER NOT NULL,
+    shortName INTEGER NOT NULL, mangledName INTEGER, launchType INTEGER, cacheConfig INTEGER,
+    registersPerThread INTEGER NOT NULL, gridX INTEGER NOT NULL, gridY INTEGER NOT NULL,
+    gridZ INTEGER NOT NULL, blockX INTEGER NOT NULL, blockY INTEGER NOT NULL,
+    blockZ INTEGER NOT NULL, staticSharedMemory INTEGER NOT NULL,
+    dynamicSharedMemory INTEGER NOT NULL, localMemoryPerThread INTEGER NOT NULL,
+    localMemoryTotal INTEGER NOT NULL, gridId INTEGER NOT NULL, sharedMemoryExecuted INTEGER,
+    graphNodeId INTEGER, sharedMemoryLimitConfig INTEGER);
+CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (
+    start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL,
+    contextId INTEGER NOT NULL, greenContextId INTEGER, streamId INTEGER NOT NULL,
+    correlationId INTEGER, globalPid INTEGER, bytes INTEGER NOT NULL, copyKind INTEGER NOT NULL,
+    deprecatedSrcId INTEGER, srcKind INTEGER, dstKind INTEGER, srcDeviceId INTEGER,
+    srcContextId INTEGER, dstDeviceId INTEGER, dstContextId INTEGER, migrationCause INTEGER,
+    graphNodeId INTEGER, virtualAddress INTEGER);
+CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET (
+    start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL,
+    contextId INTEGER NOT NULL, greenContextId INTEGER, streamId INTEGER NOT NULL,
+    correlationId INTEGER, globalPid INTEGER, value INTEGER NOT NULL, bytes INTEGER NOT NULL,
+    graphNodeId INTEGER, memKind INTEGER);
+CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (
+    start INTEGER NOT NULL, end INTEGER NOT NULL, eventClass INTEGER NOT NULL,
+    globalTid INTEGER, correlationId INTEGER, nameId INTEGER NOT NULL,
+    returnValue INTEGER NOT NULL, callchainId INTEGER);
+CREATE TABLE CUDA_CALLCHAINS (
+    id INTEGER NOT NULL, symbol INTEGER NOT NULL, module INTEGER NOT NULL, unresolved INTEGER,
+    originalIP INTEGER, stackDepth INTEGER NOT NULL, PRIMARY KEY (id, stackDepth));
+CREATE TABLE CUDA_GRAPH_NODE_EVENTS (
+    start INTEGER NOT NULL, end INTEGER NOT NULL, eventClass INTEGER NOT NULL,
+    globalTid INTEGER, nameId INTEGER NOT NULL, graphNodeId INTEGER NOT NULL,
+    originalGraphNodeId INTEGER);
+CREATE TABLE NVTX_EVENTS (
+    start INTEGER NOT NULL, end INTEGER, eventType INTEGER NOT NULL, rangeId INTEGER,
+    category INTEGER, color INTEGER, text TEXT, globalTid INTEGER, endGlobalTid INTEGER,
+    textId INTEGER, domainId INTEGER, uint64Value INTEGER, int64Value INTEGER,
+    doubleValue REAL, uint32Value INTEGER, int32Value INTEGER, floatValue REAL,
+    jsonTextId INTEGER, jsonText TEXT, binaryData TEXT);
+INSERT INTO ENUM_NSYS_EVENT_TYPE VALUES
+    (34, 'NvtxMark', 'NvtxMark'), (59, 'NvtxPushPopRange', 'NvtxPushPopRange'),
+    (60, 'NvtxStartEndRange', 'NvtxStartEndRange'), (75, 'NvtxDomainCreate', 'NvtxDomainCreate');
+";
+
+/// A serialized thread id as nsys writes it: the machine above bit 48, the process's id, then
+/// the thread's.
+fn gid(pid: i64, tid: i64) -> i64 {
+    (1 << 48) | (pid << 24) | tid
+}
+
+const PID: i64 = 4242;
+const TID: i64 = 4243;
+
+/// Builds a fixture export, row by row.
+struct Fx {
+    db: Connection,
+    strings: Vec<String>,
+}
+
+impl Fx {
+    fn new(path: &Path) -> Fx {
+        let db = Connection::open(path).unwrap();
+        db.execute_batch(SCHEMA).unwrap();
+        for (k, v) in [
+            ("EXPORT_PRODUCT_NAME", "NVIDIA Nsight Systems"),
+            ("EXPORT_PRODUCT_VERSION", "2025.1.1.110"),
+            ("EXPORT_SCHEMA_VERSION", "3.17.1"),
+        ] {
+            db.execute(
+                "INSERT INTO META_DATA_EXPORT VALUES (?1, ?2)",
+                params![k, v],
+            )
+            .unwrap();
+        }
+        db.execute(
+            "INSERT INTO PROCESSES VALUES (?1, ?2, 'python3')",
+            params![gid(PID, 0), PID],
+        )
+        .unwrap();
+        Fx {
+            db,
+            strings: Vec::new(),
+        }
+    }
+
+    /// The StringIds id of `s`, added on first use.
+    fn s(&mut self, s: &str) -> i64 {
+        if let Some(i) = self.strings.iter().position(|x| x == s) {
+            return i as i64;
+        }
+        self.strings.push(s.to_string());
+        let id = self.strings.len() as i64 - 1;
+        self.db
+            .execute("INSERT INTO StringIds VALUES (?1, ?2)", params![id, s])
+            .unwrap();
+        id
+    }
+
+    fn kernel(
+        &mut self,
+        start: i64,
+        end: i64,
+        stream: i64,
+        corr: i64,
+        name: &str,
+        node: Option<i64>,
+    ) {
+        let n = self.s(name);
+        self.db
+            .execute(
+                "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, contextId,
+                 streamId, correlationId, globalPid, demangledName, shortName,
+                 registersPerThread, gridX, gridY, gridZ, blockX, blockY, blockZ,
+                 staticSharedMemory, dynamicSharedMemory, localMemoryPerThread,
+                 localMemoryTotal, gridId, graphNodeId)
+                 VALUES (?1, ?2, 0, 1, ?3, ?4, ?5, ?6, ?6, 32, 1, 1, 1, 128, 1, 1, 0, 0, 0, 0, ?4, ?7)",
+                params![start, end, stream, corr, gid(PID, 0), n, node],
+            )
+            .unwrap();
+    }
+
+    /// A CUDA API call on the fixture's thread: `class` 0 runtime, 1 driver, 67 a backtrace
+    /// row of the call `corr`.
+    fn call(
+        &mut self,
+        start: i64,
+        end: i64,
+        corr: i64,
+        name: &str,
+        class: i64,
+        chain: Option<i64>,
+    ) {
+        let n = self.s(name);
+        self.db
+            .execute(
+                "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0, ?7)",
+                params![start, end, class, gid(PID, TID), corr, n, chain],
+            )
+            .unwrap();
+    }
+
+    /// A call chain, innermost frame first (stack depth 0), each `(symbol, module, unresolved)`.
+    fn chain(&mut self, id: i64, frames: &[(&str, &str, bool)]) {
+        for (depth, (sym, module, unresolved)) in frames.iter().enumerate() {
+            let (s, m) = (self.s(sym), self.s(module));
+            self.db
+                .execute(
+                    "INSERT INTO CUDA_CALLCHAINS VALUES (?1, ?2, ?3, ?4, 0, ?5)",
+                    params![id, s, m, *unresolved as i64, depth as i64],
+                )
+                .unwrap();
+        }
+    }
+
+    /// An NVTX event; the name as an explicit `text`, or registered (`textId`) when `registered`.
+    fn nvtx(&mut self, start: i64, end: Option<i64>, ty: i64, name: &str, registered: bool) {
+        let (text, id) = if registered {
+            (None, Some(self.s(name)))
+        } else {
+            (Some(name.to_string()), None)
+        };
+        self.db
+            .execute(
+                "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, textId, domainId)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0)",
+                params![start, end, ty, text, gid(PID, TID), id],
+            )
+            .unwrap();
+    }
+}
+
+/// The training-step fixture. One process (pid 4242, thread 4243), device 0, streams 7 and 8;
+/// times in ns on the capture's clock.
+///
+/// NVTX (thread 4243): push/pop `train_step` [1000, 99000] (registered string) and [101000,
+/// 199000] (explicit text); `forward` [2000, 40000] and [102000, 140000] inside them; the
+/// start/end range `prefetch` [50000, 60000] in the first step; a mark, and a range that never
+/// ended (both skipped and counted); a domain's creation (ignored).
+///
+/// | call (thread 4243)              | corr | op (stream)                  | chain |
+/// | ------------------------------- | ---- | ---------------------------- | ----- |
+/// | cudaLaunchKernel_v7000 10-14 µs | 1    | kernel_a 15-20 µs (7)        | 1     |
+/// | cudaMemcpyAsync_v3020 21-22     | 2    | Memcpy HtoD 23-25 (8)        |       |
+/// | cudaStreamSynchronize 26-50     | 3    |                              |       |
+/// | cudaLaunchKernel_v7000 55-57    | 4    | kernel_b 58-70 (7)           | 2, in a backtrace row |
+/// | cudaGraphLaunch_v10000 110-112  | 5    | graph_k1 113-118, graph_k2 119-125 (7, graph nodes) | |
+/// | cudaMemsetAsync_v3020 150-151   | 6    | Memset 160-161 (8)           |       |
+/// | cuLaunchKernel (driver) 170-171 | 7    | kernel_c 172-180 (8)         |       |
+///
+/// Device gaps (no stream running), each charged to the op that ends it: 3 µs before the memcpy
+/// (host_wait, launch), 33 before kernel_b (host_wait; the 24 µs sync from 26 to 50 blocked
+/// more than half of it: sync), 43 before graph_k1 (host_wait, launch), 1 between the graph's
+/// two nodes (kernel_wait: launched at 110; graph), 35 before the memset and 11 before kernel_c
+/// (host_wait, launch). Device idle 126 µs; busy 39 µs over the span 15-180 µs.
+fn training_fixture(path: &Path, with_chains: bool, with_nvtx: bool) {
+    let mut f = Fx::new(path);
+    f.call(
+        10_000,
+        14_000,
+        1,
+        "cudaLaunchKernel_v7000",
+        0,
+        with_chains.then_some(1),
+    );
+    f.kernel(15_000, 20_000, 7, 1, "kernel_a", None);
+    f.call(21_000, 22_000, 2, "cudaMemcpyAsync_v3020", 0, None);
+    let memcpy = "INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY (start, end, deviceId, contextId, streamId,
+                  correlationId, globalPid, bytes, copyKind) VALUES (23000, 25000, 0, 1, 8, 2, ?1, 4096, 1)";
+    f.db.execute(memcpy, params![gid(PID, 0)]).unwrap();
+    f.call(26_000, 50_000, 3, "cudaStreamSynchronize_v3020", 0, None);
+    f.call(55_000, 57_000, 4, "cudaLaunchKernel_v7000", 0, None);
+    if with_chains {
+        // Older exports carry a call's chain in a second row of class CUDABACKTRACE.
+        f.call(54_900, 57_100, 4, "cudaLaunchKernel", 67, Some(2));
+    }
+    f.kernel(58_000, 70_000, 7, 4, "kernel_b", None);
+    f.call(110_000, 112_000, 5, "cudaGraphLaunch_v10000", 0, None);
+    f.kernel(113_000, 118_000, 7, 5, "graph_k1", Some(11));
+    f.kernel(119_000, 125_000, 7, 5, "graph_k2", Some(12));
+    let node = f.s("cudaGraphAddKernelNode");
+    for n in [11, 12] {
+        f.db.execute(
+            "INSERT INTO CUDA_GRAPH_NODE_EVENTS VALUES (5000, 5100, 77, ?1, ?2, ?3, NULL)",
+            params![gid(PID, TID), node, n],
+        )
+        .unwrap();
+    }
+    f.call(150_000, 151_000, 6, "cudaMemsetAsync_v3020", 0, None);
+    let memset = "INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET (start, end, deviceId, contextId, streamId,
+                  correlationId, globalPid, value, bytes) VALUES (160000, 161000, 0, 1, 8, 6, ?1, 0, 4096)";
+    f.db.execute(memset, params![gid(PID, 0)]).unwrap();
+    f.call(170_000, 171_000, 7, "cuLaunchKernel", 1, None);
+    f.kernel(172_000, 180_000, 8, 7, "kernel_c", None);
+    if with_chains {
+        f.chain(
+            1,
+            &[
+                (
+                    "0x7f0000001234",
+                    "/opt/nsys/target-linux-x64/libcupti.so.12",
+                    true,
+                ),
+                (
+                    "cudaLaunchKernel",
+                    "/usr/local/cuda/lib64/libcudart.so.12",
+                    false,
+                ),
+                (
+                    "at::native::launch_a",
+                    "/site-packages/torch/lib/libtorch_cuda.so",
+                    false,
+                ),
+                ("main", "/usr/bin/python3", false),
+            ],
+        );
+        f.chain(
+            2,
+            &[
+                (
+                    "0x7f0000005678",
+                    "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+                    true,
+                ),
+                (
+                    "cudaLaunchKernel",
+                    "/usr/local/cuda/lib64/libcudart.so.12",
+                    false,
+                ),
+                (
+                    "at::native::launch_b",
+                    "/site-packages/torch/lib/libtorch_cuda.so",
+                    false,
+                ),
+                ("0x55aa", "/usr/bin/python3", true),
+                ("main", "/usr/bin/python3", false),
+            ],
+        );
+    } else {
+        f.db.execute_batch("DROP TABLE CUDA_CALLCHAINS").unwrap();
+    }
+    if with_nvtx {
+        f.nvtx(1_000, Some(99_000), 59, "train_step", true);
+        f.nvtx(101_000, Some(199_000), 59, "train_step", false);
+        f.nvtx(2_000, Some(40_000), 59, "forward", false);
+        f.nvtx(102_000, Some(140_000), 59, "forward", true);
+        f.nvtx(50_000, Some(60_000), 60, "prefetch", false);
+        f.nvtx(30_000, None, 34, "a mark", false);
+        f.nvtx(60_000, None, 59, "never popped", false);
+        f.nvtx(0, None, 75, "my.domain", false);
+    } else {
+        f.db.execute_batch("DROP TABLE NVTX_EVENTS").unwrap();
+    }
+}
+
+/// The fixture's gap of `duration_ns` in a report's top gaps.
+fn gap(j: &Value, duration_ns: i64) -> &Value {
+    j["top_gaps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["duration_ns"] == duration_ns)
+        .unwrap_or_else(|| panic!("no gap of {duration_ns} ns in {}", j["top_gaps"]))
+}
+
+#[test]
+fn fixture_gaps_reasons_and_totals_match_the_hand_computed_answers() {
+    let d = tempdir("nsys-fx");
+    let p = d.join("train.sqlite");
+    training_fixture(&p, true, true);
+    let j = report_json(&p, &[]);
+    assert_eq!(j["source"], "train.sqlite");
+    assert_eq!(j["gpu_ops"], 7);
+    assert_eq!(j["kernels"], 5);
+    assert_eq!(j["kernel_ns"], 5_000 + 12_000 + 5_000 + 6_000 + 8_000);
+    assert_eq!(j["busy_ns"], 39_000);
+    assert_eq!(j["device_idle_ns"], 126_000);
+    assert_eq!(j["window"]["to_ns"], 165_000);
+    // Every kernel's launch was found (the graph's nodes by their launch's correlation id, the
+    // driver launch too), two with a native stack, the rest with NVTX frames.
+    assert_eq!(j["kernels_with_launch"], 5);
+    assert_eq!(j["kernels_with_stack"], 5);
+    // Six device gaps, the longest first.
+    assert_eq!(j["top_gaps"].as_array().unwrap().len(), 6);
+    assert_eq!(j["top_gaps"][0]["duration_ns"], 43_000);
+    let expect = [
+        (3_000, "host_wait", "launch", "Memcpy HtoD"),
+        (33_000, "host_wait", "sync", "kernel_b"),
+        (43_000, "host_wait", "launch", "graph_k1"),
+        (1_000, "kernel_wait", "graph", "graph_k2"),
+        (35_000, "host_wait", "launch", "Memset"),
+        (11_000, "host_wait", "launch", "kernel_c"),
+    ];
+    for (dur, cause, reason, next) in expect {
+        let g = gap(&j, dur);
+        assert_eq!(g["cause"], cause, "{g}");
+        assert_eq!(g["reason"], reason, "{g}");
+        assert_eq!(g["next_op"], next, "{g}");
+        assert_eq!(g["pid"], PID);
+        assert_eq!(g["device"], 0);
+    }
+    assert_eq!(gap(&j, 3_000)["stream"], 8);
+    assert_eq!(gap(&j, 43_000)["launch_latency_ns"], 3_000);
+    // Reasons are counted over each stream's own gaps (HTA's): on stream 7 the 38 µs from
+    // kernel_a to kernel_b is the sync's, the 1 µs inside the graph the graph's; stream 8's
+    // 135 µs before the memset is CPU work (the 24 µs sync is less than half of it).
+    assert_eq!(j["reasons"]["sync"]["total_ns"], 38_000);
+    assert_eq!(j["reasons"]["graph"]["total_ns"], 1_000);
+    assert_eq!(
+        j["reasons"]["launch"]["total_ns"],
+        43_000 + 135_000 + 11_000
+    );
+    // The mark and the range that never ended are skipped and counted; the domain's creation is
+    // not a range.
+    assert_eq!(j["skipped"]["NVTX mark"], 1);
+    assert_eq!(j["skipped"]["NVTX range without an end"], 1);
+    assert_eq!(j["processes"][0]["label"], "python3");
+    assert_eq!(
+        j["notes"],
+        json!(["Nsight Systems 2025.1.1.110 export, schema 3.17.1"])
+    );
+}
+
+#[test]
+fn fixture_stacks_hold_nvtx_ranges_above_the_call_chain() {
+    let d = tempdir("nsys-stacks");
+    let p = d.join("train.sqlite");
+    training_fixture(&p, true, true);
+    let j = report_json(&p, &[]);
+    // The memcpy's launch: in the first step's forward pass, without a chain.
+    assert_eq!(
+        gap(&j, 3_000)["frames"],
+        json!([
+            "train_step",
+            "forward",
+            "cudaMemcpyAsync_v3020",
+            "Memcpy HtoD"
+        ])
+    );
+    // kernel_b's launch: under the start/end range, then its chain (from the backtrace row)
+    // outermost first, without the driver's and the runtime's own frames next to the call; the
+    // unresolved frame reads as module+address.
+    assert_eq!(
+        gap(&j, 33_000)["frames"],
+        json!([
+            "train_step",
+            "prefetch",
+            "main [python3]",
+            "python3+0x55aa",
+            "at::native::launch_b [libtorch_cuda.so]",
+            "cudaLaunchKernel_v7000",
+            "kernel_b"
+        ])
+    );
+    // The graph launch in the second step's forward pass (explicit and registered names alike).
+    assert_eq!(
+        gap(&j, 43_000)["frames"],
+        json!([
+            "train_step",
+            "forward",
+            "cudaGraphLaunch_v10000",
+            "graph_k1"
+        ])
+    );
+    // The CPU during the 33 µs gap (its midpoint, 41.5 µs): the first step, between ranges.
+    assert_eq!(gap(&j, 33_000)["cpu_frames"], json!(["train_step"]));
+    // The driver launch: in the second step only.
+    assert_eq!(
+        gap(&j, 11_000)["frames"],
+        json!(["train_step", "cuLaunchKernel", "kernel_c"])
+    );
+    // The call tree's top stacks carry the NVTX frames too.
+    let folded = String::from_utf8(report(&p, &["--format", "folded"]).stdout).unwrap();
+    assert!(
+        folded.contains("train_step;forward;cudaGraphLaunch_v10000;graph_k1 43000\n"),
+        "{folded}"
+    );
+    // kernel_a's chain (on its own row) has no gap of its own; the store holds it all the same.
+    let st = gaptop::collect::load_path(&p, usize::MAX).unwrap();
+    let a = st.procs[0].apis().find(|a| a.corr == 1).unwrap();
+    assert_eq!(
+        st.frame_strings(a.stack),
+        vec![
+            "train_step",
+            "forward",
+            "main [python3]",
+            "at::native::launch_a [libtorch_cuda.so]"
+        ]
+    );
+    // The backtrace row is not a call of its own.
+    assert_eq!(st.procs[0].api_count(), 7);
+}
+
+#[test]
+fn fixture_steps_are_the_nvtx_ranges_named() {
+    let d = tempdir("nsys-steps");
+    let p = d.join("train.sqlite");
+    training_fixture(&p, true, true);
+    let j = report_json(&p, &["--step", "train_step"]);
+    let s = &j["steps"];
+    assert_eq!(s["count"], 2);
+    assert_eq!(s["source"], "range");
+    // The steps are the ranges themselves, [1, 99) and [101, 199) µs, 98 µs each.
+    assert_eq!(s["median_ns"], 98_000);
+    // Device idle in the first: 1-15 (14), 20-23 (3), 25-58 (33), 70-99 (29): 79 µs; in the
+    // second: 101-113 (12), 118-119 (1), 125-160 (35), 161-172 (11), 180-199 (19): 78 µs. The
+    // median of two is the lower.
+    assert_eq!(s["idle_median_ns"], 78_000);
+    // A name no range has falls back to the other step finders (an op's name here).
+    let j = report_json(&p, &["--step", "kernel_a"]);
+    assert_eq!(j["steps"]["source"], "op");
+}
+
+#[test]
+fn fixture_without_chains_or_nvtx_says_what_it_lacks() {
+    let d = tempdir("nsys-lacks");
+    let p = d.join("bare.sqlite");
+    training_fixture(&p, false, false);
+    let j = report_json(&p, &[]);
+    assert_eq!(j["device_idle_ns"], 126_000);
+    assert_eq!(j["kernels_with_launch"], 5);
+    assert_eq!(j["kernels_with_stack"], 0);
+    assert_eq!(
+        j["notes"],
+        json!([
+            "Nsight Systems 2025.1.1.110 export, schema 3.17.1",
+            "no CUDA_CALLCHAINS: launches have no native stacks (capture with --cudabacktrace=all)",
+            "no NVTX_EVENTS: no NVTX ranges in the call tree or as steps (capture with --trace=nvtx)"
+        ])
+    );
+    let text = String::from_utf8(report(&p, &[]).stdout).unwrap();
+    assert!(
+        text.contains("note: no CUDA_CALLCHAINS: launches have no native stacks"),
+        "{text}"
+    );
+    // Without ranges a range name is no step.
+    let j = report_json(&p, &["--step", "train_step"]);
+    assert!(j.get("steps").is_none() || j["steps"]["source"] != "range");
+}
+
+#[test]
+fn processes_keep_their_own_correlation_ids_and_mpi_ranks() {
+    // Two ranks whose calls share correlation id 1 (nsys numbers each process's calls from 1).
+    let d = tempdir("nsys-ranks");
+    let p = d.join("ranks.sqlite");
+    let mut f = Fx::new(&p);
+    let (a, b) = (f.s("cudaLaunchKernel_v7000"), f.s("cuLaunchKernelEx"));
+    for (pid, name, rank) in [(PID, a, 0), (5000, b, 1)] {
+        let sql = "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?1, ?2, 0, ?3, 1, ?4, 0, NULL)";
+        let t0 = 1_000 * rank;
+        f.db.execute(sql, params![t0, t0 + 500, gid(pid, pid + 1), name])
+            .unwrap();
+        let n = f.s(&format!("kernel_of_rank{rank}"));
+        f.db.execute(
+            "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, contextId, streamId,
+             correlationId, globalPid, demangledName, shortName, registersPerThread, gridX, gridY,
+             gridZ, blockX, blockY, blockZ, staticSharedMemory, dynamicSharedMemory,
+             localMemoryPerThread, localMemoryTotal, gridId)
+             VALUES (?1, ?2, ?3, 1, 7, 1, ?4, ?5, ?5, 0, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1)",
+            params![t0 + 600, t0 + 900, rank, gid(pid, 0), n],
+        )
+        .unwrap();
+        f.db.execute_batch("CREATE TABLE IF NOT EXISTS MPI_RANKS (globalTid INTEGER NOT NULL, rank INTEGER NOT NULL)")
+            .unwrap();
+        f.db.execute(
+            "INSERT INTO MPI_RANKS VALUES (?1, ?2)",
+            params![gid(pid, pid + 1), rank],
+        )
+        .unwrap();
+    }
+    drop(f);
+    let st = gaptop::collect::load_path(&p, usize::MAX).unwrap();
+    assert_eq!(st.procs.len(), 2);
+    for lane in 0..st.lanes.len() {
+        let l = &st.lanes[lane];
+        let proc = &st.procs[l.key.proc as usize];
+        let op = l.ops[0];
+        let call = st.api_of(lane, &op).unwrap();
+        let (want, rank) = if proc.pid == PID as u32 {
+            ("cudaLaunchKernel_v7000", 0)
+        } else {
+            ("cuLaunchKernelEx", 1)
+        };
+        assert_eq!(st.names.get(call.name), want);
+        assert_eq!(proc.rank, rank);
+        assert_eq!(l.key.device, rank as u32);
+        assert_eq!(st.lane_label(lane), format!("r{rank} gpu{rank} s7"));
+    }
+    let j = report_json(&p, &[]);
+    let ranks: Vec<&Value> = j["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| &p["rank"])
+        .collect();
+    assert_eq!(ranks, [&json!(0), &json!(1)]);
+}
+
+#[test]
+fn gzipped_export_and_nsys_report_read_as_the_export() {
+    let d = tempdir("nsys-forms");
+    let p = d.join("train.sqlite");
+    training_fixture(&p, true, true);
+    let plain = report_json(&p, &[]);
+
+    // Gzipped.
+    let gz = d.join("train.sqlite.gz");
+    let mut enc =
+        flate2::write::GzEncoder::new(std::fs::File::create(&gz).unwrap(), Default::default());
+    std::io::copy(&mut std::fs::File::open(&p).unwrap(), &mut enc).unwrap();
+    enc.finish().unwrap();
+    let j = report_json(&gz, &[]);
+    assert_eq!(j["source"], "train.sqlite.gz");
+    assert_eq!(j["top_gaps"], plain["top_gaps"]);
+
+    // A .nsys-rep, through an `nsys` on PATH that writes the fixture where it is told to.
+    let rep = d.join("run.nsys-rep");
+    std::fs::write(&rep, b"NVIDIA Tegra Profiler Report 2025@1@1@110-fixture").unwrap();
+    let bindir = d.join("bin");
+    std::fs::create_dir_all(&bindir).unwrap();
+    let nsys = bindir.join("nsys");
+    std::fs::write(
+        &nsys,
+        format!(
+            "#!/bin/sh\n[ \"$1 $2 $3\" = 'export --type sqlite' ] || exit 3\n\
+             while [ $# -gt 0 ]; do [ \"$1\" = --output ] && out=$2; shift; done\n\
+             cp '{}' \"$out\"\n",
+            p.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&nsys, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!("{}:/usr/bin:/bin", bindir.display());
+    let j = json_of(run_report(&rep, &["--format", "json"], Some(&path)));
+    assert_eq!(j["source"], "run.nsys-rep");
+    assert_eq!(j["top_gaps"], plain["top_gaps"]);
+
+    // An nsys that fails: its last line of stderr is said.
+    std::fs::write(
+        &nsys,
+        "#!/bin/sh\necho 'noise' >&2\necho 'Error: corrupt report' >&2\nexit 1\n",
+    )
+    .unwrap();
+    let err = fails_saying(&rep, Some(&path), &["nsys export --type sqlite` failed"]);
+    assert!(err.ends_with("Error: corrupt report"), "{err}");
+
+    // No nsys on PATH: what to run instead.
+    let want = ["no `nsys` is on PATH", "run `nsys export --type sqlite"];
+    fails_saying(&rep, Some("/nonexistent"), &want);
+}
+
+#[test]
+fn sqlite_files_that_are_not_readable_exports_are_clear_errors() {
+    let d = tempdir("nsys-bad");
+    const STRINGS: &str =
+        "CREATE TABLE StringIds (id INTEGER NOT NULL PRIMARY KEY, value TEXT NOT NULL);";
+    // Some other program's database.
+    let p = sql_file(
+        &d,
+        "other.sqlite",
+        "CREATE TABLE notes (id INTEGER, body TEXT);",
+    );
+    fails_saying(
+        &p,
+        None,
+        &["not an Nsight Systems export (no StringIds table)"],
+    );
+    // An export of a capture without CUDA tracing.
+    let sql = format!("{STRINGS} CREATE TABLE OSRT_API (start INTEGER NOT NULL, end INTEGER);");
+    let p = sql_file(&d, "cpu_only.sqlite", &sql);
+    fails_saying(&p, None, &["without GPU activity", "--trace=cuda"]);
+    // GPU tables without a row.
+    let p = d.join("empty.sqlite");
+    Fx::new(&p);
+    fails_saying(&p, None, &["without GPU ops"]);
+    // A kernel table without the column every row needs.
+    let sql = format!(
+        "{STRINGS} CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (end INTEGER, streamId INTEGER);
+         INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (10, 7);"
+    );
+    let p = sql_file(&d, "nostart.sqlite", &sql);
+    fails_saying(
+        &p,
+        None,
+        &["CUPTI_ACTIVITY_KIND_KERNEL has no column start"],
+    );
+    // A value of the wrong type: the table and the column are named.
+    let p = d.join("texttime.sqlite");
+    let mut f = Fx::new(&p);
+    f.kernel(1_000, 2_000, 7, 1, "k", None);
+    let bad = "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 'soon'";
+    f.db.execute_batch(bad).unwrap();
+    drop(f);
+    fails_saying(&p, None, &["CUPTI_ACTIVITY_KIND_KERNEL: column start"]);
+    // The magic and then garbage: no database.
+    let p = d.join("truncated.sqlite");
+    let mut bytes = b"SQLite format 3\0".to_vec();
+    bytes.extend(std::iter::repeat_n(0xAB, 300));
+    std::fs::write(&p, bytes).unwrap();
+    fails_saying(&p, None, &["not a readable SQLite database"]);
+    // A .nsys-rep cut short is nsys's to judge; gaptop never reads it itself.
+    let p = d.join("short.nsys-rep");
+    std::fs::write(&p, b"NVIDIA Tegra Profiler Report").unwrap();
+    fails_saying(&p, Some("/nonexistent"), &["no `nsys` is on PATH"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Real exports (tests/data/nsys/README.md: origin, license, and how each figure was computed).
+
+/// The repository's own record of the run's GPU ops (pipit's test data, the ops of the same
+/// capture as its rows of `Enter`/`Leave` events): kernels, all ops, and the device idle of
+/// their union over their span.
+fn cloverleaf_csv_figures() -> (u64, u64, i64) {
+    let f = std::fs::File::open(data("cloverleaf_gpu_trace.csv.gz")).unwrap();
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(f), &mut text).unwrap();
+    let mut lines = text.lines();
+    let head: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |n: &str| head.iter().position(|h| *h == n).unwrap();
+    let (ty, ev, ts, other) = (
+        col("type"),
+        col("Event Type"),
+        col("Timestamp (ns)"),
+        col("_matching_timestamp"),
+    );
+    let mut ops: Vec<(i64, i64)> = Vec::new();
+    let mut kernels = 0;
+    for l in lines {
+        let f: Vec<&str> = l.split(',').collect();
+        if f[ev] == "Enter" {
+            ops.push((f[ts].parse().unwrap(), f[other].parse().unwrap()));
+            kernels += (f[ty] == "kernel") as u64;
+        }
+    }
+    ops.sort();
+    let mut idle = 0;
+    let mut end = ops[0].1;
+    for &(s, e) in &ops[1..] {
+        idle += (s - end).max(0);
+        end = end.max(e);
+    }
+    (kernels, ops.len() as u64, idle)
+}
+
+#[test]
+fn real_cloverleaf_export_agrees_with_the_runs_own_gpu_trace() {
+    let (kernels, ops, idle) = cloverleaf_csv_figures();
+    assert_eq!((kernels, ops, idle), (1312, 1591, 38_612_347));
+    let j = report_json(&data("cloverleaf.sqlite.gz"), &[]);
+    assert_eq!(j["kernels"], kernels);
+    assert_eq!(j["gpu_ops"], ops);
+    assert_eq!(j["device_idle_ns"], idle);
+    assert_eq!(j["kernels_with_launch"], kernels);
+    assert_eq!(
+        j["notes"],
+        json!([
+            "Nsight Systems 2024.5.1.113 export, schema 3.13.2",
+            "no CUPTI_ACTIVITY_KIND_MEMSET: no memsets",
+            "no CUDA_CALLCHAINS: launches have no native stacks (capture with --cudabacktrace=all)",
+            "no NVTX_EVENTS: no NVTX ranges in the call tree or as steps (capture with --trace=nvtx)"
+        ])
+    );
+}
+
+#[test]
+fn real_saxpy_export_has_native_stacks_under_nvtx_and_nvtx_steps() {
+    // An older export (schema 2.9.1, EXPORT_META_DATA) with call chains.
+    let p = data("saxpy_mpi_cuda.sqlite.gz");
+    let j = report_json(&p, &[]);
+    assert_eq!(j["kernels"], 5);
+    assert_eq!(j["gpu_ops"], 20);
+    assert_eq!(j["device_idle_ns"], 724_054_763);
+    assert_eq!(j["kernels_with_stack"], 5);
+    assert_eq!(
+        j["notes"],
+        json!(["Nsight Systems 2022.2.1.31 export, schema 2.9.1"])
+    );
+    // Each launch sits in its `saxpy` NVTX range, above the chain nsys took (outermost first,
+    // the CUDA libraries' and the profiler's frames next to the call left out).
+    let st = gaptop::collect::load_path(&p, usize::MAX).unwrap();
+    let proc = &st.procs[0];
+    let lane = &st.lanes[0];
+    assert_eq!(
+        lane.ops
+            .iter()
+            .filter(|o| o.kind == gaptop::collect::store::OpKind::Kernel)
+            .count(),
+        5
+    );
+    for op in lane
+        .ops
+        .iter()
+        .filter(|o| o.kind == gaptop::collect::store::OpKind::Kernel)
+    {
+        let a = proc.api_by_corr(op.corr).unwrap();
+        assert_eq!(st.names.get(a.name), "cudaLaunchKernel_v7000");
+        let frames = st.frame_strings(a.stack);
+        assert_eq!(
+            frames[..4],
+            [
+                "saxpy",
+                "_start [saxpy-mpi-cuda]",
+                "__libc_start_main [libc-2.31.so]",
+                "main [saxpy-mpi-cuda]"
+            ],
+            "{frames:?}"
+        );
+        assert!(!frames
+            .iter()
+            .any(|f| f.contains("libcupti") || f.contains("libcuda.so")));
+    }
+    let j = report_json(&p, &["--step", "saxpy"]);
+    assert_eq!(j["steps"]["count"], 5);
+    assert_eq!(j["steps"]["source"], "range");
+}
+
+#[test]
+fn real_nvfuser_export_puts_its_nvtx_ranges_in_the_tree() {
+    let p = data("nvfuser_cross_entropy.sqlite.gz");
+    let j = report_json(&p, &[]);
+    assert_eq!(j["kernels"], 18);
+    assert_eq!(j["gpu_ops"], 24);
+    assert_eq!(j["device_idle_ns"], 3_158_778_689_i64);
+    assert_eq!(j["kernels_with_launch"], 18);
+    // The kernels nvFuser launched ran inside its NVTX ranges; the others (PyTorch's) did not.
+    assert_eq!(j["kernels_with_stack"], 8);
+    assert_eq!(j["processes"][0]["label"], "pytest");
+    // The pointwise kernel's launch (correlation id 1754), under the ranges that held it.
+    let g = j["top_gaps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| {
+            g["next_op"]
+                .as_str()
+                .unwrap()
+                .contains("nvfuser_pointwise_f0_c1_r0_g4")
+        })
+        .unwrap();
+    assert_eq!(
+        g["frames"].as_array().unwrap()[..9],
+        json!([
+            "FusionExecutorCache::runFusionWithInputs",
+            "FusionKernelRuntime::runWithInputs",
+            "FusionKernelRuntime::runSegmentsWithInputs",
+            "FusionKernelRuntime::runKernelWithInput",
+            "ExecutorDispatch::run2",
+            "KernelExecutor::runFusion",
+            "KernelExecutor::runFusion::execute_kernel",
+            "ExecutorRunFusion::cuLaunchKernel",
+            "cuLaunchKernel"
+        ])
+        .as_array()
+        .unwrap()[..]
+    );
+}
+
+#[test]
+fn the_ui_says_what_an_export_lacks_as_it_opens() {
+    use gaptop::app::{App, SourceState};
+    let d = tempdir("nsys-ui");
+    let p = d.join("bare.sqlite");
+    training_fixture(&p, false, true);
+    let app = App::new(
+        gaptop::collect::load_path(&p, usize::MAX).unwrap(),
+        SourceState::File,
+    );
+    assert_eq!(
+        app.message,
+        "no CUDA_CALLCHAINS: launches have no native stacks (capture with --cudabacktrace=all)"
+    );
+    // An export with all of it says nothing.
+    let p = d.join("full.sqlite");
+    training_fixture(&p, true, true);
+    let app = App::new(
+        gaptop::collect::load_path(&p, usize::MAX).unwrap(),
+        SourceState::File,
+    );
+    assert_eq!(app.message, "");
+}
+
+#[test]
+fn the_ui_tree_shows_nvtx_ranges_of_a_real_export() {
+    use gaptop::app::{App, SourceState};
+    use ratatui::{backend::TestBackend, Terminal};
+    let st = gaptop::collect::load_path(&data("nvfuser_cross_entropy.sqlite.gz"), usize::MAX);
+    let mut a = App::new(st.unwrap(), SourceState::File);
+    a.refresh(true);
+    let (w, h) = (200, 50);
+    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+    gaptop::views::render(&mut t, &mut a).unwrap();
+    let buf = t.backend().buffer().clone();
+    let screen: String = (0..h)
+        .map(|y| (0..w).map(|x| buf[(x, y)].symbol()).collect::<String>() + "\n")
+        .collect();
+    // The call tree's top-down roots: nvFuser's outermost NVTX range holds the launches of its
+    // kernels, beside the launches made outside any range.
+    assert!(
+        screen.contains("FusionExecutorCache::runFusionWithInputs"),
+        "{screen}"
+    );
+    // The status line says what the export lacked.
+    assert!(screen.contains("no CUDA_CALLCHAINS"), "{screen}");
+}
