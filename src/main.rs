@@ -43,6 +43,24 @@ impl CollectArgs {
     }
 }
 
+/// Sampling the program's threads from outside it.
+#[derive(clap::Args, Debug, Clone, Copy)]
+struct SampleArgs {
+    /// Do not sample the program's threads from outside it (the CPU during gaps)
+    #[arg(long)]
+    no_cpu_samples: bool,
+}
+
+impl SampleArgs {
+    fn config(self) -> Option<gaptop::collect::cpu::SamplerConfig> {
+        if self.no_cpu_samples {
+            None
+        } else {
+            gaptop::collect::cpu::stream::config_from_env()
+        }
+    }
+}
+
 #[derive(clap::Args, Clone)]
 struct WindowArgs {
     /// Window start, relative to the capture start (e.g. 1.5ms, 200us, 3s: a unit is needed)
@@ -125,8 +143,17 @@ enum Cmd {
         #[command(flatten)]
         ui: UiArgs,
     },
-    /// Run a command with the collector injected and watch it live
+    /// Run a command with the collector injected and watch it live (--dormant: collecting
+    /// nothing until `gaptop attach`)
     Run {
+        /// Start the command with a dormant collector and no UI: it collects nothing until
+        /// `gaptop attach PID` (or `capture`, `serve`) turns collection on from any shell
+        #[arg(long)]
+        dormant: bool,
+        /// With --dormant: the job's label, which `gaptop attach NAME` matches (default: the
+        /// program's or script's name)
+        #[arg(long, requires = "dormant")]
+        job: Option<String>,
         #[command(flatten)]
         ui: UiArgs,
         /// Memory budget for kept ops, e.g. 512M, 2G (oldest ops leave first, and are counted)
@@ -166,6 +193,42 @@ enum Cmd {
         kernel_wait: i64,
         #[command(flatten)]
         analysis: AnalysisArgs,
+    },
+    /// Attach to a program running a dormant collector and watch it live; quitting detaches
+    /// (with no argument: list the dormant programs)
+    Attach {
+        /// The program: its pid, or its job label or program name
+        target: Option<String>,
+        #[command(flatten)]
+        ui: UiArgs,
+        /// Memory budget for kept ops, e.g. 512M, 2G
+        #[arg(long, default_value = "1G", value_parser = parse_bytes)]
+        memory: usize,
+        #[command(flatten)]
+        samples: SampleArgs,
+    },
+    /// Attach to a dormant program, record for a while, detach: as `attach`, headless
+    Capture {
+        /// The program: its pid, or its job label or program name
+        target: String,
+        /// How long to record (e.g. 5s, 500ms)
+        #[arg(long, default_value = "5s", value_parser = parse_time)]
+        duration: i64,
+        /// Output recording file
+        #[arg(short, long)]
+        output: PathBuf,
+        #[command(flatten)]
+        samples: SampleArgs,
+    },
+    /// Print the environment that starts a program with a dormant collector (for a service's
+    /// unit file, a pod spec, a batch script): KEY=VALUE lines
+    Env {
+        /// `export KEY='VALUE'` lines, for a shell's eval
+        #[arg(long)]
+        shell: bool,
+        /// The job's label, which `gaptop attach NAME` matches (GAPTOP_JOB)
+        #[arg(long)]
+        job: Option<String>,
     },
     /// Run a command with the collector injected and write a recording, without the UI
     Record {
@@ -300,11 +363,23 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Run {
+            dormant: true,
+            job,
+            collect,
+            cmd,
+            ..
+        } => Err(gaptop::collect::live::exec_dormant(
+            &cmd,
+            job.as_deref(),
+            collect.native,
+        )),
+        Cmd::Run {
             ui,
             memory,
             log,
             collect,
             cmd,
+            ..
         } => {
             use gaptop::app::{term, SourceState};
             term::need_terminal("run")?;
@@ -351,6 +426,75 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 n.gaps,
                 output.display()
             );
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Attach { target: None, .. } => {
+            let mut refused = Vec::new();
+            let found = gaptop::collect::attach::list(&mut refused);
+            for r in &refused {
+                eprintln!("gaptop: {r}");
+            }
+            if found.is_empty() {
+                let dirs: Vec<String> = gaptop::collect::attach::control_dirs()
+                    .iter()
+                    .map(|d| d.display().to_string())
+                    .collect();
+                eprintln!(
+                    "gaptop: no dormant program of yours runs (looked in {}); start one with \
+                     `gaptop run --dormant -- CMD` or the environment `gaptop env` prints",
+                    dirs.join(", ")
+                );
+                return Ok(ExitCode::from(1));
+            }
+            print!("{}", gaptop::collect::attach::table(&found));
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Attach {
+            target: Some(target),
+            ui,
+            memory,
+            samples,
+        } => {
+            use gaptop::app::{term, SourceState};
+            use gaptop::collect::attach;
+            term::need_terminal("attach")?;
+            let d = attach::find(&target)?;
+            let stop = term::stop_flag()?;
+            let a = attach::attach(&d, &attach::who("attach"), samples.config())?;
+            let mut store = gaptop::collect::store::Store::new(memory);
+            store.source = format!("pid {} ({})", d.pid, d.label);
+            let mut app = ui_app(store, SourceState::Live, &ui)?;
+            app.message = format!("attached to pid {}; q detaches, the program runs on", d.pid);
+            term::run(
+                app,
+                term::Feed::Attached(Box::new(a)),
+                stop,
+                gaptop::views::render,
+            )?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Capture {
+            target,
+            duration,
+            output,
+            samples,
+        } => {
+            if duration <= 0 {
+                anyhow::bail!("--duration must be positive");
+            }
+            let d = std::time::Duration::from_nanos(duration as u64);
+            let code = gaptop::record::capture(&target, &output, d, samples.config())?;
+            Ok(ExitCode::from(code.clamp(0, 255) as u8))
+        }
+        Cmd::Env { shell, job } => {
+            for (k, v) in gaptop::collect::live::dormant_env(job.as_deref())? {
+                let v = v.to_string_lossy();
+                if shell {
+                    println!("export {k}='{}'", v.replace('\'', "'\\''"));
+                } else {
+                    println!("{k}={v}");
+                }
+            }
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Record {

@@ -525,3 +525,81 @@ fn tree_search_takes_keys_as_text_until_esc() {
     s.keys(&["q"]);
     s.wait_for("GAPTOP_EXIT=0");
 }
+
+/// `gaptop attach` in the real terminal, to a program started dormant elsewhere: the UI fills
+/// with its kernels and their stacks, `q` detaches (the program runs on, dormant, CUPTI gone
+/// from it), and a second attach from a new shell sees it again.
+#[test]
+fn attach_watches_a_dormant_program_and_q_detaches() {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_gaptop"));
+    let target = fake_gpu::build();
+    let dir = fake_gpu::fake_cuda(&target, "attach");
+    let env = format!(
+        "GAPTOP_FAKE_CUPTI=1 CUDA_HOME={d}/cuda GAPTOP_COLLECTOR={t}/libgaptop_collector.so GAPTOP_CONTROL_DIR={d}/ctl",
+        d = dir.display(),
+        t = target.display()
+    );
+    let mut program = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "unset LD_LIBRARY_PATH XDG_RUNTIME_DIR; {env} FAKE_STEP_SLEEP=0.01 FAKE_STATUS={d}/status FAKE_PIDFILE={d}/pid exec {bin} run --dormant --job decode -- python3 {script} 1500",
+            d = dir.display(),
+            bin = bin.display(),
+            script = fake_gpu::script().display(),
+        ))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let status = || std::fs::read_to_string(dir.join("status")).unwrap_or_default();
+    let t = Instant::now();
+    while status().is_empty() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the program did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = program.id();
+    for round in 0..2 {
+        let s = Session::start(
+            &format!(
+                "unset XDG_RUNTIME_DIR; {env} {} attach decode",
+                bin.display()
+            ),
+            160,
+            45,
+        );
+        s.wait_for(&format!("pid {pid} (decode)"));
+        s.wait_for("launches/s");
+        // Kernels with their stacks: the biggest gap's launch stack names the script.
+        let t = Instant::now();
+        loop {
+            s.keys(&["b"]);
+            let screen = s.screen();
+            if screen.contains("rope  fakegpu.py:") {
+                break;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(15),
+                "round {round}: {screen}"
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        s.keys(&["q"]);
+        let screen = s.wait_for("GAPTOP_EXIT=0");
+        assert!(
+            screen.contains(&format!("detached; pid {pid} runs on, dormant")),
+            "{screen}"
+        );
+        // CUPTI leaves the program: the fake says it is not attached, no callback on.
+        let t = Instant::now();
+        while !status().ends_with(" 0 0\n") {
+            assert!(t.elapsed() < Duration::from_secs(10), "{}", status());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let _ = program.kill();
+    let _ = program.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}

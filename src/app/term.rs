@@ -11,6 +11,7 @@ use ratatui::backend::Backend;
 use ratatui::Terminal;
 
 use super::{Action, App, Effect, MouseKind, Msg, SourceState};
+use crate::collect::attach::Attachment;
 use crate::collect::live::{Launch, LiveEvent};
 
 /// What feeds the store while the UI runs.
@@ -21,6 +22,8 @@ pub enum Feed {
     Live(Box<Launch>),
     /// `gaptop demo`: a recording played back in real time.
     Demo(Receiver<LiveEvent>),
+    /// `gaptop attach`: a dormant program collecting while the UI runs; quitting detaches.
+    Attached(Box<Attachment>),
 }
 
 /// Applies pending source events, spending at most `budget` on them.
@@ -54,6 +57,10 @@ pub fn perform(app: &mut App, effects: Vec<Effect>, feed: &mut Feed) {
                         let key = app.keys.keys_for(Action::StopProgram).into_iter().next();
                         stop_program(&mut l.child, nth, key.as_deref())
                     }
+                    Feed::Attached(a) => format!(
+                        "pid {} was started elsewhere: gaptop only detaches from it (q)",
+                        a.target.pid
+                    ),
                     _ => "a recording plays: no program to stop".into(),
                 };
                 app.update(Msg::Said(said));
@@ -119,6 +126,13 @@ where
         match feed {
             Feed::None => {}
             Feed::Demo(rx) => dirty |= drain(app, rx, Duration::from_millis(30)),
+            Feed::Attached(a) => {
+                dirty |= drain(app, &a.rx, Duration::from_millis(30));
+                if app.source == SourceState::Live && !crate::collect::attach::alive(a.target.pid) {
+                    app.update(Msg::ProgramEnded(format!("pid {} ended", a.target.pid)));
+                    dirty = true;
+                }
+            }
             Feed::Live(l) => {
                 dirty |= drain(app, &l.rx, Duration::from_millis(30));
                 if app.source == SourceState::Live {
@@ -230,6 +244,7 @@ pub fn need_terminal(cmd: &str) -> anyhow::Result<()> {
     let instead = match cmd {
         "run" => "; `gaptop record -o FILE -- CMD` records without one",
         "open" => "; `gaptop report FILE` prints the analysis as text",
+        "attach" => "; `gaptop capture PID -o FILE` records without one",
         _ => "",
     };
     anyhow::bail!("`gaptop {cmd}` shows its UI in a terminal, and stdout is not one{instead}")
@@ -266,6 +281,17 @@ pub fn run(
     }
     if let Some(m) = app.finish_export() {
         eprintln!("gaptop: {m}");
+    }
+    if let Feed::Attached(a) = &mut feed {
+        // Quit, or killed, or hung up: either way the program runs on, dormant again.
+        let pid = a.target.pid;
+        match a.detach() {
+            Ok(()) if crate::collect::attach::alive(pid) => {
+                eprintln!("gaptop: detached; pid {pid} runs on, dormant")
+            }
+            Ok(()) => {}
+            Err(e) => eprintln!("gaptop: {e:#}"),
+        }
     }
     if let Feed::Live(l) = &mut feed {
         l.stop.store(true, Ordering::Relaxed);

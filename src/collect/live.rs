@@ -286,6 +286,59 @@ pub struct Options {
     pub samples: Option<super::cpu::SamplerConfig>,
 }
 
+/// The environment that starts a program with a dormant collector: the collector injected,
+/// libcupti's folder on the library path, `GAPTOP_DORMANT=1`, and the job's label if given.
+pub fn dormant_env(job: Option<&str>) -> anyhow::Result<Vec<(&'static str, std::ffi::OsString)>> {
+    let mut env = vec![
+        ("CUDA_INJECTION64_PATH", find_collector()?.into_os_string()),
+        ("LD_LIBRARY_PATH", find_cupti()?.into_os_string()),
+        ("GAPTOP_DORMANT", "1".into()),
+    ];
+    if let Some(j) = job {
+        env.push(("GAPTOP_JOB", j.into()));
+    }
+    Ok(env)
+}
+
+/// `gaptop run --dormant`: becomes `cmd` (same pid, same terminal and signals) with a dormant
+/// collector. Returns only if it cannot.
+pub fn exec_dormant(cmd: &[String], job: Option<&str>, native: bool) -> anyhow::Error {
+    use std::os::unix::process::CommandExt;
+    let Some((prog, args)) = cmd.split_first() else {
+        return anyhow::anyhow!("no command given: use gaptop run --dormant -- CMD ARGS...");
+    };
+    let env = match dormant_env(job) {
+        Ok(e) => e,
+        Err(e) => return e,
+    };
+    let mut c = Command::new(prog);
+    c.args(args);
+    for (k, v) in env {
+        if k == "LD_LIBRARY_PATH" {
+            let mut ld = v;
+            if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
+                ld.push(":");
+                ld.push(old);
+            }
+            c.env(k, ld);
+        } else {
+            c.env(k, v);
+        }
+    }
+    if native {
+        c.env("GAPTOP_NATIVE", "1");
+    }
+    eprintln!(
+        "gaptop: {} runs with a dormant collector (pid {}): `gaptop attach {}` from any shell \
+         of yours turns collection on",
+        prog,
+        std::process::id(),
+        std::process::id()
+    );
+    let e = c.exec();
+    anyhow::anyhow!("cannot start {prog}: {e}")
+}
+
 /// Starts `cmd` with the collector injected, listening for it (and its children) on a fresh
 /// private socket. `capture` sends the child's output to the channel (and a log) instead of the
 /// terminal.
