@@ -6,8 +6,8 @@
 //! - [`units`] and [`frames`]: times, and how frames and op names read.
 //! - [`collect`]: sources (Kineto JSON, recordings, the live socket), the event store, the gap
 //!   analysis and the advice on what to fix.
-//! - [`report`], [`export`] and [`record`]: the headless report, the Chrome-trace export and
-//!   `gaptop record`.
+//! - [`report`], [`export`], [`record`] and [`serve`]: the headless report, the Chrome-trace
+//!   export, `gaptop record` and `capture`, and `gaptop serve`'s Prometheus metrics.
 //! - [`app`]: the terminal UI's model (state, messages, one `update`, the view model) and its
 //!   terminal loop.
 //! - [`views`]: render functions that lay out and colour the view model.
@@ -19,5 +19,6 @@ pub mod export;
 pub mod frames;
 pub mod record;
 pub mod report;
+pub mod serve;
 pub mod units;
 pub mod views;

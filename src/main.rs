@@ -220,6 +220,25 @@ enum Cmd {
         #[command(flatten)]
         samples: SampleArgs,
     },
+    /// Serve Prometheus metrics (idle and busy GPU time, launches, steps, drops) from short
+    /// collection windows of a dormant program: `serve -- CMD` starts it, `serve PID|NAME`
+    /// takes one running already
+    Serve {
+        /// The program: its pid, or its job label or program name (else give -- CMD)
+        target: Option<String>,
+        /// Where to serve /metrics and /sites (127.0.0.1 unless told otherwise)
+        #[arg(long, default_value = "127.0.0.1:9464")]
+        listen: String,
+        /// How long each window collects
+        #[arg(long, default_value = "1s", value_parser = parse_time)]
+        window: i64,
+        /// How often a window starts
+        #[arg(long, default_value = "10s", value_parser = parse_time)]
+        every: i64,
+        /// The command to start with a dormant collector, and its arguments
+        #[arg(last = true)]
+        cmd: Vec<String>,
+    },
     /// Print the environment that starts a program with a dormant collector (for a service's
     /// unit file, a pod spec, a batch script): KEY=VALUE lines
     Env {
@@ -484,6 +503,33 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             let d = std::time::Duration::from_nanos(duration as u64);
             let code = gaptop::record::capture(&target, &output, d, samples.config())?;
+            Ok(ExitCode::from(code.clamp(0, 255) as u8))
+        }
+        Cmd::Serve {
+            target,
+            listen,
+            window,
+            every,
+            cmd,
+        } => {
+            use gaptop::serve::{Config, Target};
+            let target = match (target, cmd.is_empty()) {
+                (Some(t), true) => Target::Program(t),
+                (None, false) => Target::Command(cmd),
+                (Some(_), false) => anyhow::bail!("give a program or -- CMD, not both"),
+                (None, true) => anyhow::bail!(
+                    "nothing to serve: give a dormant program (pid, job label or name) or -- CMD"
+                ),
+            };
+            if window <= 0 || every < window {
+                anyhow::bail!("--window must be positive and --every at least as long");
+            }
+            let cfg = Config {
+                listen,
+                window: std::time::Duration::from_nanos(window as u64),
+                every: std::time::Duration::from_nanos(every as u64),
+            };
+            let code = gaptop::serve::run(target, &cfg)?;
             Ok(ExitCode::from(code.clamp(0, 255) as u8))
         }
         Cmd::Env { shell, job } => {

@@ -55,9 +55,18 @@ fn command_line(pid: u32) -> String {
     ctl::command_line(Some(pid)).join(" ")
 }
 
-/// Whether process `pid` is alive.
+/// A process's state letter and parent, from `/proc/PID/stat`.
+pub fn stat(pid: u32) -> Option<(String, u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // pid (comm) state ppid ...: comm may hold spaces and parentheses.
+    let mut f = stat.rsplit_once(')')?.1.split_whitespace();
+    let state = f.next()?.to_string();
+    Some((state, f.next()?.parse().ok()?))
+}
+
+/// Whether process `pid` is alive (an exited one its parent has not reaped yet is not).
 pub fn alive(pid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
+    stat(pid).is_some_and(|(state, _)| state != "Z" && state != "X")
 }
 
 /// Connects to a control socket after checking it is the user's alone.

@@ -300,20 +300,15 @@ pub fn dormant_env(job: Option<&str>) -> anyhow::Result<Vec<(&'static str, std::
     Ok(env)
 }
 
-/// `gaptop run --dormant`: becomes `cmd` (same pid, same terminal and signals) with a dormant
-/// collector. Returns only if it cannot.
-pub fn exec_dormant(cmd: &[String], job: Option<&str>, native: bool) -> anyhow::Error {
-    use std::os::unix::process::CommandExt;
+/// `cmd` with a dormant collector (libcupti's folder before the library path it had), not
+/// started yet.
+pub fn dormant_command(cmd: &[String], job: Option<&str>, native: bool) -> anyhow::Result<Command> {
     let Some((prog, args)) = cmd.split_first() else {
-        return anyhow::anyhow!("no command given: use gaptop run --dormant -- CMD ARGS...");
-    };
-    let env = match dormant_env(job) {
-        Ok(e) => e,
-        Err(e) => return e,
+        bail!("no command given: put it after --");
     };
     let mut c = Command::new(prog);
     c.args(args);
-    for (k, v) in env {
+    for (k, v) in dormant_env(job)? {
         if k == "LD_LIBRARY_PATH" {
             let mut ld = v;
             if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
@@ -328,15 +323,26 @@ pub fn exec_dormant(cmd: &[String], job: Option<&str>, native: bool) -> anyhow::
     if native {
         c.env("GAPTOP_NATIVE", "1");
     }
+    Ok(c)
+}
+
+/// `gaptop run --dormant`: becomes `cmd` (same pid, same terminal and signals) with a dormant
+/// collector. Returns only if it cannot.
+pub fn exec_dormant(cmd: &[String], job: Option<&str>, native: bool) -> anyhow::Error {
+    use std::os::unix::process::CommandExt;
+    let mut c = match dormant_command(cmd, job, native) {
+        Ok(c) => c,
+        Err(e) => return e,
+    };
     eprintln!(
         "gaptop: {} runs with a dormant collector (pid {}): `gaptop attach {}` from any shell \
          of yours turns collection on",
-        prog,
+        cmd[0],
         std::process::id(),
         std::process::id()
     );
     let e = c.exec();
-    anyhow::anyhow!("cannot start {prog}: {e}")
+    anyhow::anyhow!("cannot start {}: {e}", cmd[0])
 }
 
 /// Starts `cmd` with the collector injected, listening for it (and its children) on a fresh
