@@ -314,5 +314,30 @@ fn prometheus_scrapes_serve() {
     wait_until("the series to grow", 20, || {
         (scalar(idle)? > i1 && scalar(launches)? > l1).then_some(())
     });
+    // The Grafana dashboard's queries are PromQL Prometheus takes, and those of the series
+    // every window adds return data (failures need a failed window).
+    let dash: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/grafana-gaptop.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let exprs: Vec<String> = dash["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["targets"].as_array().unwrap().clone())
+        .map(|t| t["expr"].as_str().unwrap().to_string())
+        .collect();
+    assert!(exprs.len() >= 8, "{exprs:?}");
+    for e in &exprs {
+        let q = e.replace("$host", ".*").replace("$__rate_interval", "10s");
+        let r = wait_until(&format!("data for {q}"), 20, || {
+            let r = query(&q)?;
+            (!r.is_empty() || q.contains("window_failures")).then_some(r)
+        });
+        assert!(q.contains("window_failures") || !r.is_empty(), "{q}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
