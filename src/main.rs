@@ -43,6 +43,24 @@ impl CollectArgs {
     }
 }
 
+/// Prometheus metrics of what the UI collects.
+#[derive(clap::Args, Debug, Clone)]
+struct MetricsArgs {
+    /// Also serve the metrics `gaptop serve` does (/metrics, /sites) at ADDR (e.g.
+    /// 127.0.0.1:9464), from what this UI collects, a window every 10 s
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
+}
+
+impl MetricsArgs {
+    fn tap(&self) -> anyhow::Result<Option<gaptop::serve::Tap>> {
+        self.metrics
+            .as_deref()
+            .map(gaptop::serve::Tap::start)
+            .transpose()
+    }
+}
+
 /// Sampling the program's threads from outside it.
 #[derive(clap::Args, Debug, Clone, Copy)]
 struct SampleArgs {
@@ -156,6 +174,8 @@ enum Cmd {
         job: Option<String>,
         #[command(flatten)]
         ui: UiArgs,
+        #[command(flatten)]
+        metrics: MetricsArgs,
         /// Memory budget for kept ops, e.g. 512M, 2G (oldest ops leave first, and are counted)
         #[arg(long, default_value = "1G", value_parser = parse_bytes)]
         memory: usize,
@@ -206,6 +226,8 @@ enum Cmd {
         memory: usize,
         #[command(flatten)]
         samples: SampleArgs,
+        #[command(flatten)]
+        metrics: MetricsArgs,
     },
     /// Attach to a dormant program, record for a while, detach: as `attach`, headless
     Capture {
@@ -394,6 +416,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         )),
         Cmd::Run {
             ui,
+            metrics,
             memory,
             log,
             collect,
@@ -405,16 +428,18 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let log =
                 log.unwrap_or_else(|| PathBuf::from(format!("gaptop-{}.log", std::process::id())));
             let stop = term::stop_flag()?;
+            let tap = metrics.tap()?;
             let l = gaptop::collect::live::launch(&cmd, Some(&log), &collect.options())?;
             let mut store = gaptop::collect::store::Store::new(memory);
             store.source = cmd.join(" ");
             let mut app = ui_app(store, SourceState::Live, &ui)?;
             app.message = format!("program output: {}", log.display());
-            term::run(
+            term::run_with(
                 app,
                 term::Feed::Live(Box::new(l)),
                 stop,
                 gaptop::views::render,
+                tap,
             )?;
             Ok(ExitCode::SUCCESS)
         }
@@ -473,22 +498,25 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             ui,
             memory,
             samples,
+            metrics,
         } => {
             use gaptop::app::{term, SourceState};
             use gaptop::collect::attach;
             term::need_terminal("attach")?;
             let d = attach::find(&target)?;
             let stop = term::stop_flag()?;
+            let tap = metrics.tap()?;
             let a = attach::attach(&d, &attach::who("attach"), samples.config())?;
             let mut store = gaptop::collect::store::Store::new(memory);
             store.source = format!("pid {} ({})", d.pid, d.label);
             let mut app = ui_app(store, SourceState::Live, &ui)?;
             app.message = format!("attached to pid {}; q detaches, the program runs on", d.pid);
-            term::run(
+            term::run_with(
                 app,
                 term::Feed::Attached(Box::new(a)),
                 stop,
                 gaptop::views::render,
+                tap,
             )?;
             Ok(ExitCode::SUCCESS)
         }

@@ -105,13 +105,15 @@ fn wait_input(timeout: Duration) -> Input {
     }
 }
 
-/// Runs the UI on any backend until the user quits or a termination signal arrives.
+/// Runs the UI on any backend until the user quits or a termination signal arrives; `tap`
+/// (`--metrics`) takes the live store's windows for Prometheus.
 pub fn run_loop<B: Backend>(
     term: &mut Terminal<B>,
     app: &mut App,
     feed: &mut Feed,
     stop: &AtomicBool,
     render: Render<B>,
+    mut tap: Option<&mut crate::serve::Tap>,
 ) -> anyhow::Result<()>
 where
     B::Error: Send + Sync + 'static,
@@ -146,6 +148,9 @@ where
         }
         if app.quit {
             return Ok(());
+        }
+        if let Some(t) = tap.as_deref_mut() {
+            t.poll(&app.store);
         }
         if dirty || last_draw.elapsed() > Duration::from_millis(250) {
             app.tick();
@@ -253,10 +258,21 @@ pub fn need_terminal(cmd: &str) -> anyhow::Result<()> {
 /// Runs the UI in the real terminal, restoring it on every way out (quit, error, panic,
 /// SIGTERM, SIGHUP).
 pub fn run(
+    app: App,
+    feed: Feed,
+    stop: Arc<AtomicBool>,
+    render: Render<ratatui::backend::CrosstermBackend<std::io::Stdout>>,
+) -> anyhow::Result<()> {
+    run_with(app, feed, stop, render, None)
+}
+
+/// [`run`], with the live store's metrics served (`--metrics`).
+pub fn run_with(
     mut app: App,
     mut feed: Feed,
     stop: Arc<AtomicBool>,
     render: Render<ratatui::backend::CrosstermBackend<std::io::Stdout>>,
+    mut tap: Option<crate::serve::Tap>,
 ) -> anyhow::Result<()> {
     let mut term = match ratatui::try_init() {
         Ok(t) => t,
@@ -273,7 +289,7 @@ pub fn run(
         }
     };
     let _ = crossterm::execute!(std::io::stdout(), crossterm::event::EnableMouseCapture);
-    let r = run_loop(&mut term, &mut app, &mut feed, &stop, render);
+    let r = run_loop(&mut term, &mut app, &mut feed, &stop, render, tap.as_mut());
     let _ = crossterm::execute!(std::io::stdout(), crossterm::event::DisableMouseCapture);
     ratatui::restore();
     if app.export_job.is_some() {

@@ -21,6 +21,55 @@ use crate::collect::live::LiveEvent;
 use crate::collect::store::Store;
 use metrics::Metrics;
 
+/// `--metrics ADDR` on `run` and `attach`: the same metrics from the UI's live store, a
+/// window every period, the newest seconds left out while their records may still come.
+pub struct Tap {
+    metrics: Arc<Metrics>,
+    every: Duration,
+    next: Instant,
+    /// Where the last window ended (ns on the records' clock).
+    from: i64,
+}
+
+/// How far behind now a live window ends: records reach the viewer up to this late.
+const LIVE_LAG_NS: i64 = 2_000_000_000;
+
+impl Tap {
+    /// Serves the metrics at `addr` from now on; says where on stderr.
+    pub fn start(addr: &str) -> anyhow::Result<Tap> {
+        let metrics = Arc::new(Metrics::new(metrics::const_labels(|k| {
+            std::env::var(k).ok()
+        })));
+        let bound = http::start(addr, metrics.clone())?;
+        eprintln!("gaptop: metrics at http://{bound}/metrics");
+        // GAPTOP_METRICS_PERIOD_MS: another period than 10 s (tests use a short one).
+        let every = std::env::var("GAPTOP_METRICS_PERIOD_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&ms: &u64| ms > 0)
+            .map_or(Duration::from_secs(10), Duration::from_millis);
+        Ok(Tap {
+            metrics,
+            every,
+            next: Instant::now() + every,
+            from: now_ns(),
+        })
+    }
+
+    /// Adds the window since the last one, once a period has passed.
+    pub fn poll(&mut self, store: &Store) {
+        if Instant::now() < self.next {
+            return;
+        }
+        self.next += self.every;
+        let to = now_ns() - LIVE_LAG_NS;
+        if to > self.from {
+            self.metrics.observe(store, self.from, to);
+            self.from = to;
+        }
+    }
+}
+
 /// What `serve` collects from.
 pub enum Target {
     /// Started here with a dormant collector: it and the processes it starts.
