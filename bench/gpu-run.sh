@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine from the carried folder gpu/ (docs/perf.md says how it is built).
-# usage: gpu-run.sh check|diagnose|bench|variants|floor|probe|graphs|sanitizer|ui|all
+# usage: gpu-run.sh check|diagnose|bench|variants|floor|probe|graphs|sanitizer|ui|attach|all
 set -u
 cd "$(dirname "$0")"
 export PYTHONUNBUFFERED=1
@@ -119,6 +119,50 @@ if [ "$MODE" = floor ]; then
   python3 overhead.py --gaptop $G --kineto kineto.py --reps ${REPS:-12} --budget ${BUDGET:-500} ${PIN:+--pin $PIN} $([ -n "${PROF:-}" ] || echo --no-profiler) \
     $(for v in $V; do echo --variant $v; done) launchbound.py:${LB_ITERS:-3000} > "$OUT/floor.txt" 2>&1
   tail -30 "$OUT/floor.txt"
+fi
+if [ "$MODE" = attach ]; then
+  # Issue 19 on the GPU, in about 8 minutes: (1) overhead of the dormant collector, after an
+  # attach and detach (finalize and keep), and of serve's default windows, next to bare and
+  # gaptop record; (2) attach to a GPT-2 loop from tmux, q, attach again, and a capture; (3)
+  # serve scraped every 5 s for a minute. Everything under $OUT/attach/.
+  A="$OUT/attach"; mkdir -p "$A"
+  python3 overhead.py --gaptop $G --kineto kineto.py --reps ${REPS:-8} --budget ${BUDGET:-270} ${PIN:+--pin $PIN} \
+    --no-profiler --attach-modes launchbound.py:${LB_ITERS:-3000} gpt2.py:${GPT2_ITERS:-100} > "$A/overhead.txt" 2>&1
+  grep -E "target|per-repetition|variant .* us/iter  " "$A/overhead.txt" | grep -v min
+  # (2) The GPT-2 loop, dormant, started elsewhere (as a service would be).
+  export GAPTOP_CONTROL_DIR=/tmp/gaptop-ctl-$$
+  nohup $G run --dormant --job gpt2loop -- python3 gpt2.py ${LOOP_ITERS:-20000} > "$A/loop.log" 2>&1 &
+  LOOP=$!
+  for i in $(seq 60); do $G attach >/dev/null 2>&1 && break; sleep 1; done
+  $G attach > "$A/list-before.txt" 2>&1; cat "$A/list-before.txt"
+  if command -v tmux >/dev/null; then
+    for round in 1 2; do
+      tmux new-session -d -s att -x 160 -y 45 "GAPTOP_CONTROL_DIR=$GAPTOP_CONTROL_DIR $G attach gpt2loop; echo GAPTOP_EXIT=\$?; sleep 30"
+      sleep 10; tmux capture-pane -p -t att > "$A/ui-attach$round.txt"
+      tmux send-keys -t att b; sleep 2; tmux capture-pane -p -t att > "$A/ui-attach$round-b.txt"
+      tmux send-keys -t att q; sleep 3; tmux capture-pane -p -t att > "$A/ui-attach$round-q.txt"
+      tmux kill-session -t att 2>/dev/null
+      tail -4 "$A/ui-attach$round-q.txt"
+      $G attach > "$A/list-after$round.txt" 2>&1; grep -E "gpt2loop" "$A/list-after$round.txt"
+    done
+  else
+    echo "no tmux here: the attach UI rounds are skipped"
+  fi
+  $G capture gpt2loop --duration 3s -o "$A/gpt2-capture.rec" 2>&1 | tee "$A/capture.txt"
+  $G report "$A/gpt2-capture.rec" > "$A/gpt2-capture.txt" 2>&1; head -4 "$A/gpt2-capture.txt"
+  kill $LOOP 2>/dev/null; wait $LOOP 2>/dev/null
+  # (3) serve with its default windows (1 s every 10 s), scraped every 5 s for a minute.
+  mkdir -p "$A/serve"
+  $G serve --listen 127.0.0.1:${SERVE_PORT:-9464} -- python3 gpt2.py ${LOOP_ITERS:-20000} > "$A/serve/serve.log" 2>&1 &
+  SRV=$!
+  get() { if command -v curl >/dev/null; then curl -s "$1"; else python3 -c "import sys,urllib.request;sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())" "$1"; fi; }
+  sleep 5
+  for i in $(seq -w 1 13); do get http://127.0.0.1:${SERVE_PORT:-9464}/metrics > "$A/serve/scrape-$i.txt"; sleep 5; done
+  get http://127.0.0.1:${SERVE_PORT:-9464}/sites > "$A/serve/sites.txt"
+  kill $SRV 2>/dev/null; wait $SRV 2>/dev/null
+  grep -hE "^gaptop_(windows|observed|gpu_launches|gpu_busy)|category=\"host_wait\"" "$A/serve/scrape-13.txt"
+  head -3 "$A/serve/sites.txt" | cut -c1-250
+  rm -rf "$GAPTOP_CONTROL_DIR"
 fi
 if [ "$MODE" = bench ] || [ "$MODE" = all ]; then
   # torch.profiler's runs stop once their timed section has printed (overhead.py), so each

@@ -8,7 +8,8 @@
 //!   analysis and the advice on what to fix.
 //! - [`report`], [`pprof`] and [`diff`]: the headless report, its pprof profile and the
 //!   comparison of two captures.
-//! - [`export`] and [`record`]: the Chrome-trace export and `gaptop record`.
+//! - [`export`], [`record`] and [`serve`]: the Chrome-trace export, `gaptop record` and
+//!   `capture`, and `gaptop serve`'s Prometheus metrics.
 //! - [`app`]: the terminal UI's model (state, messages, one `update`, the view model) and its
 //!   terminal loop.
 //! - [`views`]: render functions that lay out and colour the view model.
@@ -22,5 +23,6 @@ pub mod frames;
 pub mod pprof;
 pub mod record;
 pub mod report;
+pub mod serve;
 pub mod units;
 pub mod views;

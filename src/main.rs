@@ -43,6 +43,42 @@ impl CollectArgs {
     }
 }
 
+/// Prometheus metrics of what the UI collects.
+#[derive(clap::Args, Debug, Clone)]
+struct MetricsArgs {
+    /// Also serve the metrics `gaptop serve` does (/metrics, /sites) at ADDR (e.g.
+    /// 127.0.0.1:9464), from what this UI collects, a window every 10 s
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
+}
+
+impl MetricsArgs {
+    fn tap(&self) -> anyhow::Result<Option<gaptop::serve::Tap>> {
+        self.metrics
+            .as_deref()
+            .map(gaptop::serve::Tap::start)
+            .transpose()
+    }
+}
+
+/// Sampling the program's threads from outside it.
+#[derive(clap::Args, Debug, Clone, Copy)]
+struct SampleArgs {
+    /// Do not sample the program's threads from outside it (the CPU during gaps)
+    #[arg(long)]
+    no_cpu_samples: bool,
+}
+
+impl SampleArgs {
+    fn config(self) -> Option<gaptop::collect::cpu::SamplerConfig> {
+        if self.no_cpu_samples {
+            None
+        } else {
+            gaptop::collect::cpu::stream::config_from_env()
+        }
+    }
+}
+
 #[derive(clap::Args, Clone)]
 struct WindowArgs {
     /// Window start, relative to the capture start (e.g. 1.5ms, 200us, 3s: a unit is needed)
@@ -158,10 +194,21 @@ enum Cmd {
         #[command(flatten)]
         ui: UiArgs,
     },
-    /// Run a command with the collector injected and watch it live
+    /// Run a command with the collector injected and watch it live (--dormant: collecting
+    /// nothing until `gaptop attach`)
     Run {
+        /// Start the command with a dormant collector and no UI: it collects nothing until
+        /// `gaptop attach PID` (or `capture`, `serve`) turns collection on from any shell
+        #[arg(long)]
+        dormant: bool,
+        /// With --dormant: the job's label, which `gaptop attach NAME` matches (default: the
+        /// program's or script's name)
+        #[arg(long, requires = "dormant")]
+        job: Option<String>,
         #[command(flatten)]
         ui: UiArgs,
+        #[command(flatten)]
+        metrics: MetricsArgs,
         /// Memory budget for kept ops, e.g. 512M, 2G (oldest ops leave first, and are counted)
         #[arg(long, default_value = "1G", value_parser = parse_bytes)]
         memory: usize,
@@ -219,6 +266,63 @@ enum Cmd {
         output: Option<PathBuf>,
         #[command(flatten)]
         analysis: AnalysisArgs,
+    },
+    /// Attach to a program running a dormant collector and watch it live; quitting detaches
+    /// (with no argument: list the dormant programs)
+    Attach {
+        /// The program: its pid, or its job label or program name
+        target: Option<String>,
+        #[command(flatten)]
+        ui: UiArgs,
+        /// Memory budget for kept ops, e.g. 512M, 2G
+        #[arg(long, default_value = "1G", value_parser = parse_bytes)]
+        memory: usize,
+        #[command(flatten)]
+        samples: SampleArgs,
+        #[command(flatten)]
+        metrics: MetricsArgs,
+    },
+    /// Attach to a dormant program, record for a while, detach: as `attach`, headless
+    Capture {
+        /// The program: its pid, or its job label or program name
+        target: String,
+        /// How long to record (e.g. 5s, 500ms)
+        #[arg(long, default_value = "5s", value_parser = parse_time)]
+        duration: i64,
+        /// Output recording file
+        #[arg(short, long)]
+        output: PathBuf,
+        #[command(flatten)]
+        samples: SampleArgs,
+    },
+    /// Serve Prometheus metrics (idle and busy GPU time, launches, steps, drops) from short
+    /// collection windows of a dormant program: `serve -- CMD` starts it, `serve PID|NAME`
+    /// takes one running already
+    Serve {
+        /// The program: its pid, or its job label or program name (else give -- CMD)
+        target: Option<String>,
+        /// Where to serve /metrics and /sites (127.0.0.1 unless told otherwise)
+        #[arg(long, default_value = "127.0.0.1:9464")]
+        listen: String,
+        /// How long each window collects
+        #[arg(long, default_value = "1s", value_parser = parse_time)]
+        window: i64,
+        /// How often a window starts
+        #[arg(long, default_value = "10s", value_parser = parse_time)]
+        every: i64,
+        /// The command to start with a dormant collector, and its arguments
+        #[arg(last = true)]
+        cmd: Vec<String>,
+    },
+    /// Print the environment that starts a program with a dormant collector (for a service's
+    /// unit file, a pod spec, a batch script): KEY=VALUE lines
+    Env {
+        /// `export KEY='VALUE'` lines, for a shell's eval
+        #[arg(long)]
+        shell: bool,
+        /// The job's label, which `gaptop attach NAME` matches (GAPTOP_JOB)
+        #[arg(long)]
+        job: Option<String>,
     },
     /// Run a command with the collector injected and write a recording, without the UI
     Record {
@@ -447,27 +551,42 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Run {
+            dormant: true,
+            job,
+            collect,
+            cmd,
+            ..
+        } => Err(gaptop::collect::live::exec_dormant(
+            &cmd,
+            job.as_deref(),
+            collect.native,
+        )),
+        Cmd::Run {
             ui,
+            metrics,
             memory,
             log,
             collect,
             cmd,
+            ..
         } => {
             use gaptop::app::{term, SourceState};
             term::need_terminal("run")?;
             let log =
                 log.unwrap_or_else(|| PathBuf::from(format!("gaptop-{}.log", std::process::id())));
             let stop = term::stop_flag()?;
+            let tap = metrics.tap()?;
             let l = gaptop::collect::live::launch(&cmd, Some(&log), &collect.options())?;
             let mut store = gaptop::collect::store::Store::new(memory);
             store.source = cmd.join(" ");
             let mut app = ui_app(store, SourceState::Live, &ui)?;
             app.message = format!("program output: {}", log.display());
-            term::run(
+            term::run_with(
                 app,
                 term::Feed::Live(Box::new(l)),
                 stop,
                 gaptop::views::render,
+                tap,
             )?;
             Ok(ExitCode::SUCCESS)
         }
@@ -498,6 +617,105 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 n.gaps,
                 output.display()
             );
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Attach { target: None, .. } => {
+            let mut refused = Vec::new();
+            let found = gaptop::collect::attach::list(&mut refused);
+            for r in &refused {
+                eprintln!("gaptop: {r}");
+            }
+            if found.is_empty() {
+                let dirs: Vec<String> = gaptop::collect::attach::control_dirs()
+                    .iter()
+                    .map(|d| d.display().to_string())
+                    .collect();
+                eprintln!(
+                    "gaptop: no dormant program of yours runs (looked in {}); start one with \
+                     `gaptop run --dormant -- CMD` or the environment `gaptop env` prints",
+                    dirs.join(", ")
+                );
+                return Ok(ExitCode::from(1));
+            }
+            print!("{}", gaptop::collect::attach::table(&found));
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Attach {
+            target: Some(target),
+            ui,
+            memory,
+            samples,
+            metrics,
+        } => {
+            use gaptop::app::{term, SourceState};
+            use gaptop::collect::attach;
+            term::need_terminal("attach")?;
+            let d = attach::find(&target)?;
+            let stop = term::stop_flag()?;
+            let tap = metrics.tap()?;
+            let a = attach::attach(&d, &attach::who("attach"), samples.config())?;
+            let mut store = gaptop::collect::store::Store::new(memory);
+            store.source = format!("pid {} ({})", d.pid, d.label);
+            let mut app = ui_app(store, SourceState::Live, &ui)?;
+            app.message = format!("attached to pid {}; q detaches, the program runs on", d.pid);
+            term::run_with(
+                app,
+                term::Feed::Attached(Box::new(a)),
+                stop,
+                gaptop::views::render,
+                tap,
+            )?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Capture {
+            target,
+            duration,
+            output,
+            samples,
+        } => {
+            if duration <= 0 {
+                anyhow::bail!("--duration must be positive");
+            }
+            let d = std::time::Duration::from_nanos(duration as u64);
+            let code = gaptop::record::capture(&target, &output, d, samples.config())?;
+            Ok(ExitCode::from(code.clamp(0, 255) as u8))
+        }
+        Cmd::Serve {
+            target,
+            listen,
+            window,
+            every,
+            cmd,
+        } => {
+            use gaptop::serve::{Config, Target};
+            let target = match (target, cmd.is_empty()) {
+                (Some(t), true) => Target::Program(t),
+                (None, false) => Target::Command(cmd),
+                (Some(_), false) => anyhow::bail!("give a program or -- CMD, not both"),
+                (None, true) => anyhow::bail!(
+                    "nothing to serve: give a dormant program (pid, job label or name) or -- CMD"
+                ),
+            };
+            if window <= 0 || every < window {
+                anyhow::bail!("--window must be positive and --every at least as long");
+            }
+            let cfg = Config {
+                listen,
+                window: std::time::Duration::from_nanos(window as u64),
+                every: std::time::Duration::from_nanos(every as u64),
+            };
+            let code = gaptop::serve::run(target, &cfg)?;
+            Ok(ExitCode::from(code.clamp(0, 255) as u8))
+        }
+        Cmd::Env { shell, job } => {
+            for (k, v) in gaptop::collect::live::dormant_env(job.as_deref())? {
+                let v = v.to_string_lossy();
+                if shell {
+                    println!("export {k}='{}'", v.replace('\'', "'\\''"));
+                } else {
+                    println!("{k}={v}");
+                }
+            }
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Record {

@@ -69,15 +69,17 @@ pub fn record_event<W: std::io::Write>(
     Ok(None)
 }
 
-pub fn run(
-    cmd: &[String],
+/// The recording, created; and the signals that end a recording (SIGINT, SIGTERM, SIGHUP)
+/// caught into a flag that holds the last one's number.
+fn open_trapped(
     out: &Path,
-    duration: Option<f64>,
-    opts: &live::Options,
-) -> anyhow::Result<i32> {
+) -> anyhow::Result<(
+    Writer<std::fs::File>,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+)> {
     let file =
         std::fs::File::create(out).with_context(|| format!("cannot create {}", out.display()))?;
-    let mut w = Writer::new(file)?;
+    let w = Writer::new(file)?;
     let signalled = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     for sig in [
         signal_hook::consts::SIGINT,
@@ -86,6 +88,16 @@ pub fn run(
     ] {
         signal_hook::flag::register_usize(sig, signalled.clone(), sig as usize)?;
     }
+    Ok((w, signalled))
+}
+
+pub fn run(
+    cmd: &[String],
+    out: &Path,
+    duration: Option<f64>,
+    opts: &live::Options,
+) -> anyhow::Result<i32> {
+    let (mut w, signalled) = open_trapped(out)?;
     // Only now the program starts: a signal from here on finalises the recording. A program
     // that cannot start leaves no recording behind.
     let mut l = match live::launch(cmd, None, opts) {
@@ -149,6 +161,21 @@ pub fn run(
     }
     l.stop.store(true, Ordering::Relaxed);
     w.flush().context("writing the recording")?;
+    say_totals(&t, w.bytes, out);
+    if t.conns == 0 {
+        eprintln!("gaptop: no process connected: did the command use CUDA?");
+    }
+    if let Some(why) = exit.and_then(ended_badly) {
+        eprintln!("gaptop: the command ended: {why}; the recording holds what arrived before");
+    }
+    Ok(match exit {
+        Some(s) => exit_code(s),
+        None => 0,
+    })
+}
+
+/// What a recording got: errors, then one line of totals, then the live lag.
+fn say_totals(t: &Totals, bytes: u64, out: &Path) {
     for e in &t.errors {
         eprintln!("gaptop: {e}");
     }
@@ -159,7 +186,7 @@ pub fn run(
         t.samples,
         t.conns,
         t.dropped,
-        w.bytes,
+        bytes,
         out.display()
     );
     if !t.lags.is_empty() {
@@ -172,16 +199,83 @@ pub fn run(
             l.len()
         );
     }
-    if t.conns == 0 {
-        eprintln!("gaptop: no process connected: did the command use CUDA?");
+}
+
+/// `gaptop capture`: attaches to a dormant program, records for `duration` (or until the
+/// program ends or a signal comes), detaches, and writes what arrived as a recording. The
+/// program runs on, dormant again.
+pub fn capture(
+    target: &str,
+    out: &Path,
+    duration: Duration,
+    samples: Option<crate::collect::cpu::SamplerConfig>,
+) -> anyhow::Result<i32> {
+    use crate::collect::attach;
+    let d = attach::find(target)?;
+    let (mut w, signalled) = open_trapped(out)?;
+    let mut a = match attach::attach(&d, &attach::who("capture"), samples) {
+        Ok(a) => a,
+        Err(e) => {
+            drop(w);
+            let _ = std::fs::remove_file(out);
+            return Err(e);
+        }
+    };
+    eprintln!(
+        "gaptop: attached to pid {} ({}); recording for {}",
+        d.pid,
+        d.label,
+        crate::units::fmt_ns(duration.as_nanos() as i64)
+    );
+    let started = Instant::now();
+    let mut t = Totals::default();
+    let mut drops = Default::default();
+    let mut ended = false;
+    while started.elapsed() < duration {
+        match a.rx.recv_timeout(Duration::from_millis(50)) {
+            Ok(ev) => {
+                record_event(&mut w, &mut t, &mut drops, ev)?;
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(_) => break,
+        }
+        if !attach::alive(d.pid) {
+            ended = true;
+            break;
+        }
+        if signalled.load(Ordering::Relaxed) != 0 {
+            eprintln!("gaptop: stopped by signal; detaching");
+            break;
+        }
     }
-    if let Some(why) = exit.and_then(ended_badly) {
-        eprintln!("gaptop: the command ended: {why}; the recording holds what arrived before");
+    // The detach's answer comes once the collector sent what it had and closed; then only
+    // our own channel is left to read.
+    let detached = a.detach();
+    a.stop.store(true, Ordering::Relaxed);
+    let until = Instant::now() + Duration::from_secs(2);
+    while let Ok(ev) =
+        a.rx.recv_timeout(until.saturating_duration_since(Instant::now()))
+    {
+        let closed =
+            matches!(ev, LiveEvent::Closed(c, _) if c != crate::collect::cpu::stream::SAMPLER_CONN);
+        record_event(&mut w, &mut t, &mut drops, ev)?;
+        if closed {
+            break;
+        }
     }
-    Ok(match exit {
-        Some(s) => exit_code(s),
-        None => 0,
-    })
+    w.flush().context("writing the recording")?;
+    say_totals(&t, w.bytes, out);
+    if ended {
+        eprintln!("gaptop: pid {} ended during the capture", d.pid);
+    } else if let Err(e) = detached {
+        eprintln!("gaptop: {e:#}");
+    } else {
+        eprintln!("gaptop: detached; pid {} runs on, dormant", d.pid);
+    }
+    if t.ops == 0 {
+        eprintln!("gaptop: no GPU ops arrived: did the program run kernels meanwhile?");
+    }
+    Ok(0)
 }
 
 /// How a command that did not succeed ended, in words; None when it succeeded.

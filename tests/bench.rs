@@ -184,3 +184,61 @@ fn pool_refuses_a_log_without_repetitions_in_one_line() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--attach-modes`: the dormant collector's modes side by side with bare, each judged against
+/// its own target (dormant 1.01x, after attach and detach 1.02x, serve 1.03x). The stand-in
+/// gaptop runs the command for `run --dormant` and `serve`, and for `capture PID` leaves a
+/// mark the workload reads to know it was attached to; attached.py runs it (without torch) and
+/// then the workload.
+#[test]
+fn overhead_judges_the_dormant_modes() {
+    let dir = support::tempdir("attachmodes");
+    let workload = r#"
+import os, sys
+n = int(sys.argv[1]); mode = os.environ.get("FAKE_MODE", "bare")
+us = {"bare": 100.0, "dormant": 100.5, "serve": 102.0}[mode]
+if os.path.exists(f"attached.{os.getpid()}"):
+    us = 105.0 if os.environ.get("GAPTOP_DETACH") == "keep" else 101.0
+print(f"WORKLOAD fake iters={n} wall_s={us * n / 1e6:.6f} per_iter_us={us}")
+"#;
+    std::fs::write(dir.join("launchbound.py"), workload).unwrap();
+    let gaptop = "#!/bin/sh\ncase \"$1\" in\n\
+                  record) shift 4; exec \"$@\" ;;\n\
+                  run) shift 3; FAKE_MODE=dormant exec \"$@\" ;;\n\
+                  serve) shift 4; FAKE_MODE=serve exec \"$@\" ;;\n\
+                  capture) touch attached.$2; echo 'gaptop: recorded 5 GPU ops' >&2; \
+                  echo 'gaptop: detached; pid runs on, dormant' >&2 ;;\n\
+                  *) exit 2 ;;\nesac\n";
+    let g = dir.join("gaptop");
+    std::fs::write(&g, gaptop).unwrap();
+    Command::new("chmod").arg("+x").arg(&g).status().unwrap();
+    std::fs::write(dir.join("kineto.py"), "").unwrap();
+    let o = overhead(
+        &dir,
+        &[
+            "--reps",
+            "2",
+            "--no-profiler",
+            "--attach-modes",
+            "launchbound.py:40",
+        ],
+    );
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    for line in [
+        "target: dormant/bare 1.005 <= 1.01 (2 reps): MET",
+        "target: detached/bare 1.010 <= 1.02 (2 reps): MET",
+        "target: detached_keep/bare 1.050 > 1.02 (2 reps): MISSED",
+        "target: serve/bare 1.020 <= 1.03 (2 reps): MET",
+    ] {
+        assert!(out.contains(line), "{line} missing:\n{out}");
+    }
+    // The wrapper said its attach worked, with what the capture recorded.
+    assert!(out.contains("rep1 detached"), "{out}");
+    assert!(out.contains("detached             101.0 us/iter"), "{out}");
+    assert!(
+        out.contains("| ATTACHED ok=1 gaptop: recorded 5 GPU ops"),
+        "{out}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

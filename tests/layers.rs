@@ -1,6 +1,6 @@
 //! The viewer's modules depend on each other in one direction only (ARCHITECTURE.md):
 //!
-//! `units`, `frames` ← `collect` ← `report`, `pprof`, `diff` ← `export`, `record` ← `app` ← `views`
+//! `units`, `frames` ← `collect` ← `report`, `pprof`, `diff` ← `export`, `record`, `serve` ← `app` ← `views`
 //!
 //! Every `crate::…` path in a module must name a module of its own layer or one below it.
 
@@ -12,7 +12,7 @@ fn layer(module: &str) -> Option<u8> {
         "units" | "frames" => 0,
         "collect" => 1,
         "report" | "pprof" | "diff" => 2,
-        "export" | "record" => 3,
+        "export" | "record" | "serve" => 3,
         "app" => 4,
         "views" => 5,
         _ => return None,

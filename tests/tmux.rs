@@ -691,3 +691,136 @@ fn open_a_directory_of_rank_traces() {
     s.keys(&["q"]);
     s.wait_for("GAPTOP_EXIT=0");
 }
+
+/// `gaptop attach` in the real terminal, to a program started dormant elsewhere: the UI fills
+/// with its kernels and their stacks, `q` detaches (the program runs on, dormant, CUPTI gone
+/// from it), and a second attach from a new shell sees it again.
+#[test]
+fn attach_watches_a_dormant_program_and_q_detaches() {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_gaptop"));
+    let target = fake_gpu::build();
+    let dir = fake_gpu::fake_cuda(&target, "attach");
+    let env = format!(
+        "GAPTOP_FAKE_CUPTI=1 CUDA_HOME={d}/cuda GAPTOP_COLLECTOR={t}/libgaptop_collector.so GAPTOP_CONTROL_DIR={d}/ctl",
+        d = dir.display(),
+        t = target.display()
+    );
+    let mut program = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "unset LD_LIBRARY_PATH XDG_RUNTIME_DIR; {env} FAKE_STEP_SLEEP=0.01 FAKE_STATUS={d}/status FAKE_PIDFILE={d}/pid exec {bin} run --dormant --job decode -- python3 {script} 1500",
+            d = dir.display(),
+            bin = bin.display(),
+            script = fake_gpu::script().display(),
+        ))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let status = || std::fs::read_to_string(dir.join("status")).unwrap_or_default();
+    let t = Instant::now();
+    while status().is_empty() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the program did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = program.id();
+    for round in 0..2 {
+        let s = Session::start(
+            &format!(
+                "unset XDG_RUNTIME_DIR; {env} {} attach decode",
+                bin.display()
+            ),
+            160,
+            45,
+        );
+        s.wait_for(&format!("pid {pid} (decode)"));
+        s.wait_for("launches/s");
+        // Kernels with their stacks: the biggest gap's launch stack names the script.
+        let t = Instant::now();
+        loop {
+            s.keys(&["b"]);
+            let screen = s.screen();
+            if screen.contains("rope  fakegpu.py:") {
+                break;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(15),
+                "round {round}: {screen}"
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        s.keys(&["q"]);
+        let screen = s.wait_for("GAPTOP_EXIT=0");
+        assert!(
+            screen.contains(&format!("detached; pid {pid} runs on, dormant")),
+            "{screen}"
+        );
+        // CUPTI leaves the program: the fake says it is not attached, no callback on.
+        let t = Instant::now();
+        while !status().ends_with(" 0 0\n") {
+            assert!(t.elapsed() < Duration::from_secs(10), "{}", status());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let _ = program.kill();
+    let _ = program.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `gaptop run --metrics ADDR`: while the UI shows the program, the same metrics `serve`
+/// exposes are served from what it collects, and grow.
+#[test]
+fn run_serves_metrics_from_the_ui_s_capture() {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_gaptop"));
+    let target = fake_gpu::build();
+    let dir = fake_gpu::fake_cuda(&target, "metrics");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let s = Session::start(
+        &format!(
+            "cd {d} && unset LD_LIBRARY_PATH && GAPTOP_METRICS_PERIOD_MS=500 GAPTOP_FAKE_CUPTI=1 CUDA_HOME={d}/cuda GAPTOP_COLLECTOR={t}/libgaptop_collector.so FAKE_STEP_SLEEP=0.01 {bin} run --metrics 127.0.0.1:{port} --log {d}/p.log -- python3 {script} 1500",
+            d = dir.display(),
+            t = target.display(),
+            bin = bin.display(),
+            script = fake_gpu::script().display(),
+        ),
+        160,
+        45,
+    );
+    s.wait_for("launches/s");
+    let launches = || -> Option<f64> {
+        let text = ureq::get(format!("http://127.0.0.1:{port}/metrics"))
+            .call()
+            .ok()?
+            .body_mut()
+            .read_to_string()
+            .ok()?;
+        text.lines()
+            .find(|l| l.starts_with("gaptop_gpu_launches_total{") && l.contains(r#"gpu="0""#))?
+            .rsplit(' ')
+            .next()?
+            .parse()
+            .ok()
+    };
+    let t = Instant::now();
+    let first = loop {
+        if let Some(v) = launches().filter(|&v| v > 0.0) {
+            break v;
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "{}", s.screen());
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    while launches().unwrap_or(0.0) <= first {
+        assert!(t.elapsed() < Duration::from_secs(30), "{}", s.screen());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    s.keys(&["K", "K", "q"]);
+    s.wait_for("GAPTOP_EXIT=0");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -43,7 +43,7 @@ pub(crate) unsafe extern "C" fn buffer_requested(
         Some(p) => p as *mut u8,
         // Buffers CUPTI expects zeroed (see `zeroed`) come zeroed from calloc or the pool.
         // SAFETY: plain allocations, checked for null below.
-        None if b.zeroed => unsafe { libc::calloc(1, BUF_SIZE) as *mut u8 },
+        None if b.zeroed.load(Relaxed) => unsafe { libc::calloc(1, BUF_SIZE) as *mut u8 },
         // SAFETY: as above.
         None => unsafe { libc::malloc(BUF_SIZE) as *mut u8 },
     };
@@ -68,7 +68,7 @@ pub(crate) unsafe fn release_buffer(c: &Collector, buffer: *mut u8) {
     let b = &c.buffers;
     b.out.fetch_sub(1, Relaxed);
     let keep = b.pool.lock().unwrap_or_else(|e| e.into_inner()).len() < POOL_KEEP;
-    if keep && b.zeroed {
+    if keep && b.zeroed.load(Relaxed) {
         // Zeroed here, on CUPTI's completion thread, so that CUPTI does not clear it on the
         // launching thread when it takes it again.
         // SAFETY: `buffer` holds BUF_SIZE bytes no one else uses (the contract above).

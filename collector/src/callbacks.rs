@@ -119,11 +119,18 @@ fn api_inner(cbid: CallbackId, call: Option<(usize, ApiCall)>) {
         return;
     }
     let Some(c) = COLLECTOR.get() else { return };
+    let Some((di, d)) = call else { return };
+    // A detach waiting for an API exit to finalize CUPTI at (the place CUPTI asks for).
+    if let Some(s) = &c.session {
+        if !d.is_enter() && s.finalize_due() {
+            s.finalize_here();
+            return;
+        }
+    }
     if !c.active.load(Relaxed) {
         return;
     }
-    let Some((di, d)) = call else { return };
-    let Some(&(name, kind)) = c.calls.api[di].get(cbid as usize) else {
+    let Some(&(name, kind)) = c.calls().api[di].get(cbid as usize) else {
         return;
     };
     if name == 0 {
@@ -235,7 +242,9 @@ fn api_inner(cbid: CallbackId, call: Option<(usize, ApiCall)>) {
 /// with no collector lock held: CUPTI may be calling `on_api` on other threads meanwhile, and
 /// those take the collector's locks.
 pub(crate) fn set_callbacks(c: &Collector, on: bool) {
-    let Some(sub) = &c.subscriber else {
+    // Never taken by a callback (see `state`), so held across the CUPTI calls.
+    let sub = c.subscriber.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(sub) = &*sub else {
         return;
     };
     for (di, &dom) in Domain::ALL.iter().enumerate() {
@@ -244,7 +253,7 @@ pub(crate) fn set_callbacks(c: &Collector, on: bool) {
             let _ = sub.disable_domain(dom);
             continue;
         }
-        for (cbid, &(name, _)) in c.calls.api[di].iter().enumerate() {
+        for (cbid, &(name, _)) in c.calls().api[di].iter().enumerate() {
             if name != 0 {
                 let _ = sub.enable_callback(dom, cbid as u32, on);
             }

@@ -194,6 +194,9 @@ impl Subscriber {
         check(unsafe { cu::cuptiUnsubscribe(self.handle()) })
     }
 
+    /// The subscription `finalize` ended: the handle is dead and is dropped unused.
+    pub(crate) fn finalized(self) {}
+
     /// Switches one API callback on or off.
     pub(crate) fn enable_callback(&self, domain: Domain, cbid: u32, on: bool) -> Result<()> {
         // SAFETY: the handle is live (see `Subscriber`); the other arguments are plain values
@@ -206,6 +209,18 @@ impl Subscriber {
         // SAFETY: as in `enable_callback`.
         check(unsafe { cu::cuptiEnableDomain(0, self.handle(), domain.raw()) })
     }
+}
+
+/// Detaches CUPTI from the process (`cuptiFinalize`): every subscription, enabled callback
+/// and activity kind ends, and the program runs on as if CUPTI had never been loaded; any
+/// later CUPTI call attaches it again. CUPTI asks for it to be called at the exit site of a
+/// CUDA API callback, once activity is off and its buffers flushed: `callbacks::on_api` calls
+/// it there, at most once per detach (see `session`). The subscriber it ended must be dropped
+/// with `Subscriber::finalized`.
+pub(crate) fn finalize() -> Result<()> {
+    // SAFETY: takes no arguments; its preconditions (activity off, buffers flushed, called
+    // from an API exit callback) are kept by its only caller.
+    check(unsafe { cu::cuptiFinalize() })
 }
 
 /// The name of callback `cbid` in `domain` (None where this CUPTI has no such callback).

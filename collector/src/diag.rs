@@ -63,7 +63,7 @@ pub(crate) fn say_collecting(c: &Collector, enabled: usize, path: &str) {
         } else {
             ""
         },
-        if c.buffers.zeroed {
+        if c.buffers.zeroed.load(std::sync::atomic::Ordering::Relaxed) {
             ", zeroed buffers"
         } else {
             ""

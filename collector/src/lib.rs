@@ -18,6 +18,8 @@
 //! Modules:
 //! - `cupti`: the safe CUPTI layer, the only code that calls libcupti, and its rules;
 //! - `setup`: `start`, the switches applied, `go_quiet`, `at_exit`;
+//! - `session`, `control`: a dormant collector's attach state machine, and the control socket
+//!   its own thread serves;
 //! - `callbacks`: the API callbacks (the hot path) and switching them on and off;
 //! - `stacks`: launch stacks walked and interned;
 //! - `pyframes`, `native`: the Python frames (calibration, raw reads) and native frames;
@@ -41,6 +43,7 @@ macro_rules! say {
 
 mod activity;
 mod callbacks;
+mod control;
 mod cupti;
 mod diag;
 mod native;
@@ -48,6 +51,7 @@ mod pyframes;
 mod records;
 mod selftest;
 mod sender;
+mod session;
 mod setup;
 mod stacks;
 mod state;

@@ -123,10 +123,10 @@ pub(crate) unsafe fn decode_record(
         }
         1 => {
             let copy: u8 = get!(cu::CUpti_ActivityMemcpy6, copyKind);
-            let name = c.calls.copies[(copy as usize).min(10)];
+            let name = c.calls().copies[(copy as usize).min(10)];
             op!(cu::CUpti_ActivityMemcpy6, name, w::OP_MEMCPY)
         }
-        2 => op!(cu::CUpti_ActivityMemset4, c.calls.memset, w::OP_MEMSET),
+        2 => op!(cu::CUpti_ActivityMemset4, c.calls().memset, w::OP_MEMSET),
         // SYNCHRONIZATION (both record versions share this prefix)
         38 => {
             type S = cu::CUpti_ActivitySynchronization;
@@ -138,7 +138,7 @@ pub(crate) unsafe fn decode_record(
                 end: get!(S, end),
                 corr: get!(S, correlationId),
                 tid: 0,
-                name: c.calls.syncs[t],
+                name: c.calls().syncs[t],
                 stack: 0,
                 outer_corr: 0,
                 kind: if t == 2 { w::API_WAIT } else { w::API_SYNC },
@@ -150,7 +150,7 @@ pub(crate) unsafe fn decode_record(
             type A = cu::CUpti_ActivityAPI;
             let cbid: u32 = get!(A, cbid);
             let di = (kind == 5) as usize;
-            let &(name, api_kind) = c.calls.api[di].get(cbid as usize)?;
+            let &(name, api_kind) = c.calls().api[di].get(cbid as usize)?;
             if name == 0 {
                 return None;
             }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use gaptop_wire as w;
 
 use crate::cupti;
-use crate::setup::go_quiet;
+use crate::setup::{close, go_quiet};
 use crate::state::{Batch, Collector, SEND_PERIOD, THREAD_CAP};
 
 /// Writes all of `b` to the socket `fd`; false when the viewer is gone.
@@ -26,6 +26,35 @@ pub(crate) fn send_all(fd: c_int, mut b: &[u8]) -> bool {
         b = &b[r as usize..];
     }
     true
+}
+
+/// The viewer did not take a send. Collecting from the start: collection stops for good
+/// (`go_quiet`). Attached: the connection is closed and the control thread turns collection
+/// off (`session`), to wait for the next attach. Returns whether `fd` was closed.
+fn viewer_gone(c: &Collector, fd: c_int) -> bool {
+    match &c.session {
+        None => {
+            go_quiet(c, "the viewer went away");
+            false
+        }
+        Some(s) => {
+            hang_up(c, fd);
+            s.viewer_lost();
+            true
+        }
+    }
+}
+
+/// Closes the viewer's connection (the sender alone does) and tells whoever waits for it.
+fn hang_up(c: &Collector, fd: c_int) {
+    close(fd);
+    let mut l = c.link();
+    if l.fd == fd {
+        l.fd = -1;
+    }
+    l.closing = false;
+    drop(l);
+    c.link_closed.notify_all();
 }
 
 /// Wraps raw records into frames no larger than the wire limit.
@@ -90,7 +119,8 @@ pub(crate) fn sender(c: &'static Collector) {
         let quiet_ms = (c.started.elapsed().as_millis() as u64)
             .saturating_sub(c.buffers.last_completed_ms.load(Relaxed));
         let due = |p: Duration| last_flush.elapsed() >= p && quiet_ms >= p.as_millis() as u64;
-        if flush_period.is_some_and(due) && !stopping {
+        // Only while collecting: a dormant collector makes no CUPTI call.
+        if flush_period.is_some_and(due) && !stopping && c.active.load(Relaxed) {
             // No lock held: CUPTI may run the completion callback on this thread inside the
             // flush, and it takes the queue and the name locks.
             let _ = cupti::flush_all(false);
@@ -137,15 +167,33 @@ pub(crate) fn sender(c: &'static Collector) {
             );
             last_stats = Instant::now();
         }
-        if c.active.load(Relaxed) {
-            if send_all(c.fd, &out) {
+        // The connection, read after the definitions are kept (see `Link`): a viewer that
+        // attached before this read gets them here, one that attaches after it got them in
+        // the history it was sent first.
+        let (fd, closing) = {
+            let mut l = c.link();
+            if let Some(h) = l.history.as_mut() {
+                h.extend_from_slice(&defs);
+            }
+            (l.fd, l.closing)
+        };
+        let mut fd_open = fd >= 0;
+        if fd_open && (c.active.load(Relaxed) || closing) {
+            if send_all(fd, &out) {
                 c.counts.sent.fetch_add(nrec, Relaxed);
             } else {
                 c.count_drop(nrec);
-                go_quiet(c, "the viewer went away");
+                fd_open = !viewer_gone(c, fd);
             }
         } else {
             c.count_drop(nrec);
+        }
+        if closing && fd_open {
+            // A detach: this pass sent what was left; say bye and close.
+            let mut bye = Vec::new();
+            w::encode_bye(&mut bye, 0);
+            send_all(fd, &bye);
+            hang_up(c, fd);
         }
         {
             let mut q = c.out.queue.lock().unwrap_or_else(|e| e.into_inner());
@@ -157,10 +205,11 @@ pub(crate) fn sender(c: &'static Collector) {
             }
         }
         if stopping {
-            if c.active.load(Relaxed) {
+            let fd = c.link().fd;
+            if c.active.load(Relaxed) && fd >= 0 {
                 let mut bye = Vec::new();
                 w::encode_bye(&mut bye, 0);
-                send_all(c.fd, &bye);
+                send_all(fd, &bye);
             }
             let (m, cv) = &c.out.done;
             *m.lock().unwrap_or_else(|e| e.into_inner()) = true;

@@ -50,21 +50,24 @@ pub(crate) fn plan_call(name: &str, sw: &Switches) -> CallPlan {
 }
 
 /// The API calls gaptop follows, found by name whatever this CUPTI numbers them.
-struct Followed {
+pub(crate) struct Followed {
     /// `CallNames::api`.
-    table: [Vec<(u32, u8)>; 2],
+    pub(crate) table: [Vec<(u32, u8)>; 2],
     /// Calls with a callback or API records.
-    enabled: usize,
+    pub(crate) enabled: usize,
+    /// The calls that get a callback.
+    pub(crate) callbacks: Vec<(Domain, u32)>,
     /// Calls timed by API records, and the untimed ones (GAPTOP_API_ACTIVITY).
-    timed: Vec<(Domain, u32)>,
-    untimed: Vec<(Domain, u32)>,
+    pub(crate) timed: Vec<(Domain, u32)>,
+    pub(crate) untimed: Vec<(Domain, u32)>,
 }
 
-/// Enables exactly the callbacks gaptop times, by name, and names them.
-fn follow_calls(sub: &Subscriber, sw: &Switches, names: &Names) -> Followed {
+/// Names the calls gaptop follows, by what this CUPTI calls them (no callback enabled yet).
+pub(crate) fn plan_calls(sw: &Switches, names: &Names) -> Followed {
     let mut f = Followed {
         table: [vec![(0, 0); 2048], vec![(0, 0); 2048]],
         enabled: 0,
+        callbacks: Vec::new(),
         timed: Vec::new(),
         untimed: Vec::new(),
     };
@@ -77,9 +80,8 @@ fn follow_calls(sub: &Subscriber, sw: &Switches, names: &Names) -> Followed {
                 continue;
             };
             let plan = plan_call(&n, sw);
-            // Before `COLLECTOR` is set: a callback enabled here returns at once until then.
-            if plan.callback && sub.enable_callback(dom, cbid, true).is_err() {
-                continue;
+            if plan.callback {
+                f.callbacks.push((dom, cbid));
             }
             if plan.callback || plan.recorded {
                 f.table[di][cbid as usize] = (names.name(&n), plan.kind);
@@ -95,10 +97,35 @@ fn follow_calls(sub: &Subscriber, sw: &Switches, names: &Names) -> Followed {
     f
 }
 
+/// Enables the planned callbacks; a call CUPTI refuses one for is not followed (its name id
+/// becomes 0). Before `COLLECTOR` is set, or while `active` is off: a callback enabled here
+/// returns at once until then.
+pub(crate) fn enable_calls(sub: &Subscriber, f: &mut Followed) {
+    let table = &mut f.table;
+    let mut refused = 0;
+    f.callbacks.retain(|&(dom, cbid)| {
+        let ok = sub.enable_callback(dom, cbid, true).is_ok();
+        if !ok {
+            let di = Domain::ALL.iter().position(|&d| d == dom).unwrap_or(0);
+            table[di][cbid as usize] = (0, 0);
+            refused += 1;
+        }
+        ok
+    });
+    f.enabled -= refused;
+}
+
+/// Enables exactly the callbacks gaptop times, by name, and names them.
+fn follow_calls(sub: &Subscriber, sw: &Switches, names: &Names) -> Followed {
+    let mut f = plan_calls(sw, names);
+    enable_calls(sub, &mut f);
+    f
+}
+
 /// Sets the CUPTI activity attributes asked for with GAPTOP_CUPTI_ATTRS (a measuring aid,
 /// docs/perf.md), before any activity kind is enabled. A refusal is said and tracing goes on
 /// with CUPTI's own value.
-fn set_cupti_attrs(sw: &Switches) {
+pub(crate) fn set_cupti_attrs(sw: &Switches) {
     for item in &sw.bad_attrs {
         say!(
             "GAPTOP_CUPTI_ATTRS: cannot read {item:?} (names: {}; flags take 0 or 1)",
@@ -151,13 +178,22 @@ fn enable_api_records(mode: u8, timed: &[(Domain, u32)], untimed: &[(Domain, u32
 
 /// Registers the activity buffers and enables the activity kinds the switches ask for, once
 /// `COLLECTOR` is set (buffers may complete from the first enable on).
-fn enable_activities(
+pub(crate) fn enable_activities(
     c: &Collector,
     timed: &[(Domain, u32)],
     untimed: &[(Domain, u32)],
 ) -> Result<(), String> {
     cupti::register_buffers(buffer_requested, buffer_completed)
         .map_err(|e| e.failed("cuptiActivityRegisterCallbacks"))?;
+    enable_kinds(c, timed, untimed)
+}
+
+/// Enables the activity kinds the switches ask for (the buffers registered already).
+pub(crate) fn enable_kinds(
+    c: &Collector,
+    timed: &[(Domain, u32)],
+    untimed: &[(Domain, u32)],
+) -> Result<(), String> {
     // Off by default: hardware kernel timestamps (CUPTI's HES) instead of instrumenting each
     // launch. CUPTI offers them on Blackwell and later; the H200 refused, and collection went
     // on with the default tracing.
@@ -189,11 +225,8 @@ fn enable_activities(
 }
 
 /// The sender thread, and the thread of the callback diagnostics when they are asked for.
-fn start_threads(c: &'static Collector) -> Result<(), String> {
-    std::thread::Builder::new()
-        .name("gaptop-sender".into())
-        .spawn(move || sender(c))
-        .map_err(|e| format!("cannot start the sender thread: {e}"))?;
+pub(crate) fn start_threads(c: &'static Collector) -> Result<(), String> {
+    start_sender(c)?;
     // Diagnostic (GAPTOP_CB_DELAY_MS): callbacks first switched on only after a delay, to
     // tell whether launches are slowed by callbacks being on, or by their having been on
     // while the program set up its context and loaded its kernels.
@@ -223,6 +256,15 @@ fn start_threads(c: &'static Collector) -> Result<(), String> {
     Ok(())
 }
 
+/// The sender thread (the only one a dormant collector starts besides its control thread).
+pub(crate) fn start_sender(c: &'static Collector) -> Result<(), String> {
+    std::thread::Builder::new()
+        .name("gaptop-sender".into())
+        .spawn(move || sender(c))
+        .map_err(|e| format!("cannot start the sender thread: {e}"))?;
+    Ok(())
+}
+
 /// Calibrates the Python frame layout from inside the interpreter, when it next runs.
 fn schedule_calibration() {
     type FnInit = unsafe extern "C" fn() -> c_int;
@@ -240,36 +282,93 @@ fn schedule_calibration() {
     }
 }
 
-fn label() -> String {
-    std::fs::read("/proc/self/cmdline")
-        .map(|b| {
-            b.split(|&x| x == 0)
-                .filter(|s| !s.is_empty())
-                .map(|s| String::from_utf8_lossy(s).into_owned())
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .unwrap_or_default()
+/// The process's command line, as the viewer labels it.
+pub(crate) fn label() -> String {
+    w::control::command_line(None).join(" ")
 }
 
-fn connect(path: &str) -> Result<c_int, String> {
+/// A connection's opening: the hello (pid, RANK, command line).
+pub(crate) fn hello() -> Vec<u8> {
+    let mut hello = Vec::new();
+    let rank = std::env::var("RANK")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(-1);
+    w::encode_hello(
+        &mut hello,
+        &w::Hello::new(std::process::id(), rank, &label()),
+    );
+    hello
+}
+
+pub(crate) fn connect(path: &str) -> Result<c_int, String> {
     use std::os::fd::IntoRawFd;
     let s = std::os::unix::net::UnixStream::connect(path)
         .map_err(|e| format!("cannot reach the viewer at {path}: {e}"))?;
     Ok(s.into_raw_fd())
 }
 
-/// Closes the viewer's socket when set-up gives up.
-fn close(fd: c_int) {
-    // SAFETY: `fd` is the socket `connect` opened, owned here and not used after this.
+/// Closes a viewer's socket (set-up giving up, a detach, the viewer gone).
+pub(crate) fn close(fd: c_int) {
+    // SAFETY: `fd` is a socket `connect` opened, owned by the caller and not used after this.
     unsafe { libc::close(fd) };
+}
+
+/// The call names: the calls followed (`table`), copies, memsets and syncs.
+pub(crate) fn call_names(table: [Vec<(u32, u8)>; 2], names: &Names) -> CallNames {
+    CallNames {
+        api: table,
+        copies: w::COPY_KINDS.map(|k| names.name(k)),
+        memset: names.name("Memset"),
+        syncs: SYNC_NAMES.map(|n| names.name(n)),
+    }
+}
+
+/// Hands CUPTI zeroed buffers (unless GAPTOP_ZEROED=0), so that it does not clear each new
+/// 4 MiB buffer itself on the thread that filled the last one (a launching thread); then the
+/// attributes GAPTOP_CUPTI_ATTRS asks for. Before any activity kind is enabled. Returns
+/// whether CUPTI takes zeroed buffers.
+pub(crate) fn set_buffer_attrs(sw: &Switches) -> bool {
+    let zeroed =
+        sw.zeroed && cupti::set_attribute(Attribute::ZeroedBuffers, AttrValue::Flag(1)).is_ok();
+    set_cupti_attrs(sw);
+    zeroed
+}
+
+/// The raw-buffer dump for replay tests (GAPTOP_DUMP), when asked for and writable.
+pub(crate) fn open_dump(sw: &Switches) -> Option<(std::fs::File, usize)> {
+    let (p, budget) = sw.dump.as_ref()?;
+    match std::fs::File::create(p) {
+        Ok(f) => Some((f, *budget)),
+        Err(e) => {
+            say!("cannot write CUPTI buffers to {}: {e}", p.display());
+            None
+        }
+    }
+}
+
+/// What every collector registers once it is set: the exit handler, the Python frames'
+/// calibration, the fork handler.
+pub(crate) fn register_handlers(c: &Collector) {
+    // SAFETY: `at_exit` is an `extern "C" fn()` that lives for the whole process.
+    unsafe { libc::atexit(at_exit) };
+    if c.sw.py_stacks {
+        schedule_calibration();
+    }
+    // SAFETY: `in_forked_child` is an `extern "C" fn()` that lives for the whole process and
+    // only stores an atomic (async-signal-safe, as a fork child handler must be).
+    unsafe { libc::pthread_atfork(None, None, Some(in_forked_child)) };
 }
 
 /// Connects to the viewer, subscribes and names the calls gaptop follows, says hello, builds
 /// the collector whole and sets `COLLECTOR`; then enables activity, starts the sender (and
 /// the diagnostics' thread), and registers the exit and fork handlers. An error is said once
-/// by `InitializeInjection`, and collection stays off.
+/// by `InitializeInjection`, and collection stays off. With GAPTOP_DORMANT=1 the collector
+/// starts dormant instead (`session::start_dormant`).
 pub(crate) fn start() -> Result<(), String> {
+    if std::env::var("GAPTOP_DORMANT").is_ok_and(|v| v == "1") {
+        return crate::session::start_dormant();
+    }
     let path =
         std::env::var("GAPTOP_SOCKET").map_err(|_| "GAPTOP_SOCKET is not set".to_string())?;
     // First: no CUPTI call may be made before this (see `cupti`).
@@ -291,56 +390,29 @@ pub(crate) fn start() -> Result<(), String> {
         enabled,
         timed,
         untimed,
+        ..
     } = follow_calls(&sub, &sw, &names);
-    let copies = w::COPY_KINDS.map(|k| names.name(k));
-    let memset = names.name("Memset");
-    let syncs = SYNC_NAMES.map(|n| names.name(n));
-    let calls = CallNames {
-        api: table,
-        copies,
-        memset,
-        syncs,
-    };
-    let mut hello = Vec::new();
-    let rank = std::env::var("RANK")
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(-1);
-    w::encode_hello(
-        &mut hello,
-        &w::Hello::new(std::process::id(), rank, &label()),
-    );
+    let calls = call_names(table, &names);
+    let mut hello = hello();
     hello.extend_from_slice(&names.take_defs());
     if !send_all(fd, &hello) {
         let _ = sub.unsubscribe();
         close(fd);
         return Err("the viewer closed the connection".into());
     }
-    // Hand CUPTI zeroed buffers, so that it does not clear each new 4 MiB buffer itself on the
-    // thread that filled the last one (a launching thread).
-    let zeroed =
-        sw.zeroed && cupti::set_attribute(Attribute::ZeroedBuffers, AttrValue::Flag(1)).is_ok();
-    set_cupti_attrs(&sw);
+    let zeroed = set_buffer_attrs(&sw);
     let native = sw.native.then(native_map);
-    let dump = sw
-        .dump
-        .as_ref()
-        .and_then(|(p, budget)| match std::fs::File::create(p) {
-            Ok(f) => Some((f, *budget)),
-            Err(e) => {
-                say!("cannot write CUPTI buffers to {}: {e}", p.display());
-                None
-            }
-        });
+    let dump = open_dump(&sw);
     let c = Collector::new(Parts {
         fd,
         sw,
         native,
         subscriber: Some(sub),
         names,
-        calls,
+        calls: Some(calls),
         zeroed,
         dump,
+        session: None,
     });
     if COLLECTOR.set(c).is_err() {
         return Err("initialized twice".into());
@@ -348,14 +420,7 @@ pub(crate) fn start() -> Result<(), String> {
     let c = COLLECTOR.get().expect("just set");
     enable_activities(c, &timed, &untimed)?;
     start_threads(c)?;
-    // SAFETY: `at_exit` is an `extern "C" fn()` that lives for the whole process.
-    unsafe { libc::atexit(at_exit) };
-    if c.sw.py_stacks {
-        schedule_calibration();
-    }
-    // SAFETY: `in_forked_child` is an `extern "C" fn()` that lives for the whole process and
-    // only stores an atomic (async-signal-safe, as a fork child handler must be).
-    unsafe { libc::pthread_atfork(None, None, Some(in_forked_child)) };
+    register_handlers(c);
     if c.sw.verbose {
         diag::say_collecting(c, enabled, &path);
     }
@@ -365,15 +430,23 @@ pub(crate) fn start() -> Result<(), String> {
 /// Stops collecting for good: callbacks off, activity off. The program runs on untouched.
 /// Called from the sender, from set-up, and from inside CUPTI's completion callback (a
 /// panic there), never with a collector lock held; it only switches things off, never
-/// flushes.
+/// flushes. A dormant collector's control thread does the switching instead (`session`), and
+/// refuses further attaches.
 pub(crate) fn go_quiet(c: &Collector, why: &str) {
+    if let Some(s) = &c.session {
+        s.stop_for_good(c, why);
+        return;
+    }
     // AcqRel swap: exactly one caller says why and switches off; the callbacks' and
     // completions' Relaxed loads of `active` may see it late, which only costs a few records.
     if c.active.swap(false, AcqRel) {
         say!("{why}; collection stopped, the program continues");
-        if let Some(sub) = &c.subscriber {
-            let _ = sub.disable_domain(Domain::Runtime);
-            let _ = sub.disable_domain(Domain::Driver);
+        // try_lock: whoever holds it is switching callbacks, which `active` now silences.
+        if let Ok(sub) = c.subscriber.try_lock() {
+            if let Some(sub) = &*sub {
+                let _ = sub.disable_domain(Domain::Runtime);
+                let _ = sub.disable_domain(Domain::Driver);
+            }
         }
         for k in Activity::GPU {
             let _ = cupti::disable_activity(k);
@@ -386,9 +459,15 @@ pub(crate) extern "C" fn at_exit() {
     if FORKED.load(Relaxed) {
         return;
     }
+    if let Some(s) = &c.session {
+        s.remove_socket();
+    }
     // Forced flush first, with no lock held: CUPTI may complete buffers on this thread inside
-    // the call, and the completion takes the queue and the name locks.
-    let _ = cupti::flush_all(true);
+    // the call, and the completion takes the queue and the name locks. Only while collecting:
+    // a dormant collector makes no CUPTI call (one would attach CUPTI again).
+    if c.active.load(Relaxed) {
+        let _ = cupti::flush_all(true);
+    }
     // Release, read with Acquire by the sender: its last pass then finds in the queue what
     // the flush completed.
     c.shutting_down.store(true, Release);

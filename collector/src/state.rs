@@ -4,20 +4,24 @@
 //! Locks, and what nests in what (no other nesting exists; `defs` is always innermost):
 //! - `stacks` -> `names.defs` (a new stack names its frames), taken in API callbacks;
 //! - `buffers.kernel_names` -> `buffers.dump`, `names.defs`, on CUPTI's completion thread;
-//! - `out.threads`, each thread's own buffer, `out.queue`, `buffers.pool`, `out.done`: alone.
+//! - `out.threads`, each thread's own buffer, `out.queue`, `buffers.pool`, `out.done`: alone;
+//! - `link` and `subscriber`: alone, and never taken by a CUPTI callback or a program thread
+//!   (only by the sender, set-up and the control thread), so CUPTI calls may be made under them.
 //!
-//! No CUPTI call that can call back into gaptop is made with any of them held (see `cupti`).
+//! No CUPTI call that can call back into gaptop is made with any other of them held (see
+//! `cupti`).
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use gaptop_wire as w;
 
 use crate::cupti::Subscriber;
 use crate::native::NativeMap;
+use crate::session::Session;
 use crate::stacks::StackCache;
 use crate::switches::Switches;
 
@@ -106,8 +110,8 @@ impl Names {
     }
 }
 
-/// Name ids given at start, fixed afterwards: the API calls gaptop follows, copies, memsets
-/// and synchronizations.
+/// Name ids given at start (or, dormant, at the first attach), fixed afterwards: the API calls
+/// gaptop follows, copies, memsets and synchronizations.
 #[derive(Default)]
 pub(crate) struct CallNames {
     /// Per domain (driver = 0, runtime = 1): cbid -> (name id, wire kind), name id 0 = off.
@@ -119,6 +123,28 @@ pub(crate) struct CallNames {
     pub(crate) syncs: [u32; 5],
 }
 
+/// What a collector without its call names yet (dormant) names: nothing.
+static NO_CALLS: CallNames = CallNames {
+    api: [Vec::new(), Vec::new()],
+    copies: [0; 11],
+    memset: 0,
+    syncs: [0; 5],
+};
+
+/// The viewer's connection, and, for a collector that can be attached to, every definition
+/// (name, stack) sent so far, sent again at the start of each attach so that a viewer
+/// attached mid-run can name what it gets. Taken only by the sender (to read `fd`, and keep
+/// what it sends in `history`) and the control thread (to install a connection); the sender
+/// alone closes `fd`.
+pub(crate) struct Link {
+    /// The viewer's socket (-1: none).
+    pub(crate) fd: c_int,
+    /// Every definition sent so far (None: not kept, the collector cannot be attached to).
+    pub(crate) history: Option<Vec<u8>>,
+    /// The control thread asks the sender to send what is left, say bye and close `fd`.
+    pub(crate) closing: bool,
+}
+
 /// CUPTI's activity buffers, and what the completion thread keeps while decoding them.
 pub(crate) struct Buffers {
     /// Free activity buffers for reuse (addresses), at most POOL_KEEP. Taken by
@@ -126,8 +152,9 @@ pub(crate) struct Buffers {
     /// one too): held only to push or pop.
     pub(crate) pool: Mutex<Vec<usize>>,
     /// CUPTI was told its buffers arrive zeroed (CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER),
-    /// so it does not clear each new buffer itself on the thread that needs it.
-    pub(crate) zeroed: bool,
+    /// so it does not clear each new buffer itself on the thread that needs it. Set before
+    /// activity is enabled (Relaxed: the enable call orders it before the buffer requests).
+    pub(crate) zeroed: AtomicBool,
     /// Buffers handed to CUPTI and not yet back (at most MAX_BUFFERS).
     pub(crate) out: AtomicUsize,
     /// Milliseconds (since start) when a buffer last completed.
@@ -184,9 +211,12 @@ pub(crate) struct Parts {
     pub(crate) native: Option<NativeMap>,
     pub(crate) subscriber: Option<Subscriber>,
     pub(crate) names: Names,
-    pub(crate) calls: CallNames,
+    /// None for a dormant collector: named at its first attach.
+    pub(crate) calls: Option<CallNames>,
     pub(crate) zeroed: bool,
     pub(crate) dump: Option<(std::fs::File, usize)>,
+    /// A dormant collector's attach state (None: collecting from the start, for good).
+    pub(crate) session: Option<Session>,
 }
 
 impl Parts {
@@ -199,28 +229,37 @@ impl Parts {
             native: None,
             subscriber: None,
             names: Names::starting_at(first_name),
-            calls: CallNames::default(),
+            calls: Some(CallNames::default()),
             zeroed: false,
             dump: None,
+            session: None,
         }
     }
 }
 
 pub(crate) struct Collector {
-    pub(crate) fd: c_int,
+    /// The viewer's connection (see `Link`).
+    pub(crate) link: Mutex<Link>,
+    /// Signalled by the sender when it closed `link.fd` (a detach, or the viewer gone).
+    pub(crate) link_closed: Condvar,
     /// The environment switches, read at start.
     pub(crate) sw: Switches,
     /// Native frames at launches (`gaptop run --native`), with the module map for the walk.
     pub(crate) native: Option<NativeMap>,
-    /// gaptop's CUPTI subscriber (None offline).
-    pub(crate) subscriber: Option<Subscriber>,
-    pub(crate) calls: CallNames,
+    /// gaptop's CUPTI subscriber (None offline, dormant, or after a detach finalized CUPTI).
+    /// Changed only by set-up and the control thread.
+    pub(crate) subscriber: Mutex<Option<Subscriber>>,
+    /// Set once; read through `calls()`.
+    pub(crate) calls: OnceLock<CallNames>,
     pub(crate) names: Names,
     pub(crate) stacks: Mutex<StackCache>,
     pub(crate) buffers: Buffers,
     pub(crate) out: Outbox,
-    /// Collecting; cleared for good by `go_quiet`.
+    /// Collecting: from the start until `go_quiet` clears it for good, or, dormant, while a
+    /// viewer is attached.
     pub(crate) active: AtomicBool,
+    /// A dormant collector's attach state (see `session`); None when collecting from start.
+    pub(crate) session: Option<Session>,
     /// Set at exit, after the last flush: the sender sends what is left and says bye.
     pub(crate) shutting_down: AtomicBool,
     pub(crate) counts: Counts,
@@ -230,23 +269,33 @@ pub(crate) struct Collector {
 
 impl Collector {
     pub(crate) fn new(p: Parts) -> Collector {
+        let calls = OnceLock::new();
+        if let Some(c) = p.calls {
+            let _ = calls.set(c);
+        }
         Collector {
-            fd: p.fd,
+            link: Mutex::new(Link {
+                fd: p.fd,
+                history: p.session.is_some().then(Vec::new),
+                closing: false,
+            }),
+            link_closed: Condvar::new(),
             native: p.native,
-            subscriber: p.subscriber,
-            calls: p.calls,
+            subscriber: Mutex::new(p.subscriber),
+            calls,
             names: p.names,
             stacks: Mutex::new(StackCache::default()),
             buffers: Buffers {
                 pool: Mutex::new(Vec::with_capacity(POOL_KEEP)),
-                zeroed: p.zeroed,
+                zeroed: AtomicBool::new(p.zeroed),
                 out: AtomicUsize::new(0),
                 last_completed_ms: AtomicU64::new(0),
                 dump: Mutex::new(p.dump),
                 kernel_names: Mutex::new(HashMap::new()),
             },
             out: Outbox::default(),
-            active: AtomicBool::new(true),
+            active: AtomicBool::new(p.session.is_none()),
+            session: p.session,
             shutting_down: AtomicBool::new(false),
             counts: Counts::default(),
             times: CallbackTimes {
@@ -256,6 +305,17 @@ impl Collector {
             started: Instant::now(),
             sw: p.sw,
         }
+    }
+
+    /// The call names (none yet for a dormant collector never attached).
+    #[inline]
+    pub(crate) fn calls(&self) -> &CallNames {
+        self.calls.get().unwrap_or(&NO_CALLS)
+    }
+
+    /// The viewer's connection (see `Link`).
+    pub(crate) fn link(&self) -> std::sync::MutexGuard<'_, Link> {
+        self.link.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub(crate) fn count_drop(&self, n: u64) {

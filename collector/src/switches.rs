@@ -63,6 +63,11 @@ pub(crate) struct Switches {
     pub cupti_attrs: Vec<(CuptiAttr, usize)>,
     /// Names in GAPTOP_CUPTI_ATTRS that are not attributes, or values that are not numbers.
     pub bad_attrs: Vec<String>,
+    /// Dormant (GAPTOP_DORMANT=1): a detach ends with `cuptiFinalize` (GAPTOP_DETACH=keep:
+    /// callbacks off instead, still subscribed).
+    pub detach_finalize: bool,
+    /// The job's label in its control socket's name (GAPTOP_JOB; default: the program's).
+    pub job: Option<String>,
 }
 
 /// The CUPTI activity attributes GAPTOP_CUPTI_ATTRS can set.
@@ -185,6 +190,8 @@ impl Switches {
             }),
             cupti_attrs,
             bad_attrs,
+            detach_finalize: get("GAPTOP_DETACH").is_none_or(|v| v != "keep"),
+            job: get("GAPTOP_JOB").filter(|j| !j.is_empty()),
         }
     }
 }
@@ -232,6 +239,7 @@ mod tests {
         assert_eq!(s.flush, Some(FLUSH_PERIOD));
         assert_eq!(s.dump, None);
         assert!(s.cupti_attrs.is_empty() && s.bad_attrs.is_empty());
+        assert!(s.detach_finalize && s.job.is_none());
     }
 
     #[test]
@@ -309,6 +317,10 @@ mod tests {
         );
         assert_eq!((s.gpu_kinds, s.flush), (1, None));
         assert_eq!(s.dump, Some((PathBuf::from("/tmp/x.buf"), 4096)));
+        let s = with(&[("GAPTOP_DETACH", "keep"), ("GAPTOP_JOB", "llama-eval")]);
+        assert!(!s.detach_finalize);
+        assert_eq!(s.job.as_deref(), Some("llama-eval"));
+        assert!(with(&[("GAPTOP_DETACH", "finalize")]).detach_finalize);
 
         let s = with(&[
             ("GAPTOP_API", "0"),

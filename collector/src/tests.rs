@@ -28,8 +28,8 @@ fn decoded_op(d: Option<Decoded>) -> w::Op {
 #[test]
 fn decodes_gpu_op_sync_and_api_records() {
     let mut c = Collector::new(Parts::offline(100));
-    c.calls.copies = [0, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20];
-    c.calls.memset = 30;
+    c.calls.get_mut().unwrap().copies = [0, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20];
+    c.calls.get_mut().unwrap().memset = 30;
     let mut names = HashMap::new();
     let kname = std::ffi::CString::new("_Z6kernelPf").unwrap();
     // SAFETY: every record is a zeroed CUPTI record struct (all of whose fields may be zero)
@@ -87,7 +87,7 @@ fn decodes_gpu_op_sync_and_api_records() {
         y.start = 5;
         y.end = 9;
         y.correlationId = 77;
-        c.calls.syncs = [40, 41, 42, 43, 44];
+        c.calls.get_mut().unwrap().syncs = [40, 41, 42, 43, 44];
         let Some(Decoded::Api(a)) = decode_record(&c, &mut names, &y as *const _ as *const u8)
         else {
             panic!("a synchronization record decodes as a host call");
@@ -99,8 +99,8 @@ fn decodes_gpu_op_sync_and_api_records() {
 
         // A runtime API record (GAPTOP_API_ACTIVITY) for a call gaptop times, and one
         // for a call it does not.
-        c.calls.api[1] = vec![(0, 0); 300];
-        c.calls.api[1][211] = (50, w::API_LAUNCH);
+        c.calls.get_mut().unwrap().api[1] = vec![(0, 0); 300];
+        c.calls.get_mut().unwrap().api[1][211] = (50, w::API_LAUNCH);
         let mut r: cu::CUpti_ActivityAPI = std::mem::zeroed();
         r.kind = cu::CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_RUNTIME;
         r.cbid = 211;
@@ -296,7 +296,7 @@ fn calls_are_planned_by_name() {
 fn pooled_buffers_are_zeroed_when_cupti_expects_it() {
     for zeroed in [true, false] {
         let mut c = Collector::new(Parts::offline(1));
-        c.buffers.zeroed = zeroed;
+        *c.buffers.zeroed.get_mut() = zeroed;
         let bufs: Vec<*mut u8> = (0..POOL_KEEP + 2)
             // SAFETY: a BUF_SIZE allocation, checked, then filled within its size.
             .map(|_| unsafe {
@@ -435,7 +435,7 @@ fn replayed_cupti_buffers_give_what_the_live_viewer_received() {
     let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
     let dumps = read_dump(&data.join("planted.cuptibuf"));
     let mut c = Collector::new(Parts::offline(1 << 20));
-    c.calls.syncs = [1, 2, 3, 4, 5];
+    c.calls.get_mut().unwrap().syncs = [1, 2, 3, 4, 5];
     let mut kernel_names = HashMap::new();
     let mut q = Queue::default();
     let mut total = 0;
@@ -473,7 +473,7 @@ fn replayed_cupti_buffers_give_what_the_live_viewer_received() {
     assert_eq!(nrec as usize, total);
     // The sync names the live collector defined at start, then the replayed records.
     let mut stream = Vec::new();
-    for (id, n) in c.calls.syncs.iter().zip(SYNC_NAMES) {
+    for (id, n) in c.calls().syncs.iter().zip(SYNC_NAMES) {
         w::encode_name(&mut stream, *id, n);
     }
     stream.extend_from_slice(&bytes);

@@ -15,8 +15,10 @@ if "FAKE_RANKS" in os.environ and "RANK" not in os.environ:
 
 fake = ctypes.CDLL("libcupti.so")  # through LD_LIBRARY_PATH, as the collector finds it
 fake.fake_launch.restype = ctypes.c_uint32
-collector = ctypes.CDLL(os.environ["CUDA_INJECTION64_PATH"])
-assert collector.InitializeInjection() == 1
+# FAKE_NO_COLLECTOR=1: the program bare, to compare its result with.
+if os.environ.get("FAKE_NO_COLLECTOR") != "1":
+    collector = ctypes.CDLL(os.environ["CUDA_INJECTION64_PATH"])
+    assert collector.InitializeInjection() == 1
 sum(range(10000))  # the interpreter runs the collector's pending calibration here
 
 steps = int(sys.argv[1]) if len(sys.argv) > 1 else 20
@@ -25,12 +27,18 @@ if "FAKE_PIDFILE" in os.environ:
     with open(os.environ["FAKE_PIDFILE"], "w") as f:
         f.write(str(os.getpid()))
 
+# The program's result: what its "CUDA" calls returned (the fake's correlation ids), which
+# nothing of gaptop's may change.
+result = 0
+
 def rope():
+    global result
     for _ in range(8):
-        fake.fake_launch(b"void rope_kernel<float>(float*, int)", 300)
+        result += fake.fake_launch(b"void rope_kernel<float>(float*, int)", 300)
 
 def attention():
-    fake.fake_launch(b"attention_kernel", 40000)
+    global result
+    result += fake.fake_launch(b"attention_kernel", 40000)
 
 def step():
     rope()
@@ -41,8 +49,15 @@ def worker():
     for _ in range(50):
         fake.fake_launch(b"worker_kernel", 1000)
 
+# FAKE_STATUS=FILE: after each step, the step and whether CUPTI is attached and how many
+# callbacks are enabled, for a test to watch a dormant collector from outside.
+status = os.environ.get("FAKE_STATUS")
 for i in range(steps):
     step()
+    if status:
+        with open(status + ".tmp", "w") as f:
+            f.write(f"{i} {fake.fake_cupti_attached()} {fake.fake_enabled_callbacks()}\n")
+        os.replace(status + ".tmp", status)
     # Between steps only: a pause before the worker thread would make its first gap (pause plus
     # a thread start) rival the steps' gaps for the biggest one.
     if pause and i < steps - 1:
@@ -52,4 +67,6 @@ t.start()
 t.join()
 for c in children:
     assert c.wait() == 0
-print(f"FAKE launched={steps * 9 + 50} callbacks={fake.fake_enabled_callbacks()}", flush=True)
+print(f"FAKE launched={steps * 9 + 50} callbacks={fake.fake_enabled_callbacks()} result={result} "
+      f"attached={fake.fake_cupti_attached()} finalizes={fake.fake_finalizes(0)}/{fake.fake_finalizes(1)}",
+      flush=True)

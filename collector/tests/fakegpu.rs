@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::Command;
 
 mod support;
-use support::{build, fake_cuda, script};
+use support::{build, fake_cuda, report, script};
 
 /// `gaptop record -o REC [ARGS] -- PYTHON fakegpu.py STEPS` with the fake CUDA install and
 /// the built collector.
@@ -31,20 +31,6 @@ fn record_cmd(
         .env("GAPTOP_FAKE_CUPTI", "1")
         .env_remove("LD_LIBRARY_PATH");
     c
-}
-
-/// A recording's JSON report, or the report's error.
-fn report(target: &Path, rec: &Path) -> Result<serde_json::Value, String> {
-    let out = Command::new(target.join("gaptop"))
-        .args(["report", "--format", "json"])
-        .arg(rec)
-        .output()
-        .unwrap();
-    if out.status.success() {
-        Ok(serde_json::from_slice(&out.stdout).unwrap())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
 }
 
 /// Records the script under `gaptop record`; returns what it printed (the program's output and
@@ -118,13 +104,16 @@ fn assert_stacks_name_each_call(j: &serde_json::Value) {
         vec![
             format!("{}): <module>", line("step()")),
             format!("{}): step", line("rope()")),
-            format!("{}): rope", line("fake.fake_launch(b\"void rope")),
+            format!("{}): rope", line("result += fake.fake_launch(b\"void rope")),
         ],
         vec![format!("{}): worker", line("fake.fake_launch(b\"worker"))],
         vec![
             format!("{}): <module>", line("step()")),
             format!("{}): step", line("attention()")),
-            format!("{}): attention", line("fake.fake_launch(b\"attention")),
+            format!(
+                "{}): attention",
+                line("result += fake.fake_launch(b\"attention")
+            ),
         ],
     ] {
         assert!(stacks.contains(&want), "{want:?} not in {stacks:?}");

@@ -11,6 +11,7 @@ use ratatui::backend::Backend;
 use ratatui::Terminal;
 
 use super::{Action, App, Effect, MouseKind, Msg, SourceState};
+use crate::collect::attach::Attachment;
 use crate::collect::live::{Launch, LiveEvent};
 use gaptop_wire::Frame;
 
@@ -22,6 +23,8 @@ pub enum Feed {
     Live(Box<Launch>),
     /// `gaptop demo`: a recording played back in real time.
     Demo(Receiver<LiveEvent>),
+    /// `gaptop attach`: a dormant program collecting while the UI runs; quitting detaches.
+    Attached(Box<Attachment>),
 }
 
 /// Applies pending source events, spending at most `budget` on them.
@@ -60,6 +63,10 @@ pub fn perform(app: &mut App, effects: Vec<Effect>, feed: &mut Feed) -> Vec<Effe
                         let key = app.keys.keys_for(Action::StopProgram).into_iter().next();
                         stop_program(&mut l.child, nth, key.as_deref())
                     }
+                    Feed::Attached(a) => format!(
+                        "pid {} was started elsewhere: gaptop only detaches from it (q)",
+                        a.target.pid
+                    ),
                     _ => "a recording plays: no program to stop".into(),
                 };
                 app.update(Msg::Said(said));
@@ -180,13 +187,15 @@ fn wait_input(timeout: Duration) -> Input {
     }
 }
 
-/// Runs the UI on any backend until the user quits or a termination signal arrives.
+/// Runs the UI on any backend until the user quits or a termination signal arrives; `tap`
+/// (`--metrics`) takes the live store's windows for Prometheus.
 pub fn run_loop<B: Backend>(
     term: &mut Terminal<B>,
     app: &mut App,
     feed: &mut Feed,
     stop: &AtomicBool,
     render: Render<B>,
+    mut tap: Option<&mut crate::serve::Tap>,
 ) -> anyhow::Result<()>
 where
     B::Error: Send + Sync + 'static,
@@ -201,6 +210,13 @@ where
         match feed {
             Feed::None => {}
             Feed::Demo(rx) => dirty |= drain(app, rx, Duration::from_millis(30)),
+            Feed::Attached(a) => {
+                dirty |= drain(app, &a.rx, Duration::from_millis(30));
+                if app.source == SourceState::Live && !crate::collect::attach::alive(a.target.pid) {
+                    app.update(Msg::ProgramEnded(format!("pid {} ended", a.target.pid)));
+                    dirty = true;
+                }
+            }
             Feed::Live(l) => {
                 dirty |= drain(app, &l.rx, Duration::from_millis(30));
                 if app.source == SourceState::Live {
@@ -214,6 +230,9 @@ where
         }
         if app.quit {
             return Ok(());
+        }
+        if let Some(t) = tap.as_deref_mut() {
+            t.poll(&app.store);
         }
         if dirty || last_draw.elapsed() > Duration::from_millis(250) {
             app.tick();
@@ -319,6 +338,7 @@ pub fn need_terminal(cmd: &str) -> anyhow::Result<()> {
     let instead = match cmd {
         "run" => "; `gaptop record -o FILE -- CMD` records without one",
         "open" => "; `gaptop report FILE` prints the analysis as text",
+        "attach" => "; `gaptop capture PID -o FILE` records without one",
         _ => "",
     };
     anyhow::bail!("`gaptop {cmd}` shows its UI in a terminal, and stdout is not one{instead}")
@@ -327,10 +347,21 @@ pub fn need_terminal(cmd: &str) -> anyhow::Result<()> {
 /// Runs the UI in the real terminal, restoring it on every way out (quit, error, panic,
 /// SIGTERM, SIGHUP).
 pub fn run(
+    app: App,
+    feed: Feed,
+    stop: Arc<AtomicBool>,
+    render: Render<ratatui::backend::CrosstermBackend<std::io::Stdout>>,
+) -> anyhow::Result<()> {
+    run_with(app, feed, stop, render, None)
+}
+
+/// [`run`], with the live store's metrics served (`--metrics`).
+pub fn run_with(
     mut app: App,
     mut feed: Feed,
     stop: Arc<AtomicBool>,
     render: Render<ratatui::backend::CrosstermBackend<std::io::Stdout>>,
+    mut tap: Option<crate::serve::Tap>,
 ) -> anyhow::Result<()> {
     let mut term = match ratatui::try_init() {
         Ok(t) => t,
@@ -347,7 +378,7 @@ pub fn run(
         }
     };
     let _ = crossterm::execute!(std::io::stdout(), crossterm::event::EnableMouseCapture);
-    let r = run_loop(&mut term, &mut app, &mut feed, &stop, render);
+    let r = run_loop(&mut term, &mut app, &mut feed, &stop, render, tap.as_mut());
     let _ = crossterm::execute!(std::io::stdout(), crossterm::event::DisableMouseCapture);
     ratatui::restore();
     if app.export_job.is_some() {
@@ -355,6 +386,17 @@ pub fn run(
     }
     if let Some(m) = app.finish_export() {
         eprintln!("gaptop: {m}");
+    }
+    if let Feed::Attached(a) = &mut feed {
+        // Quit, or killed, or hung up: either way the program runs on, dormant again.
+        let pid = a.target.pid;
+        match a.detach() {
+            Ok(()) if crate::collect::attach::alive(pid) => {
+                eprintln!("gaptop: detached; pid {pid} runs on, dormant")
+            }
+            Ok(()) => {}
+            Err(e) => eprintln!("gaptop: {e:#}"),
+        }
     }
     if let Feed::Live(l) = &mut feed {
         l.stop.store(true, Ordering::Relaxed);

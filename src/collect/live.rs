@@ -286,6 +286,65 @@ pub struct Options {
     pub samples: Option<super::cpu::SamplerConfig>,
 }
 
+/// The environment that starts a program with a dormant collector: the collector injected,
+/// libcupti's folder on the library path, `GAPTOP_DORMANT=1`, and the job's label if given.
+pub fn dormant_env(job: Option<&str>) -> anyhow::Result<Vec<(&'static str, std::ffi::OsString)>> {
+    let mut env = vec![
+        ("CUDA_INJECTION64_PATH", find_collector()?.into_os_string()),
+        ("LD_LIBRARY_PATH", find_cupti()?.into_os_string()),
+        ("GAPTOP_DORMANT", "1".into()),
+    ];
+    if let Some(j) = job {
+        env.push(("GAPTOP_JOB", j.into()));
+    }
+    Ok(env)
+}
+
+/// `cmd` with a dormant collector (libcupti's folder before the library path it had), not
+/// started yet.
+pub fn dormant_command(cmd: &[String], job: Option<&str>, native: bool) -> anyhow::Result<Command> {
+    let Some((prog, args)) = cmd.split_first() else {
+        bail!("no command given: put it after --");
+    };
+    let mut c = Command::new(prog);
+    c.args(args);
+    for (k, v) in dormant_env(job)? {
+        if k == "LD_LIBRARY_PATH" {
+            let mut ld = v;
+            if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
+                ld.push(":");
+                ld.push(old);
+            }
+            c.env(k, ld);
+        } else {
+            c.env(k, v);
+        }
+    }
+    if native {
+        c.env("GAPTOP_NATIVE", "1");
+    }
+    Ok(c)
+}
+
+/// `gaptop run --dormant`: becomes `cmd` (same pid, same terminal and signals) with a dormant
+/// collector. Returns only if it cannot.
+pub fn exec_dormant(cmd: &[String], job: Option<&str>, native: bool) -> anyhow::Error {
+    use std::os::unix::process::CommandExt;
+    let mut c = match dormant_command(cmd, job, native) {
+        Ok(c) => c,
+        Err(e) => return e,
+    };
+    eprintln!(
+        "gaptop: {} runs with a dormant collector (pid {}): `gaptop attach {}` from any shell \
+         of yours turns collection on",
+        cmd[0],
+        std::process::id(),
+        std::process::id()
+    );
+    let e = c.exec();
+    anyhow::anyhow!("cannot start {}: {e}", cmd[0])
+}
+
 /// Starts `cmd` with the collector injected, listening for it (and its children) on a fresh
 /// private socket. `capture` sends the child's output to the channel (and a log) instead of the
 /// terminal.

@@ -3,6 +3,7 @@
 
 pub mod advice;
 pub mod analysis;
+pub mod attach;
 pub mod comm;
 pub mod cpu;
 pub mod ingest;

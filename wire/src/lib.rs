@@ -16,6 +16,8 @@
 //! they always were; `GAPTOPR2` adds the sampler's streams.
 #![forbid(unsafe_code)]
 
+pub mod control;
+
 use std::fmt;
 
 /// Version of the frame format; a Hello with another version is refused.

@@ -6,11 +6,18 @@
 //!
 //! It models only what the collector relies on, and no GPU: kernels run one after another on
 //! one stream, each starting a little after its launch call returned and after the previous one.
+//!
+//! As CUPTI does, it attaches itself to the process at the first CUPTI call made (lazily) and
+//! leaves it at `cuptiFinalize`, which ends every subscription, callback, activity kind and
+//! registration; `fake_cupti_attached` and `fake_finalizes` let a test see whether a dormant
+//! collector left CUPTI alone, and whether it finalized at an API exit as CUPTI asks.
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
+use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 use std::ffi::{c_char, c_void, CStr, CString};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
 use std::sync::{Mutex, OnceLock};
 
 use cu::CUptiResult as R;
@@ -71,6 +78,22 @@ fn lock() -> std::sync::MutexGuard<'static, State> {
     state().lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Attached to the process: a CUPTI call was made since the start or the last finalize.
+static ATTACHED: AtomicBool = AtomicBool::new(false);
+/// `cuptiFinalize` calls made at an API callback's exit site, and elsewhere.
+static FINALIZES: AtomicU32 = AtomicU32::new(0);
+static FINALIZES_ELSEWHERE: AtomicU32 = AtomicU32::new(0);
+
+thread_local! {
+    /// This thread is inside the subscriber's callback for an API call's exit.
+    static IN_EXIT_CALLBACK: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Every CUPTI call attaches CUPTI, as the real one initializes itself on first use.
+fn touch() {
+    ATTACHED.store(true, Relaxed);
+}
+
 /// CUPTI's clock, as the real one keeps it on Linux: CLOCK_REALTIME in nanoseconds (the
 /// viewer's CPU samples are stamped on the same clock).
 fn now() -> u64 {
@@ -87,6 +110,7 @@ pub unsafe extern "C" fn cuptiSubscribe(
     cb: cu::CUpti_CallbackFunc,
     ud: *mut c_void,
 ) -> R {
+    touch();
     // Only where a test asks for it: loaded by mistake (it is built as target/*/libcupti.so),
     // it must not pass for CUPTI.
     if std::env::var("GAPTOP_FAKE_CUPTI").map_or(true, |v| v != "1") {
@@ -105,6 +129,7 @@ pub unsafe extern "C" fn cuptiSubscribe(
 
 #[no_mangle]
 pub unsafe extern "C" fn cuptiUnsubscribe(_: cu::CUpti_SubscriberHandle) -> R {
+    touch();
     let mut s = lock();
     s.callback = None;
     s.enabled.clear();
@@ -117,6 +142,7 @@ pub unsafe extern "C" fn cuptiGetCallbackName(
     cbid: u32,
     name: *mut *const c_char,
 ) -> R {
+    touch();
     match lock().call_names.get(&(domain as u32, cbid)) {
         Some(n) => {
             *name = n.as_ptr();
@@ -133,6 +159,7 @@ pub unsafe extern "C" fn cuptiEnableCallback(
     domain: cu::CUpti_CallbackDomain,
     cbid: u32,
 ) -> R {
+    touch();
     let mut s = lock();
     if on != 0 {
         s.enabled.insert((domain as u32, cbid));
@@ -148,6 +175,7 @@ pub unsafe extern "C" fn cuptiEnableDomain(
     _: cu::CUpti_SubscriberHandle,
     domain: cu::CUpti_CallbackDomain,
 ) -> R {
+    touch();
     let mut s = lock();
     let d = domain as u32;
     if on == 0 {
@@ -167,6 +195,7 @@ pub unsafe extern "C" fn cuptiActivityRegisterCallbacks(
     request: cu::CUpti_BuffersCallbackRequestFunc,
     complete: cu::CUpti_BuffersCallbackCompleteFunc,
 ) -> R {
+    touch();
     let mut s = lock();
     s.request = request;
     s.complete = complete;
@@ -175,6 +204,7 @@ pub unsafe extern "C" fn cuptiActivityRegisterCallbacks(
 
 #[no_mangle]
 pub extern "C" fn cuptiActivityEnable(kind: cu::CUpti_ActivityKind) -> R {
+    touch();
     if kind == cu::CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL {
         lock().kernels_on = true;
     }
@@ -183,6 +213,7 @@ pub extern "C" fn cuptiActivityEnable(kind: cu::CUpti_ActivityKind) -> R {
 
 #[no_mangle]
 pub extern "C" fn cuptiActivityDisable(kind: cu::CUpti_ActivityKind) -> R {
+    touch();
     if kind == cu::CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL {
         lock().kernels_on = false;
     }
@@ -191,6 +222,7 @@ pub extern "C" fn cuptiActivityDisable(kind: cu::CUpti_ActivityKind) -> R {
 
 #[no_mangle]
 pub extern "C" fn cuptiActivityFlushAll(_flag: u32) -> R {
+    touch();
     flush();
     R::CUPTI_SUCCESS
 }
@@ -201,6 +233,7 @@ pub unsafe extern "C" fn cuptiActivityGetNextRecord(
     valid: usize,
     rec: *mut *mut cu::CUpti_Activity,
 ) -> R {
+    touch();
     let next = if (*rec).is_null() {
         buffer
     } else {
@@ -219,6 +252,7 @@ pub unsafe extern "C" fn cuptiActivityGetNumDroppedRecords(
     _: u32,
     dropped: *mut usize,
 ) -> R {
+    touch();
     let mut s = lock();
     *dropped = std::mem::take(&mut s.dropped);
     R::CUPTI_SUCCESS
@@ -226,12 +260,14 @@ pub unsafe extern "C" fn cuptiActivityGetNumDroppedRecords(
 
 #[no_mangle]
 pub unsafe extern "C" fn cuptiGetTimestamp(t: *mut u64) -> R {
+    touch();
     *t = now();
     R::CUPTI_SUCCESS
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuptiGetResultString(_: R, s: *mut *const c_char) -> R {
+    touch();
     *s = c"gaptop's test double of libcupti (tests set GAPTOP_FAKE_CUPTI=1)".as_ptr();
     R::CUPTI_SUCCESS
 }
@@ -245,6 +281,7 @@ pub unsafe extern "C" fn cuptiActivitySetAttribute(
     size: *mut usize,
     value: *mut c_void,
 ) -> R {
+    touch();
     use cu::CUpti_ActivityAttribute as A;
     if size.is_null() || value.is_null() {
         return R::CUPTI_ERROR_INVALID_PARAMETER;
@@ -271,21 +308,48 @@ pub unsafe extern "C" fn cuptiActivitySetAttribute(
 
 #[no_mangle]
 pub extern "C" fn cuptiActivityEnableHWTrace(_: u8) -> R {
+    touch();
     R::CUPTI_ERROR_NOT_SUPPORTED
 }
 
 #[no_mangle]
 pub extern "C" fn cuptiActivityEnableRuntimeApi(_: u32, _: u8) -> R {
+    touch();
     R::CUPTI_ERROR_NOT_SUPPORTED
 }
 
 #[no_mangle]
 pub extern "C" fn cuptiActivityEnableDriverApi(_: u32, _: u8) -> R {
+    touch();
     R::CUPTI_ERROR_NOT_SUPPORTED
 }
 
 #[no_mangle]
 pub extern "C" fn cuptiSetThreadIdType(_: cu::CUpti_ActivityThreadIdType) -> R {
+    touch();
+    R::CUPTI_SUCCESS
+}
+
+/// Detaches CUPTI from the process: everything the subscriber set up ends (a buffer being
+/// filled is handed back first). Counted apart when not made at an API exit callback, the
+/// place CUPTI documents.
+#[no_mangle]
+pub extern "C" fn cuptiFinalize() -> R {
+    flush();
+    {
+        let mut s = lock();
+        s.callback = None;
+        s.enabled.clear();
+        s.kernels_on = false;
+        s.request = None;
+        s.complete = None;
+    }
+    if IN_EXIT_CALLBACK.with(|c| c.get()) {
+        FINALIZES.fetch_add(1, Relaxed);
+    } else {
+        FINALIZES_ELSEWHERE.fetch_add(1, Relaxed);
+    }
+    ATTACHED.store(false, Relaxed);
     R::CUPTI_SUCCESS
 }
 
@@ -320,12 +384,14 @@ unsafe fn callback(domain: u32, cbid: u32, enter: bool, corr: u32, symbol: *cons
         correlationId: corr,
     };
     let dom: cu::CUpti_CallbackDomain = std::mem::transmute(domain);
+    IN_EXIT_CALLBACK.with(|c| c.set(!enter));
     cb(
         ud as *mut c_void,
         dom,
         cbid,
         &data as *const _ as *const c_void,
     );
+    IN_EXIT_CALLBACK.with(|c| c.set(false));
 }
 
 /// Hands the buffer being filled to the collector.
@@ -447,4 +513,22 @@ pub unsafe extern "C" fn fake_synchronize() {
 #[no_mangle]
 pub extern "C" fn fake_enabled_callbacks() -> u32 {
     lock().enabled.len() as u32
+}
+
+/// 1 while CUPTI is attached to the process (a CUPTI call since the start or the last
+/// finalize), else 0.
+#[no_mangle]
+pub extern "C" fn fake_cupti_attached() -> u32 {
+    ATTACHED.load(Relaxed) as u32
+}
+
+/// `cuptiFinalize` calls made at an API exit callback; with `elsewhere`, those made anywhere
+/// else.
+#[no_mangle]
+pub extern "C" fn fake_finalizes(elsewhere: u32) -> u32 {
+    if elsewhere != 0 {
+        FINALIZES_ELSEWHERE.load(Relaxed)
+    } else {
+        FINALIZES.load(Relaxed)
+    }
 }

@@ -44,3 +44,17 @@ pub fn script() -> PathBuf {
         .find(|p| p.exists())
         .expect("fakegpu.py")
 }
+
+/// A recording's JSON report (`gaptop report --format json`), or the report's error.
+pub fn report(target: &Path, rec: &Path) -> Result<serde_json::Value, String> {
+    let out = Command::new(target.join("gaptop"))
+        .args(["report", "--format", "json"])
+        .arg(rec)
+        .output()
+        .unwrap();
+    if out.status.success() {
+        Ok(serde_json::from_slice(&out.stdout).unwrap())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}

@@ -1,0 +1,419 @@
+//! Dormant collectors, attached to and detached from mid-run, without a GPU: the Python
+//! program of fakegpu.py plays a CUDA one against the fake libcupti under
+//! `gaptop run --dormant`, and `gaptop capture` / `gaptop attach` reach it through its control
+//! socket. While dormant the fake reports CUPTI untouched (nothing subscribed, enabled or even
+//! initialized); an attach collects every launch with its name and stack; a detach finalizes
+//! CUPTI at an API exit; the program's result never changes.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+mod support;
+use support::{build, fake_cuda, script};
+
+/// A program under `gaptop run --dormant`, with its own control folder.
+struct Program {
+    child: Option<Child>,
+    dir: PathBuf,
+    target: PathBuf,
+    pid: u32,
+}
+
+/// The environment every gaptop and program of a test shares: the fake CUDA, the collector,
+/// the test's own control folder.
+fn env(c: &mut Command, target: &Path, dir: &Path) {
+    c.env("CUDA_HOME", dir.join("cuda"))
+        .env("GAPTOP_COLLECTOR", target.join("libgaptop_collector.so"))
+        .env("GAPTOP_FAKE_CUPTI", "1")
+        .env("GAPTOP_CONTROL_DIR", dir.join("ctl"))
+        .env_remove("LD_LIBRARY_PATH")
+        .env_remove("XDG_RUNTIME_DIR");
+}
+
+impl Program {
+    /// Starts fakegpu.py for `steps` steps of about 10 ms, dormant; waits for its first step.
+    fn start(tag: &str, steps: u32, extra: &[(&str, &str)]) -> Program {
+        let target = build();
+        let dir = fake_cuda(&target, tag);
+        let mut c = Command::new(target.join("gaptop"));
+        c.args(["run", "--dormant", "--", "python3"])
+            .arg(script())
+            .arg(steps.to_string())
+            .env("FAKE_STEP_SLEEP", "0.01")
+            .env("FAKE_STATUS", dir.join("status"))
+            .env("FAKE_PIDFILE", dir.join("pid"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        env(&mut c, &target, &dir);
+        for (k, v) in extra {
+            c.env(k, v);
+        }
+        let child = c.spawn().unwrap();
+        let mut p = Program {
+            child: Some(child),
+            dir,
+            target,
+            pid: 0,
+        };
+        p.wait_step(1);
+        p.pid = std::fs::read_to_string(p.dir.join("pid"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert_eq!(p.pid, p.child.as_ref().unwrap().id(), "run --dormant execs");
+        p
+    }
+
+    /// (step, CUPTI attached, callbacks enabled) as the program last wrote them.
+    fn status(&self) -> Option<(u32, u32, u32)> {
+        let s = std::fs::read_to_string(self.dir.join("status")).ok()?;
+        let v: Vec<u32> = s
+            .split_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        (v.len() == 3).then(|| (v[0], v[1], v[2]))
+    }
+
+    fn wait_step(&self, n: u32) -> (u32, u32, u32) {
+        let t = Instant::now();
+        loop {
+            if let Some(s) = self.status().filter(|s| s.0 >= n) {
+                return s;
+            }
+            assert!(t.elapsed() < Duration::from_secs(30), "no step {n}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Waits until the program's steps say CUPTI is as `want` (attached, callbacks).
+    fn wait_cupti(&self, want: (u32, u32)) -> (u32, u32, u32) {
+        let t = Instant::now();
+        loop {
+            let s = self.status().unwrap();
+            if (s.1, s.2) == want {
+                return s;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "CUPTI stayed {s:?}, wanted {want:?}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn gaptop(&self) -> Command {
+        let mut c = Command::new(self.target.join("gaptop"));
+        env(&mut c, &self.target, &self.dir);
+        c
+    }
+
+    /// `gaptop capture TARGET --duration D -o DIR/REC`.
+    fn capture_cmd(&self, target: &str, duration: &str, rec: &str) -> Command {
+        let mut c = self.gaptop();
+        c.args(["capture", target, "--duration", duration, "-o"])
+            .arg(self.dir.join(rec));
+        c
+    }
+
+    /// `gaptop capture PID --duration D -o DIR/REC`, its status and stderr.
+    fn capture(&self, rec: &str, duration: &str) -> (bool, String) {
+        let out = self
+            .capture_cmd(&self.pid.to_string(), duration, rec)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// The program's output once it ended (and what `gaptop run --dormant` said).
+    fn finish(&mut self) -> String {
+        let out = self.child.take().unwrap().wait_with_output().unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "{text}");
+        text
+    }
+}
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn report(target: &Path, rec: &Path) -> serde_json::Value {
+    support::report(target, rec).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The result line the program prints: its CUDA calls' results, the fake's state at the end.
+fn result_of(out: &str) -> String {
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("FAKE launched="))
+        .unwrap_or_else(|| panic!("no result line in {out}"));
+    line.split_whitespace()
+        .find(|f| f.starts_with("result="))
+        .unwrap()
+        .to_string()
+}
+
+/// The same program's result without any collector loaded.
+fn bare_result(target: &Path, dir: &Path, steps: u32) -> String {
+    let out = Command::new("python3")
+        .arg(script())
+        .arg(steps.to_string())
+        .env("FAKE_NO_COLLECTOR", "1")
+        .env("LD_LIBRARY_PATH", dir.join("cuda/lib64"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let _ = target;
+    result_of(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// Every kernel of a capture has its launch call and its Python stack, and the stacks name the
+/// script's functions: what a viewer attached mid-run gets is complete.
+fn assert_complete(j: &serde_json::Value, err: &str) {
+    let k = j["kernels"].as_u64().unwrap();
+    assert!(k >= 9, "{k} kernels\n{err}");
+    assert_eq!(j["kernels_with_launch"], k, "{err}");
+    assert_eq!(j["kernels_with_stack"], k, "{err}");
+    let frames: Vec<String> = j["top_stacks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["frames"].as_array().unwrap().clone())
+        .map(|f| f.as_str().unwrap().to_string())
+        .collect();
+    for want in [
+        "): rope",
+        "): attention",
+        "): step",
+        "void rope_kernel<float>",
+    ] {
+        assert!(
+            frames.iter().any(|f| f.contains(want)),
+            "{want} in {frames:?}"
+        );
+    }
+}
+
+/// Dormant, the program runs with CUPTI untouched; an attach mid-run collects its ops with
+/// names and stacks; a detach finalizes CUPTI at an API exit and the program is dormant
+/// again; a second attach is as complete as the first; the result is the bare program's.
+#[test]
+fn attach_mid_run_detach_and_attach_again() {
+    let steps = 400;
+    let mut p = Program::start("attach", steps, &[]);
+    // Several steps in, still nothing of CUPTI in the process.
+    let s = p.wait_step(20);
+    assert_eq!((s.1, s.2), (0, 0), "dormant: {s:?}");
+    let (ok, err) = p.capture("a.rec", "600ms");
+    assert!(ok, "{err}");
+    assert!(err.contains("detached; pid"), "{err}");
+    let a = report(&p.target, &p.dir.join("a.rec"));
+    assert_complete(&a, &err);
+    // Back to dormant: the fake says CUPTI was finalized, at an API exit.
+    p.wait_cupti((0, 0));
+    let again = p.dir.join("b.rec");
+    let (ok, err) = p.capture("b.rec", "400ms");
+    assert!(ok, "{err}");
+    let b = report(&p.target, &again);
+    assert_complete(&b, &err);
+    // Each attach is a window of its own: the second starts after the first ended.
+    let a_end = a["origin_ns"].as_i64().unwrap() + a["window"]["to_ns"].as_i64().unwrap();
+    assert!(b["origin_ns"].as_i64().unwrap() > a_end, "{a} {b}");
+    p.wait_cupti((0, 0));
+    let out = p.finish();
+    assert!(out.contains("attached=0 finalizes=2/0"), "{out}");
+    assert!(out.contains("callbacks=0"), "{out}");
+    assert_eq!(
+        result_of(&out),
+        bare_result(&p.target, &p.dir, steps),
+        "{out}"
+    );
+}
+
+/// One viewer at a time: an attach while another is active is refused, naming it, and the
+/// list says who is attached.
+#[test]
+fn a_second_attach_is_refused_naming_the_first() {
+    let p = Program::start("second", 600, &[]);
+    let first = p
+        .capture_cmd(&p.pid.to_string(), "3s", "first.rec")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    p.wait_cupti((1, 4));
+    let (ok, err) = p.capture("second.rec", "1s");
+    assert!(!ok, "{err}");
+    let line = format!("already attached by gaptop capture (pid {})", first.id());
+    assert!(err.contains(&line), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert!(
+        !p.dir.join("second.rec").exists(),
+        "no recording left behind"
+    );
+    let list = p.gaptop().arg("attach").output().unwrap();
+    let list = String::from_utf8_lossy(&list.stdout);
+    assert!(list.contains("attached by gaptop capture"), "{list}");
+    assert!(list.contains("fakegpu.py"), "{list}");
+    let out = first.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let j = report(&p.target, &p.dir.join("first.rec"));
+    assert!(j["kernels"].as_u64().unwrap() > 0);
+    // Once the first has gone, attaching works again, by the job's name too.
+    let out = p
+        .capture_cmd("fakegpu.py", "300ms", "third.rec")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+}
+
+/// The viewer killed while attached: the program is never held up, its result is unchanged,
+/// and its collector goes back to dormant, ready for the next attach.
+#[test]
+fn a_viewer_killed_while_attached_never_holds_the_program() {
+    let steps = 300;
+    let mut p = Program::start("killed", steps, &[]);
+    let mut v = p
+        .capture_cmd(&p.pid.to_string(), "20s", "k.rec")
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    p.wait_cupti((1, 4));
+    let at = p.status().unwrap().0;
+    std::thread::sleep(Duration::from_millis(200));
+    v.kill().unwrap();
+    let _ = v.wait();
+    // Its steps go on at their pace (10 ms each), not waiting for anyone.
+    let t = Instant::now();
+    p.wait_step(at + 30);
+    assert!(t.elapsed() < Duration::from_secs(5), "held up");
+    p.wait_cupti((0, 0));
+    let (ok, err) = p.capture("after.rec", "300ms");
+    assert!(ok, "{err}");
+    assert_complete(&report(&p.target, &p.dir.join("after.rec")), &err);
+    let out = p.finish();
+    assert_eq!(
+        result_of(&out),
+        bare_result(&p.target, &p.dir, steps),
+        "{out}"
+    );
+}
+
+/// GAPTOP_DETACH=keep: a detach switches callbacks off and stays subscribed (no finalize); an
+/// attach after it switches them back on.
+#[test]
+fn detach_can_keep_cupti_subscribed() {
+    let mut p = Program::start("keep", 300, &[("GAPTOP_DETACH", "keep")]);
+    for rec in ["k1.rec", "k2.rec"] {
+        let (ok, err) = p.capture(rec, "300ms");
+        assert!(ok, "{err}");
+        assert_complete(&report(&p.target, &p.dir.join(rec)), &err);
+        p.wait_cupti((1, 0));
+    }
+    let out = p.finish();
+    assert!(out.contains("attached=1 finalizes=0/0"), "{out}");
+}
+
+/// Control folders and sockets open to others are refused, by the viewer and the collector,
+/// each with one line saying why; with no program, `gaptop attach` says so and exits 1.
+#[test]
+fn control_sockets_open_to_others_are_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let p = Program::start("modes", 400, &[]);
+    let ctl = p.dir.join("ctl");
+    let sock = ctl.join(format!("{}.fakegpu.py.sock", p.pid));
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let (ok, err) = p.capture("x.rec", "300ms");
+    assert!(!ok);
+    assert!(err.contains("mode 666"), "{err}");
+    assert!(err.contains("refused"), "{err}");
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::set_permissions(&ctl, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = p.gaptop().arg("attach").output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("mode 755"), "{err}");
+    assert!(err.contains("no dormant program of yours runs"), "{err}");
+    // A collector starting there refuses too, and its program runs unchanged.
+    let out = Command::new("python3")
+        .arg(script())
+        .arg("3")
+        .env(
+            "CUDA_INJECTION64_PATH",
+            p.target.join("libgaptop_collector.so"),
+        )
+        .env("LD_LIBRARY_PATH", p.dir.join("cuda/lib64"))
+        .env("GAPTOP_FAKE_CUPTI", "1")
+        .env("GAPTOP_DORMANT", "1")
+        .env("GAPTOP_CONTROL_DIR", &ctl)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("mode 755"), "{text}");
+    assert!(
+        text.contains("not collecting, the program runs unchanged"),
+        "{text}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("FAKE launched=77"),
+        "{text}"
+    );
+    std::fs::set_permissions(&ctl, std::fs::Permissions::from_mode(0o700)).unwrap();
+    // Another user's folder (only root can make one here).
+    if nix_is_root() {
+        let other = p.dir.join("other");
+        std::fs::create_dir(&other).unwrap();
+        std::fs::set_permissions(&other, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::os::unix::fs::chown(&other, Some(65534), None).unwrap();
+        let out = p
+            .gaptop()
+            .env("GAPTOP_CONTROL_DIR", &other)
+            .arg("attach")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains("owned by uid 65534, not by you"), "{err}");
+    }
+    // None at all.
+    let empty = p.dir.join("empty");
+    let out = p
+        .gaptop()
+        .env("GAPTOP_CONTROL_DIR", &empty)
+        .arg("attach")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no dormant program"));
+    let out = p.capture_cmd("nosuchjob", "1s", "n.rec").output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no dormant program matches \"nosuchjob\"")
+    );
+}
+
+fn nix_is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .is_some_and(|l| l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}

@@ -1,0 +1,307 @@
+//! The Prometheus metrics `gaptop serve` exposes, accumulated window by window from each
+//! window's store with the existing analysis: device idle by HTA's category, busy time,
+//! launches, steps, the collector's drops, and the gap time by launch stack (served as folded
+//! stacks, not as labels: stacks as labels would explode the series' cardinality).
+//!
+//! Names follow Prometheus' conventions (base units, `_total` for counters, which
+//! prometheus-client appends), labels the DCGM exporter's habits: `gpu` (the CUDA device
+//! ordinal), and on every series `Hostname`, and `pod`, `namespace`, `container` when the
+//! environment names them (`POD_NAME`, `POD_NAMESPACE`, `CONTAINER_NAME`, as a pod spec's
+//! downward API sets them).
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::Mutex;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::collect::analysis::{device_gaps, device_idle, Basis, Category, Config, Window};
+use crate::collect::store::{OpKind, Store};
+use crate::units::Ns;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GpuLabels {
+    gpu: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct IdleLabels {
+    gpu: String,
+    /// HTA's categories of the gap a launch ended (`host_wait`, `kernel_wait`, `other`), and
+    /// `no_launch` for idle no op of the window ended (at its edges).
+    category: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DropLabels {
+    /// `collector` (gaptop's buffers or queue full, the viewer slow) or `cupti` (CUPTI had no
+    /// buffer in time).
+    source: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FailLabels {
+    reason: String,
+}
+
+type Seconds = Counter<f64, AtomicU64>;
+
+/// Most distinct stacks kept for `/sites` (the lightest leave first).
+const MAX_SITES: usize = 2000;
+
+/// The registry and the handles that update it.
+pub struct Metrics {
+    registry: Registry,
+    idle: Family<IdleLabels, Seconds>,
+    busy: Family<GpuLabels, Seconds>,
+    launches: Family<GpuLabels, Counter>,
+    observed: Seconds,
+    windows: Counter,
+    failures: Family<FailLabels, Counter>,
+    steps: Histogram,
+    dropped: Family<DropLabels, Counter>,
+    targets: Gauge,
+    /// Gap time (ns) by folded launch stack, over all windows.
+    sites: Mutex<HashMap<String, u64>>,
+    /// The collectors' cumulative drop counts last seen, by pid: (collector, cupti).
+    drops_seen: Mutex<HashMap<u32, (u64, u64)>>,
+}
+
+/// The labels every series carries, from the environment (`env` reads it).
+pub fn const_labels(env: impl Fn(&str) -> Option<String>) -> Vec<(String, String)> {
+    let mut v = Vec::new();
+    let host = env("HOSTNAME")
+        .filter(|h| !h.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|h| h.trim().to_string())
+        })
+        .unwrap_or_default();
+    if !host.is_empty() {
+        v.push(("Hostname".into(), host));
+    }
+    for (label, var) in [
+        ("pod", "POD_NAME"),
+        ("namespace", "POD_NAMESPACE"),
+        ("container", "CONTAINER_NAME"),
+    ] {
+        if let Some(x) = env(var).filter(|x| !x.is_empty()) {
+            v.push((label.into(), x));
+        }
+    }
+    v
+}
+
+impl Metrics {
+    pub fn new(labels: Vec<(String, String)>) -> Metrics {
+        let mut registry = Registry::with_labels(
+            labels
+                .into_iter()
+                .map(|(k, v)| (Cow::Owned(k), Cow::Owned(v))),
+        );
+        let m = Metrics {
+            idle: Family::default(),
+            busy: Family::default(),
+            launches: Family::default(),
+            observed: Seconds::default(),
+            windows: Counter::default(),
+            failures: Family::default(),
+            // 1 ms to about 16 s.
+            steps: Histogram::new(exponential_buckets(0.001, 2.0, 15)),
+            dropped: Family::default(),
+            targets: Gauge::default(),
+            sites: Mutex::new(HashMap::new()),
+            drops_seen: Mutex::new(HashMap::new()),
+            registry: Registry::default(),
+        };
+        let r = &mut registry;
+        r.register_with_unit(
+            "gaptop_gpu_idle",
+            "Time no stream of the GPU ran anything, by the HTA category of the gap (no_launch: \
+             idle not ended by a launch in the window); observed windows only",
+            Unit::Seconds,
+            m.idle.clone(),
+        );
+        r.register_with_unit(
+            "gaptop_gpu_busy",
+            "Time some stream of the GPU ran an op; observed windows only",
+            Unit::Seconds,
+            m.busy.clone(),
+        );
+        r.register(
+            "gaptop_gpu_launches",
+            "Kernels the GPU ran; observed windows only",
+            m.launches.clone(),
+        );
+        r.register_with_unit(
+            "gaptop_observed",
+            "Time collected (the sum of the windows); divide the GPU counters' rates by its rate",
+            Unit::Seconds,
+            m.observed.clone(),
+        );
+        r.register(
+            "gaptop_windows",
+            "Collection windows done",
+            m.windows.clone(),
+        );
+        r.register(
+            "gaptop_window_failures",
+            "Collection windows that could not be taken, by reason",
+            m.failures.clone(),
+        );
+        r.register_with_unit(
+            "gaptop_step",
+            "Wall time of the program's steps found inside the windows",
+            Unit::Seconds,
+            m.steps.clone(),
+        );
+        r.register(
+            "gaptop_collector_dropped_records",
+            "Records the collector or CUPTI dropped",
+            m.dropped.clone(),
+        );
+        r.register(
+            "gaptop_targets",
+            "Programs collected from in the last window",
+            m.targets.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+
+    /// The metrics in OpenMetrics' text format.
+    pub fn encode(&self) -> String {
+        let mut s = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut s, &self.registry);
+        s
+    }
+
+    /// The gap time of every launch stack so far, as folded stacks (`frame;frame;... NS`),
+    /// heaviest first.
+    pub fn sites(&self) -> String {
+        let sites = self.sites.lock().unwrap_or_else(|e| e.into_inner());
+        let mut v: Vec<(&String, &u64)> = sites.iter().collect();
+        v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        v.iter().map(|(p, ns)| format!("{p} {ns}\n")).collect()
+    }
+
+    pub fn set_targets(&self, n: usize) {
+        self.targets.set(n as i64);
+    }
+
+    /// A window that could not be taken.
+    pub fn failed(&self, reason: &str) {
+        self.failures
+            .get_or_create(&FailLabels {
+                reason: reason.into(),
+            })
+            .inc();
+    }
+
+    /// Adds what one target's window `[lo, hi)` (ns on the store's clock) holds.
+    pub fn observe(&self, store: &Store, lo: Ns, hi: Ns) {
+        if hi <= lo {
+            return;
+        }
+        let cfg = Config {
+            basis: Basis::Device,
+            ..Config::default()
+        };
+        let secs = |ns: Ns| ns as f64 / 1e9;
+        let w = Window::new(lo, hi);
+        for ((_, device), lanes) in store.devices() {
+            let gpu = device.to_string();
+            let mut idle = 0;
+            device_idle(store, &lanes, lo, hi, |a, b| idle += b - a);
+            let mut by_cat = [0 as Ns; 3];
+            device_gaps(store, &lanes, w, &cfg, |g| {
+                by_cat[g.category as usize] += g.dur()
+            });
+            for c in Category::ALL {
+                self.idle
+                    .get_or_create(&IdleLabels {
+                        gpu: gpu.clone(),
+                        category: c.as_str().into(),
+                    })
+                    .inc_by(secs(by_cat[c as usize]));
+            }
+            let outside = (idle - by_cat.iter().sum::<Ns>()).max(0);
+            self.idle
+                .get_or_create(&IdleLabels {
+                    gpu: gpu.clone(),
+                    category: "no_launch".into(),
+                })
+                .inc_by(secs(outside));
+            self.busy
+                .get_or_create(&GpuLabels { gpu: gpu.clone() })
+                .inc_by(secs((hi - lo) - idle));
+            let kernels: u64 = lanes
+                .iter()
+                .map(|&l| {
+                    let ops = &store.lanes[l].ops;
+                    let (a, b) = (
+                        store.lanes[l].lower_bound(lo),
+                        store.lanes[l].lower_bound(hi),
+                    );
+                    ops.range(a..b).filter(|o| o.kind == OpKind::Kernel).count() as u64
+                })
+                .sum();
+            self.launches
+                .get_or_create(&GpuLabels { gpu })
+                .inc_by(kernels);
+        }
+        if let Some(steps) = crate::collect::steps::find(store, lo, hi, None) {
+            for s in &steps.steps {
+                self.steps.observe(secs(s.wall()));
+            }
+        }
+        self.observed.inc_by(secs(hi - lo));
+        self.windows.inc();
+        self.add_drops(store);
+        self.add_sites(store, w, &cfg);
+    }
+
+    /// The collectors' drops since the last window (their counts are cumulative).
+    fn add_drops(&self, store: &Store) {
+        let mut seen = self.drops_seen.lock().unwrap_or_else(|e| e.into_inner());
+        for p in &store.procs {
+            let now = (p.stats.collector_dropped, p.stats.cupti_dropped);
+            let last = seen.insert(p.pid, now).unwrap_or((0, 0));
+            for (source, n) in [
+                ("collector", now.0.saturating_sub(last.0)),
+                ("cupti", now.1.saturating_sub(last.1)),
+            ] {
+                self.dropped
+                    .get_or_create(&DropLabels {
+                        source: source.into(),
+                    })
+                    .inc_by(n);
+            }
+        }
+    }
+
+    fn add_sites(&self, store: &Store, w: Window, cfg: &Config) {
+        let s = crate::collect::analysis::summarize(store, w, cfg, 0);
+        let folded = crate::report::folded(store, &s);
+        let mut sites = self.sites.lock().unwrap_or_else(|e| e.into_inner());
+        for line in folded.lines() {
+            if let Some((path, ns)) = line.rsplit_once(' ') {
+                if let Ok(ns) = ns.parse::<u64>() {
+                    *sites.entry(path.to_string()).or_default() += ns;
+                }
+            }
+        }
+        if sites.len() > MAX_SITES {
+            let mut v: Vec<u64> = sites.values().copied().collect();
+            v.sort_unstable_by(|a, b| b.cmp(a));
+            let keep = v[MAX_SITES - 1];
+            sites.retain(|_, ns| *ns >= keep);
+        }
+    }
+}
