@@ -2,7 +2,8 @@
 //!
 //! What is kept: GPU ops (`kernel`, `gpu_memcpy`, `gpu_memset`), host API calls (`cuda_runtime`,
 //! `cuda_driver`) and CPU spans (`python_function`, `cpu_op`, `user_annotation`), whose nesting
-//! gives each API call its call stack. Everything else is counted as skipped.
+//! gives each API call its call stack; user annotations are also ranges (`collect::ranges`), and
+//! `gpu_user_annotation`s GPU-side ones. Everything else is counted as skipped.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -10,6 +11,7 @@ use std::io::{BufReader, Read};
 use std::path::Path;
 
 use super::jsonscan::Scanner;
+use super::ranges::Range;
 use super::store::{ApiCall, ApiKind, GpuOp, LaneKey, NameId, Ns, OpKind, Span, Store, FLAG_COMM};
 
 /// The fields of one event that gaptop reads, borrowed from the event's bytes. Values are
@@ -170,6 +172,8 @@ pub struct Builder {
     pub events: u64,
     /// GPU ops name their process (gaptop's exports): each pid is a process.
     per_process: bool,
+    /// `gpu_user_annotation` ranges by (device, stream).
+    gpu_annotations: HashMap<(u32, u32), Vec<Range>>,
 }
 
 impl Builder {
@@ -182,6 +186,7 @@ impl Builder {
             spans: HashMap::new(),
             events: 0,
             per_process: false,
+            gpu_annotations: HashMap::new(),
         }
     }
 
@@ -232,11 +237,11 @@ impl Builder {
             "cpu_op" => Some(2),
             _ => None,
         };
+        if cat == "gpu_user_annotation" {
+            return self.gpu_annotation(&ev);
+        }
         if kind.is_none() && !is_api && span_rank.is_none() {
-            if !matches!(
-                cat,
-                "ac2g" | "Trace" | "overhead" | "gpu_user_annotation" | "gaptop_gap"
-            ) {
+            if !matches!(cat, "ac2g" | "Trace" | "overhead" | "gaptop_gap") {
                 self.store.skip(&format!("category {cat:?}"));
             }
             return Ok(());
@@ -364,6 +369,34 @@ impl Builder {
         Ok(())
     }
 
+    /// A `gpu_user_annotation`: a user annotation's extent on the GPU stream that ran its
+    /// kernels (`pid` the device, `tid` the stream), kept as a GPU-side range.
+    fn gpu_annotation(&mut self, ev: &RawEvent) -> Result<(), String> {
+        let name = match ev.name {
+            Some(v) => string_of(v)?,
+            None => Cow::Borrowed(""),
+        };
+        let num = |v: Option<&[u8]>, what: &str| -> Result<Ns, String> {
+            let t =
+                text(v).ok_or_else(|| format!("gpu_user_annotation {name:?}: missing {what}"))?;
+            us_to_ns(t).ok_or_else(|| format!("gpu_user_annotation {name:?}: bad {what} {t}"))
+        };
+        let (ts, dur) = (num(ev.ts, "ts")?, num(ev.dur, "dur")?);
+        if dur < 0 {
+            return Err(format!(
+                "gpu_user_annotation {name:?}: negative duration {dur} ns"
+            ));
+        }
+        let clamp = |v: Option<i64>| v.unwrap_or(0).clamp(0, u32::MAX as i64) as u32;
+        let lane = (clamp(int_of(ev.pid)), clamp(int_of(ev.tid)));
+        let nm = self.store.names.intern(&name);
+        self.gpu_annotations
+            .entry(lane)
+            .or_default()
+            .push(Range::new(ts, ts + dur, nm, 0));
+        Ok(())
+    }
+
     /// The process of `pid`: the trace's first one until it has a pid, then one per pid.
     fn proc_of(&mut self, pid: u32) -> u32 {
         if let Some(i) = self.store.procs.iter().position(|p| p.pid == pid) {
@@ -438,6 +471,9 @@ impl Builder {
     pub fn finish(mut self) -> Store {
         let st = &mut self.store;
         let mut proc_spans: rustc_hash::FxHashMap<u32, Vec<Span>> = Default::default();
+        for ((device, stream), v) in self.gpu_annotations.drain() {
+            st.procs[0].set_gpu_ranges(device, stream, v);
+        }
         for (tid, mut raw) in self.spans.drain() {
             raw.sort_by(|a, b| {
                 a.start
@@ -445,6 +481,7 @@ impl Builder {
                     .then(b.end.cmp(&a.end))
                     .then(a.rank.cmp(&b.rank))
             });
+            st.procs[0].set_ranges(tid, user_annotations(&raw));
             let mut out: Vec<Span> = Vec::with_capacity(raw.len());
             let mut open: Vec<u32> = Vec::new();
             for r in raw {
@@ -482,6 +519,14 @@ impl Builder {
         st.finish_bulk();
         self.store
     }
+}
+
+/// A thread's `user_annotation` spans (torch.profiler's `record_function`, NVTX-like), as ranges.
+fn user_annotations(raw: &[RawSpan]) -> Vec<Range> {
+    raw.iter()
+        .filter(|r| r.rank == 1)
+        .map(|r| Range::new(r.start, r.end, r.name, 0))
+        .collect()
 }
 
 /// NCCL and other collective kernels are communication, not compute.

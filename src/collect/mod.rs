@@ -10,6 +10,7 @@ pub mod jsonscan;
 pub mod kineto;
 pub mod live;
 pub mod oncpu;
+pub mod ranges;
 pub mod recording;
 pub mod steps;
 pub mod store;

@@ -36,3 +36,19 @@ pub fn fixture(name: &str) -> PathBuf {
 pub fn shared_trace(name: &str) -> PathBuf {
     root().join("../shared/traces").join(name)
 }
+
+/// `gaptop report --format json [EXTRA] PATH`, which must succeed.
+pub fn report_json(path: &Path, extra: &[&str]) -> serde_json::Value {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gaptop"))
+        .args(["report", "--format", "json"])
+        .args(extra)
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
