@@ -507,7 +507,7 @@ fn window_ranges(
         .iter()
         .flat_map(|(&tid, v)| {
             crate::collect::store::Process::overlapping(v, lo, hi)
-                .map(move |r| (tid, r.start, r.end, r.name))
+                .map(move |(_, r)| (tid, r.start, r.end, r.name))
         })
         .collect()
 }

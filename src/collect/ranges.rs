@@ -187,15 +187,15 @@ impl Process {
         }
     }
 
-    /// The ranges of `v` that overlap `[lo, hi)`, in order.
-    pub fn overlapping(v: &[Range], lo: Ns, hi: Ns) -> impl Iterator<Item = &Range> {
+    /// The ranges of `v` that overlap `[lo, hi)`, in order, with their indices in `v`.
+    pub fn overlapping(v: &[Range], lo: Ns, hi: Ns) -> impl Iterator<Item = (usize, &Range)> {
         let a = v.partition_point(|r| r.start < lo);
         let b = v.partition_point(|r| r.start < hi).max(a);
         let open = open_before(v, a, lo);
         open.into_iter()
-            .map(move |j| &v[j])
-            .chain(v[a..b].iter())
-            .filter(move |r| r.end > lo)
+            .chain(a..b)
+            .map(move |j| (j, &v[j]))
+            .filter(move |(_, r)| r.end > lo)
     }
 
     /// The ranges of thread `tid` open at `t` (start ≤ t < end), outermost first.
@@ -382,8 +382,10 @@ mod tests {
         assert_eq!(d, [(0, 0), (10, 1), (20, 1), (22, 2), (100, 0)]);
         let open: Vec<Ns> = open_before(&v, 4, 24).iter().map(|&j| v[j].start).collect();
         assert_eq!(open, [0, 20, 22]);
-        let over: Vec<Ns> = Process::overlapping(&v, 23, 101).map(|x| x.start).collect();
-        assert_eq!(over, [0, 20, 22, 100]);
+        let over: Vec<(usize, Ns)> = Process::overlapping(&v, 23, 101)
+            .map(|(i, x)| (i, x.start))
+            .collect();
+        assert_eq!(over, [(0, 0), (2, 20), (3, 22), (4, 100)]);
     }
 
     #[test]

@@ -405,6 +405,7 @@ pub fn range_steps(store: &Store, lo: Ns, hi: Ns) -> Option<(String, Vec<(Ns, Ns
         tids.sort_unstable();
         for tid in tids {
             let v: Vec<&NvtxRange> = Process::overlapping(p.ranges_of(tid), lo, hi)
+                .map(|(_, r)| r)
                 .filter(|r| r.depth == 0)
                 .collect();
             if v.len() > outer.len() {
