@@ -8,7 +8,9 @@
 //! - live collectors and recordings, whose launches carry their own Python stacks, call
 //!   [`Store::add_ranges`] as ranges arrive (a range is sent once it closed, after the calls it
 //!   encloses): it also puts the ranges around each enclosed call as the outermost frames of
-//!   that call's stack, so the call tree reads `step › layer 3 › <module> › … › launch`;
+//!   that call's stack, each by its [`family`] (`step 12` is the frame `step #`, so that the
+//!   tree sums every step's gaps under one node), and the call tree reads
+//!   `step # › layer # › <module> › … › launch`;
 //! - traces, whose calls get their stacks from CPU spans that already hold the annotations
 //!   (Kineto's `finish`, the nsys importer), call [`Process::set_ranges`], which leaves stacks
 //!   alone.
@@ -92,12 +94,14 @@ fn nested(mut v: Vec<Range>) -> Vec<Range> {
 }
 
 /// What a process whose ranges become frames of its calls' stacks keeps: its calls' sequence
-/// numbers per thread, by start (to find the calls a new range encloses), the names that are
-/// range frames (to take the old ones off a stack before the new ones go on), and each thread's
-/// latest range end (a call after it is in no known range).
+/// numbers per thread, by start (to find the calls a new range encloses), each range name's
+/// frame (its family), the names that are range frames (to take the old ones off a stack
+/// before the new ones go on), and each thread's latest range end (a call after it is in no
+/// known range).
 #[derive(Clone, Debug, Default)]
 pub struct RangeFrames {
     calls: HashMap<u32, Vec<u64>>,
+    frame_of: HashMap<NameId, NameId>,
     names: HashSet<NameId>,
     last_end: HashMap<u32, Ns>,
 }
@@ -120,6 +124,7 @@ impl RangeFrames {
 struct Grafter<'a> {
     stacks: &'a mut StackTable,
     names: &'a HashSet<NameId>,
+    frame_of: &'a HashMap<NameId, NameId>,
     bare: HashMap<StackId, StackId>,
     grafted: HashMap<(StackId, StackId), StackId>,
 }
@@ -161,7 +166,10 @@ impl Grafter<'_> {
 
     /// The chain of frames of these ranges, outermost first.
     fn chain<'r>(&mut self, ranges: impl Iterator<Item = &'r Range>) -> StackId {
-        ranges.fold(0, |p, r| self.stacks.intern(p, r.name))
+        ranges.fold(0, |p, r| {
+            let f = self.frame_of.get(&r.name).copied().unwrap_or(r.name);
+            self.stacks.intern(p, f)
+        })
     }
 }
 
@@ -227,6 +235,7 @@ impl Store {
             new.iter().map(|r| r.end).max().unwrap_or(Ns::MIN),
         );
         let Store {
+            names: interner,
             stacks,
             procs,
             evicted_ranges,
@@ -252,7 +261,14 @@ impl Store {
             *evicted_ranges += n as u64;
         }
         let mut frames = p.range_frames.take().unwrap_or_default();
-        frames.names.extend(names);
+        for n in names {
+            if let std::collections::hash_map::Entry::Vacant(e) = frames.frame_of.entry(n) {
+                let fam = family(interner.get(n)).into_owned();
+                let f = interner.intern(&fam);
+                e.insert(f);
+                frames.names.insert(f);
+            }
+        }
         let last = frames.last_end.entry(tid).or_insert(Ns::MIN);
         *last = (*last).max(hi);
         // The thread's ranges are taken out while its calls change, and put back.
@@ -268,6 +284,7 @@ impl Store {
         let mut g = Grafter {
             stacks,
             names: &frames.names,
+            frame_of: &frames.frame_of,
             bare: HashMap::default(),
             grafted: HashMap::default(),
         };
@@ -316,6 +333,7 @@ impl Store {
         let mut g = Grafter {
             stacks: &mut self.stacks,
             names: &frames.names,
+            frame_of: &frames.frame_of,
             bare: HashMap::default(),
             grafted: HashMap::default(),
         };
@@ -410,9 +428,9 @@ mod tests {
         }
     }
 
-    /// Ranges that close after the calls they enclose become those calls' outermost frames;
-    /// an outer range arriving later goes around the inner ones; a call after every known
-    /// range keeps its stack, and one arriving after its range gets it.
+    /// Ranges that close after the calls they enclose become those calls' outermost frames, by
+    /// family; an outer range arriving later goes around the inner ones; a call after every
+    /// known range keeps its stack, and one arriving after its range gets it.
     #[test]
     fn ranges_become_the_outermost_frames_of_the_calls_they_enclose() {
         let mut st = Store::default();
@@ -440,19 +458,19 @@ mod tests {
             st.frame_strings(a.stack)
         };
         st.add_ranges(p, 7, vec![r(10, 20, l1), r(20, 30, l2)]);
-        assert_eq!(frames(&st, 2), ["layer 1", "model.py(3): forward"]);
+        assert_eq!(frames(&st, 2), ["layer #", "model.py(3): forward"]);
         assert_eq!(frames(&st, 1), ["model.py(3): forward"]);
         st.add_ranges(p, 7, vec![r(0, 100, step)]);
         assert_eq!(frames(&st, 1), ["step", "model.py(3): forward"]);
-        assert_eq!(frames(&st, 2), ["step", "layer 1", "model.py(3): forward"]);
-        assert_eq!(frames(&st, 3), ["step", "layer 2", "model.py(3): forward"]);
+        assert_eq!(frames(&st, 2), ["step", "layer #", "model.py(3): forward"]);
+        assert_eq!(frames(&st, 3), frames(&st, 2), "both layers are one frame");
         assert_eq!(frames(&st, 4), ["model.py(3): forward"]);
         assert_eq!(st.with_range_frames(p, 7, 200, py), py, "after every range");
         assert_eq!(st.with_range_frames(p, 8, 15, py), py, "another thread");
         let late = st.with_range_frames(p, 7, 27, py);
         assert_eq!(
             st.frame_strings(late),
-            ["step", "layer 2", "model.py(3): forward"]
+            ["step", "layer #", "model.py(3): forward"]
         );
         let d: Vec<u16> = st.procs[0].ranges_of(7).iter().map(|x| x.depth).collect();
         assert_eq!(d, [0, 1, 1]);
