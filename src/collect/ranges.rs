@@ -273,7 +273,13 @@ impl Store {
         *last = (*last).max(hi);
         // The thread's ranges are taken out while its calls change, and put back.
         let v = p.ranges.remove(&tid).unwrap_or_default();
-        let seqs: Vec<u64> = frames.calls.get(&tid).cloned().unwrap_or_default();
+        // The thread's call index is taken out too, less the calls evicted since.
+        let mut seqs = frames.calls.remove(&tid).unwrap_or_default();
+        let gone = seqs
+            .iter()
+            .take_while(|&&q| p.call_by_seq(q).is_none())
+            .count();
+        seqs.drain(..gone);
         let (first, last) = {
             let start_of = |s: u64| p.call_by_seq(s).map_or(Ns::MIN, |a| a.start);
             (
@@ -311,6 +317,7 @@ impl Store {
             call.stack = g.graft(c, call.stack);
         }
         p.ranges.insert(tid, v);
+        frames.calls.insert(tid, seqs);
         p.range_frames = Some(frames);
         self.generation += 1;
     }
@@ -474,5 +481,108 @@ mod tests {
         );
         let d: Vec<u16> = st.procs[0].ranges_of(7).iter().map(|x| x.depth).collect();
         assert_eq!(d, [0, 1, 1]);
+    }
+
+    /// Nested ranges arriving in end order, in batches of any size, some calls before and some
+    /// after the ranges around them: every call ends with the ranges that enclose it, found by
+    /// brute force, outermost first, then its own stack; evicted calls are skipped.
+    #[test]
+    fn incremental_range_frames_match_brute_force() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for round in 0..20 {
+            let mut st = Store::new(if round % 4 == 3 { 60 * 64 } else { usize::MAX });
+            let p = st.add_process(1, -1, "p");
+            let py = {
+                let f = st.names.intern("model.py(3): forward");
+                st.stacks.intern(0, f)
+            };
+            // A random tree of ranges: each level splits its parent's time.
+            let mut ranges: Vec<(Ns, Ns, String)> = Vec::new();
+            let mut todo = vec![(0 as Ns, 100_000 as Ns, 0u32)];
+            while let Some((a, b, d)) = todo.pop() {
+                if d > 0 {
+                    ranges.push((a, b, format!("r{d} {}", rnd(5))));
+                }
+                if d < 3 && b - a > 100 {
+                    let mut t = a + 1 + rnd(((b - a) / 4) as u64) as Ns;
+                    while t + 20 < b {
+                        let e = (t + 10 + rnd(((b - t) / 2) as u64) as Ns).min(b - 1);
+                        todo.push((t, e, d + 1));
+                        t = e + 1 + rnd(50) as Ns;
+                    }
+                }
+            }
+            // Calls by arrival: a third of them arrive late, some after their ranges closed.
+            let mut arrivals: Vec<(Ns, Ns)> = (0..200)
+                .map(|_| {
+                    let t = rnd(100_000) as Ns;
+                    let late = if rnd(3) == 0 { rnd(3_000) as Ns } else { 0 };
+                    (t + late, t)
+                })
+                .collect();
+            arrivals.sort_unstable();
+            let sorted: Vec<Ns> = arrivals.iter().map(|a| a.1).collect();
+            let mut by_end = ranges.clone();
+            by_end.sort_by_key(|r| r.1);
+            let call = |st: &mut Store, i: usize, t: Ns| {
+                let stack = st.with_range_frames(p, 7, t, py);
+                st.add_api(
+                    p,
+                    ApiCall {
+                        start: t,
+                        end: t,
+                        corr: i as u32 + 1,
+                        tid: 7,
+                        name: 0,
+                        stack,
+                        kind: ApiKind::Launch,
+                    },
+                );
+            };
+            // Calls and ranges interleaved by time: a call arrives at its start, a range at
+            // its end (sometimes held back a while, in a batch).
+            let (mut ci, mut ri) = (0, 0);
+            let mut batch: Vec<Range> = Vec::new();
+            while ci < sorted.len() || ri < by_end.len() {
+                let next_call = arrivals.get(ci).map_or(Ns::MAX, |a| a.0);
+                let next_range = by_end.get(ri).map_or(Ns::MAX, |r| r.1);
+                if next_call <= next_range {
+                    call(&mut st, ci, sorted[ci]);
+                    ci += 1;
+                } else {
+                    let (a, b, n) = &by_end[ri];
+                    let id = st.names.intern(n);
+                    batch.push(Range::new(*a, *b, id, 0));
+                    ri += 1;
+                    if rnd(3) == 0 {
+                        st.add_ranges(p, 7, std::mem::take(&mut batch));
+                    }
+                }
+            }
+            st.add_ranges(p, 7, batch);
+            for (i, &t) in sorted.iter().enumerate() {
+                let Some(a) = st.procs[0].api_by_corr(i as u32 + 1) else {
+                    assert_eq!(round % 4, 3, "only a small budget evicts");
+                    continue;
+                };
+                let mut around: Vec<&(Ns, Ns, String)> =
+                    ranges.iter().filter(|r| r.0 <= t && t < r.1).collect();
+                around.sort_by_key(|r| (r.0, std::cmp::Reverse(r.1)));
+                let mut want: Vec<String> =
+                    around.iter().map(|r| family(&r.2).into_owned()).collect();
+                want.push("model.py(3): forward".into());
+                assert_eq!(
+                    st.frame_strings(a.stack),
+                    want,
+                    "round {round}, call at {t}"
+                );
+            }
+        }
     }
 }
