@@ -336,3 +336,22 @@ fn automatic_steps_from_ranges_follow_the_rule() {
         "nothing repeats"
     );
 }
+
+/// A recording the collector wrote with NVTX ranges (the fake GPU's program, 20 `step` ranges
+/// each around a `rope` range) reads as it did: its ranges, its stacks under them, its steps.
+#[test]
+fn a_kept_recording_with_ranges_reads_as_it_did() {
+    let st = gaptop::collect::load_path(&fixture("fake_nvtx.rec"), usize::MAX).unwrap();
+    let p = &st.procs[0];
+    let all: usize = p.ranges.values().map(|v| v.len()).sum();
+    assert_eq!(all, 40);
+    let j = report(&fixture("fake_nvtx.rec"), &[]);
+    assert_eq!(j["kernels"], 230);
+    assert_eq!(j["kernels_with_stack"], 230);
+    assert_eq!(
+        (j["steps"]["name"].as_str(), j["steps"]["count"].as_u64()),
+        (Some("step"), Some(20))
+    );
+    assert_eq!(j["top_stacks"][0]["frames"][0], "step");
+    assert_eq!(j["top_stacks"][0]["frames"][1], "rope");
+}
