@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine from the carried folder gpu/ (docs/perf.md says how it is built).
-# usage: gpu-run.sh check|diagnose|bench|variants|floor|probe|graphs|sanitizer|ui|attach|all
+# usage: gpu-run.sh check|diagnose|nvtx|bench|variants|floor|probe|graphs|sanitizer|ui|attach|all
 set -u
 cd "$(dirname "$0")"
 export PYTHONUNBUFFERED=1
@@ -39,6 +39,36 @@ if [ "$MODE" = diagnose ] || [ "$MODE" = all ]; then
     $G report --format json "$OUT/diag/$name.rec" > "$OUT/diag/$name.json" 2>&1
     echo "== $name"; sed -n '/^Steps/,/^Top stacks/p' "$OUT/diag/$name.txt" | grep -v "^Top stacks" | cut -c1-230 | head -${DIAG_LINES:-24}
   done
+fi
+if [ "$MODE" = nvtx ]; then
+  # NVTX ranges (GPU-TODO.md): torch.cuda.nvtx ranges a step and a layer, recorded; the report
+  # must hold them as the outermost frames of the launches and as the steps (PASS/FAIL lines).
+  N=${NVTX_ITERS:-100}
+  GAPTOP_VERBOSE=1 $G record -o "$OUT/nvtx.rec" -- python3 nvtx_steps.py $N 2>&1 | grep -E "WORKLOAD|recorded|NVTX|MARKER|collecting|rror" | cut -c1-300
+  $G report "$OUT/nvtx.rec" > "$OUT/nvtx.txt" 2>&1
+  $G report --format json "$OUT/nvtx.rec" > "$OUT/nvtx.json" 2>&1
+  $G report --format json --step "step #" "$OUT/nvtx.rec" > "$OUT/nvtx_by_name.json" 2>&1
+  sed -n '/^Steps/p;/^Top stacks/,/^$/p' "$OUT/nvtx.txt" | cut -c1-200 | head -30
+  python3 - "$OUT/nvtx.json" "$OUT/nvtx_by_name.json" $((N + 10)) <<'PY'
+import json, sys
+j, by, n = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), int(sys.argv[3])
+st = j.get("steps") or {}
+print("steps:", st)
+ok = st.get("source") == "range" and st.get("name") == "step #" and abs(st.get("count", 0) - n) <= 1
+print(("PASS " if ok else "FAIL ") + f"steps are the {n} 'step N' ranges")
+ok = (by.get("steps") or {}).get("count") == st.get("count")
+print(("PASS " if ok else "FAIL ") + "--step 'step #' finds the same steps")
+heads = [s["frames"][:3] for s in j["top_stacks"]]
+inside = [h for h in heads if h and h[0].startswith("step ") and len(h) > 1 and h[1].startswith("layer ")]
+for h in heads[:5]: print("   ", " > ".join(h))
+print(("PASS " if len(inside) >= len(heads) // 2 else "FAIL ") + f"{len(inside)} of {len(heads)} top stacks start with step N > layer I")
+print(("PASS " if j["kernels_with_stack"] == j["kernels"] > 0 else "FAIL ") + f"kernels {j['kernels']} with stack {j['kernels_with_stack']}")
+PY
+  # What NVTX capture costs: gaptop with and without it (GAPTOP_NVTX=0), on a program without
+  # NVTX calls and on this one; bare beside them.
+  python3 overhead.py --gaptop $G --kineto kineto.py --reps ${REPS:-7} --budget ${BUDGET:-520} ${PIN:+--pin $PIN} --no-profiler \
+    --variant nonvtx:GAPTOP_NVTX=0 launchbound.py:${LB_ITERS:-1000} nvtx_steps.py:${NVTX_BENCH_ITERS:-1000} > "$OUT/nvtx_overhead.txt" 2>&1
+  tail -20 "$OUT/nvtx_overhead.txt"
 fi
 if [ "$MODE" = probe ]; then
   # Native frames, callback self-timing and the lag report on one launch-bound run each.

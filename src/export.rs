@@ -243,17 +243,26 @@ fn write_copy(
     }
     // CPU spans (traces from torch.profiler have them): what each thread was doing, which the
     // re-opened export needs to say what the CPU did during a gap.
+    // NVTX ranges and user annotations go as user annotations (spans that are ranges too, as
+    // a torch.profiler trace's annotations are, once), so that the re-opened export has them.
     for proc in &store.procs {
+        let mut ranges = window_ranges(proc, lo, hi);
         let mut tids: Vec<_> = proc.spans.keys().copied().collect();
         tids.sort_unstable();
         for tid in tids {
             let spans = &proc.spans[&tid];
             for sp in spans.iter().filter(|sp| sp.end > lo && sp.start < hi) {
+                let name = store.stacks.node(sp.stack).frame;
+                let cat = if ranges.remove(&(tid, sp.start, sp.end, name)) {
+                    "user_annotation"
+                } else {
+                    "python_function"
+                };
                 emit(
                     &mut out,
                     Ev::x(
-                        "python_function",
-                        store.names.get(store.stacks.node(sp.stack).frame),
+                        cat,
+                        store.names.get(name),
                         json!(proc.pid),
                         json!(tid),
                         sp.start,
@@ -263,6 +272,23 @@ fn write_copy(
                 )?;
                 n.spans += 1;
             }
+        }
+        let mut left: Vec<_> = ranges.into_iter().collect();
+        left.sort_unstable();
+        for (tid, start, end, name) in left {
+            emit(
+                &mut out,
+                Ev::x(
+                    "user_annotation",
+                    store.names.get(name),
+                    json!(proc.pid),
+                    json!(tid),
+                    start,
+                    end - start,
+                    Value::Null,
+                ),
+            )?;
+            n.spans += 1;
         }
     }
     // Each profiled process's name as Perfetto shows it, with its label and rank for
@@ -469,6 +495,21 @@ pub fn start(req: ExportRequest) -> anyhow::Result<ExportJob> {
         })
         .context("cannot start the export thread")?;
     Ok(ExportJob { path, done })
+}
+
+/// The CPU-side ranges of a process that overlap `[lo, hi)`, by thread, extent and name.
+fn window_ranges(
+    proc: &crate::collect::store::Process,
+    lo: Ns,
+    hi: Ns,
+) -> std::collections::HashSet<(u32, Ns, Ns, crate::collect::store::NameId)> {
+    proc.ranges
+        .iter()
+        .flat_map(|(&tid, v)| {
+            crate::collect::store::Process::overlapping(v, lo, hi)
+                .map(move |(_, r)| (tid, r.start, r.end, r.name))
+        })
+        .collect()
 }
 
 #[cfg(test)]

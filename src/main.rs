@@ -140,8 +140,9 @@ struct AnalysisArgs {
     /// rather than of device idle (no stream of the device running anything)
     #[arg(long)]
     per_stream: bool,
-    /// What delimits the program's steps: a CPU span or NVTX range, a Python function, or a
-    /// GPU op, by name (default: ProfilerStep#N spans, else found from the repeating launches)
+    /// What delimits the program's steps: a CPU span or NVTX range (`step #` takes every
+    /// `step N`), a Python function, or a GPU op, by name (default: ProfilerStep#N spans, else
+    /// step-like or repeating NVTX ranges, else found from the repeating launches)
     #[arg(long, value_name = "NAME")]
     step: Option<String>,
     /// Gaps shorter than this that are not host_wait count as kernel_wait

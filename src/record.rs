@@ -17,6 +17,8 @@ pub struct Totals {
     pub apis: u64,
     /// CPU samples of the program's threads.
     pub samples: u64,
+    /// NVTX ranges the collectors sent.
+    pub ranges: u64,
     pub conns: u64,
     pub dropped: u64,
     pub errors: Vec<String>,
@@ -47,6 +49,7 @@ pub fn record_event<W: std::io::Write>(
                     Frame::Ops(o) => t.ops += o.len() as u64,
                     Frame::Apis(a) => t.apis += a.len() as u64,
                     Frame::Samples { samples, .. } => t.samples += samples.len() as u64,
+                    Frame::Ranges(r) => t.ranges += r.len() as u64,
                     Frame::Stats(s) => {
                         drops.insert(conn, s.collector_dropped + s.cupti_dropped);
                         if s.lag_ns > 0 {
@@ -179,8 +182,13 @@ fn say_totals(t: &Totals, bytes: u64, out: &Path) {
     for e in &t.errors {
         eprintln!("gaptop: {e}");
     }
+    let ranges = if t.ranges > 0 {
+        format!(", {} NVTX ranges", t.ranges)
+    } else {
+        String::new()
+    };
     eprintln!(
-        "gaptop: recorded {} GPU ops, {} API calls and {} CPU samples from {} process(es), {} dropped, {} bytes -> {}",
+        "gaptop: recorded {} GPU ops, {} API calls and {} CPU samples{ranges} from {} process(es), {} dropped, {} bytes -> {}",
         t.ops,
         t.apis,
         t.samples,

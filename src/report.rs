@@ -539,7 +539,10 @@ pub fn text(j: &JsonReport) -> String {
         let _ = writeln!(
             o,
             "\nSteps ({}): {}, median {} (p90 {}), GPU busy {} and device idle {} a step (medians)",
-            st.source,
+            match &st.name {
+                Some(n) => format!("{} {n:?}", st.source),
+                None => st.source.to_string(),
+            },
             st.count,
             fmt_ns(st.median_ns),
             fmt_ns(st.p90_ns),

@@ -9,17 +9,7 @@ use std::process::Command;
 use serde_json::Value;
 
 fn report(name: &str) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_gaptop"))
-        .args(["report", "--format", "json"])
-        .arg(support::asset(name))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    support::report_json(&support::asset(name), &[])
 }
 
 fn text(name: &str) -> String {

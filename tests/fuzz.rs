@@ -104,6 +104,15 @@ fn fuzz_kineto_importer() {
             .unwrap();
         seeds.push(text.as_bytes()[..200_000].to_vec());
     }
+    // A trace with user annotations and gpu_user_annotations (HTA's test data).
+    let mut text = Vec::new();
+    use std::io::Read;
+    flate2::read::GzDecoder::new(
+        std::fs::File::open(root().join("tests/fixtures/hta_step_annotations.json.gz")).unwrap(),
+    )
+    .read_to_end(&mut text)
+    .unwrap();
+    seeds.push(text);
     // gaptop's own exports: several processes, their metadata and the window.
     for (rec, ms) in [
         ("assets/ddp2.rec", 40),
@@ -124,7 +133,10 @@ fn fuzz_kineto_importer() {
 
 #[test]
 fn fuzz_recording_reader() {
-    let seeds = vec![std::fs::read(root().join("assets/planted.rec")).unwrap()];
+    let seeds = vec![
+        std::fs::read(root().join("assets/planted.rec")).unwrap(),
+        std::fs::read(root().join("tests/fixtures/fake_nvtx.rec")).unwrap(),
+    ];
     run("recording", &seeds, |b| {
         let mut st = Store::new(64 << 20);
         let _ = recording::read_into(b, &mut st);

@@ -1706,3 +1706,29 @@ fn the_tree_stays_filled_after_walking_it_and_picking_a_gap() {
         );
     }
 }
+
+/// A trace with NVTX-like ranges (torch.profiler's user annotations, from HTA's test data) has
+/// a ranges lane above its GPU lanes: the whole capture shows the optimizer's annotations as
+/// blocks, and zoomed to a step (`>`) each reads by its name, as much of it as fits. A capture
+/// without ranges has no such row.
+#[test]
+fn the_ranges_lane_shows_the_launching_threads_ranges() {
+    let p = support::fixture("hta_step_annotations.json.gz");
+    let mut a = App::new(load_path(&p, usize::MAX).unwrap(), SourceState::File);
+    a.refresh(true);
+    let s = render(&mut a, 120, 30);
+    let tl = pane(&s, a.view.screen.timeline);
+    let row = tl.lines().nth(1).unwrap();
+    assert!(row.starts_with("│r0 nvtx t2543932"), "{tl}");
+    assert!(tl.lines().nth(2).unwrap().starts_with("│r0 gpu0 s7"), "{tl}");
+    insta::assert_snapshot!("ranges_lane_whole_120x30", tl);
+    press(&mut a, Action::NextStep);
+    let s = render(&mut a, 120, 30);
+    let tl = pane(&s, a.view.screen.timeline);
+    let row = tl.lines().nth(1).unwrap();
+    assert_eq!(row.matches("Opti").count(), 3, "{row}");
+    assert!(row.contains("Optimiz…"), "{row}");
+    insta::assert_snapshot!("ranges_lane_step_120x30", tl);
+    let s = render(&mut recording("gpt2.rec"), 120, 30);
+    assert!(!s.contains("nvtx"), "{s}");
+}

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use gaptop_wire as w;
 
 use crate::cupti::{self, Context, Records};
-use crate::records::{decode_records, kernel_name_field, Decodedbuf};
+use crate::records::{decode_records, string_fields, Decodedbuf};
 use crate::setup::go_quiet;
 use crate::state::{Batch, Collector, Queue, BUF_SIZE, MAX_BUFFERS, POOL_KEEP, QUEUE_CAP};
 use crate::{COLLECTOR, FORKED};
@@ -122,8 +122,9 @@ pub(crate) fn enqueue(q: &mut Queue, active: bool, batch: Batch, cap: usize) -> 
 
 /// Dump format for replay tests, one entry per completed buffer: b"GCB1", valid bytes (u64),
 /// record count (u32) and offsets (u32 each, as CUPTI's iterator gave them), name fix-ups
-/// (count u32, then per kernel record: offset of its name field u32, length u32, bytes), then
-/// the buffer's valid bytes. Runs with `buffers.kernel_names` held and takes `buffers.dump`.
+/// (count u32, then per string field of a record (a kernel's name, a marker's message and
+/// domain): offset of the field u32, length u32, bytes), then the buffer's valid bytes. Runs
+/// with `buffers.kernel_names` held and takes `buffers.dump`.
 ///
 /// # Safety
 /// `buffer` must hold `valid` readable bytes, and `recs` be addresses of complete records in
@@ -150,8 +151,8 @@ pub(crate) unsafe fn dump_buffer(
     for &r in recs {
         let off = r as usize - buffer as usize;
         out.extend_from_slice(&(off as u32).to_le_bytes());
-        // SAFETY: `r` is a complete record (the contract above).
-        if let Some((name_off, name)) = unsafe { kernel_name_field(r) } {
+        // SAFETY: `r` is a complete record (the contract above), whose strings CUPTI keeps.
+        for (name_off, name) in unsafe { string_fields(r) } {
             let field = off + name_off;
             fix.extend_from_slice(&(field as u32).to_le_bytes());
             fix.extend_from_slice(&(name.len() as u32).to_le_bytes());
@@ -225,6 +226,7 @@ pub(crate) unsafe fn completed_inner(
     for (tag, bytes, records) in [
         (w::TAG_OPS, out.ops, out.n_ops),
         (w::TAG_APIS, out.syncs, out.n_syncs),
+        (w::TAG_RANGES, out.ranges, out.n_ranges),
     ] {
         if records == 0 {
             continue;

@@ -239,13 +239,16 @@ pub(crate) fn callback_name(domain: Domain, cbid: u32) -> Option<Cow<'static, st
 // ------------------------------------------------------------------ activity
 
 /// The activity kinds gaptop enables. `GPU` lists the GPU ones in the order
-/// `Switches::gpu_kinds` counts them (kernels, copies, memsets), then synchronizations.
+/// `Switches::gpu_kinds` counts them (kernels, copies, memsets), then synchronizations and NVTX
+/// markers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Activity {
     Kernel,
     Memcpy,
     Memset,
     Synchronization,
+    /// NVTX ranges and marks, which CUPTI records once NVTX_INJECTION64_PATH names libcupti.
+    Marker,
     /// API records (GAPTOP_API_ACTIVITY=2).
     Driver,
     Runtime,
@@ -253,11 +256,12 @@ pub(crate) enum Activity {
 
 impl Activity {
     /// What `go_quiet` switches off.
-    pub(crate) const GPU: [Activity; 4] = [
+    pub(crate) const GPU: [Activity; 5] = [
         Activity::Kernel,
         Activity::Memcpy,
         Activity::Memset,
         Activity::Synchronization,
+        Activity::Marker,
     ];
 
     fn raw(self) -> cu::CUpti_ActivityKind {
@@ -267,6 +271,7 @@ impl Activity {
             Activity::Memcpy => K::CUPTI_ACTIVITY_KIND_MEMCPY,
             Activity::Memset => K::CUPTI_ACTIVITY_KIND_MEMSET,
             Activity::Synchronization => K::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,
+            Activity::Marker => K::CUPTI_ACTIVITY_KIND_MARKER,
             Activity::Driver => K::CUPTI_ACTIVITY_KIND_DRIVER,
             Activity::Runtime => K::CUPTI_ACTIVITY_KIND_RUNTIME,
         }
@@ -294,7 +299,7 @@ pub(crate) fn enable_api_record(domain: Domain, cbid: u32, on: bool) -> Result<(
     })
 }
 
-/// API records carry the system's thread ids (as the callbacks' records do).
+/// API and marker records carry the system's thread ids (as the callbacks' records do).
 pub(crate) fn use_system_thread_ids() -> Result<()> {
     // SAFETY: a plain value CUPTI checks.
     check(unsafe {

@@ -48,7 +48,7 @@ fn clock_probe() -> String {
 pub(crate) fn say_collecting(c: &Collector, enabled: usize, path: &str) {
     say!("{}", clock_probe());
     say!(
-        "collecting: {enabled} API callbacks{}, kernels, memcpy, memset{}{}{} -> {path}",
+        "collecting: {enabled} API callbacks{}, kernels, memcpy, memset{}{}{}{} -> {path}",
         match c.sw.duty {
             Some((on, off)) => format!(" ({on:?} of every {:?})", on + off),
             None => String::new(),
@@ -67,7 +67,8 @@ pub(crate) fn say_collecting(c: &Collector, enabled: usize, path: &str) {
             ", zeroed buffers"
         } else {
             ""
-        }
+        },
+        if c.sw.nvtx { ", NVTX ranges" } else { "" }
     );
 }
 

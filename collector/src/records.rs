@@ -8,7 +8,7 @@ use std::ffi::{c_char, CStr};
 use cudarc::cupti::sys as cu;
 use gaptop_wire as w;
 
-use crate::state::Collector;
+use crate::state::{Collector, Markers, OpenRange, MAX_OPEN_RANGES, MAX_RANGE_NAMES};
 
 /// One CUPTI activity record as gaptop keeps it.
 #[derive(Debug, PartialEq)]
@@ -17,6 +17,8 @@ pub(crate) enum Decoded {
     /// Host timing of a call seen by CUPTI's activity API, without a stack: a synchronization
     /// (no thread either) or, with GAPTOP_API_ACTIVITY, a launch.
     Api(w::Api),
+    /// An NVTX range, once its end marker is decoded.
+    Range(w::Range),
 }
 
 /// Reads a kernel record's name; records replayed in tests carry names fixed up the same way.
@@ -41,25 +43,33 @@ pub(crate) unsafe fn record_kind(rec: *const u8) -> u32 {
     unsafe { std::ptr::read_unaligned(rec as *const u32) }
 }
 
-/// For a kernel record: the offset of its name field within the record, and the name
-/// (for GAPTOP_DUMP's fix-ups); None for other kinds.
+/// The string pointer fields of a record, for GAPTOP_DUMP's fix-ups: each field's offset
+/// within the record and the string it points at (a kernel's name; a marker's message and
+/// domain, where not null). Empty for other kinds.
 ///
 /// # Safety
-/// `rec` must point to a complete activity record of the kind its first field says.
-pub(crate) unsafe fn kernel_name_field(rec: *const u8) -> Option<(usize, String)> {
-    // SAFETY: `rec` is a complete record (the contract above), so its kind can be read and,
-    // for a kernel, its name pointer at the kernel layout's offset.
-    unsafe {
-        let kind = record_kind(rec);
-        if kind != 10 && kind != 3 {
-            return None;
-        }
-        let off = std::mem::offset_of!(cu::CUpti_ActivityKernel10, name);
-        let name = kernel_name(std::ptr::read_unaligned(
-            rec.add(off) as *const *const c_char
-        ));
-        Some((off, name))
-    }
+/// `rec` must point to a complete activity record of the kind its first field says, whose
+/// string fields are null or NUL-terminated strings.
+pub(crate) unsafe fn string_fields(rec: *const u8) -> Vec<(usize, String)> {
+    type M = cu::CUpti_ActivityMarker2;
+    // SAFETY: `rec` is a complete record (the contract above), so its kind can be read.
+    let offsets: &[usize] = match unsafe { record_kind(rec) } {
+        10 | 3 => &[std::mem::offset_of!(cu::CUpti_ActivityKernel10, name)],
+        12 => &[
+            std::mem::offset_of!(M, name),
+            std::mem::offset_of!(M, domain),
+        ],
+        _ => &[],
+    };
+    offsets
+        .iter()
+        .filter_map(|&off| {
+            // SAFETY: a record of this kind holds a string pointer at `off` (the contract).
+            let p = unsafe { std::ptr::read_unaligned(rec.add(off) as *const *const c_char) };
+            // SAFETY: non-null, so a NUL-terminated string (the contract above).
+            (!p.is_null()).then(|| (off, unsafe { kernel_name(p) }))
+        })
+        .collect()
 }
 
 /// Turns one CUPTI activity record into a wire record (None for kinds gaptop does not keep).
@@ -144,6 +154,28 @@ pub(crate) unsafe fn decode_record(
                 kind: if t == 2 { w::API_WAIT } else { w::API_SYNC },
             }));
         }
+        // MARKER (NVTX: push/pop, start/end, marks): a range goes out once its end is decoded.
+        12 => {
+            type M = cu::CUpti_ActivityMarker2;
+            // The flag and object-kind fields are enums: read as the integers they are.
+            // SAFETY: a marker record holds u32s at these offsets (this function's contract);
+            // `objectId` starts with the thread's `{processId, threadId}` for thread objects.
+            let u32_at =
+                |off: usize| unsafe { std::ptr::read_unaligned(rec.add(off) as *const u32) };
+            let flags = u32_at(std::mem::offset_of!(M, flags));
+            let on_thread = u32_at(std::mem::offset_of!(M, objectKind)) == 2;
+            let tid = if on_thread {
+                u32_at(std::mem::offset_of!(M, objectId) + 4)
+            } else {
+                0
+            };
+            let name: *const c_char = get!(M, name);
+            let domain: *const c_char = get!(M, domain);
+            let at = (get!(M, timestamp), get!(M, id), tid);
+            // SAFETY: a marker's name and domain are null or CUPTI's NUL-terminated strings,
+            // alive as long as the record.
+            return unsafe { marker(c, flags, at, name, domain) }.map(Decoded::Range);
+        }
         // DRIVER / RUNTIME API records (GAPTOP_API_ACTIVITY): the calls gaptop times, by the
         // names and kinds its callback table gives them.
         4 | 5 => {
@@ -169,6 +201,93 @@ pub(crate) unsafe fn decode_record(
     }))
 }
 
+/// One NVTX marker record, `(timestamp, marker id, thread)`: a range's start is kept (at most
+/// MAX_OPEN_RANGES, then dropped and counted), its end returns the whole range; marks and
+/// records without a time give nothing. Takes `buffers.markers` (under `kernel_names`), and
+/// `names.defs` inside it for a new message.
+///
+/// # Safety
+/// `name` and `domain` must be null or NUL-terminated strings.
+unsafe fn marker(
+    c: &Collector,
+    flags: u32,
+    (ts, id, tid): (u64, u32, u32),
+    name: *const c_char,
+    domain: *const c_char,
+) -> Option<w::Range> {
+    const START: u32 = cu::CUpti_ActivityFlag::CUPTI_ACTIVITY_FLAG_MARKER_START as u32;
+    const END: u32 = cu::CUpti_ActivityFlag::CUPTI_ACTIVITY_FLAG_MARKER_END as u32;
+    if ts == 0 {
+        return None;
+    }
+    let mut m = c.buffers.markers.lock().unwrap_or_else(|e| e.into_inner());
+    if flags & START != 0 {
+        if m.open.len() >= MAX_OPEN_RANGES && !m.open.contains_key(&id) {
+            drop(m);
+            c.count_drop(1);
+            return None;
+        }
+        // SAFETY: both null or NUL-terminated (the contract above).
+        let (name, domain) = unsafe {
+            (
+                message_id(c, &mut m, name, "(unnamed NVTX range)"),
+                message_id(c, &mut m, domain, ""),
+            )
+        };
+        let (start, name, domain) = (ts, name, domain);
+        m.open.insert(
+            id,
+            OpenRange {
+                start,
+                tid,
+                name,
+                domain,
+            },
+        );
+        None
+    } else if flags & END != 0 {
+        let o = m.open.remove(&id)?;
+        Some(w::Range {
+            start: o.start,
+            end: ts.max(o.start),
+            tid: o.tid,
+            name: o.name,
+            domain: o.domain,
+        })
+    } else {
+        None
+    }
+}
+
+/// The name id of an NVTX message (or domain), named on first sight; `none` names a null one
+/// ("" is id 0: no name). Past MAX_RANGE_NAMES distinct ones, one shared name says so.
+///
+/// # Safety
+/// `p` must be null or a NUL-terminated string.
+unsafe fn message_id(c: &Collector, m: &mut Markers, p: *const c_char, none: &str) -> u32 {
+    let bytes = if p.is_null() {
+        none.as_bytes()
+    } else {
+        // SAFETY: non-null, so a NUL-terminated string (the contract above).
+        unsafe { CStr::from_ptr(p) }.to_bytes()
+    };
+    if bytes.is_empty() {
+        return 0;
+    }
+    if let Some(&id) = m.names.get(bytes) {
+        return id;
+    }
+    if m.names.len() >= MAX_RANGE_NAMES {
+        if m.overflow == 0 {
+            m.overflow = c.names.name("(NVTX messages past gaptop's limit)");
+        }
+        return m.overflow;
+    }
+    let id = c.names.name(&String::from_utf8_lossy(bytes));
+    m.names.insert(bytes.into(), id);
+    id
+}
+
 /// Reads a plain field of type `T` at `off` in a record; `_like` only names the type.
 ///
 /// # Safety
@@ -185,6 +304,8 @@ pub(crate) struct Decodedbuf {
     pub(crate) n_ops: usize,
     pub(crate) syncs: Vec<u8>,
     pub(crate) n_syncs: usize,
+    pub(crate) ranges: Vec<u8>,
+    pub(crate) n_ranges: usize,
     pub(crate) oldest_end: u64,
 }
 
@@ -210,6 +331,10 @@ pub(crate) unsafe fn decode_records(
             Some(Decoded::Api(a)) => {
                 w::put_api(&mut out.syncs, &a);
                 out.n_syncs += 1;
+            }
+            Some(Decoded::Range(r)) => {
+                w::put_range(&mut out.ranges, &r);
+                out.n_ranges += 1;
             }
             None => {}
         }

@@ -84,11 +84,7 @@ pub(crate) fn compose(
     }
     let mut oldest = u64::MAX;
     for b in batches {
-        let size = if b.tag == w::TAG_OPS {
-            w::OP_SIZE
-        } else {
-            w::API_SIZE
-        };
+        let size = w::record_size(b.tag).unwrap_or(w::API_SIZE);
         frame_records(out, b.tag, &b.bytes, size);
         nrec += b.records as u64;
         oldest = oldest.min(b.oldest_end);

@@ -208,6 +208,9 @@ pub(crate) fn enable_kinds(
     if c.sw.api_activity > 0 {
         enable_api_records(c.sw.api_activity, timed, untimed);
     }
+    if c.sw.nvtx {
+        enable_nvtx(c);
+    }
     CB_NOOP.store(c.sw.cb_noop, Relaxed);
     for &k in &Activity::GPU[..c.sw.gpu_kinds] {
         cupti::enable_activity(k).map_err(|e| e.failed("cuptiActivityEnable"))?;
@@ -222,6 +225,25 @@ pub(crate) fn enable_kinds(
         }
     }
     Ok(())
+}
+
+/// NVTX ranges through CUPTI's marker records, which CUPTI writes itself on the thread that
+/// calls NVTX (no gaptop code runs there) once NVTX_INJECTION64_PATH names libcupti (`gaptop
+/// run` sets it). Their threads are the system's ids, as the callbacks' records carry. A
+/// refusal is only mentioned: kernels and launches are collected as before.
+fn enable_nvtx(c: &Collector) {
+    let ids = cupti::use_system_thread_ids();
+    let on = ids.and_then(|()| cupti::enable_activity(Activity::Marker));
+    match on {
+        Err(e) if c.times.on => say!(
+            "{}; no NVTX ranges",
+            e.failed("cuptiActivityEnable(MARKER)")
+        ),
+        Ok(()) if c.times.on && std::env::var_os("NVTX_INJECTION64_PATH").is_none() => {
+            say!("NVTX_INJECTION64_PATH is not set: the program's NVTX ranges do not reach CUPTI")
+        }
+        _ => {}
+    }
 }
 
 /// The sender thread, and the thread of the callback diagnostics when they are asked for.

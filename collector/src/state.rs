@@ -3,7 +3,8 @@
 //!
 //! Locks, and what nests in what (no other nesting exists; `defs` is always innermost):
 //! - `stacks` -> `names.defs` (a new stack names its frames), taken in API callbacks;
-//! - `buffers.kernel_names` -> `buffers.dump`, `names.defs`, on CUPTI's completion thread;
+//! - `buffers.kernel_names` -> `buffers.dump`, `buffers.markers` -> `names.defs`, on CUPTI's
+//!   completion thread;
 //! - `out.threads`, each thread's own buffer, `out.queue`, `buffers.pool`, `out.done`: alone;
 //! - `link` and `subscriber`: alone, and never taken by a CUPTI callback or a program thread
 //!   (only by the sender, set-up and the control thread), so CUPTI calls may be made under them.
@@ -50,6 +51,11 @@ pub(crate) const MAX_STACKS: u32 = 1 << 20;
 /// Slots in each thread's cache of recent stacks (a power of two): a transformer layer's
 /// launches come from a few dozen distinct stacks.
 pub(crate) const RECENT_STACKS: usize = 256;
+/// NVTX ranges open at once (started, not yet ended) that the decoder remembers; past it a
+/// range's start is dropped and counted.
+pub(crate) const MAX_OPEN_RANGES: usize = 1 << 16;
+/// Distinct NVTX messages named; past it ranges share one name saying so.
+pub(crate) const MAX_RANGE_NAMES: usize = 1 << 16;
 pub(crate) const SEND_PERIOD: Duration = Duration::from_millis(100);
 pub(crate) const FLUSH_PERIOD: Duration = Duration::from_millis(200);
 
@@ -163,6 +169,31 @@ pub(crate) struct Buffers {
     pub(crate) dump: Mutex<Option<(std::fs::File, usize)>>,
     /// Kernel name ids by CUPTI's name pointer; held while a buffer is decoded.
     pub(crate) kernel_names: Mutex<HashMap<usize, u32>>,
+    /// NVTX ranges whose start has been decoded and whose end not yet, and the NVTX messages
+    /// named; taken under `kernel_names`, for a marker record.
+    pub(crate) markers: Mutex<Markers>,
+}
+
+/// A range whose start marker was decoded: when, on which thread, its name and domain ids.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct OpenRange {
+    pub(crate) start: u64,
+    pub(crate) tid: u32,
+    pub(crate) name: u32,
+    pub(crate) domain: u32,
+}
+
+/// What decoding CUPTI's marker records keeps between records (a range's start and end may
+/// come in different buffers).
+#[derive(Default)]
+pub(crate) struct Markers {
+    /// By CUPTI's marker id.
+    pub(crate) open: HashMap<u32, OpenRange>,
+    /// Name ids by message (and domain name) bytes: CUPTI's pointers are not shared the way
+    /// kernel names are.
+    pub(crate) names: HashMap<Box<[u8]>, u32>,
+    /// The name of ranges past MAX_RANGE_NAMES (0 until needed).
+    pub(crate) overflow: u32,
 }
 
 /// What waits for the sender thread, and how it is woken and waited for.
@@ -292,6 +323,7 @@ impl Collector {
                 last_completed_ms: AtomicU64::new(0),
                 dump: Mutex::new(p.dump),
                 kernel_names: Mutex::new(HashMap::new()),
+                markers: Mutex::new(Markers::default()),
             },
             out: Outbox::default(),
             active: AtomicBool::new(p.session.is_none()),

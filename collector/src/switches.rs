@@ -54,6 +54,9 @@ pub(crate) struct Switches {
     pub sync_activity: bool,
     /// Hardware kernel timestamps where CUPTI offers them (GAPTOP_HWTRACE=1).
     pub hwtrace: bool,
+    /// NVTX ranges, from CUPTI's marker records (GAPTOP_NVTX=0 turns them off; `gaptop run`
+    /// then does not point NVTX_INJECTION64_PATH at libcupti either).
+    pub nvtx: bool,
     /// Forced flush period when buffers do not fill on their own (GAPTOP_FLUSH_MS; 0: never).
     pub flush: Option<Duration>,
     /// Raw CUPTI buffers written here, up to a byte budget (GAPTOP_DUMP, GAPTOP_DUMP_BYTES).
@@ -177,6 +180,7 @@ impl Switches {
             },
             sync_activity: on(&get, "GAPTOP_ACTIVITY") && one(&get, "GAPTOP_SYNC_ACTIVITY"),
             hwtrace: one(&get, "GAPTOP_HWTRACE"),
+            nvtx: on(&get, "GAPTOP_NVTX"),
             flush: match number::<u64>(&get, "GAPTOP_FLUSH_MS") {
                 Some(0) => None,
                 Some(ms) => Some(Duration::from_millis(ms)),
@@ -234,7 +238,7 @@ mod tests {
             (0, None, false)
         );
         assert_eq!((s.cb_delay, s.duty), (None, None));
-        assert!(s.zeroed && !s.sync_activity && !s.hwtrace);
+        assert!(s.zeroed && !s.sync_activity && !s.hwtrace && s.nvtx);
         assert_eq!(s.gpu_kinds, 3);
         assert_eq!(s.flush, Some(FLUSH_PERIOD));
         assert_eq!(s.dump, None);
@@ -298,6 +302,7 @@ mod tests {
             ("GAPTOP_MEM_ACTIVITY", "0"),
             ("GAPTOP_SYNC_ACTIVITY", "1"),
             ("GAPTOP_HWTRACE", "1"),
+            ("GAPTOP_NVTX", "0"),
             ("GAPTOP_FLUSH_MS", "0"),
             ("GAPTOP_DUMP", "/tmp/x.buf"),
             ("GAPTOP_DUMP_BYTES", "4096"),
@@ -309,7 +314,7 @@ mod tests {
             s.cb_only,
             Some(vec!["cudaGetLastError".to_string(), "cuLaunch".to_string()])
         );
-        assert!(s.cb_noop && !s.zeroed && s.sync_activity && s.hwtrace);
+        assert!(s.cb_noop && !s.zeroed && s.sync_activity && s.hwtrace && !s.nvtx);
         assert_eq!(s.cb_delay, Some(Duration::from_millis(1500)));
         assert_eq!(
             s.duty,

@@ -555,3 +555,151 @@ fn replayed_buffers_over_a_full_queue_are_counted_not_lost() {
     let (ops, _) = received(std::iter::from_fn(|| dec.next_frame().unwrap()));
     assert_eq!(ops.len(), queued);
 }
+
+/// NVTX marker records: a range's start is kept until its end, which gives the whole range
+/// (its thread and names from the start); a message is named once; marks, ends without a
+/// start and records without a time give nothing; past MAX_OPEN_RANGES starts are dropped and
+/// counted; a marker's strings are fixed up in dumps.
+#[test]
+fn marker_records_pair_into_ranges() {
+    use crate::records::string_fields;
+    use crate::state::{OpenRange, MAX_OPEN_RANGES};
+    type M = cu::CUpti_ActivityMarker2;
+    let c = Collector::new(Parts::offline(500));
+    let mut names = HashMap::new();
+    let step = std::ffi::CString::new("step 3").unwrap();
+    let dom = std::ffi::CString::new("megatron").unwrap();
+    let marker = |flags: u32, ts: u64, id: u32, name: *const i8, domain: *const i8| {
+        let mut raw = vec![0u8; std::mem::size_of::<M>()];
+        let put =
+            |raw: &mut Vec<u8>, off: usize, b: &[u8]| raw[off..off + b.len()].copy_from_slice(b);
+        put(&mut raw, 0, &12u32.to_le_bytes());
+        put(
+            &mut raw,
+            std::mem::offset_of!(M, flags),
+            &flags.to_le_bytes(),
+        );
+        put(
+            &mut raw,
+            std::mem::offset_of!(M, timestamp),
+            &ts.to_le_bytes(),
+        );
+        put(&mut raw, std::mem::offset_of!(M, id), &id.to_le_bytes());
+        put(
+            &mut raw,
+            std::mem::offset_of!(M, objectKind),
+            &2u32.to_le_bytes(),
+        );
+        let obj = std::mem::offset_of!(M, objectId);
+        put(&mut raw, obj, &77u32.to_le_bytes());
+        put(&mut raw, obj + 4, &4242u32.to_le_bytes());
+        put(
+            &mut raw,
+            std::mem::offset_of!(M, name),
+            &(name as usize).to_le_bytes(),
+        );
+        put(
+            &mut raw,
+            std::mem::offset_of!(M, domain),
+            &(domain as usize).to_le_bytes(),
+        );
+        raw
+    };
+    let null = std::ptr::null();
+    let decode = |raw: &[u8], names: &mut HashMap<usize, u32>| {
+        // SAFETY: `raw` is a whole marker record's bytes, its strings null or live CStrings.
+        unsafe { decode_record(&c, names, raw.as_ptr()) }
+    };
+    assert_eq!(
+        decode(
+            &marker(2, 1_000, 9, step.as_ptr(), dom.as_ptr()),
+            &mut names
+        ),
+        None
+    );
+    assert_eq!(
+        decode(&marker(2, 1_500, 10, step.as_ptr(), null), &mut names),
+        None
+    );
+    assert_eq!(
+        decode(&marker(1, 1_600, 11, step.as_ptr(), null), &mut names),
+        None,
+        "a mark"
+    );
+    assert_eq!(
+        decode(&marker(4, 1_700, 12, null, null), &mut names),
+        None,
+        "no start"
+    );
+    assert_eq!(
+        decode(&marker(4, 0, 10, null, null), &mut names),
+        None,
+        "no time"
+    );
+    let Some(Decoded::Range(r)) = decode(&marker(4, 2_000, 9, null, null), &mut names) else {
+        panic!("an end gives its range");
+    };
+    assert_eq!(
+        (r.start, r.end, r.tid, r.name, r.domain),
+        (1_000, 2_000, 4242, 500, 501)
+    );
+    let Some(Decoded::Range(r)) = decode(&marker(4, 3_000, 10, null, null), &mut names) else {
+        panic!("the second range ends");
+    };
+    assert_eq!((r.name, r.domain), (500, 0), "one name for one message");
+    let defs = c.names.defs.lock().unwrap().clone();
+    let mut d = decoder_after_hello(&defs);
+    d.next_frame().unwrap();
+    let mut named = Vec::new();
+    while let Some(f) = d.next_frame().unwrap() {
+        named.push(f);
+    }
+    assert_eq!(
+        named,
+        [
+            w::Frame::Name {
+                id: 500,
+                text: "step 3".into()
+            },
+            w::Frame::Name {
+                id: 501,
+                text: "megatron".into()
+            }
+        ]
+    );
+    // A full table of open ranges: a new start is dropped and counted.
+    {
+        let mut m = c.buffers.markers.lock().unwrap();
+        for id in 0..MAX_OPEN_RANGES as u32 {
+            m.open.insert(
+                100_000 + id,
+                OpenRange {
+                    start: 1,
+                    tid: 1,
+                    name: 500,
+                    domain: 0,
+                },
+            );
+        }
+    }
+    assert_eq!(
+        decode(&marker(2, 5_000, 13, step.as_ptr(), null), &mut names),
+        None
+    );
+    assert_eq!(c.counts.dropped.load(Relaxed), 1);
+    assert_eq!(decode(&marker(4, 6_000, 13, null, null), &mut names), None);
+    // Dumps fix up both of a marker's strings, and skip null ones.
+    let raw = marker(2, 1, 1, step.as_ptr(), dom.as_ptr());
+    // SAFETY: as `decode` above.
+    let fields = unsafe { string_fields(raw.as_ptr()) };
+    assert_eq!(
+        fields,
+        [
+            (std::mem::offset_of!(M, name), "step 3".to_string()),
+            (std::mem::offset_of!(M, domain), "megatron".to_string())
+        ]
+    );
+    let raw = marker(4, 1, 1, null, null);
+    // SAFETY: as above.
+    assert!(unsafe { string_fields(raw.as_ptr()) }.is_empty());
+}

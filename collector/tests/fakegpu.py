@@ -40,10 +40,23 @@ def attention():
     global result
     result += fake.fake_launch(b"attention_kernel", 40000)
 
+# FAKE_NVTX=1: each step is an NVTX range "step" around a range "rope" (in a domain of its
+# own) and the attention launch, with a mark after the synchronization.
+nvtx = os.environ.get("FAKE_NVTX") == "1"
+fake.fake_nvtx_push.restype = ctypes.c_uint32
+
 def step():
+    if nvtx:
+        fake.fake_nvtx_push(b"step", None)
+        fake.fake_nvtx_push(b"rope", b"fakegpu")
     rope()
+    if nvtx:
+        fake.fake_nvtx_pop()
     attention()
     fake.fake_synchronize()
+    if nvtx:
+        fake.fake_nvtx_mark(b"synchronized")
+        fake.fake_nvtx_pop()
 
 def worker():
     for _ in range(50):

@@ -456,3 +456,77 @@ fn cupti_attributes_are_set_or_refused_out_loud() {
     assert_eq!(j["kernels_with_stack"], 20 * 9 + 50, "{log}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A program's NVTX ranges (pushed and popped through the fake's NVTX, which reaches CUPTI
+/// because `gaptop record` points NVTX_INJECTION64_PATH at libcupti): each launch's stack starts
+/// with the ranges around it (`step`, then `rope` for the rope kernels), the worker thread's
+/// launches have none, and the `step` ranges are the capture's steps, found without a name and
+/// by it. With GAPTOP_NVTX=0 there are none.
+#[test]
+fn nvtx_ranges_are_frames_of_their_launches_and_the_steps() {
+    let target = build();
+    let dir = fake_cuda(&target, "nvtx");
+    let (log, j) = run(&target, &dir, &[("FAKE_NVTX", "1")]);
+    let j = j.unwrap();
+    assert!(log.contains(", 40 NVTX ranges from 1 process"), "{log}");
+    assert_eq!(j["kernels_with_stack"], 230, "{log}");
+    assert_eq!(j["steps"]["source"], "range", "{}", j["steps"]);
+    assert_eq!(j["steps"]["name"], "step");
+    assert_eq!(j["steps"]["count"], 20);
+    let stacks: Vec<Vec<String>> = j["top_stacks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            s["frames"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| {
+                    let f = f.as_str().unwrap();
+                    // Python frames by function: `.../fakegpu.py(31): rope` reads `rope()`.
+                    match f.rsplit_once("): ") {
+                        Some((_, func)) => format!("{func}()"),
+                        None => f.to_string(),
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    for want in [
+        &["step", "rope", "<module>()", "step()", "rope()"][..],
+        &["step", "<module>()", "step()", "attention()"],
+        &[
+            "Thread._bootstrap()",
+            "Thread._bootstrap_inner()",
+            "Thread.run()",
+            "worker()",
+        ],
+    ] {
+        assert!(
+            stacks
+                .iter()
+                .any(|s| s.len() >= want.len() && s.iter().zip(want).all(|(a, b)| a == b)),
+            "{want:?} not in {stacks:?}"
+        );
+    }
+    let rec = dir.join("fake.rec");
+    let out = Command::new(target.join("gaptop"))
+        .args(["report", "--format", "json", "--step", "step"])
+        .arg(&rec)
+        .output()
+        .unwrap();
+    let by_name: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(by_name["steps"]["count"], 20, "{}", by_name["steps"]);
+
+    let (log, j) = run(&target, &dir, &[("FAKE_NVTX", "1"), ("GAPTOP_NVTX", "0")]);
+    let j = j.unwrap();
+    assert!(!log.contains("NVTX ranges"), "{log}");
+    assert_ne!(j["steps"]["source"], "range", "{}", j["steps"]);
+    assert!(
+        !j["top_stacks"].to_string().contains("\"step\""),
+        "{}",
+        j["top_stacks"]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

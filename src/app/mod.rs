@@ -15,6 +15,7 @@
 
 pub mod gaps;
 pub mod keymap;
+pub mod lane;
 pub mod layout;
 pub mod term;
 pub mod tree;

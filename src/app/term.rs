@@ -504,6 +504,17 @@ fn demo_lap(
                         })
                         .collect(),
                 },
+                Frame::Ranges(ranges) => Frame::Ranges(
+                    ranges
+                        .iter()
+                        .filter(|r| r.start >= from)
+                        .map(|r| gaptop_wire::Range {
+                            start: r.start + dt,
+                            end: r.end + dt,
+                            ..*r
+                        })
+                        .collect(),
+                ),
                 Frame::Stats(s) => Frame::Stats(*s),
                 Frame::Bye { .. } => return None,
                 other if lap == 0 => other.clone(),

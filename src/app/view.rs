@@ -125,6 +125,8 @@ pub struct LaneRow {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct TimelineVm {
     pub title: String,
+    /// The NVTX ranges lane, first, when the capture has ranges (`app::lane`).
+    pub ranges: Option<super::lane::RangeRow>,
     pub rows: Vec<LaneRow>,
     /// Under the rows when not every lane fits.
     pub more: Option<String>,
@@ -507,9 +509,10 @@ impl App {
             return ViewModel::default();
         }
         let steps = self.diagnosis.as_ref().and_then(|d| d.steps.as_ref());
+        let ranges_lane = self.store.procs.iter().any(|p| p.has_ranges()) as u16;
         let screen = layout::screen(
             area,
-            self.store.lanes.len() as u16,
+            self.store.lanes.len() as u16 + ranges_lane,
             self.focus == Focus::Tree,
             self.is_live() && self.program,
             steps.is_some(),
@@ -627,7 +630,22 @@ impl App {
         let w = (hi - lo).max(1) as f64;
         let t_at = |c: u16| lo + (w * c as f64 / cols as f64) as i64;
         let order = self.store.lane_order();
-        let lane_rows = (inner.height - 1) as usize;
+        let mut lane_rows = (inner.height - 1) as usize;
+        // The ranges lane takes the first row when a GPU lane is left beside it.
+        if lane_rows >= 2 {
+            let selected = self.current.as_ref().map(|g| {
+                let lane = &self.store.lanes[g.lane];
+                let p = &self.store.procs[lane.key.proc as usize];
+                let tid = lane
+                    .ops
+                    .get(g.next)
+                    .and_then(|o| p.api_by_corr(o.corr))
+                    .map(|a| a.tid);
+                (lane.key.proc, tid)
+            });
+            vm.ranges = super::lane::ranges_row(&self.store, selected, self.lo, self.hi, cols);
+            lane_rows -= vm.ranges.is_some() as usize;
+        }
         // When not every lane fits, the last row says so, unless that would leave none.
         let shown = if order.len() > lane_rows && lane_rows >= 2 {
             lane_rows - 1

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use gaptop_wire::{Frame, OP_MEMCPY, OP_MEMSET};
 
 use super::kineto::is_comm_kernel;
+use super::ranges::Range;
 use super::store::{
     ApiCall, ApiKind, CpuSample, GpuOp, LaneKey, NameId, OpKind, StackId, Store, FLAG_COMM,
     MAX_OP_NS, MAX_TS,
@@ -212,10 +213,12 @@ impl Ingest {
                     if kind == ApiKind::Other && name != 0 {
                         kind = ApiKind::classify(store.names.get(name));
                     }
+                    let start = a.start.min(i64::MAX as u64) as i64;
+                    let stack = store.with_range_frames(proc, a.tid, start, stack);
                     store.add_api(
                         proc,
                         ApiCall {
-                            start: a.start.min(i64::MAX as u64) as i64,
+                            start,
                             end: a.end.min(i64::MAX as u64) as i64,
                             corr: a.corr,
                             tid: a.tid,
@@ -239,9 +242,32 @@ impl Ingest {
                 store.procs[proc as usize].ended = true;
                 store.generation += 1;
             }
+            Frame::Ranges(ranges) => Self::ranges(c, store, proc, ranges),
             Frame::Sampler { .. } | Frame::Samples { .. } => {
                 store.skip("sampler frame on a collector's stream");
             }
+        }
+    }
+
+    /// Adds a collector's NVTX ranges to its process, thread by thread: they become frames of
+    /// the calls they enclose (`Store::add_ranges`).
+    fn ranges(c: &Conn, store: &mut Store, proc: u32, ranges: Vec<gaptop_wire::Range>) {
+        let mut by_tid: Vec<(u32, Vec<Range>)> = Vec::new();
+        for r in ranges {
+            if r.start > MAX_TS || r.end < r.start || r.end > MAX_TS {
+                store.skip("NVTX range with implausible timestamps");
+                continue;
+            }
+            let name = c.names.get(&r.name).copied().unwrap_or(0);
+            let domain = c.names.get(&r.domain).copied().unwrap_or(0);
+            let x = Range::new(r.start as i64, r.end as i64, name, domain);
+            match by_tid.iter_mut().find(|(t, _)| *t == r.tid) {
+                Some((_, v)) => v.push(x),
+                None => by_tid.push((r.tid, vec![x])),
+            }
+        }
+        for (tid, v) in by_tid {
+            store.add_ranges(proc, tid, v);
         }
     }
 

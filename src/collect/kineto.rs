@@ -5,7 +5,8 @@
 //! gives each API call its call stack. Traces of Kineto before mid-2021 spell the categories
 //! `Kernel`, `Memcpy`, `Memset`, `Runtime` and `Operator`, name a GPU op's thread `stream N`
 //! and give an operator's Python stack as its `Call stack` argument; they read alike.
-//! Everything else is counted as skipped.
+//! User annotations are also ranges (`collect::ranges`), and `gpu_user_annotation`s GPU-side
+//! ones. Everything else is counted as skipped.
 //!
 //! One builder may read several traces (the ranks of a run): each file's calls and ops make a
 //! process of their own, with the rank of the trace's `distributedInfo` header, and its times
@@ -18,6 +19,7 @@ use std::io::{BufReader, Read};
 use std::path::Path;
 
 use super::jsonscan::Scanner;
+use super::ranges::Range;
 use super::store::{
     ApiCall, ApiKind, GpuOp, LaneKey, NameId, Ns, OpKind, Span, StackId, Store, FLAG_COMM,
 };
@@ -226,6 +228,8 @@ pub struct Builder {
     file_first: u32,
     /// Python stacks already interned, by their `Call stack` text.
     call_stacks: HashMap<Vec<u8>, StackId>,
+    /// `gpu_user_annotation` ranges by (process, device, stream).
+    gpu_annotations: HashMap<(u32, u32, u32), Vec<Range>>,
 }
 
 impl Builder {
@@ -241,6 +245,7 @@ impl Builder {
             file_proc: 0,
             file_first: 0,
             call_stacks: HashMap::new(),
+            gpu_annotations: HashMap::new(),
         }
     }
 
@@ -310,6 +315,14 @@ impl Builder {
                 }
             }
         }
+        for ((p, _, _), ranges) in self.gpu_annotations.iter_mut() {
+            if procs.contains(p) {
+                for r in ranges.iter_mut() {
+                    r.start = r.start.saturating_add(by);
+                    r.end = r.end.saturating_add(by);
+                }
+            }
+        }
     }
 
     /// Handles one event object. Errors are for events that claim to be GPU ops, API calls or
@@ -360,11 +373,11 @@ impl Builder {
             "cpu_op" | "Operator" => Some(2),
             _ => None,
         };
+        if cat == "gpu_user_annotation" {
+            return self.gpu_annotation(&ev);
+        }
         if kind.is_none() && !is_api && span_rank.is_none() {
-            if !matches!(
-                cat,
-                "ac2g" | "Trace" | "overhead" | "gpu_user_annotation" | "gaptop_gap"
-            ) {
+            if !matches!(cat, "ac2g" | "Trace" | "overhead" | "gaptop_gap") {
                 self.store.skip(&format!("category {cat:?}"));
             }
             return Ok(());
@@ -525,6 +538,34 @@ impl Builder {
         Ok(stack)
     }
 
+    /// A `gpu_user_annotation`: a user annotation's extent on the GPU stream that ran its
+    /// kernels (`pid` the device, `tid` the stream), kept as a GPU-side range.
+    fn gpu_annotation(&mut self, ev: &RawEvent) -> Result<(), String> {
+        let name = match ev.name {
+            Some(v) => string_of(v)?,
+            None => Cow::Borrowed(""),
+        };
+        let num = |v: Option<&[u8]>, what: &str| -> Result<Ns, String> {
+            let t =
+                text(v).ok_or_else(|| format!("gpu_user_annotation {name:?}: missing {what}"))?;
+            us_to_ns(t).ok_or_else(|| format!("gpu_user_annotation {name:?}: bad {what} {t}"))
+        };
+        let (ts, dur) = (num(ev.ts, "ts")?, num(ev.dur, "dur")?);
+        if dur < 0 {
+            return Err(format!(
+                "gpu_user_annotation {name:?}: negative duration {dur} ns"
+            ));
+        }
+        let clamp = |v: Option<i64>| v.unwrap_or(0).clamp(0, u32::MAX as i64) as u32;
+        let lane = (clamp(int_of(ev.pid)), clamp(int_of(ev.tid)));
+        let nm = self.store.names.intern(&name);
+        self.gpu_annotations
+            .entry((self.file_proc, lane.0, lane.1))
+            .or_default()
+            .push(Range::new(ts, ts + dur, nm, 0));
+        Ok(())
+    }
+
     /// The process of `pid` in the current file: the file's first one until it has a pid,
     /// then one per pid.
     fn proc_of(&mut self, pid: u32) -> u32 {
@@ -600,6 +641,9 @@ impl Builder {
     /// Builds span nesting and stacks, attaches a stack to every API call, sorts lanes.
     pub fn finish(mut self) -> Store {
         let st = &mut self.store;
+        for ((proc, device, stream), v) in self.gpu_annotations.drain() {
+            st.procs[proc as usize].set_gpu_ranges(device, stream, v);
+        }
         for ((proc, tid), mut raw) in self.spans.drain() {
             raw.sort_by(|a, b| {
                 a.start
@@ -607,6 +651,7 @@ impl Builder {
                     .then(b.end.cmp(&a.end))
                     .then(a.rank.cmp(&b.rank))
             });
+            st.procs[proc as usize].set_ranges(tid, user_annotations(&raw));
             let mut out: Vec<Span> = Vec::with_capacity(raw.len());
             let mut open: Vec<u32> = Vec::new();
             for r in raw {
@@ -643,6 +688,14 @@ impl Builder {
         st.finish_bulk();
         self.store
     }
+}
+
+/// A thread's `user_annotation` spans (torch.profiler's `record_function`, NVTX-like), as ranges.
+fn user_annotations(raw: &[RawSpan]) -> Vec<Range> {
+    raw.iter()
+        .filter(|r| r.rank == 1)
+        .map(|r| Range::new(r.start, r.end, r.name, 0))
+        .collect()
 }
 
 /// NCCL and other collective kernels are communication, not compute.

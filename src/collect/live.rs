@@ -193,22 +193,13 @@ pub fn cupti_candidates() -> Vec<PathBuf> {
             v.push(h.join("lib64"));
         }
     }
-    if let Ok(entries) = std::fs::read_dir("/usr/local") {
-        let mut cudas: Vec<PathBuf> = entries
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| {
-                p.file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with("cuda"))
-            })
-            .collect();
-        cudas.sort();
-        cudas.reverse();
-        for c in cudas {
-            v.push(c.join("extras/CUPTI/lib64"));
-            v.push(c.join("targets/x86_64-linux/lib"));
-            v.push(c.join("lib64"));
-        }
+    for c in entries_named(Path::new("/usr/local"), "cuda")
+        .into_iter()
+        .rev()
+    {
+        v.push(c.join("extras/CUPTI/lib64"));
+        v.push(c.join("targets/x86_64-linux/lib"));
+        v.push(c.join("lib64"));
     }
     // The nvidia-cuda-cupti Python package (pip wheels of PyTorch bring it).
     if let Ok(out) = Command::new("python3")
@@ -236,13 +227,8 @@ pub fn cupti_candidates() -> Vec<PathBuf> {
 pub fn find_cupti() -> anyhow::Result<PathBuf> {
     let cands = cupti_candidates();
     for d in &cands {
-        if let Ok(rd) = std::fs::read_dir(d) {
-            for e in rd.flatten() {
-                let n = e.file_name();
-                if n.to_string_lossy().starts_with("libcupti.so") {
-                    return Ok(d.clone());
-                }
-            }
+        if !entries_named(d, "libcupti.so").is_empty() {
+            return Ok(d.clone());
         }
     }
     let shown: Vec<String> = cands.iter().map(|p| p.display().to_string()).collect();
@@ -250,6 +236,36 @@ pub fn find_cupti() -> anyhow::Result<PathBuf> {
         "libcupti was not found; looked in {} (set CUDA_HOME or LD_LIBRARY_PATH)",
         shown.join(", ")
     )
+}
+
+/// What NVTX_INJECTION64_PATH should be for the program: libcupti in `dir` (the folder put
+/// first on its LD_LIBRARY_PATH, so the library CUDA's CUPTI is), as CUPTI documents for its
+/// NVTX records; `libcupti.so` itself where it exists. None when GAPTOP_NVTX=0, or when the
+/// environment names an NVTX injection already (another tool's: it is left alone).
+pub fn nvtx_injection(dir: &Path) -> Option<PathBuf> {
+    if std::env::var("GAPTOP_NVTX").is_ok_and(|v| v == "0")
+        || std::env::var_os("NVTX_INJECTION64_PATH").is_some()
+    {
+        return None;
+    }
+    let plain = dir.join("libcupti.so");
+    if plain.is_file() {
+        return Some(plain);
+    }
+    entries_named(dir, "libcupti.so.").into_iter().next()
+}
+
+/// The entries of `dir` whose names start with `prefix`, sorted (none where it cannot be read).
+fn entries_named(dir: &Path, prefix: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
+        .map(|e| e.path())
+        .collect();
+    v.sort();
+    v
 }
 
 pub struct Launch {
@@ -375,6 +391,9 @@ pub fn launch(cmd: &[String], capture: Option<&Path>, opts: &Options) -> anyhow:
         .env("GAPTOP_SOCKET", &dir.socket)
         .env("LD_LIBRARY_PATH", ld)
         .stdin(Stdio::null());
+    if let Some(lib) = nvtx_injection(&cupti) {
+        c.env("NVTX_INJECTION64_PATH", lib);
+    }
     if opts.native {
         c.env("GAPTOP_NATIVE", "1");
     }

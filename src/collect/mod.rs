@@ -12,6 +12,7 @@ pub mod kineto;
 pub mod live;
 pub mod nsys;
 pub mod oncpu;
+pub mod ranges;
 pub mod recording;
 pub mod steps;
 pub mod store;

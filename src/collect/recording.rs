@@ -2,7 +2,8 @@
 //! connection they came on.
 //!
 //! ```text
-//! file := "GAPTOPR2" (conn:u32 frame)*      (GAPTOPR1, without CPU samples, is read too)
+//! file := "GAPTOPR3" (conn:u32 frame)*      (GAPTOPR2, without NVTX ranges, and GAPTOPR1,
+//!                                            without CPU samples either, are read too)
 //! ```
 //! A recording cut short at any byte still opens: everything before the cut is kept and the
 //! loss is reported.

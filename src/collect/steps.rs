@@ -4,15 +4,20 @@
 //!
 //! Where the steps come from, in [`find`]'s order:
 //!
-//! - `by = Some(NAME)`: CPU spans named NAME (a `user_annotation`, `cpu_op` or `python_function`
-//!   span, exactly; a NAME ending in `#`, or `ProfilerStep`, is a prefix, so `ProfilerStep#`
-//!   takes every `ProfilerStep#N`); else the calls of the Python function NAME (see
+//! - `by = Some(NAME)`: CPU spans or NVTX ranges named NAME (a `user_annotation`, `cpu_op` or
+//!   `python_function` span, an NVTX range, exactly; a NAME ending in `#`, or `ProfilerStep`, is a
+//!   prefix, so `ProfilerStep#` takes every `ProfilerStep#N`, and a family, so `step #` takes
+//!   `step 1`, `step 2`, … (see [`family`])); else the calls of the Python function NAME (see
 //!   [`frame_matches`]); else the GPU op NAME, each occurrence starting a step.
-//! - `by = None`: torch.profiler's `ProfilerStep#N` spans when the capture has them, else the
-//!   period of the repeating op sequence ([`detect_period`]).
+//! - `by = None`: torch.profiler's `ProfilerStep#N` spans when the capture has them; else NVTX
+//!   ranges ([`range_steps`]): the outermost ranges of a step-like family (`step`, `step N`,
+//!   `iteration N`, `decode_step`, … see [`is_step_name`]) are the steps, exactly; failing that,
+//!   the outermost family that repeats most (the earliest of a tie: an iteration's first range)
+//!   delimits them, each occurrence starting a step; else the period of the repeating op
+//!   sequence ([`detect_period`]).
 //!
-//! NVTX ranges (or any list of named ranges a later source brings) go through
-//! [`from_ranges`], as CPU spans do: the ranges are the steps, exactly.
+//! Ranges by name go through [`from_ranges`], as CPU spans do: the ranges are the steps,
+//! exactly.
 //!
 //! Times: a range's step is the range itself. Steps found on the GPU timeline (automatic, an op,
 //! a function's calls) start at an op's start and end where the next step starts; the last one
@@ -30,7 +35,8 @@ use rustc_hash::FxHashMap as HashMap;
 use serde::Serialize;
 
 use super::analysis::device_idle;
-use super::store::{NameId, Ns, StackId, Store};
+use super::ranges::{family, is_step_name, Range as NvtxRange};
+use super::store::{NameId, Ns, Process, StackId, Store};
 use crate::frames::short_kernel;
 
 /// Where a capture's steps came from.
@@ -105,6 +111,9 @@ pub struct StepsJson {
     /// Steps in the steady state (the per-step figures of advice are over these).
     pub steady: usize,
     pub source: &'static str,
+    /// The span, range family, function or op the steps were found by.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     pub median_ns: Ns,
     pub p90_ns: Ns,
     pub busy_median_ns: Ns,
@@ -169,6 +178,7 @@ impl Steps {
             count: self.steps.len(),
             steady: self.steady().len(),
             source: self.source.as_str(),
+            name: self.source.name().map(str::to_string),
             median_ns: self.median_ns(),
             p90_ns: self.p90_ns(),
             busy_median_ns: self.busy_median_ns(),
@@ -195,11 +205,7 @@ pub fn find(store: &Store, lo: Ns, hi: Ns, by: Option<&str>) -> Option<Steps> {
                 name
             };
             let ranges = span_ranges(store, lo, hi, |s| {
-                if prefix {
-                    s.starts_with(want)
-                } else {
-                    s == want
-                }
+                s == want || (prefix && (s.starts_with(want) || family(s) == want))
             });
             if !ranges.is_empty() {
                 let src = if want == "ProfilerStep#" {
@@ -219,6 +225,9 @@ pub fn find(store: &Store, lo: Ns, hi: Ns, by: Option<&str>) -> Option<Steps> {
             let ranges = span_ranges(store, lo, hi, |s| s.starts_with("ProfilerStep#"));
             if !ranges.is_empty() {
                 return from_ranges(store, StepSource::ProfilerStep, &ranges, lo, hi);
+            }
+            if let Some((name, r)) = range_steps(store, lo, hi) {
+                return from_ranges(store, StepSource::Spans(name), &r, lo, hi);
             }
             let seq = DeviceSeq::busiest(store, lo, hi)?;
             let stacks: Vec<StackId> = if store.stacks.len() > 1 {
@@ -359,8 +368,102 @@ fn span_ranges(store: &Store, lo: Ns, hi: Ns, test: impl Fn(&str) -> bool) -> Ve
                 best = found;
             }
         }
+        let mut tids: Vec<u32> = p.ranges.keys().copied().collect();
+        tids.sort_unstable();
+        for tid in tids {
+            // A matching range inside a matching one is part of it.
+            let mut outer_end = Ns::MIN;
+            let mut found = Vec::new();
+            for r in p.ranges_of(tid) {
+                if r.start < outer_end || !names.test(r.name) {
+                    continue;
+                }
+                outer_end = r.end;
+                if r.start < hi && r.end > lo {
+                    found.push((r.start, r.end));
+                }
+            }
+            if found.len() > best.len() {
+                best = found;
+            }
+        }
     }
     best
+}
+
+/// Steps from NVTX ranges (or user annotations) without a name to go by: on the thread with the
+/// most outermost ranges overlapping `[lo, hi)`, the ranges grouped by [`family`], those of two
+/// or more. A step-like family (the most frequent) gives its ranges as the steps; else the most
+/// frequent family (the earliest of a tie) delimits them: a step from each occurrence's start to
+/// the next one's, the last one as long as the others' median (or its range). A numbered family
+/// whose numbers repeat (`layer 0` … `layer 23`, again each iteration) counts something inside
+/// an iteration and is passed over. Returns the family's name and the steps' extents.
+pub fn range_steps(store: &Store, lo: Ns, hi: Ns) -> Option<(String, Vec<(Ns, Ns)>)> {
+    let mut outer: Vec<&NvtxRange> = Vec::new();
+    for p in &store.procs {
+        let mut tids: Vec<u32> = p.ranges.keys().copied().collect();
+        tids.sort_unstable();
+        for tid in tids {
+            let v: Vec<&NvtxRange> = Process::overlapping(p.ranges_of(tid), lo, hi)
+                .map(|(_, r)| r)
+                .filter(|r| r.depth == 0)
+                .collect();
+            if v.len() > outer.len() {
+                outer = v;
+            }
+        }
+    }
+    // Families in the order of their first range, with their ranges and numbers.
+    struct Family {
+        name: String,
+        ranges: Vec<(Ns, Ns)>,
+        numbers: Vec<u64>,
+    }
+    let mut fams: Vec<Family> = Vec::new();
+    for r in outer {
+        let name = store.names.get(r.name);
+        let fam = family(name);
+        let digits = name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+        let i = match fams.iter().position(|f| f.name == fam) {
+            Some(i) => i,
+            None => {
+                fams.push(Family {
+                    name: fam.into_owned(),
+                    ranges: Vec::new(),
+                    numbers: Vec::new(),
+                });
+                fams.len() - 1
+            }
+        };
+        fams[i].ranges.push((r.start, r.end));
+        fams[i].numbers.extend(name[digits..].parse::<u64>().ok());
+    }
+    fams.retain(|f| {
+        let mut n = f.numbers.clone();
+        n.sort_unstable();
+        n.dedup();
+        f.ranges.len() >= 2 && n.len() == f.numbers.len()
+    });
+    let most = |pick: &dyn Fn(&str) -> bool| {
+        let mut best: Option<&Family> = None;
+        for f in fams.iter().filter(|f| pick(&f.name)) {
+            if best.is_none_or(|b| f.ranges.len() > b.ranges.len()) {
+                best = Some(f);
+            }
+        }
+        best
+    };
+    if let Some(f) = most(&|f| is_step_name(f)) {
+        return Some((f.name.clone(), f.ranges.clone()));
+    }
+    let Family {
+        name, ranges: r, ..
+    } = most(&|_| true)?;
+    let mut steps: Vec<(Ns, Ns)> = r.windows(2).map(|w| (w[0].0, w[1].0)).collect();
+    let typical = quantile(steps.iter().map(|(s, e)| e - s).collect(), 0.5);
+    let (s, e) = r[r.len() - 1];
+    steps.push((s, e.max(s.saturating_add(typical)).min(hi)));
+    Some((name.clone(), steps))
 }
 
 /// Splits a Python frame `path/file.py(12): Class.method` into its path and its function.

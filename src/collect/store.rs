@@ -332,6 +332,13 @@ pub struct Process {
     pub sample_period_ns: Ns,
     /// The process is known from CPU samples only (no collector has said hello for it yet).
     pub from_samples: bool,
+    /// NVTX ranges (and traces' user annotations) per thread, sorted by start
+    /// (`collect::ranges`: live sources add them with `Store::add_ranges`, traces with
+    /// `Process::set_ranges`), and GPU-side ones per (device, stream).
+    pub ranges: HashMap<u32, Vec<super::ranges::Range>>,
+    pub gpu_ranges: HashMap<(u32, u32), Vec<super::ranges::Range>>,
+    /// Set once `Store::add_ranges` made ranges frames of this process's call stacks.
+    pub(crate) range_frames: Option<super::ranges::RangeFrames>,
 }
 
 /// One CPU sample of a thread: when, and its native stack (outermost frame first).
@@ -378,6 +385,25 @@ impl Process {
     }
     pub fn apis(&self) -> impl Iterator<Item = &ApiCall> {
         self.apis.iter()
+    }
+
+    /// The call stored `seq`-th, counting those evicted (None once it was).
+    pub(crate) fn call_by_seq(&self, seq: u64) -> Option<&ApiCall> {
+        self.apis.get(seq.checked_sub(self.api_base)? as usize)
+    }
+
+    pub(crate) fn call_by_seq_mut(&mut self, seq: u64) -> Option<&mut ApiCall> {
+        self.apis.get_mut(seq.checked_sub(self.api_base)? as usize)
+    }
+
+    /// An index of the calls stored so far by thread and start, for range frames.
+    pub(crate) fn index_calls(&self) -> super::ranges::RangeFrames {
+        let mut f = super::ranges::RangeFrames::default();
+        for (i, a) in self.apis.iter().enumerate() {
+            let start_of = |s: u64| self.call_by_seq(s).map_or(Ns::MIN, |a| a.start);
+            f.add_call(self.api_base + i as u64, a, start_of);
+        }
+        f
     }
     pub fn api_count(&self) -> usize {
         self.apis.len()
@@ -478,6 +504,8 @@ pub struct Store {
     /// CPU samples kept, and those that left a full thread's buffer.
     pub cpu_samples: u64,
     pub evicted_samples: u64,
+    /// NVTX ranges that left a full thread's list (`ranges::MAX_THREAD_RANGES`).
+    pub evicted_ranges: u64,
     /// Why CPU samples could not be taken, when they could not (said once).
     pub sampling_note: Option<String>,
     /// The frame under which the call tree shows what the CPU did during a launch's gaps.
@@ -523,6 +551,7 @@ impl Store {
             origin: None,
             cpu_samples: 0,
             evicted_samples: 0,
+            evicted_ranges: 0,
             sampling_note: None,
             clocks: None,
             notes: Vec::new(),
@@ -689,6 +718,14 @@ impl Store {
             p.blocking.insert(i, api);
         }
         p.apis.push_back(api);
+        if let Some(f) = &mut p.range_frames {
+            let (apis, base) = (&p.apis, p.api_base);
+            f.add_call(seq, &api, |s| {
+                s.checked_sub(base)
+                    .and_then(|i| apis.get(i as usize))
+                    .map_or(Ns::MIN, |a| a.start)
+            });
+        }
         self.bytes += API_BYTES;
         self.generation += 1;
         self.enforce_budget();
@@ -829,6 +866,8 @@ impl Store {
         for p in &self.procs {
             let i = c.add_process(p.pid, p.rank, &p.label) as usize;
             c.procs[i].spans = p.spans.clone();
+            c.procs[i].ranges = p.ranges.clone();
+            c.procs[i].gpu_ranges = p.gpu_ranges.clone();
             c.procs[i].ended = p.ended;
             c.procs[i].stats = p.stats;
         }

@@ -10,8 +10,9 @@ use crate::app::{Action, App};
 use crate::frames::cut as short;
 
 /// What the panes' marks mean.
-const LEGEND: [&str; 4] = [
+const LEGEND: [&str; 5] = [
     "timeline: bar height = busy share; green kernel, blue copy, magenta NCCL",
+    "nvtx row: the launching thread's NVTX ranges, the deepest wide enough",
     "gaps ─: yellow host_wait, cyan kernel_wait, red sync, magenta event wait",
     "rate: launches and busy % a column; steps: a bar a step, height = its time",
     "gap list «5ms 5ms»: the window cuts the gap there; details give it whole",

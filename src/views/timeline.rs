@@ -7,6 +7,7 @@ use ratatui::widgets::{Block, Borders};
 use ratatui::Frame;
 
 use super::{cause_color, focus_style};
+use crate::app::lane::RangeRow;
 use crate::app::layout::LABEL_W;
 use crate::app::view::{Cell, CellKind, OpTone};
 use crate::app::{App, Focus};
@@ -50,6 +51,38 @@ fn cell_look(c: &Cell) -> (char, Style) {
     (ch, style)
 }
 
+/// The ranges lane: each range a block on its colour (by depth, alternating between
+/// neighbours), its name inside where it fits; the cursor's column reversed.
+fn draw_ranges(
+    buf: &mut ratatui::buffer::Buffer,
+    x: u16,
+    y: u16,
+    x0: u16,
+    cols: u16,
+    row: &RangeRow,
+    cursor: Option<u16>,
+) {
+    buf.set_string(x, y, &row.label, Style::default().fg(Color::White));
+    for s in &row.segs {
+        let bg = match (s.depth, s.odd) {
+            (0, false) => Color::Indexed(24),
+            (0, true) => Color::Indexed(31),
+            (_, false) => Color::Indexed(90),
+            (_, true) => Color::Indexed(97),
+        };
+        let mut text = s.text.chars();
+        for c in s.col..(s.col + s.width).min(cols) {
+            let mut style = Style::default().fg(Color::White).bg(bg);
+            if cursor == Some(c) {
+                style = style.add_modifier(Modifier::REVERSED);
+            }
+            if let Some(bc) = buf.cell_mut((x0 + c, y)) {
+                bc.set_char(text.next().unwrap_or(' ')).set_style(style);
+            }
+        }
+    }
+}
+
 /// Draws the timeline; returns its cells' first column and width (for the mouse).
 pub fn draw(f: &mut Frame, area: Rect, app: &App) -> (u16, u16) {
     let vm = &app.view.timeline;
@@ -65,8 +98,12 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App) -> (u16, u16) {
     let x0 = inner.x + LABEL_W;
     let cols = inner.width - LABEL_W;
     let buf = f.buffer_mut();
+    let first = vm.ranges.is_some() as u16;
+    if let Some(r) = &vm.ranges {
+        draw_ranges(buf, inner.x, inner.y, x0, cols, r, vm.cursor_col);
+    }
     for (row, lane) in vm.rows.iter().enumerate() {
-        let y = inner.y + row as u16;
+        let y = inner.y + first + row as u16;
         buf.set_string(inner.x, y, &lane.label, Style::default().fg(Color::White));
         for (c, cell) in lane.cells.iter().enumerate().take(cols as usize) {
             let (ch, style) = cell_look(cell);
@@ -76,7 +113,7 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App) -> (u16, u16) {
         }
     }
     if let Some(more) = &vm.more {
-        let y = inner.y + vm.rows.len() as u16;
+        let y = inner.y + first + vm.rows.len() as u16;
         buf.set_string(inner.x, y, more, Style::default().fg(Color::DarkGray));
     }
     let y = inner.y + inner.height - 1;

@@ -60,6 +60,11 @@ pub fn report_out(path: &Path, format: &str, extra: &[&str]) -> Vec<u8> {
     out.stdout
 }
 
+/// `gaptop report --format json EXTRA... PATH`, which must succeed.
+pub fn report_json(path: &Path, extra: &[&str]) -> serde_json::Value {
+    serde_json::from_slice(&report_out(path, "json", extra)).unwrap()
+}
+
 /// The UI drawn on a `w`×`h` TestBackend, as text.
 pub fn render(a: &mut gaptop::app::App, w: u16, h: u16) -> String {
     let mut t = ratatui::Terminal::new(ratatui::backend::TestBackend::new(w, h)).unwrap();

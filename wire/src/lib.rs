@@ -9,11 +9,12 @@
 //! frame   := len:u32  tag:u8  payload[len-1]
 //! stream  := Hello frame, then any frames          -- a collector's
 //!          | Sampler frame, then Name, Stack and Samples frames  -- the viewer's CPU sampler
-//! record  := "GAPTOPR2" (conn:u32 frame)*      -- a recording file
+//! record  := "GAPTOPR3" (conn:u32 frame)*      -- a recording file
 //! ```
 //!
 //! Recordings are versioned by their magic: `GAPTOPR1` files (no CPU samples) are read as
-//! they always were; `GAPTOPR2` adds the sampler's streams.
+//! they always were; `GAPTOPR2` adds the sampler's streams; `GAPTOPR3` the collectors' NVTX
+//! ranges (`Ranges` frames), which a viewer that reads only R1 and R2 would stop at.
 #![forbid(unsafe_code)]
 
 pub mod control;
@@ -25,9 +26,9 @@ pub const VERSION: u32 = 1;
 /// Magic that opens the Hello payload.
 pub const MAGIC: &[u8; 8] = b"GAPTOPW1";
 /// Magic that opens a recording file written now.
-pub const RECORDING_MAGIC: &[u8; 8] = b"GAPTOPR2";
+pub const RECORDING_MAGIC: &[u8; 8] = b"GAPTOPR3";
 /// Every recording magic this version reads, oldest first.
-pub const RECORDING_MAGICS: [&[u8; 8]; 2] = [b"GAPTOPR1", b"GAPTOPR2"];
+pub const RECORDING_MAGICS: [&[u8; 8]; 3] = [b"GAPTOPR1", b"GAPTOPR2", b"GAPTOPR3"];
 /// Largest frame accepted; anything longer is a protocol error, not an allocation.
 pub const MAX_FRAME: usize = 8 << 20;
 
@@ -40,11 +41,23 @@ pub const TAG_STATS: u8 = 6;
 pub const TAG_BYE: u8 = 7;
 pub const TAG_SAMPLER: u8 = 8;
 pub const TAG_SAMPLES: u8 = 9;
+pub const TAG_RANGES: u8 = 10;
 /// Bytes of one CPU sample on the wire.
 pub const SAMPLE_SIZE: usize = 16;
 
 pub const OP_SIZE: usize = 36;
 pub const API_SIZE: usize = 40;
+pub const RANGE_SIZE: usize = 28;
+
+/// Bytes of one record in a frame of fixed-size records (`Ops`, `Apis`, `Ranges`), by tag.
+pub fn record_size(tag: u8) -> Option<usize> {
+    match tag {
+        TAG_OPS => Some(OP_SIZE),
+        TAG_APIS => Some(API_SIZE),
+        TAG_RANGES => Some(RANGE_SIZE),
+        _ => None,
+    }
+}
 
 /// GPU operation kinds on the wire.
 pub const OP_KERNEL: u8 = 0;
@@ -184,6 +197,19 @@ pub fn repeats_outer_call(corr: u32, outer_corr: u32) -> bool {
     outer_corr != 0 && outer_corr == corr
 }
 
+/// An NVTX range of one thread (nvtxRangePush/Pop, nvtxRangeStart/End and their domain
+/// variants), as CUPTI's marker records give it: when it opened and closed (ns, CUPTI's clock),
+/// the thread that opened it (the system's thread id, as `Api::tid`), its message and its
+/// domain as name ids (domain 0: NVTX's default domain).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Range {
+    pub start: u64,
+    pub end: u64,
+    pub tid: u32,
+    pub name: u32,
+    pub domain: u32,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct Stats {
     /// Records the collector could not keep (queue full, viewer slow or gone).
@@ -226,6 +252,8 @@ pub enum Frame {
         pid: u32,
         samples: Vec<Sample>,
     },
+    /// NVTX ranges of the collector's process, each sent once it closed.
+    Ranges(Vec<Range>),
 }
 
 /// One CPU sample: the thread, when (ns, CLOCK_REALTIME, as CUPTI's timestamps) and the
@@ -336,6 +364,22 @@ pub fn put_api(out: &mut Vec<u8>, a: &Api) {
     out.extend_from_slice(&[0, 0, 0]);
 }
 
+pub fn put_range(out: &mut Vec<u8>, r: &Range) {
+    out.extend_from_slice(&r.start.to_le_bytes());
+    out.extend_from_slice(&r.end.to_le_bytes());
+    out.extend_from_slice(&r.tid.to_le_bytes());
+    out.extend_from_slice(&r.name.to_le_bytes());
+    out.extend_from_slice(&r.domain.to_le_bytes());
+}
+
+pub fn encode_ranges(out: &mut Vec<u8>, ranges: &[Range]) {
+    let at = begin(out, TAG_RANGES);
+    for r in ranges {
+        put_range(out, r);
+    }
+    finish(out, at);
+}
+
 pub fn encode_ops(out: &mut Vec<u8>, ops: &[Op]) {
     let at = begin(out, TAG_OPS);
     for o in ops {
@@ -396,6 +440,7 @@ pub fn encode(out: &mut Vec<u8>, f: &Frame) {
         Frame::Bye { reason } => encode_bye(out, *reason),
         Frame::Sampler { period_ns } => encode_sampler(out, *period_ns),
         Frame::Samples { pid, samples } => encode_samples(out, *pid, samples),
+        Frame::Ranges(r) => encode_ranges(out, r),
     }
 }
 
@@ -458,6 +503,7 @@ pub fn decode_payload(tag: u8, payload: &[u8]) -> Result<Frame, WireError> {
         TAG_BYE => "bye",
         TAG_SAMPLER => "sampler",
         TAG_SAMPLES => "samples",
+        TAG_RANGES => "ranges",
         t => return Err(WireError::UnknownTag(t)),
     };
     let mut c = Cur { b: payload, what };
@@ -554,6 +600,22 @@ pub fn decode_payload(tag: u8, payload: &[u8]) -> Result<Frame, WireError> {
                 });
             }
             Frame::Samples { pid, samples: v }
+        }
+        TAG_RANGES => {
+            if !payload.len().is_multiple_of(RANGE_SIZE) {
+                return Err(WireError::BadPayload(what));
+            }
+            let mut v = Vec::with_capacity(payload.len() / RANGE_SIZE);
+            while !c.b.is_empty() {
+                v.push(Range {
+                    start: c.u64()?,
+                    end: c.u64()?,
+                    tid: c.u32()?,
+                    name: c.u32()?,
+                    domain: c.u32()?,
+                });
+            }
+            Frame::Ranges(v)
         }
         _ => unreachable!("tag checked above"),
     };
@@ -706,6 +768,22 @@ mod tests {
                 sent: 3,
                 lag_ns: 4,
             }),
+            Frame::Ranges(vec![
+                Range {
+                    start: 2,
+                    end: 30,
+                    tid: 3,
+                    name: 1,
+                    domain: 0,
+                },
+                Range {
+                    start: u64::MAX - 1,
+                    end: u64::MAX,
+                    tid: u32::MAX,
+                    name: 7,
+                    domain: 9,
+                },
+            ]),
             Frame::Bye { reason: 0 },
         ]
     }
@@ -760,6 +838,10 @@ mod tests {
             Err(WireError::BadPayload("ops"))
         );
         assert_eq!(decode_payload(77, &[]), Err(WireError::UnknownTag(77)));
+        assert_eq!(
+            decode_payload(TAG_RANGES, &[0u8; 2 * RANGE_SIZE - 1]),
+            Err(WireError::BadPayload("ranges"))
+        );
         // A stack frame with trailing bytes.
         assert_eq!(
             decode_payload(TAG_STACK, &[0u8; 13]),

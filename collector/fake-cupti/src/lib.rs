@@ -11,6 +11,10 @@
 //! leaves it at `cuptiFinalize`, which ends every subscription, callback, activity kind and
 //! registration; `fake_cupti_attached` and `fake_finalizes` let a test see whether a dormant
 //! collector left CUPTI alone, and whether it finalized at an API exit as CUPTI asks.
+//!
+//! NVTX calls (`fake_nvtx_*`) give marker records, as CUPTI's NVTX support does, only when
+//! marker records are on and NVTX_INJECTION64_PATH names this library; their threads are the
+//! system's ids only once the collector asked for those (CUPTI's default ids are pthread's).
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
@@ -39,6 +43,7 @@ const RT_SYNC: u32 = 165;
 const DRV_LAUNCH: u32 = 307;
 
 type Record = cu::CUpti_ActivityKernel10;
+/// Every record takes one slot this long (a kernel record's, the longest kind made here).
 const RECORD: usize = std::mem::size_of::<Record>();
 
 #[derive(Default)]
@@ -50,6 +55,11 @@ struct State {
     request: cu::CUpti_BuffersCallbackRequestFunc,
     complete: cu::CUpti_BuffersCallbackCompleteFunc,
     kernels_on: bool,
+    markers_on: bool,
+    /// cuptiSetThreadIdType(SYSTEM) was called.
+    system_tids: bool,
+    /// The last NVTX marker id given.
+    marker_id: u32,
     /// The buffer being filled: address, size, bytes used.
     buffer: Option<(usize, usize, usize)>,
     dropped: usize,
@@ -202,21 +212,27 @@ pub unsafe extern "C" fn cuptiActivityRegisterCallbacks(
     R::CUPTI_SUCCESS
 }
 
+fn set_activity(kind: cu::CUpti_ActivityKind, on: bool) {
+    use cu::CUpti_ActivityKind as K;
+    let mut s = lock();
+    match kind {
+        K::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL => s.kernels_on = on,
+        K::CUPTI_ACTIVITY_KIND_MARKER => s.markers_on = on,
+        _ => {}
+    }
+}
+
 #[no_mangle]
 pub extern "C" fn cuptiActivityEnable(kind: cu::CUpti_ActivityKind) -> R {
     touch();
-    if kind == cu::CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL {
-        lock().kernels_on = true;
-    }
+    set_activity(kind, true);
     R::CUPTI_SUCCESS
 }
 
 #[no_mangle]
 pub extern "C" fn cuptiActivityDisable(kind: cu::CUpti_ActivityKind) -> R {
     touch();
-    if kind == cu::CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL {
-        lock().kernels_on = false;
-    }
+    set_activity(kind, false);
     R::CUPTI_SUCCESS
 }
 
@@ -325,8 +341,9 @@ pub extern "C" fn cuptiActivityEnableDriverApi(_: u32, _: u8) -> R {
 }
 
 #[no_mangle]
-pub extern "C" fn cuptiSetThreadIdType(_: cu::CUpti_ActivityThreadIdType) -> R {
+pub extern "C" fn cuptiSetThreadIdType(t: cu::CUpti_ActivityThreadIdType) -> R {
     touch();
+    lock().system_tids = t == cu::CUpti_ActivityThreadIdType::CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM;
     R::CUPTI_SUCCESS
 }
 
@@ -341,6 +358,7 @@ pub extern "C" fn cuptiFinalize() -> R {
         s.callback = None;
         s.enabled.clear();
         s.kernels_on = false;
+        s.markers_on = false;
         s.request = None;
         s.complete = None;
     }
@@ -405,15 +423,18 @@ fn flush() {
     }
 }
 
-/// Appends a kernel record, asking for a buffer when there is none or the current one is full.
-fn record(k: &Record) {
+/// Appends a record in a slot of its own, asking for a buffer when there is none or the current
+/// one is full.
+fn record<T: Copy>(k: &T) {
+    const { assert!(std::mem::size_of::<T>() <= RECORD) };
     for _ in 0..2 {
         let want = {
             let mut s = lock();
             match s.buffer {
                 Some((p, size, used)) if used + RECORD <= size => {
                     unsafe {
-                        std::ptr::write_unaligned((p + used) as *mut Record, *k);
+                        std::ptr::write_bytes((p + used) as *mut u8, 0, RECORD);
+                        std::ptr::write_unaligned((p + used) as *mut T, *k);
                     }
                     s.buffer = Some((p, size, used + RECORD));
                     return;
@@ -531,4 +552,133 @@ pub extern "C" fn fake_finalizes(elsewhere: u32) -> u32 {
     } else {
         FINALIZES.load(Relaxed)
     }
+}
+
+// ------------------------------------------------------------------ NVTX
+
+/// Whether NVTX would reach CUPTI: NVTX_INJECTION64_PATH names the file this library was
+/// loaded from (as NVTX loads the library it names and hands it its calls).
+fn nvtx_injected() -> bool {
+    static INJECTED: OnceLock<bool> = OnceLock::new();
+    *INJECTED.get_or_init(|| {
+        let Some(named) = std::env::var_os("NVTX_INJECTION64_PATH") else {
+            return false;
+        };
+        let here = nvtx_injected as *const () as usize;
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+        let loaded = maps.lines().find_map(|l| {
+            let (range, rest) = l.split_once(' ')?;
+            let (a, b) = range.split_once('-')?;
+            let (a, b) = (
+                usize::from_str_radix(a, 16).ok()?,
+                usize::from_str_radix(b, 16).ok()?,
+            );
+            (a <= here && here < b).then(|| rest.split_whitespace().nth(4).map(str::to_string))?
+        });
+        let canon = |p: &std::path::Path| std::fs::canonicalize(p).ok();
+        loaded.is_some_and(|l| canon(l.as_ref()) == canon(named.as_ref()))
+    })
+}
+
+/// The calling thread's system id.
+fn gettid() -> u32 {
+    std::fs::read_link("/proc/thread-self")
+        .ok()
+        .and_then(|p| p.file_name()?.to_str()?.parse().ok())
+        .unwrap_or(0)
+}
+
+thread_local! {
+    /// Marker ids of the ranges this thread pushed and has not popped, innermost last.
+    static PUSHED: std::cell::RefCell<Vec<u32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// One NVTX marker record, when NVTX would reach CUPTI and marker records are on.
+unsafe fn marker(
+    flags: cu::CUpti_ActivityFlag,
+    id: u32,
+    name: *const c_char,
+    domain: *const c_char,
+) {
+    let (on, system) = {
+        let s = lock();
+        (s.markers_on, s.system_tids)
+    };
+    if !on || !nvtx_injected() {
+        return;
+    }
+    let keep = |p: *const c_char| -> *const c_char {
+        if p.is_null() {
+            return p;
+        }
+        let text = CStr::from_ptr(p).to_string_lossy().into_owned();
+        lock()
+            .names
+            .entry(text.clone())
+            .or_insert_with(|| CString::new(text).unwrap())
+            .as_ptr()
+    };
+    let tid = gettid();
+    let mut m: cu::CUpti_ActivityMarker2 = std::mem::zeroed();
+    m.kind = cu::CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_MARKER;
+    m.flags = flags;
+    m.timestamp = now();
+    m.id = id;
+    m.objectKind = cu::CUpti_ActivityObjectKind::CUPTI_ACTIVITY_OBJECT_THREAD;
+    m.objectId = cu::CUpti_ActivityObjectKindId {
+        pt: cu::CUpti_ActivityObjectKindId__bindgen_ty_1 {
+            processId: std::process::id(),
+            // CUPTI's default thread ids are pthread_self()'s, not the system's.
+            threadId: if system { tid } else { !tid },
+        },
+    };
+    m.name = keep(name);
+    m.domain = keep(domain);
+    record(&m);
+}
+
+fn next_marker_id() -> u32 {
+    let mut s = lock();
+    s.marker_id += 1;
+    s.marker_id
+}
+
+/// `nvtxRangePushA` (or `nvtxDomainRangePushEx` with `domain` not null): a start marker.
+/// Returns the range's marker id.
+#[no_mangle]
+pub unsafe extern "C" fn fake_nvtx_push(name: *const c_char, domain: *const c_char) -> u32 {
+    let id = next_marker_id();
+    PUSHED.with(|p| p.borrow_mut().push(id));
+    marker(
+        cu::CUpti_ActivityFlag::CUPTI_ACTIVITY_FLAG_MARKER_START,
+        id,
+        name,
+        domain,
+    );
+    id
+}
+
+/// `nvtxRangePop`: the end marker of this thread's innermost pushed range (none if it has none).
+#[no_mangle]
+pub unsafe extern "C" fn fake_nvtx_pop() {
+    if let Some(id) = PUSHED.with(|p| p.borrow_mut().pop()) {
+        marker(
+            cu::CUpti_ActivityFlag::CUPTI_ACTIVITY_FLAG_MARKER_END,
+            id,
+            std::ptr::null(),
+            std::ptr::null(),
+        );
+    }
+}
+
+/// `nvtxMarkA`: an instantaneous marker.
+#[no_mangle]
+pub unsafe extern "C" fn fake_nvtx_mark(name: *const c_char) {
+    let id = next_marker_id();
+    marker(
+        cu::CUpti_ActivityFlag::CUPTI_ACTIVITY_FLAG_MARKER_INSTANTANEOUS,
+        id,
+        name,
+        std::ptr::null(),
+    );
 }
