@@ -41,7 +41,7 @@ if [ "$MODE" = diagnose ] || [ "$MODE" = all ]; then
   done
 fi
 if [ "$MODE" = nvtx ]; then
-  # NVTX ranges (GPU-TODO.md): torch.cuda.nvtx ranges a step and a layer, recorded; the report
+  # NVTX ranges (docs/perf.md, "NVTX on the H200"): torch.cuda.nvtx ranges a step and a layer, recorded; the report
   # must hold them as the outermost frames of the launches and as the steps (PASS/FAIL lines).
   N=${NVTX_ITERS:-100}
   GAPTOP_VERBOSE=1 $G record -o "$OUT/nvtx.rec" -- python3 nvtx_steps.py $N 2>&1 | grep -E "WORKLOAD|recorded|NVTX|MARKER|collecting|rror" | cut -c1-300
