@@ -1720,7 +1720,10 @@ fn the_ranges_lane_shows_the_launching_threads_ranges() {
     let tl = pane(&s, a.view.screen.timeline);
     let row = tl.lines().nth(1).unwrap();
     assert!(row.starts_with("│r0 nvtx t2543932"), "{tl}");
-    assert!(tl.lines().nth(2).unwrap().starts_with("│r0 gpu0 s7"), "{tl}");
+    assert!(
+        tl.lines().nth(2).unwrap().starts_with("│r0 gpu0 s7"),
+        "{tl}"
+    );
     insta::assert_snapshot!("ranges_lane_whole_120x30", tl);
     press(&mut a, Action::NextStep);
     let s = render(&mut a, 120, 30);
