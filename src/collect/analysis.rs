@@ -1233,22 +1233,10 @@ pub fn summarize_steps(
 /// Calls `f` for each gap of the config's basis in the window, clipped to it: the gaps a
 /// summary of the same window and config charges to their launches (each stream's own, or
 /// each device's), for exports that need them one by one.
-pub fn charged_gaps(store: &Store, w: Window, cfg: &Config, mut f: impl FnMut(Gap)) {
+pub fn charged_gaps(store: &Store, w: Window, cfg: &Config, f: impl FnMut(Gap)) {
     let (span_lo, span_hi) = store.span().unwrap_or((0, 0));
     let lo = w.lo().max(span_lo);
-    let win = Window::new(lo, w.hi().min(span_hi).max(lo));
-    match cfg.basis {
-        Basis::Stream => {
-            for lane in 0..store.lanes.len() {
-                lane_gaps(store, lane, win, cfg, &mut f);
-            }
-        }
-        Basis::Device => {
-            for (_, lanes) in store.devices() {
-                device_gaps(store, &lanes, win, cfg, &mut f);
-            }
-        }
-    }
+    window_gaps(store, Window::new(lo, w.hi().min(span_hi).max(lo)), cfg, f);
 }
 
 /// Launch rate and busy fraction over time.
