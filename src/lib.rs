@@ -15,6 +15,16 @@
 //! - [`views`]: render functions that lay out and colour the view model.
 #![forbid(unsafe_code)]
 
+/// `eprintln!` that never panics: a terminal that hung up (ssh dropped) fails every write to
+/// stderr, and gaptop must still end cleanly then, detaching and stopping what it started.
+#[macro_export]
+macro_rules! say {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+
 pub mod app;
 pub mod collect;
 pub mod diff;

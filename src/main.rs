@@ -181,7 +181,7 @@ enum Cmd {
         ui: UiArgs,
     },
     /// Open a trace (Kineto JSON, .json.gz, a gaptop export) or a recording in the UI; several
-    /// traces, or a directory of them, open as the ranks of one run
+    /// traces (or recordings, one a node), or a directory of them, open as the ranks of one run
     Open {
         #[arg(required = true, value_name = "FILE|DIR")]
         files: Vec<PathBuf>,
@@ -232,7 +232,7 @@ enum Cmd {
         output: PathBuf,
     },
     /// Summarize a trace or recording: idle breakdown, top gaps and stacks, percentiles; several
-    /// traces, or a directory of them, are the ranks of one run
+    /// traces (or recordings, one a node), or a directory of them, are the ranks of one run
     Report {
         #[arg(required = true, value_name = "FILE|DIR")]
         files: Vec<PathBuf>,
@@ -422,7 +422,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             let msg = format!("{e:#}").replace('\n', " ");
-            eprintln!("gaptop: {msg}");
+            gaptop::say!("gaptop: {msg}");
             ExitCode::from(1)
         }
     }
@@ -610,7 +610,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             } else {
                 String::new()
             };
-            eprintln!(
+            gaptop::say!(
                 "gaptop: wrote {} ops, {} launches, {} syncs and waits{spans}, {} gaps -> {}",
                 n.ops,
                 n.launches,
@@ -624,14 +624,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let mut refused = Vec::new();
             let found = gaptop::collect::attach::list(&mut refused);
             for r in &refused {
-                eprintln!("gaptop: {r}");
+                gaptop::say!("gaptop: {r}");
             }
             if found.is_empty() {
                 let dirs: Vec<String> = gaptop::collect::attach::control_dirs()
                     .iter()
                     .map(|d| d.display().to_string())
                     .collect();
-                eprintln!(
+                gaptop::say!(
                     "gaptop: no dormant program of yours runs (looked in {}); start one with \
                      `gaptop run --dormant -- CMD` or the environment `gaptop env` prints",
                     dirs.join(", ")

@@ -824,3 +824,62 @@ fn run_serves_metrics_from_the_ui_s_capture() {
     s.wait_for("GAPTOP_EXIT=0");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A terminal that goes away without a SIGHUP (its pty closed while gaptop's stdio is not the
+/// controlling terminal): gaptop sees the hang-up on stdin and ends at once with an exit status,
+/// without panicking or aborting on the writes that can no longer reach it.
+#[test]
+fn a_terminal_gone_without_sighup_ends_gaptop_cleanly() {
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let pty = nix::pty::openpty(
+        Some(&nix::pty::Winsize {
+            ws_row: 30,
+            ws_col: 100,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        }),
+        None,
+    )
+    .unwrap();
+    // openpty's descriptors are inherited across exec: the copies std makes are not, and a
+    // child holding the master would keep the terminal alive.
+    let slave = std::fs::File::from(pty.slave).try_clone().unwrap();
+    let mut master = std::fs::File::from(pty.master).try_clone().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gaptop"))
+        .arg("open")
+        .arg(support::fixture("multi_stream.json"))
+        .stdin(slave.try_clone().unwrap())
+        .stdout(slave.try_clone().unwrap())
+        .stderr(slave)
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    // Read the screen until the UI is up (the reads block; the pty holds what was drawn).
+    let mut seen = Vec::new();
+    let t = Instant::now();
+    while !String::from_utf8_lossy(&seen).contains("Call tree") {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the UI never came up"
+        );
+        let mut buf = [0u8; 65536];
+        let n = master.read(&mut buf).unwrap();
+        seen.extend_from_slice(&buf[..n]);
+    }
+    assert!(master.as_raw_fd() > 2);
+    drop(master);
+    let t = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if t.elapsed() > Duration::from_secs(5) {
+            let _ = child.kill();
+            panic!("gaptop still running 5 s after its terminal went away");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.code().is_some(), "ended by a signal: {status:?}");
+}

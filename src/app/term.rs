@@ -167,11 +167,19 @@ enum Input {
 fn wait_input(timeout: Duration) -> Input {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     use std::os::fd::AsFd;
+    static WAS_TERMINAL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let stdin = std::io::stdin();
-    if !std::io::IsTerminal::is_terminal(&stdin) {
+    let is_terminal = std::io::IsTerminal::is_terminal(&stdin);
+    if !is_terminal {
+        // A terminal that hung up stops answering as one (its ioctls fail): that is the end
+        // of input, not a reason to poll it forever.
+        if *WAS_TERMINAL.get_or_init(|| false) {
+            return Input::Gone;
+        }
         std::thread::sleep(timeout);
         return Input::Waited;
     }
+    WAS_TERMINAL.get_or_init(|| true);
     let mut fds = [PollFd::new(stdin.as_fd(), PollFlags::POLLIN)];
     let ms = PollTimeout::from(timeout.as_millis().min(1000) as u16);
     match poll(&mut fds, ms) {
@@ -241,6 +249,8 @@ where
             dirty = false;
         }
         if let Input::Gone = wait_input(Duration::from_millis(20)) {
+            // A hang-up, as SIGHUP would have said.
+            stop.store(true, Ordering::Relaxed);
             app.quit = true;
             continue;
         }
@@ -366,7 +376,7 @@ pub fn run_with(
     let mut term = match ratatui::try_init() {
         Ok(t) => t,
         Err(e) => {
-            ratatui::restore();
+            let _ = ratatui::try_restore();
             if let Feed::Live(l) = &mut feed {
                 // No UI to watch it with: stop the program rather than leave it running unseen.
                 l.stop.store(true, Ordering::Relaxed);
@@ -380,36 +390,44 @@ pub fn run_with(
     let _ = crossterm::execute!(std::io::stdout(), crossterm::event::EnableMouseCapture);
     let r = run_loop(&mut term, &mut app, &mut feed, &stop, render, tap.as_mut());
     let _ = crossterm::execute!(std::io::stdout(), crossterm::event::DisableMouseCapture);
-    ratatui::restore();
+    let _ = ratatui::try_restore();
+    // A terminal that hung up cannot show its cursor again, and ratatui's drop would say so
+    // with a panicking eprintln: there is nothing left to restore on it.
+    if term.show_cursor().is_err() {
+        std::mem::forget(term);
+    } else {
+        drop(term);
+    }
     if app.export_job.is_some() {
-        eprintln!("gaptop: finishing the export before quitting");
+        crate::say!("gaptop: finishing the export before quitting");
     }
     if let Some(m) = app.finish_export() {
-        eprintln!("gaptop: {m}");
+        crate::say!("gaptop: {m}");
     }
     if let Feed::Attached(a) = &mut feed {
         // Quit, or killed, or hung up: either way the program runs on, dormant again.
         let pid = a.target.pid;
         match a.detach() {
             Ok(()) if crate::collect::attach::alive(pid) => {
-                eprintln!("gaptop: detached; pid {pid} runs on, dormant")
+                crate::say!("gaptop: detached; pid {pid} runs on, dormant")
             }
             Ok(()) => {}
-            Err(e) => eprintln!("gaptop: {e:#}"),
+            Err(e) => crate::say!("gaptop: {e:#}"),
         }
     }
     if let Feed::Live(l) = &mut feed {
         l.stop.store(true, Ordering::Relaxed);
-        let signalled = stop.load(Ordering::Relaxed);
+        // Killed, hung up, or the terminal failed under the UI.
+        let signalled = stop.load(Ordering::Relaxed) || r.is_err();
         if signalled {
             // Killed or hung up: take the program down with us rather than orphan it.
             if let Ok(None) = l.child.try_wait() {
                 let pid = nix::unistd::Pid::from_raw(l.child.id() as i32);
                 let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-                eprintln!("gaptop: stopped the program (pid {pid}) on signal");
+                crate::say!("gaptop: stopped the program (pid {pid}) on signal");
             }
         } else if let Ok(None) = l.child.try_wait() {
-            eprintln!(
+            crate::say!(
                 "gaptop: {} (pid {}) keeps running without the collector{}",
                 app.store
                     .procs
