@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
+use support::{per_rank, report_paths as report_json};
 
 fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_gaptop")
@@ -29,17 +30,6 @@ fn run(args: &[&Path], extra: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
-/// `gaptop report PATHS... --format json`; the report must succeed.
-fn report_json(paths: &[&Path]) -> Value {
-    let out = run(paths, &["--format", "json"]);
-    assert!(
-        out.status.success(),
-        "report failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
 fn report_text(paths: &[&Path]) -> String {
     let out = run(paths, &[]);
     assert!(out.status.success());
@@ -56,23 +46,6 @@ fn idle(j: &Value) -> Vec<(String, u64, f64)> {
                 c.to_string(),
                 b["count"].as_u64().unwrap(),
                 b["total_ns"].as_f64().unwrap() / 1000.0,
-            )
-        })
-        .collect()
-}
-
-/// The communication analysis' ranks as (rank, wait ns, times late, ns late).
-fn per_rank(comm: &Value) -> Vec<(i64, i64, u64, i64)> {
-    comm["per_rank"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            (
-                r["rank"].as_i64().unwrap(),
-                r["wait_ns"].as_i64().unwrap(),
-                r["late_count"].as_u64().unwrap(),
-                r["late_ns"].as_i64().unwrap(),
             )
         })
         .collect()
@@ -301,10 +274,10 @@ fn traces_of_different_runs_are_refused() {
         &[&r0, &data("hta-cuda-graphs.json.gz")],
         "is of a run of 128 ranks",
     );
-    // A recording opens alone.
+    // A recording joins only other recordings.
     fails(
         &[&r0, &support::asset("planted.rec")],
-        "planted.rec: a recording opens alone",
+        "planted.rec: a recording joins only other recordings",
     );
     // Work that never meets in time (the 2021 trace has no rank).
     fails(
@@ -315,7 +288,7 @@ fn traces_of_different_runs_are_refused() {
     let empty = d.join("empty");
     std::fs::create_dir_all(&empty).unwrap();
     std::fs::write(empty.join("notes.txt"), b"x").unwrap();
-    fails(&[&empty], "no traces in it (*.json, *.json.gz)");
+    fails(&[&empty], "no traces in it (*.json, *.json.gz, *.rec)");
     // A header that puts the times nowhere.
     let odd = d.join("odd.json");
     std::fs::write(

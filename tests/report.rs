@@ -784,7 +784,7 @@ fn bad_windows_and_odd_files_are_clear() {
     std::fs::create_dir_all(&none).unwrap();
     fails(
         &["report", none.to_str().unwrap()],
-        "none: no traces in it (*.json, *.json.gz)",
+        "none: no traces in it (*.json, *.json.gz, *.rec)",
     );
     // A recording someone gzipped reads as the recording.
     let gz = dir.join("gpt2.rec.gz");

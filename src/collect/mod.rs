@@ -80,10 +80,17 @@ pub fn load_paths(paths: &[PathBuf], budget: usize) -> anyhow::Result<store::Sto
     if let [one] = files.as_slice() {
         return load_path(one, budget);
     }
-    for f in &files {
-        if is_recording(f)? {
+    let recordings = files
+        .iter()
+        .map(|f| is_recording(f))
+        .collect::<anyhow::Result<Vec<bool>>>()?;
+    if recordings.iter().all(|&r| r) {
+        return traceset::load_recordings(&files, &traceset::describe(paths, &files), budget);
+    }
+    for (f, &r) in files.iter().zip(&recordings) {
+        if r {
             anyhow::bail!(
-                "{}: a recording opens alone, not joined with other files",
+                "{}: a recording joins only other recordings (the nodes of one job), not traces",
                 f.display()
             );
         }

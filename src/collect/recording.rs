@@ -125,12 +125,21 @@ impl<R: Read> Reader<R> {
 /// Reads a recording into `store`. Only a missing magic is an error; damage later on ends the
 /// read and is reported in the note.
 pub fn read_into(r: impl Read, store: &mut Store) -> anyhow::Result<ReadNote> {
+    let note = read_frames(r, store)?;
+    store.finish_bulk();
+    Ok(note)
+}
+
+/// Applies a recording's frames to `store` without finishing the bulk load. Its connections
+/// are its own: a store that already holds other recordings' processes keeps them apart, even
+/// where their pids are the same (nodes of one job).
+fn read_frames(r: impl Read, store: &mut Store) -> anyhow::Result<ReadNote> {
     let mut reader = Reader::new(r)?;
     let mut ingest = Ingest::new();
+    store.pids_from = store.procs.len() as u32;
     while let Some((conn, f)) = reader.next_entry()? {
         ingest.apply(store, conn, f);
     }
-    store.finish_bulk();
     Ok(reader.note)
 }
 
@@ -153,14 +162,26 @@ pub fn load(path: &Path, budget: usize) -> anyhow::Result<Store> {
         .file_name()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
+    let frames = read_file(path, &mut store)?;
+    store.finish_bulk();
+    if store.total_ops == 0 {
+        anyhow::bail!("recording holds no GPU ops ({frames} frames)");
+    }
+    Ok(store)
+}
+
+/// Reads one recording file (plain or gzipped) into `store`, which finishes the bulk load
+/// later; a cut in it is kept in the store's skipped counts and said on stderr. Returns the
+/// frames read.
+pub fn read_file(path: &Path, store: &mut Store) -> anyhow::Result<u64> {
     let f = std::fs::File::open(path)?;
     // A recording someone gzipped reads as it is.
     let mut head = [0u8; 2];
     let gz = std::fs::File::open(path)?.read(&mut head)? == 2 && head == [0x1f, 0x8b];
     let note = if gz {
-        read_into(flate2::read::GzDecoder::new(f), &mut store)?
+        read_frames(flate2::read::GzDecoder::new(f), store)?
     } else {
-        read_into(f, &mut store)?
+        read_frames(f, store)?
     };
     if let Some((at, why)) = note.cut {
         store
@@ -172,10 +193,7 @@ pub fn load(path: &Path, budget: usize) -> anyhow::Result<Store> {
             note.frames
         );
     }
-    if store.total_ops == 0 {
-        anyhow::bail!("recording holds no GPU ops ({} frames)", note.frames);
-    }
-    Ok(store)
+    Ok(note.frames)
 }
 
 #[cfg(test)]

@@ -516,6 +516,10 @@ pub struct Store {
     /// What the source said about itself that a report should show: its format's version,
     /// and what it lacked and what that costs (an Nsight Systems export without call chains).
     pub notes: Vec<String>,
+    /// The first process that a pid names (`add_process`, `process_for_samples`): a loader
+    /// reading several nodes' recordings into one store sets it at each, so that one node's
+    /// pid never finds another node's process.
+    pub(crate) pids_from: u32,
 }
 
 /// The call tree's frame above the CPU samples taken during a launch's gaps.
@@ -555,15 +559,17 @@ impl Store {
             sampling_note: None,
             clocks: None,
             notes: Vec::new(),
+            pids_from: 0,
         }
     }
 
     pub fn add_process(&mut self, pid: u32, rank: i32, label: &str) -> u32 {
         // A process first known from its CPU samples is the one its collector now names.
-        if let Some(i) = self
-            .procs
+        let from = self.pids_from as usize;
+        if let Some(i) = self.procs[from..]
             .iter()
             .position(|p| p.pid == pid && p.from_samples)
+            .map(|i| i + from)
         {
             let p = &mut self.procs[i];
             p.rank = rank;
@@ -582,8 +588,9 @@ impl Store {
 
     /// The process of `pid` (the newest of that pid), created from samples if none is known.
     pub fn process_for_samples(&mut self, pid: u32) -> u32 {
-        match self.procs.iter().rposition(|p| p.pid == pid) {
-            Some(i) => i as u32,
+        let from = self.pids_from as usize;
+        match self.procs[from..].iter().rposition(|p| p.pid == pid) {
+            Some(i) => (i + from) as u32,
             None => {
                 let p = self.add_process(pid, -1, &format!("pid {pid}"));
                 self.procs[p as usize].from_samples = true;

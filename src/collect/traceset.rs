@@ -26,9 +26,12 @@ pub const END_TOLERANCE_NS: Ns = 20_000;
 pub const MIN_COLLECTIVES: usize = 3;
 
 /// Whether a directory entry is a trace: `*.json` or `*.json.gz` (torch.profiler writes
-/// `*.pt.trace.json` and `*.pt.trace.json.gz`).
+/// `*.pt.trace.json` and `*.pt.trace.json.gz`), or a recording (`*.rec`, `*.rec.gz`: one
+/// `gaptop record` a node).
 fn is_trace_name(name: &str) -> bool {
-    name.ends_with(".json") || name.ends_with(".json.gz")
+    [".json", ".json.gz", ".rec", ".rec.gz"]
+        .iter()
+        .any(|e| name.ends_with(e))
 }
 
 /// The files the paths name: a file as it is, a directory as the traces directly in it,
@@ -48,7 +51,7 @@ pub fn expand(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
             .filter(|f| f.is_file() && is_trace_name(&file_label(f)))
             .collect();
         if found.is_empty() {
-            bail!("{shown}: no traces in it (*.json, *.json.gz)");
+            bail!("{shown}: no traces in it (*.json, *.json.gz, *.rec)");
         }
         found.sort();
         out.extend(found);
@@ -133,18 +136,75 @@ pub fn load_traces(files: &[PathBuf], source: &str, budget: usize) -> anyhow::Re
     Ok(store)
 }
 
-/// Refuses traces that cannot be of one run: the same rank twice, different world sizes.
+/// Loads the recordings of a job's nodes (one `gaptop record` a node, at least two) as one
+/// capture: each node's processes keep their ranks (the collectors' `RANK`), and each node's
+/// clock is aligned on the collectives as a rank set's are (a node's processes share its
+/// clock, so they move together).
+pub fn load_recordings(files: &[PathBuf], source: &str, budget: usize) -> anyhow::Result<Store> {
+    let mut store = Store::new(budget);
+    store.source = source.to_string();
+    let mut reads: Vec<Read> = Vec::new();
+    for path in files {
+        let (first, ops) = (store.procs.len() as u32, store.total_ops);
+        super::recording::read_file(path, &mut store)
+            .map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))?;
+        let label = file_label(path);
+        let procs = first..store.procs.len() as u32;
+        if procs.is_empty() {
+            bail!("{}: a recording without a program in it", path.display());
+        }
+        // One program without RANK in its environment: its rank from the file's name.
+        if let (1, Some(r)) = (procs.len(), rank_in_name(&label)) {
+            let p = &mut store.procs[first as usize];
+            if p.rank < 0 {
+                p.rank = r;
+            }
+        }
+        let read = Read {
+            path: path.clone(),
+            header: Header::default(),
+            procs,
+            ops: store.total_ops - ops,
+        };
+        if read.ops == 0 {
+            let why = format!("recording without GPU ops ({label})");
+            *store.skipped.entry(why).or_insert(0) += 1;
+        }
+        reads.push(read);
+    }
+    store.finish_bulk();
+    if store.total_ops == 0 {
+        bail!("{source}: the recordings hold no GPU ops");
+    }
+    check_one_run(&reads, &store)?;
+    store.clocks = Some(align_clocks(&mut store, &reads));
+    check_overlap(&reads, &store)?;
+    Ok(store)
+}
+
+/// Refuses traces that cannot be of one run: the same rank twice (in one trace or two),
+/// different world sizes.
 fn check_one_run(reads: &[Read], store: &Store) -> anyhow::Result<()> {
+    let mut seen: Vec<(i32, &Path)> = Vec::new();
     for (i, a) in reads.iter().enumerate() {
-        for b in &reads[..i] {
-            let r = a.rank(store);
-            if r >= 0 && r == b.rank(store) {
+        for p in a.procs.clone() {
+            let r = store.procs[p as usize].rank;
+            if r < 0 {
+                continue;
+            }
+            if let Some((_, b)) = seen.iter().find(|s| s.0 == r) {
+                if *b == a.path.as_path() {
+                    bail!("{} holds rank {r} twice", b.display());
+                }
                 bail!(
                     "{} and {} are both rank {r}: traces of different runs?",
-                    b.path.display(),
+                    b.display(),
                     a.path.display()
                 );
             }
+            seen.push((r, a.path.as_path()));
+        }
+        for b in &reads[..i] {
             if let (Some(x), Some(y)) = (b.header.world_size, a.header.world_size) {
                 if x != y {
                     bail!(

@@ -45,19 +45,53 @@ pub fn bin() -> &'static str {
 
 /// `gaptop report PATH --format FORMAT EXTRA...`'s output; the report must succeed.
 pub fn report_out(path: &Path, format: &str, extra: &[&str]) -> Vec<u8> {
-    let out = Command::new(bin())
-        .arg("report")
-        .arg(path)
-        .args(["--format", format])
-        .args(extra)
-        .output()
-        .unwrap();
+    succeeds(
+        Command::new(bin())
+            .arg("report")
+            .arg(path)
+            .args(["--format", format])
+            .args(extra),
+    )
+}
+
+/// What a gaptop command printed; it must succeed.
+fn succeeds(c: &mut Command) -> Vec<u8> {
+    let out = c.output().unwrap();
     assert!(
         out.status.success(),
         "report failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     out.stdout
+}
+
+/// `gaptop report PATHS... --format json` of several files or folders as one capture, which
+/// must succeed.
+pub fn report_paths(paths: &[&Path]) -> serde_json::Value {
+    let out = succeeds(
+        Command::new(bin())
+            .arg("report")
+            .args(paths)
+            .args(["--format", "json"]),
+    );
+    serde_json::from_slice(&out).unwrap()
+}
+
+/// The communication analysis' ranks as (rank, wait ns, times late, ns late).
+pub fn per_rank(comm: &serde_json::Value) -> Vec<(i64, i64, u64, i64)> {
+    comm["per_rank"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["rank"].as_i64().unwrap(),
+                r["wait_ns"].as_i64().unwrap(),
+                r["late_count"].as_u64().unwrap(),
+                r["late_ns"].as_i64().unwrap(),
+            )
+        })
+        .collect()
 }
 
 /// `gaptop report --format json EXTRA... PATH`, which must succeed.
@@ -78,4 +112,21 @@ pub fn render(a: &mut gaptop::app::App, w: u16, h: u16) -> String {
         s.push('\n');
     }
     s
+}
+
+/// `go`, when it is on PATH. In CI (CI=true) it must be: .ci/run installs it.
+pub fn go() -> Option<PathBuf> {
+    let ok = Command::new("go")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if ok {
+        return Some(PathBuf::from("go"));
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "go is not on PATH: CI needs it to check the pprof output (.ci/run installs golang-go)"
+    );
+    eprintln!("skipped: go is not on PATH (apt-get install golang-go), so pprof cannot be run");
+    None
 }
