@@ -440,6 +440,114 @@ pub fn profile(store: &Store, w: Window, cfg: &Config) -> Profile {
     }
 }
 
+/// Profiles of the same sample types as one (several programs' windows, `gaptop serve`'s
+/// `/debug/pprof/idle`): their samples with strings, functions and locations renumbered and
+/// shared where equal; the earliest start and the span to the latest end. None for none.
+pub fn merge(ps: &[Profile]) -> Option<Profile> {
+    let first = ps.first()?;
+    let mut out = Profile {
+        string_table: vec![String::new()],
+        mapping: first.mapping.clone(),
+        period: first.period,
+        ..Default::default()
+    };
+    let mut strings: HashMap<String, i64> = HashMap::from([(String::new(), 0)]);
+    let mut functions: HashMap<(i64, i64, i64, i64), u64> = HashMap::new();
+    let mut locations: HashMap<Vec<(u64, i64)>, u64> = HashMap::new();
+    let (mut lo, mut hi) = (i64::MAX, i64::MIN);
+    for p in ps {
+        let mut s = |i: i64| -> i64 {
+            let text = p.string_table.get(i as usize).cloned().unwrap_or_default();
+            let next = strings.len() as i64;
+            *strings.entry(text.clone()).or_insert_with(|| {
+                out.string_table.push(text);
+                next
+            })
+        };
+        let vt = |v: &ValueType, s: &mut dyn FnMut(i64) -> i64| ValueType {
+            r#type: s(v.r#type),
+            unit: s(v.unit),
+        };
+        if out.sample_type.is_empty() {
+            for m in &mut out.mapping {
+                m.filename = s(m.filename);
+                m.build_id = s(m.build_id);
+            }
+            out.sample_type = p.sample_type.iter().map(|v| vt(v, &mut s)).collect();
+            out.period_type = p.period_type.as_ref().map(|v| vt(v, &mut s));
+            out.default_sample_type = s(p.default_sample_type);
+            out.comment = p.comment.iter().map(|&c| s(c)).collect();
+        }
+        let mut fmap: HashMap<u64, u64> = HashMap::new();
+        for f in &p.function {
+            let key = (s(f.name), s(f.system_name), s(f.filename), f.start_line);
+            let next = functions.len() as u64 + 1;
+            let id = *functions.entry(key).or_insert_with(|| {
+                out.function.push(Function {
+                    id: next,
+                    name: key.0,
+                    system_name: key.1,
+                    filename: key.2,
+                    start_line: key.3,
+                });
+                next
+            });
+            fmap.insert(f.id, id);
+        }
+        let mut lmap: HashMap<u64, u64> = HashMap::new();
+        for l in &p.location {
+            let lines: Vec<(u64, i64)> = l
+                .line
+                .iter()
+                .map(|x| (fmap.get(&x.function_id).copied().unwrap_or(0), x.line))
+                .collect();
+            let next = locations.len() as u64 + 1;
+            let id = *locations.entry(lines.clone()).or_insert_with(|| {
+                out.location.push(Location {
+                    id: next,
+                    mapping_id: l.mapping_id,
+                    line: lines
+                        .iter()
+                        .map(|&(function_id, line)| Line {
+                            function_id,
+                            line,
+                            column: 0,
+                        })
+                        .collect(),
+                    ..Default::default()
+                });
+                next
+            });
+            lmap.insert(l.id, id);
+        }
+        for x in &p.sample {
+            out.sample.push(Sample {
+                location_id: x
+                    .location_id
+                    .iter()
+                    .map(|i| lmap.get(i).copied().unwrap_or(0))
+                    .collect(),
+                value: x.value.clone(),
+                label: x
+                    .label
+                    .iter()
+                    .map(|l| Label {
+                        key: s(l.key),
+                        str: s(l.str),
+                        num: l.num,
+                        num_unit: s(l.num_unit),
+                    })
+                    .collect(),
+            });
+        }
+        lo = lo.min(p.time_nanos);
+        hi = hi.max(p.time_nanos + p.duration_nanos);
+    }
+    out.time_nanos = lo;
+    out.duration_nanos = hi - lo;
+    Some(out)
+}
+
 /// The profile encoded and gzipped, as pprof files are.
 pub fn encode(p: &Profile) -> Vec<u8> {
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());

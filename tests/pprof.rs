@@ -6,7 +6,7 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use gaptop::pprof::proto::Profile;
@@ -238,28 +238,11 @@ fn output_goes_to_a_file() {
     assert!(err.contains("cannot write"), "{err}");
 }
 
-/// `go`, when it is on PATH. In CI (CI=true) it must be: .ci/run installs it.
-fn go() -> Option<PathBuf> {
-    let ok = Command::new("go")
-        .arg("version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if ok {
-        return Some(PathBuf::from("go"));
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "go is not on PATH: CI needs it to check the pprof output (.ci/run installs golang-go)"
-    );
-    eprintln!("skipped: go is not on PATH (apt-get install golang-go), so pprof cannot be run");
-    None
-}
-
 /// pprof itself reads the profile: `go tool pprof -raw` lists the samples with the values and
 /// labels written, and `-top` names the code that made the GPU wait.
 #[test]
 fn go_tool_pprof_reads_the_profile() {
-    let Some(go) = go() else { return };
+    let Some(go) = support::go() else { return };
     let d = tempdir("pprof-go");
     let file = d.join("llama.pb.gz");
     let src = asset("llama_decode.rec");
@@ -351,4 +334,45 @@ fn the_profile_is_not_written_to_a_terminal() {
     assert_eq!(o.status.code(), Some(1), "{out}");
     assert!(out.contains("-o FILE"), "{out}");
     assert!(!out.contains('\u{1f}') && out.lines().count() == 1, "{out}");
+}
+
+/// Two programs' profiles merged (`gaptop serve`'s `/debug/pprof/idle` over its targets): the
+/// same paths with the values of both, the frames shared rather than repeated, the span from
+/// the first start to the last end; merged with nothing else, a profile reads as it was.
+#[test]
+fn merged_profiles_add_up_path_by_path() {
+    let a = profile(&asset("llama_decode.rec"), &[]);
+    let b = profile(&asset("launchbound.rec"), &[]);
+    let m = gaptop::pprof::merge(&[a.clone(), b.clone()]).unwrap();
+    let idle = value_index(&m, "idle");
+    let mut want = by_path(&a, idle, true);
+    for (k, v) in by_path(&b, idle, true) {
+        *want.entry(k).or_default() += v;
+    }
+    assert_eq!(by_path(&m, idle, true), want);
+    assert_eq!(total(&m, idle), total(&a, idle) + total(&b, idle));
+    let one = gaptop::pprof::merge(std::slice::from_ref(&a)).unwrap();
+    assert_eq!(by_path(&one, idle, true), by_path(&a, idle, true));
+    assert_eq!(one.function.len(), a.function.len());
+    let twice = gaptop::pprof::merge(&[a.clone(), a.clone()]).unwrap();
+    assert_eq!(twice.function.len(), a.function.len(), "frames shared");
+    assert_eq!(twice.location.len(), a.location.len());
+    assert_eq!(total(&twice, idle), 2 * total(&a, idle));
+    let end = |p: &Profile| p.time_nanos + p.duration_nanos;
+    assert_eq!(m.time_nanos, a.time_nanos.min(b.time_nanos));
+    assert_eq!(end(&m), end(&a).max(end(&b)));
+    assert!(gaptop::pprof::merge(&[]).is_none());
+    // pprof reads the merged profile as it reads each.
+    if let Some(go) = support::go() {
+        let d = tempdir("pprof-merged");
+        let file = d.join("merged.pb.gz");
+        std::fs::write(&file, gaptop::pprof::encode(&m)).unwrap();
+        let o = Command::new(&go)
+            .args(["tool", "pprof", "-top"])
+            .arg(&file)
+            .env("HOME", &d)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
 }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 #[path = "../collector/tests/support/mod.rs"]
 mod fake_gpu;
+mod support;
 
 /// A process killed when the test ends, however it ends.
 struct Killed(Child);
@@ -161,6 +162,40 @@ fn serve_exposes_growing_metrics_and_sites() {
     );
     let ns: u64 = top.rsplit(' ').next().unwrap().parse().unwrap();
     assert!(ns > 0, "{top}");
+    // The latest window as a pprof profile: idle time by launch stack over about one window.
+    let url = format!("http://{addr}/debug/pprof/idle");
+    let bytes = ureq::get(&url)
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_vec()
+        .unwrap();
+    let p = gaptop::pprof::decode(&bytes).unwrap();
+    let name = |i: i64| p.string_table[i as usize].as_str();
+    assert_eq!(name(p.sample_type[0].r#type), "idle");
+    assert!(
+        (250e6..2e9).contains(&(p.duration_nanos as f64)),
+        "{}",
+        p.duration_nanos
+    );
+    let idle: i64 = p.sample.iter().map(|x| x.value[0]).sum();
+    assert!(idle > 0 && idle <= p.duration_nanos, "{idle}");
+    let functions: Vec<&str> = p.function.iter().map(|f| name(f.name)).collect();
+    assert!(
+        functions.iter().any(|f| f.ends_with("rope")),
+        "{functions:?}"
+    );
+    // And pprof itself reads it from the server, as it reads a Go program's.
+    if let Some(go) = support::go() {
+        let o = Command::new(&go)
+            .args(["tool", "pprof", "-top", &url])
+            .env("HOME", &dir)
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(out.contains("rope"), "{out}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -1,5 +1,6 @@
 //! The HTTP side of `gaptop serve`: `/metrics` (OpenMetrics text, for Prometheus), `/sites`
-//! (gap time by launch stack, folded), on a tokio runtime of its own thread, with axum.
+//! (gap time by launch stack, folded), `/debug/pprof/idle` (the latest windows' idle by launch
+//! stack as a gzipped pprof profile, where Go programs serve theirs), on a tokio runtime of its own thread, with axum.
 
 use std::sync::Arc;
 
@@ -21,17 +22,35 @@ fn router(m: Arc<Metrics>) -> Router {
             async move { ([(CONTENT_TYPE, OPENMETRICS)], m.encode()).into_response() }
         }
     };
-    let sites = move || {
+    let sites = {
         let m = m.clone();
-        async move { ([(CONTENT_TYPE, "text/plain; charset=utf-8")], m.sites()).into_response() }
+        move || {
+            let m = m.clone();
+            async move { ([(CONTENT_TYPE, "text/plain; charset=utf-8")], m.sites()).into_response() }
+        }
+    };
+    let pprof = move || {
+        let m = m.clone();
+        async move {
+            match m.pprof() {
+                Some(p) => ([(CONTENT_TYPE, "application/octet-stream")], p).into_response(),
+                None => (
+                    axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                    "no window observed yet\n",
+                )
+                    .into_response(),
+            }
+        }
     };
     Router::new()
         .route("/metrics", get(metrics))
         .route("/sites", get(sites))
+        .route("/debug/pprof/idle", get(pprof))
         .route(
             "/",
             get(|| async {
-                "gaptop serve: /metrics (Prometheus), /sites (idle GPU time by launch stack, folded)\n"
+                "gaptop serve: /metrics (Prometheus), /sites (idle GPU time by launch stack, folded), \
+                 /debug/pprof/idle (the latest windows' idle GPU time by launch stack, pprof)\n"
             }),
         )
 }

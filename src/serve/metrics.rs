@@ -1,7 +1,8 @@
 //! The Prometheus metrics `gaptop serve` exposes, accumulated window by window from each
 //! window's store with the existing analysis: device idle by HTA's category, busy time,
 //! launches, steps, the collector's drops, and the gap time by launch stack (served as folded
-//! stacks, not as labels: stacks as labels would explode the series' cardinality).
+//! stacks and as the latest windows' pprof profile, not as labels: stacks as labels would
+//! explode the series' cardinality).
 //!
 //! Names follow Prometheus' conventions (base units, `_total` for counters, which
 //! prometheus-client appends), labels the DCGM exporter's habits: `gpu` (the CUDA device
@@ -71,6 +72,8 @@ pub struct Metrics {
     sites: Mutex<HashMap<String, u64>>,
     /// The collectors' cumulative drop counts last seen, by pid: (collector, cupti).
     drops_seen: Mutex<HashMap<u32, (u64, u64)>>,
+    /// Each target's latest window as a pprof profile (idle by launch stack), by pid.
+    profiles: Mutex<HashMap<u32, crate::pprof::proto::Profile>>,
 }
 
 /// The labels every series carries, from the environment (`env` reads it).
@@ -119,6 +122,7 @@ impl Metrics {
             targets: Gauge::default(),
             sites: Mutex::new(HashMap::new()),
             drops_seen: Mutex::new(HashMap::new()),
+            profiles: Mutex::new(HashMap::new()),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -265,6 +269,41 @@ impl Metrics {
         self.windows.inc();
         self.add_drops(store);
         self.add_sites(store, w, &cfg);
+        self.keep_profile(store, lo, hi, &cfg);
+    }
+
+    /// Keeps the window's idle by launch stack as the target's latest profile.
+    fn keep_profile(&self, store: &Store, lo: Ns, hi: Ns, cfg: &Config) {
+        let (Some((span_lo, _)), Some(pid)) = (store.span(), store.procs.first().map(|p| p.pid))
+        else {
+            return;
+        };
+        let w = Window {
+            from: Some(lo - span_lo),
+            to: Some(hi - span_lo),
+        };
+        let mut p = crate::pprof::profile(store, w, cfg);
+        // The window as observed, not only the part of it its ops cover.
+        p.time_nanos = lo;
+        p.duration_nanos = hi - lo;
+        let mut all = self.profiles.lock().unwrap_or_else(|e| e.into_inner());
+        all.insert(pid, p);
+    }
+
+    /// Forgets the profiles of targets no longer watched.
+    pub fn keep_profiles_of(&self, pids: &[u32]) {
+        let mut all = self.profiles.lock().unwrap_or_else(|e| e.into_inner());
+        all.retain(|pid, _| pids.contains(pid));
+    }
+
+    /// The latest window of every target as one gzipped pprof profile (`go tool pprof`,
+    /// Grafana Pyroscope and Alloy's `pyroscope.scrape` read it); None before any window.
+    pub fn pprof(&self) -> Option<Vec<u8>> {
+        let all = self.profiles.lock().unwrap_or_else(|e| e.into_inner());
+        let mut v: Vec<(&u32, &crate::pprof::proto::Profile)> = all.iter().collect();
+        v.sort_by_key(|x| *x.0);
+        let ps: Vec<crate::pprof::proto::Profile> = v.into_iter().map(|x| x.1.clone()).collect();
+        crate::pprof::merge(&ps).map(|p| crate::pprof::encode(&p))
     }
 
     /// The collectors' drops since the last window (their counts are cumulative).

@@ -161,12 +161,16 @@ fn window(targets: &[Dormant], cfg: &Config, m: &Metrics) {
     let mut open = Vec::new();
     for d in targets {
         match attach::attach(d, &who, None) {
-            Ok(a) => open.push(Open {
-                a,
-                ingest: Ingest::new(),
-                store: Store::new(256 << 20),
-                from: now_ns(),
-            }),
+            Ok(a) => {
+                let mut store = Store::new(256 << 20);
+                store.source = format!("pid {} ({})", d.pid, d.label);
+                open.push(Open {
+                    a,
+                    ingest: Ingest::new(),
+                    store,
+                    from: now_ns(),
+                })
+            }
             Err(e) => {
                 m.failed(if e.to_string().contains("already attached") {
                     "busy"
@@ -178,6 +182,8 @@ fn window(targets: &[Dormant], cfg: &Config, m: &Metrics) {
         }
     }
     m.set_targets(open.len());
+    let pids: Vec<u32> = targets.iter().map(|d| d.pid).collect();
+    m.keep_profiles_of(&pids);
     let end = Instant::now() + cfg.window;
     for o in &mut open {
         o.take(end);
