@@ -34,6 +34,8 @@ fn serve(dir: &Path, target: &Path, args: &[&str]) -> (Killed, String) {
         .env("GAPTOP_FAKE_CUPTI", "1")
         .env("GAPTOP_CONTROL_DIR", dir.join("ctl"))
         .env("FAKE_STEP_SLEEP", "0.01")
+        .env("PATH", fake_nvidia_smi(dir))
+        .env("CUDA_VISIBLE_DEVICES", "1")
         .env_remove("LD_LIBRARY_PATH")
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
@@ -55,6 +57,26 @@ fn serve(dir: &Path, target: &Path, args: &[&str]) -> (Killed, String) {
         }
     });
     (Killed(child), addr)
+}
+
+/// An nvidia-smi that lists two GPUs (not in bus order); returns a PATH that finds it first.
+fn fake_nvidia_smi(dir: &Path) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let smi = bin.join("nvidia-smi");
+    std::fs::write(
+        &smi,
+        "#!/bin/sh\necho 'GPU-2d6f7c1e-0000-4b4b-9c9c-000000000002, NVIDIA H200, 00000000:9A:00.0'\n\
+         echo 'GPU-11111111-0000-4b4b-9c9c-000000000001, NVIDIA H200, 00000000:1B:00.0'\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&smi, std::fs::Permissions::from_mode(0o755)).unwrap();
+    format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
 }
 
 fn get(url: &str) -> Result<String, String> {
@@ -120,7 +142,9 @@ fn serve_exposes_growing_metrics_and_sites() {
     ] {
         assert!(first.contains(help), "{help} in\n{first}");
     }
-    let gpu0 = r#"gpu="0""#;
+    // CUDA_VISIBLE_DEVICES=1: the program's device 0 is the second GPU in bus order, named
+    // by its UUID as the DCGM exporter names it.
+    let gpu0 = r#"gpu="0",UUID="GPU-2d6f7c1e-0000-4b4b-9c9c-000000000002""#;
     let idle = |t: &str, c: &str| {
         value(
             t,

@@ -26,14 +26,20 @@ use crate::collect::analysis::{device_gaps, device_idle, Basis, Category, Config
 use crate::collect::store::{OpKind, Store};
 use crate::units::Ns;
 
+/// A GPU as the DCGM exporter labels it: `gpu`, and its `UUID` where it can be known
+/// (`serve::gpus`; empty, so absent to Prometheus, where not).
+#[allow(non_snake_case)]
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct GpuLabels {
     gpu: String,
+    UUID: String,
 }
 
+#[allow(non_snake_case)]
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct IdleLabels {
     gpu: String,
+    UUID: String,
     /// HTA's categories of the gap a launch ended (`host_wait`, `kernel_wait`, `other`), and
     /// `no_launch` for idle no op of the window ended (at its edges).
     category: String,
@@ -74,6 +80,8 @@ pub struct Metrics {
     drops_seen: Mutex<HashMap<u32, (u64, u64)>>,
     /// Each target's latest window as a pprof profile (idle by launch stack), by pid.
     profiles: Mutex<HashMap<u32, crate::pprof::proto::Profile>>,
+    /// The machine's GPUs, for the `UUID` label.
+    gpus: super::gpus::Gpus,
 }
 
 /// The labels every series carries, from the environment (`env` reads it).
@@ -123,6 +131,7 @@ impl Metrics {
             sites: Mutex::new(HashMap::new()),
             drops_seen: Mutex::new(HashMap::new()),
             profiles: Mutex::new(HashMap::new()),
+            gpus: super::gpus::Gpus::query(),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -219,8 +228,9 @@ impl Metrics {
         };
         let secs = |ns: Ns| ns as f64 / 1e9;
         let w = Window::new(lo, hi);
-        for ((_, device), lanes) in store.devices() {
+        for ((proc, device), lanes) in store.devices() {
             let gpu = device.to_string();
+            let uuid = self.gpus.uuid(store.procs[proc as usize].pid, device);
             let mut idle = 0;
             device_idle(store, &lanes, lo, hi, |a, b| idle += b - a);
             let mut by_cat = [0 as Ns; 3];
@@ -231,6 +241,7 @@ impl Metrics {
                 self.idle
                     .get_or_create(&IdleLabels {
                         gpu: gpu.clone(),
+                        UUID: uuid.clone(),
                         category: c.as_str().into(),
                     })
                     .inc_by(secs(by_cat[c as usize]));
@@ -239,11 +250,15 @@ impl Metrics {
             self.idle
                 .get_or_create(&IdleLabels {
                     gpu: gpu.clone(),
+                    UUID: uuid.clone(),
                     category: "no_launch".into(),
                 })
                 .inc_by(secs(outside));
             self.busy
-                .get_or_create(&GpuLabels { gpu: gpu.clone() })
+                .get_or_create(&GpuLabels {
+                    gpu: gpu.clone(),
+                    UUID: uuid.clone(),
+                })
                 .inc_by(secs((hi - lo) - idle));
             let kernels: u64 = lanes
                 .iter()
@@ -257,7 +272,7 @@ impl Metrics {
                 })
                 .sum();
             self.launches
-                .get_or_create(&GpuLabels { gpu })
+                .get_or_create(&GpuLabels { gpu, UUID: uuid })
                 .inc_by(kernels);
         }
         if let Some(steps) = crate::collect::steps::find(store, lo, hi, None) {

@@ -4,6 +4,7 @@
 //! the report does, and the results are added to Prometheus counters served over HTTP
 //! (`metrics`, `http`). Nothing here aggregates across nodes: Prometheus scrapes every node.
 
+pub mod gpus;
 pub mod http;
 pub mod metrics;
 
