@@ -841,6 +841,34 @@ fn real_saxpy_export_has_native_stacks_under_nvtx_and_nvtx_steps() {
     let j = report_json(&p, &["--step", "saxpy"]);
     assert_eq!(j["steps"]["count"], 5);
     assert_eq!(j["steps"]["source"], "range");
+    // Without a name, the steps are the program's own ranges too: nsys' MPI tracing annotates
+    // every MPI call (17 of them, more than the 5 `saxpy`) in an `MPI` domain of its own, and a
+    // library's calls are not the program's phases.
+    // (Named, the ranges are the steps; found, a step runs from one `saxpy` to the next.)
+    let auto = &report_json(&p, &[])["steps"];
+    assert_eq!(
+        (&auto["name"], &auto["source"], &auto["count"]),
+        (
+            &j["steps"]["name"],
+            &j["steps"]["source"],
+            &j["steps"]["count"]
+        )
+    );
+    // The ranges are the processes' NVTX ranges (the timeline's lane), with their domains.
+    let st = gaptop::collect::load_path(&p, usize::MAX).unwrap();
+    let mut by_domain: std::collections::BTreeMap<(String, String), usize> = Default::default();
+    for pr in &st.procs {
+        for v in pr.ranges.values() {
+            for r in v {
+                let d = st.names.get(r.domain).to_string();
+                let n = st.names.get(r.name);
+                let n = if n.starts_with("MPI_") { "MPI_*" } else { n };
+                *by_domain.entry((d, n.to_string())).or_default() += 1;
+            }
+        }
+    }
+    assert_eq!(by_domain[&(String::new(), "saxpy".to_string())], 5);
+    assert_eq!(by_domain[&("MPI".to_string(), "MPI_*".to_string())], 17);
 }
 
 #[test]

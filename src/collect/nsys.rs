@@ -299,6 +299,8 @@ impl Strings {
 const NVTX_PUSH_POP: i64 = 59;
 const NVTX_START_END: i64 = 60;
 const NVTX_MARK: i64 = 34;
+/// `NvtxDomainCreate`: names the domain of its `domainId`.
+const NVTX_DOMAIN_CREATE: i64 = 75;
 /// `ENUM_NSYS_EVENT_CLASS` values of CUDA backtrace rows (older exports: a second row for a
 /// call, carrying its chain).
 const CLASS_BACKTRACE: [i64; 3] = [67, 68, 69];
@@ -365,6 +367,8 @@ struct RawRange {
     start: Ns,
     end: Ns,
     name: NameId,
+    /// Its domain's name (0: the default domain).
+    domain: NameId,
 }
 
 struct Import {
@@ -694,17 +698,36 @@ impl Import {
         if !self.db.has(t) {
             return Ok(out);
         }
-        let cols = ["start!", "end", "eventType!", "globalTid", "textId", "text"];
+        let cols = [
+            "start!",
+            "end",
+            "eventType!",
+            "globalTid",
+            "textId",
+            "domainId",
+            "text",
+        ];
         let mut rows = Vec::new();
         self.db.each(t, &cols, |r| {
-            let mut v = [None; 5];
-            for (i, c) in cols[..5].iter().enumerate() {
+            let mut v = [None; 6];
+            for (i, c) in cols[..6].iter().enumerate() {
                 v[i] = int(r, i, c.trim_end_matches('!'))?;
             }
-            rows.push((v, text(r, 5, "text")?));
+            rows.push((v, text(r, 6, "text")?));
             Ok(())
         })?;
-        for ([start, end, ty, gtid, text_id], text) in rows {
+        // Domains are named by their creation events (the default domain, 0, by none).
+        let mut domains: HashMap<i64, NameId> = HashMap::default();
+        for ([_, _, ty, _, text_id, domain], text) in &rows {
+            if *ty == Some(NVTX_DOMAIN_CREATE) {
+                let name = match text.as_deref().filter(|s| !s.is_empty()) {
+                    Some(s) => self.store.names.intern(s),
+                    None => self.strings.name(&mut self.store, *text_id),
+                };
+                domains.insert(domain.unwrap_or(0), name);
+            }
+        }
+        for ([start, end, ty, gtid, text_id, domain], text) in rows {
             let ty = ty.unwrap_or(0);
             if ty == NVTX_MARK {
                 self.store.skip("NVTX mark");
@@ -737,19 +760,34 @@ impl Import {
                     n => n,
                 },
             };
-            out.entry((proc, tid_of(gtid)))
-                .or_default()
-                .push(RawRange { start, end, name });
+            let domain = match domain.unwrap_or(0) {
+                0 => 0,
+                d => match domains.get(&d) {
+                    Some(&n) => n,
+                    None => self.store.names.intern(&format!("(NVTX domain {d})")),
+                },
+            };
+            out.entry((proc, tid_of(gtid))).or_default().push(RawRange {
+                start,
+                end,
+                name,
+                domain,
+            });
         }
         Ok(out)
     }
 
     /// Gives each thread its ranges as spans, nested: a range's parent is the latest opened
     /// range that holds it whole (start/end ranges need not nest; one that crosses another's
-    /// end becomes its sibling).
+    /// end becomes its sibling); and as its NVTX ranges, for the timeline's lane and steps.
     fn spans(&mut self, ranges: HashMap<(u32, u32), Vec<RawRange>>) {
         for ((proc, tid), mut raw) in ranges {
             raw.sort_unstable_by_key(|r| (r.start, std::cmp::Reverse(r.end), r.name));
+            let nvtx = raw
+                .iter()
+                .map(|r| super::ranges::Range::new(r.start, r.end, r.name, r.domain))
+                .collect();
+            self.store.procs[proc as usize].set_ranges(tid, nvtx);
             let mut spans: Vec<Span> = Vec::with_capacity(raw.len());
             let mut open: Vec<usize> = Vec::new();
             for r in raw {

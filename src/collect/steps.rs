@@ -399,15 +399,37 @@ fn span_ranges(store: &Store, lo: Ns, hi: Ns, test: impl Fn(&str) -> bool) -> Ve
 /// whose numbers repeat (`layer 0` … `layer 23`, again each iteration) counts something inside
 /// an iteration and is passed over. Returns the family's name and the steps' extents.
 pub fn range_steps(store: &Store, lo: Ns, hi: Ns) -> Option<(String, Vec<(Ns, Ns)>)> {
+    // The program's own ranges first: libraries annotate their calls in domains of their own
+    // (NCCL, cuDNN, Nsight Systems' MPI and OS runtime tracing), a call each, not a phase.
+    range_steps_of(store, lo, hi, true).or_else(|| range_steps_of(store, lo, hi, false))
+}
+
+/// [`range_steps`] among the ranges of NVTX's default domain only, or of all domains.
+fn range_steps_of(
+    store: &Store,
+    lo: Ns,
+    hi: Ns,
+    default_domain: bool,
+) -> Option<(String, Vec<(Ns, Ns)>)> {
     let mut outer: Vec<&NvtxRange> = Vec::new();
     for p in &store.procs {
         let mut tids: Vec<u32> = p.ranges.keys().copied().collect();
         tids.sort_unstable();
         for tid in tids {
-            let v: Vec<&NvtxRange> = Process::overlapping(p.ranges_of(tid), lo, hi)
-                .map(|(_, r)| r)
-                .filter(|r| r.depth == 0)
-                .collect();
+            // Outermost within the domain: a default-domain range inside a library's call
+            // still counts as the program's outermost.
+            let mut open: Vec<&NvtxRange> = Vec::new();
+            let mut v: Vec<&NvtxRange> = Vec::new();
+            for (_, r) in Process::overlapping(p.ranges_of(tid), lo, hi) {
+                if default_domain && r.domain != 0 {
+                    continue;
+                }
+                open.retain(|o| o.end > r.start);
+                if open.is_empty() {
+                    v.push(r);
+                }
+                open.push(r);
+            }
             if v.len() > outer.len() {
                 outer = v;
             }
