@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine from the carried folder gpu/ (docs/perf.md says how it is built).
-# usage: gpu-run.sh check|diagnose|nvtx|bench|variants|floor|probe|graphs|sanitizer|ui|attach|all
+# usage: gpu-run.sh check|diagnose|nvtx|bench|variants|floor|probe|graphs|sanitizer|ui|attach|serve2|all
 set -u
 cd "$(dirname "$0")"
 export PYTHONUNBUFFERED=1
@@ -193,6 +193,27 @@ if [ "$MODE" = attach ]; then
   grep -hE "^gaptop_(windows|observed|gpu_launches|gpu_busy)|category=\"host_wait\"" "$A/serve/scrape-13.txt"
   head -3 "$A/serve/sites.txt" | cut -c1-250
   rm -rf "$GAPTOP_CONTROL_DIR"
+fi
+if [ "$MODE" = serve2 ]; then
+  # Issue 19's rest on the GPU: serve's UUID label (from the real nvidia-smi) and its pprof
+  # endpoint over a GPT-2 loop, then the attach modes' overhead on GPT-2 alone (the earlier
+  # run fitted one repetition of it). Everything under $OUT/serve2/.
+  A="$OUT/serve2"; mkdir -p "$A"
+  nvidia-smi --query-gpu=uuid,name,pci.bus_id --format=csv,noheader | tee "$A/smi.txt"
+  fetch() { python3 -c "import sys,urllib.request;open(sys.argv[2],'wb').write(urllib.request.urlopen(sys.argv[1]).read())" "$1" "$2" 2>/dev/null; }
+  export GAPTOP_CONTROL_DIR=/tmp/gaptop-ctl-$$
+  $G serve --listen 127.0.0.1:9464 --window 1s --every 5s -- python3 gpt2.py ${LOOP_ITERS:-20000} > "$A/serve.log" 2>&1 &
+  SRV=$!
+  for i in $(seq 60); do fetch http://127.0.0.1:9464/debug/pprof/idle "$A/idle1.pb.gz" && break; sleep 1; done
+  sleep 6
+  fetch http://127.0.0.1:9464/debug/pprof/idle "$A/idle2.pb.gz"
+  fetch http://127.0.0.1:9464/metrics "$A/metrics.txt"
+  kill $SRV 2>/dev/null; wait $SRV 2>/dev/null
+  grep -E "^gaptop_gpu_(launches|busy)" "$A/metrics.txt"; ls -la "$A"/*.pb.gz
+  rm -rf "$GAPTOP_CONTROL_DIR"
+  python3 overhead.py --gaptop $G --kineto kineto.py --reps ${REPS:-8} --budget ${BUDGET:-330} ${PIN:+--pin $PIN} \
+    --no-profiler --attach-modes gpt2.py:${GPT2_ITERS:-60} > "$A/overhead-gpt2.txt" 2>&1
+  grep -E "target|per-repetition|variant .* us/iter  " "$A/overhead-gpt2.txt" | grep -v min
 fi
 if [ "$MODE" = bench ] || [ "$MODE" = all ]; then
   # torch.profiler's runs stop once their timed section has printed (overhead.py), so each
