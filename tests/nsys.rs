@@ -281,7 +281,7 @@ impl Fx {
 /// more than half of it: sync), 43 before graph_k1 (host_wait, launch), 1 between the graph's
 /// two nodes (kernel_wait: launched at 110; graph), 35 before the memset and 11 before kernel_c
 /// (host_wait, launch). Device idle 126 µs; busy 39 µs over the span 15-180 µs.
-fn training_fixture(path: &Path, with_chains: bool, with_nvtx: bool) {
+fn training_fixture(path: &Path, with_chains: bool, with_nvtx: bool) -> Fx {
     let mut f = Fx::new(path);
     f.call(
         10_000,
@@ -379,6 +379,7 @@ fn training_fixture(path: &Path, with_chains: bool, with_nvtx: bool) {
     } else {
         f.db.execute_batch("DROP TABLE NVTX_EVENTS").unwrap();
     }
+    f
 }
 
 /// The fixture's gap of `duration_ns` in a report's top gaps.
@@ -517,6 +518,67 @@ fn fixture_stacks_hold_nvtx_ranges_above_the_call_chain() {
     );
     // The backtrace row is not a call of its own.
     assert_eq!(st.procs[0].api_count(), 7);
+}
+
+/// The fixture's graph as stream capture makes one: its two kernel nodes captured at 0.3 µs and
+/// 0.6 µs, before the first step, by two `cudaLaunchKernel` calls, each in an NVTX range of its own layer, then cloned
+/// into the instantiated graph (nodes 11 and 12) that the replay at 110 µs runs. Each
+/// replayed kernel's gaps are charged to the replay's launch stack, then the code that captured
+/// its node; times, reasons and totals stay as they were.
+#[test]
+fn replayed_graph_nodes_name_the_code_that_captured_them() {
+    let d = tempdir("nsys-captured");
+    let p = d.join("graph.sqlite");
+    let plain = d.join("plain.sqlite");
+    training_fixture(&plain, true, true);
+    let mut f = training_fixture(&p, true, true);
+    f.db.execute_batch(
+        "UPDATE CUDA_GRAPH_NODE_EVENTS SET start = 8000, end = 8100,
+             originalGraphNodeId = graphNodeId - 10",
+    )
+    .unwrap();
+    let made = f.s("cudaGraphAddKernelNode");
+    for (node, at) in [(1, 300), (2, 600)] {
+        f.db.execute(
+            "INSERT INTO CUDA_GRAPH_NODE_EVENTS VALUES (?1, ?2, 77, ?3, ?4, ?5, NULL)",
+            params![at, at + 50, gid(PID, TID), made, node],
+        )
+        .unwrap();
+    }
+    f.nvtx(150, Some(450), 59, "capture layer0", false);
+    f.nvtx(500, Some(800), 59, "capture layer1", false);
+    f.call(200, 400, 100, "cudaLaunchKernel_v7000", 0, None);
+    f.call(550, 750, 101, "cudaLaunchKernel_v7000", 0, None);
+    drop(f);
+    let j = report_json(&p, &[]);
+    let captured = |layer: &str, kernel: &str| {
+        json!([
+            "train_step",
+            "forward",
+            "(graph node captured at)",
+            layer,
+            "cudaGraphLaunch_v10000",
+            kernel
+        ])
+    };
+    assert_eq!(
+        gap(&j, 43_000)["frames"],
+        captured("capture layer0", "graph_k1")
+    );
+    let inside = gap(&j, 1_000);
+    assert_eq!(inside["frames"], captured("capture layer1", "graph_k2"));
+    assert_eq!(inside["reason"], "graph");
+    // The capture's own launches made no GPU op; the rest of the report is the same.
+    let before = report_json(&plain, &[]);
+    for key in [
+        "idle",
+        "reasons",
+        "device_idle_ns",
+        "gpu_ops",
+        "kernels_with_launch",
+    ] {
+        assert_eq!(j[key], before[key], "{key}");
+    }
 }
 
 #[test]

@@ -15,9 +15,16 @@
 //! - `CUDA_CALLCHAINS` (`--cudabacktrace`): a call's chain becomes its stack, outermost first,
 //!   under the NVTX ranges open at the call; the profiler's and the driver's own frames next to
 //!   the call are left out. Frames read `symbol [module]`, or `module+0xADDRESS` unresolved.
+//! - `CUDA_GRAPH_NODE_EVENTS` (`--cuda-graph-trace=node`): where and when each graph node was
+//!   made, and the node an instantiated graph's node was cloned from. A replayed node whose
+//!   original was made inside a call of the export (the launch that stream capture recorded,
+//!   or a `cudaGraphAdd*Node`) gets a call of its own: its replay's `cudaGraphLaunch` with
+//!   the launch's stack, then [`CAPTURED_AT`] and that call's stack, so that a graph's gaps
+//!   name the code its nodes came from.
 //! - `NVTX_EVENTS`: push/pop and start/end ranges become CPU spans of the thread that opened
 //!   them, so they are frames above the launches they enclose (as Kineto's `user_annotation`
-//!   spans are) and steps by name (`--step NAME`).
+//!   spans are), and the processes' NVTX ranges (with their domains, named by the domain
+//!   creation events) for the timeline's lane and steps.
 //! - `PROCESSES` and `MPI_RANKS`: process names and ranks; `META_DATA_EXPORT` (or the older
 //!   `EXPORT_META_DATA`): the Nsight Systems version and the export's schema version.
 //!
@@ -378,7 +385,29 @@ struct Import {
     procs: HashMap<i64, u32>,
     names: HashMap<i64, String>,
     ranks: HashMap<i64, i32>,
+    /// Each CUDA graph node's original (the node captured or added by the program, that an
+    /// instantiated graph's node was cloned from): where and when it was made, by (process
+    /// key, node id).
+    node_origin: HashMap<(i64, i64), (i64, Ns)>,
+    /// Ops replayed from a graph whose original node's making is known, each given a
+    /// correlation id of its own for a call that says where the node was captured.
+    replayed: Vec<Replayed>,
 }
+
+/// A graph node's op given a call of its own: its process, the `cudaGraphLaunch` that replayed
+/// it, the correlation id of its own, and the thread and time its original node was made at.
+struct Replayed {
+    proc: u32,
+    launch: u32,
+    corr: u32,
+    made: (i64, Ns),
+}
+
+/// Correlation ids from here up are gaptop's own (CUPTI's count up from 1 in a process).
+const OWN_CORR: u32 = 0xC000_0000;
+
+/// The frame between a replayed node's launch stack and the stack it was captured at.
+pub const CAPTURED_AT: &str = "(graph node captured at)";
 
 impl Import {
     /// The store's process of serialized id `gid`, made on first use.
@@ -469,6 +498,7 @@ impl Import {
         name: NameId,
         corr: Option<i64>,
         graph: bool,
+        as_corr: Option<u32>,
     ) {
         let (Some(start), Some(end)) = (start, end) else {
             self.store.skip("GPU op without a start or an end");
@@ -485,7 +515,7 @@ impl Import {
             stream: stream.unwrap_or(0).clamp(0, u32::MAX as i64) as u32,
         });
         let corr = corr_of(corr);
-        let mut op = GpuOp::new(start, end, kind, name, corr);
+        let mut op = GpuOp::new(start, end, kind, name, as_corr.unwrap_or(corr));
         if graph {
             op.graph = corr.max(1);
         }
@@ -493,6 +523,102 @@ impl Import {
             op.flags |= FLAG_COMM;
         }
         self.store.push_op_unsorted(lane, op);
+    }
+
+    /// Reads `CUDA_GRAPH_NODE_EVENTS` (`--cuda-graph-trace=node`): each node's making, and the
+    /// original each instantiated node was cloned from, followed back to the node the program
+    /// made (by stream capture or a `cudaGraphAdd*Node` call).
+    fn graph_nodes(&mut self) -> anyhow::Result<()> {
+        let t = "CUDA_GRAPH_NODE_EVENTS";
+        if !self.db.has(t) {
+            return Ok(());
+        }
+        let rows = self.db.ints(
+            t,
+            &["start!", "globalTid", "graphNodeId!", "originalGraphNodeId"],
+        )?;
+        let mut parent: HashMap<(i64, i64), i64> = HashMap::default();
+        let mut made: HashMap<(i64, i64), (i64, Ns)> = HashMap::default();
+        for [start, gtid, node, original] in rows {
+            let (Some(start), Some(gtid), Some(node)) = (start, gtid, node) else {
+                continue;
+            };
+            let key = (proc_key(gtid), node);
+            match original {
+                Some(o) if o != node => {
+                    parent.insert(key, o);
+                }
+                _ => {
+                    made.insert(key, (gtid, start));
+                }
+            }
+        }
+        // Only a node made inside a call of the export can be placed: the others keep their
+        // replay's launch (and its correlation id).
+        let mut spans: HashMap<i64, Vec<(Ns, Ns)>> = HashMap::default();
+        let threads: HashSet<i64> = made.values().map(|m| m.0).collect();
+        for t in ["CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER"] {
+            if threads.is_empty() || !self.db.has(t) {
+                continue;
+            }
+            for [start, end, gtid, class] in self
+                .db
+                .ints(t, &["start!", "end!", "globalTid", "eventClass"])?
+            {
+                if let (Some(a), Some(b), Some(g)) = (start, end, gtid) {
+                    if threads.contains(&g) && !class.is_some_and(|c| CLASS_BACKTRACE.contains(&c))
+                    {
+                        spans.entry(g).or_default().push((a, b));
+                    }
+                }
+            }
+        }
+        for v in spans.values_mut() {
+            // By start, each with the latest end so far: a call holds t when the latest end
+            // among those started by t reaches it.
+            v.sort_unstable();
+            let mut reach = Ns::MIN;
+            for s in v.iter_mut() {
+                reach = reach.max(s.1);
+                s.1 = reach;
+            }
+        }
+        made.retain(|_, &mut (g, t)| {
+            spans.get(&g).is_some_and(|v| {
+                let i = v.partition_point(|s| s.0 <= t);
+                i > 0 && v[i - 1].1 >= t
+            })
+        });
+        for &(pk, node) in made.keys().chain(parent.keys()) {
+            // Clones of clones lead back to the original; a loop leads nowhere.
+            let mut n = node;
+            for _ in 0..64 {
+                if let Some(&m) = made.get(&(pk, n)) {
+                    self.node_origin.insert((pk, node), m);
+                    break;
+                }
+                match parent.get(&(pk, n)) {
+                    Some(&o) => n = o,
+                    None => break,
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A correlation id of its own for an op replayed from graph node `node` whose original's
+    /// making is known.
+    fn replay(&mut self, gpid: i64, node: i64, launch: Option<i64>) -> Option<u32> {
+        let made = *self.node_origin.get(&(proc_key(gpid), node))?;
+        let corr = OWN_CORR.checked_add(self.replayed.len() as u32)?;
+        let proc = self.proc(gpid);
+        self.replayed.push(Replayed {
+            proc,
+            launch: corr_of(launch),
+            corr,
+            made,
+        });
+        Some(corr)
     }
 
     /// The GPU ops of the kernel, memcpy and memset tables, and of the graphs traced whole.
@@ -543,6 +669,8 @@ impl Import {
                 );
             }
             for [start, end, dev, stream, corr, gpid, graph, a, b] in rows {
+                // A graph traced whole has no nodes.
+                let node = graph.filter(|_| kind.is_some());
                 let (name, kind) = match kind {
                     Some(OpKind::Kernel) => match self.strings.name(&mut self.store, a) {
                         0 => (self.strings.name(&mut self.store, b), OpKind::Kernel),
@@ -560,7 +688,13 @@ impl Import {
                     }
                 };
                 let in_graph = graph.is_some();
-                self.op(gpid, dev, stream, start, end, kind, name, corr, in_graph);
+                let as_corr = match (node, gpid) {
+                    (Some(node), Some(gpid)) => self.replay(gpid, node, corr),
+                    _ => None,
+                };
+                self.op(
+                    gpid, dev, stream, start, end, kind, name, corr, in_graph, as_corr,
+                );
             }
         }
         Ok(())
@@ -814,6 +948,67 @@ impl Import {
     }
 }
 
+/// A call of its own for each replayed graph node whose making is known: its replay's
+/// `cudaGraphLaunch` (times, thread, name), with the launch's stack, then [`CAPTURED_AT`], then
+/// the stack of the call its original node was made in (the launch captured into the graph,
+/// under its NVTX ranges and call chain), so that a graph's gaps name the code each node came
+/// from. A node whose replay or making call is not in the export keeps its launch's stack.
+fn captured_calls(
+    im: &mut Import,
+    calls: &[(u32, ApiCall)],
+    replayed: &[Replayed],
+) -> Vec<(u32, ApiCall)> {
+    let mut by_corr: HashMap<(u32, u32), usize> = HashMap::default();
+    let mut by_thread: HashMap<(u32, u32), Vec<usize>> = HashMap::default();
+    for (i, (proc, c)) in calls.iter().enumerate() {
+        if c.corr != 0 {
+            by_corr.insert((*proc, c.corr), i);
+        }
+        by_thread.entry((*proc, c.tid)).or_default().push(i);
+    }
+    for v in by_thread.values_mut() {
+        v.sort_by_key(|&i| calls[i].1.start);
+    }
+    let marker = im.store.names.intern(CAPTURED_AT);
+    let mut memo: HashMap<(StackId, StackId), StackId> = HashMap::default();
+    let mut out = Vec::with_capacity(replayed.len());
+    for r in replayed {
+        let Some(&li) = by_corr.get(&(r.proc, r.launch)) else {
+            continue;
+        };
+        let launch = calls[li].1;
+        let (gtid, t) = r.made;
+        let maker = im.procs.get(&proc_key(gtid)).and_then(|&p| {
+            let v = by_thread.get(&(p, tid_of(gtid)))?;
+            let i = v.partition_point(|&i| calls[i].1.start <= t);
+            v[..i]
+                .iter()
+                .rev()
+                .map(|&i| calls[i].1)
+                .find(|c| c.end >= t)
+        });
+        let stack = match maker {
+            Some(m) => *memo.entry((launch.stack, m.stack)).or_insert_with(|| {
+                let mut s = im.store.stacks.intern(launch.stack, marker);
+                for f in im.store.stacks.frames(m.stack) {
+                    s = im.store.stacks.intern(s, f);
+                }
+                s
+            }),
+            None => launch.stack,
+        };
+        out.push((
+            r.proc,
+            ApiCall {
+                corr: r.corr,
+                stack,
+                ..launch
+            },
+        ));
+    }
+    out
+}
+
 /// Modules whose frames next to a CUDA call are the CUDA libraries' or the profiler's own.
 fn is_tool_module(base: &str) -> bool {
     base.starts_with("libcupti")
@@ -862,6 +1057,8 @@ pub fn load_sqlite(path: &Path, source: &str, budget: usize) -> anyhow::Result<S
         procs: HashMap::default(),
         names: HashMap::default(),
         ranks: HashMap::default(),
+        node_origin: HashMap::default(),
+        replayed: Vec::new(),
     };
     im.version()?;
     for (t, lacks) in EXPECTED {
@@ -872,6 +1069,7 @@ pub fn load_sqlite(path: &Path, source: &str, budget: usize) -> anyhow::Result<S
         }
     }
     im.process_names()?;
+    im.graph_nodes()?;
     im.ops()?;
     let calls = im.calls()?;
     let wanted: HashSet<i64> = calls.iter().filter_map(|c| c.chain).collect();
@@ -884,14 +1082,21 @@ pub fn load_sqlite(path: &Path, source: &str, budget: usize) -> anyhow::Result<S
     }
     let ranges = im.ranges()?;
     im.spans(ranges);
+    let mut done: Vec<(u32, ApiCall)> = Vec::with_capacity(calls.len());
     for c in calls {
         let p = &im.store.procs[c.proc as usize];
         let mut stack = p.span_stack_at(c.call.tid, c.call.start);
         for &f in c.chain.and_then(|id| chains.get(&id)).into_iter().flatten() {
             stack = im.store.stacks.intern(stack, f);
         }
-        im.store
-            .push_api_unsorted(c.proc, ApiCall { stack, ..c.call });
+        done.push((c.proc, ApiCall { stack, ..c.call }));
+    }
+    let replayed = std::mem::take(&mut im.replayed);
+    for (proc, call) in captured_calls(&mut im, &done, &replayed) {
+        im.store.push_api_unsorted(proc, call);
+    }
+    for (proc, call) in done {
+        im.store.push_api_unsorted(proc, call);
     }
     let mut store = im.store;
     store.finish_bulk();
