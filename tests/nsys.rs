@@ -126,6 +126,13 @@ CREATE TABLE NVTX_EVENTS (
     textId INTEGER, domainId INTEGER, uint64Value INTEGER, int64Value INTEGER,
     doubleValue REAL, uint32Value INTEGER, int32Value INTEGER, floatValue REAL,
     jsonTextId INTEGER, jsonText TEXT, binaryData TEXT);
+CREATE TABLE COMPOSITE_EVENTS (
+    id INTEGER NOT NULL PRIMARY KEY, start INTEGER NOT NULL, cpu INTEGER, threadState INTEGER,
+    globalTid INTEGER, cpuCycles INTEGER NOT NULL);
+CREATE TABLE SAMPLING_CALLCHAINS (
+    id INTEGER NOT NULL, symbol INTEGER NOT NULL, module INTEGER NOT NULL, kernelMode INTEGER,
+    thumbCode INTEGER, unresolved INTEGER, specialEntry INTEGER, originalIP INTEGER,
+    unwindMethod INTEGER, stackDepth INTEGER NOT NULL, PRIMARY KEY (id, stackDepth));
 INSERT INTO ENUM_NSYS_EVENT_TYPE VALUES
     (34, 'NvtxMark', 'NvtxMark'), (59, 'NvtxPushPopRange', 'NvtxPushPopRange'),
     (60, 'NvtxStartEndRange', 'NvtxStartEndRange'), (75, 'NvtxDomainCreate', 'NvtxDomainCreate');
@@ -581,6 +588,85 @@ fn replayed_graph_nodes_name_the_code_that_captured_them() {
     }
 }
 
+/// CPU samples (`--sample=process-tree`): five samples of the launching thread every 2 µs in
+/// the 33 µs gap before kernel_b, three inside the sync (in the kernel's `ioctl`, whose
+/// kernel-mode frame is not the program's), two after it preparing the launch; one of a
+/// process without CUDA work. The gap's details count them and what share of the gap the
+/// thread was on CPU (5 × 2 µs of 33 µs); folded-cpu hangs them under the launch.
+#[test]
+fn sampled_cpu_stacks_say_what_the_cpu_did_during_gaps() {
+    let d = tempdir("nsys-samples");
+    let p = d.join("sampled.sqlite");
+    let mut f = training_fixture(&p, true, true);
+    let in_sync = [
+        ("do_syscall_64", "[kernel.kallsyms]", 1),
+        ("ioctl", "/usr/lib/x86_64-linux-gnu/libc.so.6", 0),
+        (
+            "cudaStreamSynchronize",
+            "/usr/local/cuda/lib64/libcudart.so.12",
+            0,
+        ),
+        ("main", "/usr/bin/python3", 0),
+    ];
+    let preparing = [
+        (
+            "at::native::prepare_b",
+            "/site-packages/torch/lib/libtorch_cuda.so",
+            0,
+        ),
+        ("main", "/usr/bin/python3", 0),
+    ];
+    let sample = |f: &mut Fx, id: i64, at: i64, who: i64, frames: &[(&str, &str, i64)]| {
+        f.db.execute(
+            "INSERT INTO COMPOSITE_EVENTS VALUES (?1, ?2, 3, 1, ?3, 0)",
+            params![id, at, who],
+        )
+        .unwrap();
+        for (depth, (sym, module, kernel)) in frames.iter().enumerate() {
+            let (s, m) = (f.s(sym), f.s(module));
+            f.db.execute(
+                "INSERT INTO SAMPLING_CALLCHAINS (id, symbol, module, kernelMode, unresolved,
+                     stackDepth) VALUES (?1, ?2, ?3, ?4, 0, ?5)",
+                params![id, s, m, kernel, depth as i64],
+            )
+            .unwrap();
+        }
+    };
+    for (i, at) in [46_000, 48_000, 50_000].into_iter().enumerate() {
+        sample(&mut f, i as i64 + 1, at, gid(PID, TID), &in_sync);
+    }
+    for (i, at) in [52_000, 54_000].into_iter().enumerate() {
+        sample(&mut f, i as i64 + 4, at, gid(PID, TID), &preparing);
+    }
+    sample(&mut f, 9, 47_000, gid(PID + 1, PID + 1), &preparing);
+    drop(f);
+    let j = report_json(&p, &[]);
+    let g = gap(&j, 33_000);
+    assert_eq!(g["cpu_samples"], 5);
+    let on = g["on_cpu"].as_f64().unwrap();
+    assert!((on - 10.0 / 33.0).abs() < 1e-9, "{on}");
+    assert_eq!(j["notes"].as_array().unwrap().len(), 1, "{}", j["notes"]);
+    let folded = String::from_utf8(report(&p, &["--format", "folded-cpu"]).stdout).unwrap();
+    let under = "train_step;prefetch;main [python3];python3+0x55aa;\
+                 at::native::launch_b [libtorch_cuda.so];cudaLaunchKernel_v7000;kernel_b;\
+                 (CPU during these gaps);main [python3];";
+    assert!(
+        folded.contains(&format!(
+            "{under}cudaStreamSynchronize [libcudart.so.12];ioctl [libc.so.6] "
+        )),
+        "{folded}"
+    );
+    assert!(
+        folded.contains(&format!("{under}at::native::prepare_b [libtorch_cuda.so] ")),
+        "{folded}"
+    );
+    assert!(!folded.contains("do_syscall_64"), "{folded}");
+    let st = gaptop::collect::load_path(&p, usize::MAX).unwrap();
+    assert_eq!(st.cpu_samples, 5);
+    assert_eq!(st.procs[0].sample_period_ns, 2_000);
+    assert_eq!(st.skipped["CPU sample of a process without CUDA work"], 1);
+}
+
 #[test]
 fn fixture_steps_are_the_nvtx_ranges_named() {
     let d = tempdir("nsys-steps");
@@ -848,7 +934,8 @@ fn real_cloverleaf_export_agrees_with_the_runs_own_gpu_trace() {
             "Nsight Systems 2024.5.1.113 export, schema 3.13.2",
             "no CUPTI_ACTIVITY_KIND_MEMSET: no memsets",
             "no CUDA_CALLCHAINS: launches have no native stacks (capture with --cudabacktrace=all)",
-            "no NVTX_EVENTS: no NVTX ranges in the call tree or as steps (capture with --trace=nvtx)"
+            "no NVTX_EVENTS: no NVTX ranges in the call tree or as steps (capture with --trace=nvtx)",
+            "no COMPOSITE_EVENTS: gaps do not say what the CPU did (capture with --sample=process-tree)"
         ])
     );
 }
@@ -864,7 +951,10 @@ fn real_saxpy_export_has_native_stacks_under_nvtx_and_nvtx_steps() {
     assert_eq!(j["kernels_with_stack"], 5);
     assert_eq!(
         j["notes"],
-        json!(["Nsight Systems 2022.2.1.31 export, schema 2.9.1"])
+        json!([
+            "Nsight Systems 2022.2.1.31 export, schema 2.9.1",
+            "no COMPOSITE_EVENTS: gaps do not say what the CPU did (capture with --sample=process-tree)"
+        ])
     );
     // Each launch sits in its `saxpy` NVTX range, above the chain nsys took (outermost first,
     // the CUDA libraries' and the profiler's frames next to the call left out).

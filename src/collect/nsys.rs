@@ -25,6 +25,9 @@
 //!   them, so they are frames above the launches they enclose (as Kineto's `user_annotation`
 //!   spans are), and the processes' NVTX ranges (with their domains, named by the domain
 //!   creation events) for the timeline's lane and steps.
+//! - `COMPOSITE_EVENTS` and `SAMPLING_CALLCHAINS` (`--sample=process-tree`): CPU samples of
+//!   the processes that did CUDA work, with their user-mode stacks, as the threads' samples
+//!   (what the CPU did during gaps), the period the median interval between a thread's samples.
 //! - `PROCESSES` and `MPI_RANKS`: process names and ranks; `META_DATA_EXPORT` (or the older
 //!   `EXPORT_META_DATA`): the Nsight Systems version and the export's schema version.
 //!
@@ -45,8 +48,8 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use super::kineto::is_comm_kernel;
 use super::store::{
-    ApiCall, ApiKind, GpuOp, LaneKey, NameId, Ns, OpKind, Span, StackId, Store, FLAG_COMM,
-    MAX_OP_NS, MAX_TS,
+    ApiCall, ApiKind, CpuSample, GpuOp, LaneKey, NameId, Ns, OpKind, Span, StackId, Store,
+    FLAG_COMM, MAX_OP_NS, MAX_TS,
 };
 
 /// The first bytes of every SQLite database.
@@ -313,7 +316,7 @@ const NVTX_DOMAIN_CREATE: i64 = 75;
 const CLASS_BACKTRACE: [i64; 3] = [67, 68, 69];
 
 /// The tables gaptop reads, and what a report without each lacks.
-const EXPECTED: [(&str, &str); 6] = [
+const EXPECTED: [(&str, &str); 7] = [
     ("CUPTI_ACTIVITY_KIND_KERNEL", "no kernels"),
     ("CUPTI_ACTIVITY_KIND_MEMCPY", "no memory copies"),
     ("CUPTI_ACTIVITY_KIND_MEMSET", "no memsets"),
@@ -328,6 +331,10 @@ const EXPECTED: [(&str, &str); 6] = [
     (
         "NVTX_EVENTS",
         "no NVTX ranges in the call tree or as steps (capture with --trace=nvtx)",
+    ),
+    (
+        "COMPOSITE_EVENTS",
+        "gaps do not say what the CPU did (capture with --sample=process-tree)",
     ),
 ];
 
@@ -770,19 +777,32 @@ impl Import {
 
     /// The frames of the chains `wanted`, outermost first, by chain id.
     fn chains(&mut self, wanted: &HashSet<i64>) -> anyhow::Result<HashMap<i64, Vec<NameId>>> {
-        let mut out: HashMap<i64, Vec<NameId>> = HashMap::default();
         if wanted.is_empty() || !self.db.has("CUDA_CALLCHAINS") {
-            return Ok(out);
+            return Ok(HashMap::default());
         }
+        let rows = self.chain_rows("CUDA_CALLCHAINS", wanted)?;
+        Ok(self.frames_of(rows, true))
+    }
+
+    /// The rows of chains `wanted` in a chain table (`CUDA_CALLCHAINS`, `SAMPLING_CALLCHAINS`),
+    /// without kernel-mode frames (not the program's code).
+    fn chain_rows(&self, table: &str, wanted: &HashSet<i64>) -> anyhow::Result<Vec<ChainRow>> {
         let mut rows: Vec<ChainRow> = Vec::new();
         self.db.each(
-            "CUDA_CALLCHAINS",
-            &["id!", "stackDepth!", "symbol", "module", "unresolved"],
+            table,
+            &[
+                "id!",
+                "stackDepth!",
+                "symbol",
+                "module",
+                "unresolved",
+                "kernelMode",
+            ],
             |r| {
                 let Some(id) = int(r, 0, "id")? else {
                     return Ok(());
                 };
-                if wanted.contains(&id) {
+                if wanted.contains(&id) && int(r, 5, "kernelMode")?.unwrap_or(0) == 0 {
                     rows.push(ChainRow {
                         id,
                         depth: int(r, 1, "stackDepth")?.unwrap_or(0),
@@ -796,13 +816,20 @@ impl Import {
                 Ok(())
             },
         )?;
+        Ok(rows)
+    }
+
+    /// Chains' rows as frames, outermost first, by chain id; with `trim`, the CUDA libraries' and
+    /// the profiler's frames next to the call are left out.
+    fn frames_of(&mut self, mut rows: Vec<ChainRow>, trim: bool) -> HashMap<i64, Vec<NameId>> {
+        let mut out: HashMap<i64, Vec<NameId>> = HashMap::default();
         // nsys writes each chain's rows together, from depth 0 up: sorting is cheap when so.
         rows.sort_unstable_by_key(|x| (x.id, x.depth));
         // Each frame's name, and whether it is the CUDA libraries' or the profiler's own.
         let mut memo: HashMap<FrameKey, (NameId, bool)> = HashMap::default();
         for chain in rows.chunk_by(|a, b| a.id == b.id) {
             let mut frames: Vec<(NameId, bool)> = Vec::with_capacity(chain.len());
-            // Depth 0 is the frame next to the call: the outermost frame has the greatest depth.
+            // Depth 0 is the innermost frame: the outermost has the greatest depth.
             for row in chain.iter().rev() {
                 let k = row.frame;
                 let strings = &self.strings;
@@ -817,12 +844,73 @@ impl Import {
             }
             // The frames next to the call inside the CUDA libraries and the profiler are theirs,
             // not the program's: the call's own name follows the stack.
-            while frames.last().is_some_and(|f| f.1) {
+            while trim && frames.last().is_some_and(|f| f.1) {
                 frames.pop();
             }
             out.insert(chain[0].id, frames.into_iter().map(|f| f.0).collect());
         }
-        Ok(out)
+        out
+    }
+
+    /// The CPU samples of `--sample=process-tree` (`COMPOSITE_EVENTS`, their user-mode stacks in
+    /// `SAMPLING_CALLCHAINS`) as the threads' samples, for what the CPU did during gaps. The
+    /// sampling period is taken as the median interval between a thread's samples.
+    fn cpu_samples(&mut self) -> anyhow::Result<()> {
+        let (ev, cc) = ("COMPOSITE_EVENTS", "SAMPLING_CALLCHAINS");
+        if !self.db.has(ev) || !self.db.has(cc) {
+            return Ok(());
+        }
+        let mut samples: Vec<(i64, i64, Ns)> = Vec::new();
+        for [id, start, gtid] in self.db.ints(ev, &["id!", "start!", "globalTid"])? {
+            let (Some(id), Some(start), Some(gtid)) = (id, start, gtid) else {
+                continue;
+            };
+            if start.unsigned_abs() > MAX_TS {
+                self.store.skip("CPU sample with an implausible timestamp");
+            } else if self.procs.contains_key(&proc_key(gtid)) {
+                samples.push((gtid, id, start));
+            } else {
+                // Processes that did no CUDA work explain no gap.
+                self.store.skip("CPU sample of a process without CUDA work");
+            }
+        }
+        let wanted: HashSet<i64> = samples.iter().map(|s| s.1).collect();
+        let rows = self.chain_rows(cc, &wanted)?;
+        let frames = self.frames_of(rows, false);
+        let mut by_thread: HashMap<(u32, u32), Vec<CpuSample>> = HashMap::default();
+        for (gtid, id, time) in samples {
+            let mut stack = 0;
+            for &f in frames.get(&id).into_iter().flatten() {
+                stack = self.store.stacks.intern(stack, f);
+            }
+            let proc = self.procs[&proc_key(gtid)];
+            by_thread
+                .entry((proc, tid_of(gtid)))
+                .or_default()
+                .push(CpuSample { time, stack });
+        }
+        let mut gaps: Vec<Ns> = Vec::new();
+        for v in by_thread.values_mut() {
+            v.sort_unstable_by_key(|x| x.time);
+            gaps.extend(
+                v.windows(2)
+                    .map(|w| w[1].time - w[0].time)
+                    .filter(|&d| d > 0),
+            );
+        }
+        let period = if gaps.is_empty() {
+            0
+        } else {
+            let i = gaps.len() / 2;
+            *gaps.select_nth_unstable(i).1
+        };
+        let mut threads: Vec<_> = by_thread.into_iter().collect();
+        threads.sort_unstable_by_key(|t| t.0);
+        for ((proc, tid), v) in threads {
+            self.store.procs[proc as usize].sample_period_ns = period;
+            self.store.add_samples(proc, tid, &v);
+        }
+        Ok(())
     }
 
     /// NVTX ranges per (process, thread), in no order.
@@ -1082,6 +1170,7 @@ pub fn load_sqlite(path: &Path, source: &str, budget: usize) -> anyhow::Result<S
     }
     let ranges = im.ranges()?;
     im.spans(ranges);
+    im.cpu_samples()?;
     let mut done: Vec<(u32, ApiCall)> = Vec::with_capacity(calls.len());
     for c in calls {
         let p = &im.store.procs[c.proc as usize];
