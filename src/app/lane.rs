@@ -118,6 +118,8 @@ pub fn ranges_row(
         });
         c += run;
     }
+    // As the GPU lanes' labels: a column short of the label width, so a space always follows.
+    let label = crate::frames::cut(&label, (super::layout::LABEL_W - 1) as usize);
     Some(RangeRow { label, segs })
 }
 
@@ -174,5 +176,22 @@ mod tests {
         assert_eq!(segs(&row), owned(&want));
         let empty = Store::default();
         assert_eq!(ranges_row(&empty, None, 0, 10, 10), None);
+    }
+
+    /// A label as long as the label column (a rank and a long thread id) is cut a column
+    /// short of it, so that it never runs into the ranges.
+    #[test]
+    fn long_labels_leave_a_space() {
+        let mut st = Store::default();
+        let p = st.add_process(1, 0, "p");
+        let _ = st.add_process(2, 1, "q");
+        let n = st.names.intern("step 1");
+        st.procs[p as usize].set_ranges(2_543_932, vec![Range::new(0, 1_000, n, 0)]);
+        let row = ranges_row(&st, None, 0, 1_000, 10).unwrap();
+        assert_eq!(row.label, "r0 nvtx t25439…");
+        assert_eq!(
+            row.label.chars().count(),
+            (crate::app::layout::LABEL_W - 1) as usize
+        );
     }
 }

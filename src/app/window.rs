@@ -125,6 +125,8 @@ impl App {
         let pad = ((hi - lo) / 10).max(100);
         self.lo = lo - pad;
         self.hi = (hi + pad).max(self.lo + MIN_WIDTH);
+        // Near the capture's ends the padding stays inside it, the gap still in view.
+        self.clamp_window();
         self.cursor = g.start + g.dur() / 2;
         if self.is_live() {
             self.follow = false;
