@@ -169,7 +169,7 @@ fn stack_frames(store: &Store, stack: StackId, api: NameId, op: NameId) -> Vec<S
 
 pub fn gap_json(store: &Store, g: &Gap, origin: Ns) -> JsonGap {
     let l = &store.lanes[g.lane];
-    let name = |i: usize| store.names.get(l.ops[i].name).to_string();
+    let name = |i: usize| store.names.get(l.op(i).name).to_string();
     let frames = stack_frames(store, g.stack, g.api, g.op_name);
     let mut j = JsonGap {
         start_ns: g.start - origin,
@@ -181,7 +181,7 @@ pub fn gap_json(store: &Store, g: &Gap, origin: Ns) -> JsonGap {
         pid: store.procs[l.key.proc as usize].pid,
         prev_op: store
             .names
-            .get(store.lanes[g.prev_lane].ops[g.prev].name)
+            .get(store.lanes[g.prev_lane].op(g.prev).name)
             .to_string(),
         next_op: name(g.next),
         launch_latency_ns: g.launch_latency,
@@ -408,7 +408,7 @@ fn launch_coverage(store: &Store, lo: Ns, hi: Ns) -> Vec<JsonProcess> {
     for lane in &store.lanes {
         let i = lane.key.proc as usize;
         let p = &store.procs[i];
-        for op in lane.ops.range(lane.lower_bound(lo)..) {
+        for op in lane.range(lane.lower_bound(lo)..) {
             if op.start >= hi {
                 break;
             }

@@ -137,8 +137,8 @@ impl Gap {
     /// The gap whole, from the end of the op before it to the start of the op after it, where
     /// `start` and `end` are clipped to the window it was found in.
     pub fn whole(&self, store: &Store) -> (Ns, Ns) {
-        let end = |l: usize, i: usize, f: fn(&GpuOp) -> Ns| {
-            store.lanes.get(l).and_then(|l| l.ops.get(i)).map(f)
+        let end = |l: usize, i: usize, f: fn(GpuOp) -> Ns| {
+            store.lanes.get(l).and_then(|l| l.get(i)).map(f)
         };
         (
             end(self.prev_lane, self.prev, |o| o.end)
@@ -176,13 +176,13 @@ impl Window {
     }
 }
 
-/// Classifies the gap before `lane.ops[next]`, given the previous op. `None` if no gap.
+/// Classifies the gap before `lane.op(next)`, given the previous op. `None` if no gap.
 pub fn classify(store: &Store, lane: usize, prev: usize, next: usize, cfg: &Config) -> Option<Gap> {
-    let from = store.lanes[lane].ops[prev].end;
+    let from = store.lanes[lane].op(prev).end;
     classify_from(store, lane, (lane, prev), next, from, cfg)
 }
 
-/// Classifies the idle time from `from` to the start of `lane.ops[next]`, which follows the op
+/// Classifies the idle time from `from` to the start of `lane.op(next)`, which follows the op
 /// `prev` (a lane and an index: the same lane for a stream's gap, any lane of the device for a
 /// device's). `None` if the op starts at or before `from`.
 pub fn classify_from(
@@ -193,13 +193,13 @@ pub fn classify_from(
     from: Ns,
     cfg: &Config,
 ) -> Option<Gap> {
-    if store.lanes[lane].ops[next].start <= from {
+    if store.lanes[lane].op(next).start <= from {
         return None;
     }
     Some(classify_at(store, lane, prev, next, from, cfg))
 }
 
-/// Classifies the interval from `from` to the start of `lane.ops[next]`, which may be empty:
+/// Classifies the interval from `from` to the start of `lane.op(next)`, which may be empty:
 /// an op that starts exactly when the one before it ended follows a gap of length 0, which HTA
 /// counts (as kernel_wait, unless its launch began after the previous op ended).
 fn classify_at(
@@ -210,8 +210,8 @@ fn classify_at(
     from: Ns,
     cfg: &Config,
 ) -> Gap {
-    let n: &GpuOp = &store.lanes[lane].ops[next];
-    let p: &GpuOp = &store.lanes[prev.0].ops[prev.1];
+    let n: &GpuOp = &store.lanes[lane].op(next);
+    let p: &GpuOp = &store.lanes[prev.0].op(prev.1);
     let proc = &store.procs[store.lanes[lane].key.proc as usize];
     let api = proc.api_by_corr(n.corr);
     let dur = n.start - from;
@@ -268,7 +268,7 @@ fn classify_at(
     }
 }
 
-/// The gap that ends at `lane.ops[next]` on the given basis: on its stream, or on its device
+/// The gap that ends at `lane.op(next)` on the given basis: on its stream, or on its device
 /// (from the moment no stream of the device ran anything). `None` if there is none.
 pub fn gap_ending_at(store: &Store, lane: usize, next: usize, cfg: &Config) -> Option<Gap> {
     if cfg.basis == Basis::Stream {
@@ -276,7 +276,7 @@ pub fn gap_ending_at(store: &Store, lane: usize, next: usize, cfg: &Config) -> O
             .then(|| classify(store, lane, next - 1, next, cfg))
             .flatten();
     }
-    let t = store.lanes[lane].ops.get(next)?.start;
+    let t = store.lanes[lane].get(next)?.start;
     let key = store.lanes[lane].key;
     // The op that ended last before `t` on any stream of the device; ops of one stream never
     // overlap, so on each stream it can only be the last op to start before `t`.
@@ -289,7 +289,7 @@ pub fn gap_ending_at(store: &Store, lane: usize, next: usize, cfg: &Config) -> O
         if i == 0 {
             continue;
         }
-        let e = other.ops[i - 1].end;
+        let e = other.op(i - 1).end;
         if prev.is_none_or(|(pe, ..)| e > pe) {
             prev = Some((e, l, i - 1));
         }
@@ -322,7 +322,7 @@ impl Iterator for Merged<'_> {
     fn next(&mut self) -> Option<(usize, usize)> {
         let mut best: Option<(Ns, usize)> = None;
         for (k, &l) in self.lanes.iter().enumerate() {
-            if let Some(o) = self.store.lanes[l].ops.get(self.idx[k]) {
+            if let Some(o) = self.store.lanes[l].get(self.idx[k]) {
                 if best.is_none_or(|(s, _)| o.start < s) {
                     best = Some((o.start, k));
                 }
@@ -350,7 +350,7 @@ pub fn device_gaps(
     // The end of everything seen so far, and the op that reached it.
     let mut busy: Option<(Ns, usize, usize)> = None;
     for (lane, i) in merged {
-        let o = store.lanes[lane].ops[i];
+        let o = store.lanes[lane].op(i);
         if let Some((end, pl, pi)) = busy {
             if end >= w.hi() {
                 break;
@@ -402,13 +402,13 @@ pub fn lane_between(
     cfg: &Config,
     mut f: impl FnMut(Between),
 ) {
-    let ops = &store.lanes[lane].ops;
+    let ops = &store.lanes[lane];
     if ops.len() < 2 {
         return;
     }
     // First candidate: the op before the first op starting at or after the window start.
-    let first = store.lanes[lane].lower_bound(w.lo()).max(1);
-    let mut max_end = ops[first - 1].end;
+    let first = ops.lower_bound(w.lo()).max(1);
+    let mut max_end = ops.op(first - 1).end;
     let mut prev = first - 1;
     for (k, n) in ops.range(first..).enumerate() {
         let next = first + k;
@@ -459,7 +459,7 @@ pub fn device_idle(store: &Store, lanes: &[usize], lo: Ns, hi: Ns, mut f: impl F
     let merged = Merged::new(store, lanes, lo);
     let mut cursor = lo;
     for (lane, i) in merged {
-        let o = store.lanes[lane].ops[i];
+        let o = store.lanes[lane].op(i);
         if o.start >= hi {
             break;
         }
@@ -1057,7 +1057,7 @@ fn charge(
     let e = s.stacks.entry((g.stack, g.api, g.op_name)).or_default();
     e.0 += 1;
     e.1 += d;
-    let op = store.lanes[g.lane].ops[g.next];
+    let op = store.lanes[g.lane].op(g.next);
     let leaf = s.leaves.entry(Site::of(&g)).or_default();
     leaf.add(d, g.reason, op.dur());
     leaf.note_op(g.op_name);
@@ -1158,7 +1158,7 @@ pub fn summarize_steps(
         let a = l.lower_bound(lo).saturating_sub(1);
         let b = l.lower_bound(hi);
         let proc = &store.procs[l.key.proc as usize];
-        for op in l.ops.range(a..b) {
+        for op in l.range(a..b) {
             let clip = op.end.min(hi) - op.start.max(lo);
             if clip < 0 || (clip == 0 && op.start < lo) {
                 continue;
@@ -1180,7 +1180,7 @@ pub fn summarize_steps(
                 store,
                 api.map(|a| a.stack).unwrap_or(0),
                 api.map(|a| a.name).unwrap_or(0),
-                op,
+                &op,
                 kernel_clip,
             );
         }

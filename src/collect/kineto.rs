@@ -290,22 +290,9 @@ impl Builder {
         if by == 0 {
             return;
         }
-        for l in &mut self.store.lanes {
-            if procs.contains(&l.key.proc) {
-                for o in l.ops.iter_mut() {
-                    o.start = o.start.saturating_add(by);
-                    o.end = o.end.saturating_add(by);
-                }
-            }
-        }
+        // Its ops and calls; its spans and GPU ranges are still the builder's.
         for p in procs.clone() {
-            let proc = &mut self.store.procs[p as usize];
-            let mut apis = proc.take_apis();
-            for a in apis.iter_mut() {
-                a.start = a.start.saturating_add(by);
-                a.end = a.end.saturating_add(by);
-            }
-            proc.put_apis(apis);
+            self.store.shift_process(p, by);
         }
         for ((p, _), spans) in self.spans.iter_mut() {
             if procs.contains(p) {
@@ -678,12 +665,8 @@ impl Builder {
             }
             st.procs[proc as usize].spans.insert(tid, out);
         }
-        for p in st.procs.iter_mut().filter(|p| !p.spans.is_empty()) {
-            let mut apis = p.take_apis();
-            for a in apis.iter_mut().filter(|a| a.stack == 0) {
-                a.stack = p.span_stack_at(a.tid, a.start);
-            }
-            p.put_apis(apis);
+        for p in st.procs.iter_mut() {
+            p.stacks_from_spans();
         }
         st.finish_bulk();
         self.store

@@ -313,7 +313,7 @@ pub fn from_ranges(
 fn lane_active(store: &Store, lane: usize, lo: Ns, hi: Ns) -> bool {
     let l = &store.lanes[lane];
     let i = l.lower_bound(lo);
-    i < l.lower_bound(hi) || (i > 0 && l.ops[i - 1].end > lo)
+    i < l.lower_bound(hi) || (i > 0 && l.op(i - 1).end > lo)
 }
 
 /// Memoized string tests over interned names.
@@ -514,7 +514,7 @@ fn ops_by_corr(store: &Store, lo: Ns, hi: Ns) -> Vec<HashMap<u32, (Ns, Ns)>> {
     let mut m: Vec<HashMap<u32, (Ns, Ns)>> = vec![HashMap::default(); store.procs.len()];
     for l in &store.lanes {
         let map = &mut m[l.key.proc as usize];
-        for o in l.ops.range(l.lower_bound(lo)..l.lower_bound(hi)) {
+        for o in l.range(l.lower_bound(lo)..l.lower_bound(hi)) {
             if o.corr == 0 {
                 continue;
             }
@@ -669,7 +669,7 @@ fn op_ranges(store: &Store, lo: Ns, hi: Ns, name: &str) -> Option<Vec<(Ns, Ns)>>
         let mut count = 0;
         for &l in &lanes {
             let lane = &store.lanes[l];
-            for o in lane.ops.range(lane.lower_bound(lo)..lane.lower_bound(hi)) {
+            for o in lane.range(lane.lower_bound(lo)..lane.lower_bound(hi)) {
                 count += names.test(o.name) as usize;
             }
         }
@@ -712,8 +712,7 @@ impl DeviceSeq {
         for &l in lanes {
             let lane = &store.lanes[l];
             v.extend(
-                lane.ops
-                    .range(lane.lower_bound(lo)..lane.lower_bound(hi))
+                lane.range(lane.lower_bound(lo)..lane.lower_bound(hi))
                     .map(|o| (o.start, o.end, o.name, o.corr)),
             );
         }
