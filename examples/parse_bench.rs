@@ -14,6 +14,8 @@
 //! cargo run --release --example parse_bench -- --pairs 1000000
 //!
 //! With no arguments it does both: rows of 1M and 10M events, then `--pairs 1000000`.
+//! `--generate N PATH` only writes the `--pairs` trace of N ops to PATH (bench/same_reports.sh
+//! reports on one).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::Write;
@@ -407,6 +409,15 @@ fn main() {
     let mut pair_ops: Option<u64> = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
+        if a == "--generate" {
+            let n: u64 = it
+                .next()
+                .and_then(|v| v.parse().ok())
+                .expect("--generate N PATH");
+            let path = PathBuf::from(it.next().expect("--generate N PATH"));
+            generate_pairs(&path, n).expect("generate");
+            return;
+        }
         if a == "--pairs" {
             pair_ops = Some(it.next().and_then(|v| v.parse().ok()).expect("--pairs N"));
         } else if let Ok(n) = a.parse() {
