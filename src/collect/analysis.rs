@@ -1118,9 +1118,7 @@ pub fn summarize_steps(
     min_ns: Ns,
     steps: Option<&Steps>,
 ) -> Summary {
-    let (span_lo, span_hi) = store.span().unwrap_or((0, 0));
-    let lo = w.lo().max(span_lo);
-    let hi = w.hi().min(span_hi).max(lo);
+    let (lo, hi) = window_extent(store, w);
     let mut s = Summary {
         lo,
         hi,
@@ -1234,9 +1232,16 @@ pub fn summarize_steps(
 /// summary of the same window and config charges to their launches (each stream's own, or
 /// each device's), for exports that need them one by one.
 pub fn charged_gaps(store: &Store, w: Window, cfg: &Config, f: impl FnMut(Gap)) {
+    let (lo, hi) = window_extent(store, w);
+    window_gaps(store, Window::new(lo, hi), cfg, f);
+}
+
+/// The window clipped to the capture's span: what a summary of it covers (`Summary::lo`,
+/// `Summary::hi`).
+pub fn window_extent(store: &Store, w: Window) -> (Ns, Ns) {
     let (span_lo, span_hi) = store.span().unwrap_or((0, 0));
     let lo = w.lo().max(span_lo);
-    window_gaps(store, Window::new(lo, w.hi().min(span_hi).max(lo)), cfg, f);
+    (lo, w.hi().min(span_hi).max(lo))
 }
 
 /// Launch rate and busy fraction over time.

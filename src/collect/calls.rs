@@ -196,7 +196,7 @@ impl Calls {
             }
         }
         // The first block whose calls reach `corr`: an in-order call with it is there.
-        let k = self.tops.partition_point(|&t| t < corr);
+        let k = self.block_of(corr);
         let block = self.base / BLOCK + k as u64;
         let (lo, hi) = (
             (block * BLOCK).max(self.base),
@@ -226,6 +226,22 @@ impl Calls {
             }
         }
         None
+    }
+
+    /// The first block whose top reaches `corr`: guessed as if ids grew evenly, and searched
+    /// for where they do not.
+    #[inline]
+    fn block_of(&self, corr: u32) -> usize {
+        let t = &self.tops;
+        let n = t.len();
+        if n > 2 && corr > t[0] && t[n - 1] > t[0] {
+            let span = (t[n - 1] - t[0]) as u64;
+            let k = (((corr - t[0]) as u64 * (n - 1) as u64).div_ceil(span) as usize).min(n - 1);
+            if t[k] >= corr && t[k - 1] < corr {
+                return k;
+            }
+        }
+        t.partition_point(|&x| x < corr)
     }
 
     /// Takes the oldest call out.
