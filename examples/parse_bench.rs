@@ -156,7 +156,7 @@ fn generate_pairs(path: &Path, ops: u64) -> std::io::Result<u64> {
             corr, api, k0, kd, ..
         } = op;
         let sep = if corr == 1 { "" } else { ",\n" };
-        write!(f, "{sep}{{\"ph\":\"X\",\"cat\":\"cuda_runtime\",\"name\":\"cudaLaunchKernel\",\"pid\":1871,\"tid\":1871,\"ts\":{},\"dur\":{},\"args\":{{\"External id\":{corr},\"cbid\":211,\"correlation\":{corr}}}}},\n", us(api), us(API_NS))?;
+        writeln!(f, "{sep}{{\"ph\":\"X\",\"cat\":\"cuda_runtime\",\"name\":\"cudaLaunchKernel\",\"pid\":1871,\"tid\":1871,\"ts\":{},\"dur\":{},\"args\":{{\"External id\":{corr},\"cbid\":211,\"correlation\":{corr}}}}},", us(api), us(API_NS))?;
         write!(f, "{{\"ph\":\"X\",\"cat\":\"kernel\",\"name\":\"{}\",\"pid\":0,\"tid\":7,\"ts\":{},\"dur\":{},\"args\":{{\"External id\":{corr},\"queued\":0,\"device\":0,\"context\":1,\"stream\":7,\"correlation\":{corr},\"registers per thread\":44,\"shared memory\":0,\"blocks per SM\":0.007576,\"warps per SM\":0.060606,\"grid\":[1,1,1],\"block\":[256,1,1],\"est. achieved occupancy %\":0}}}}", NAMES[op.name], us(k0), us(kd))?;
     }
     end_trace(path, f)

@@ -338,7 +338,7 @@ mod tests {
             if corr != 0 {
                 map.insert(corr, seq);
             }
-            if r % 7 == 0 {
+            if r.is_multiple_of(7) {
                 let base = c.base;
                 let a = c.pop_front().unwrap();
                 if map.get(&a.corr) == Some(&base) {

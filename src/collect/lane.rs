@@ -559,8 +559,8 @@ mod tests {
         ops.sort_by_key(|o| (o.start, o.end, o.corr));
         assert_eq!(l.iter().collect::<Vec<_>>(), ops);
         let want = brute(&ops);
-        for i in 0..ops.len() {
-            assert_eq!(l.busy_before(i), want[i]);
+        for (i, w) in want.iter().enumerate() {
+            assert_eq!(l.busy_before(i), *w);
         }
         assert_eq!(l.busy_in(0, 1_000_000), want[999] + ops[999].dur());
     }
