@@ -719,8 +719,10 @@ pub fn diagnose(
     top: usize,
     step_by: Option<&str>,
 ) -> Diagnosis {
-    let steps = steps::find(store, w.lo(), w.hi(), step_by);
-    let summary = analysis::summarize_steps(store, w, cfg, top, 0, steps.as_ref());
+    // The steps are found beside the ops' part of the summary.
+    let find = || steps::find(store, w.lo(), w.hi(), step_by).map(std::borrow::Cow::Owned);
+    let (summary, steps) = analysis::summarize_finding(store, w, cfg, top, 0, find);
+    let steps = steps.map(std::borrow::Cow::into_owned);
     let advice = advise(store, &summary, usize::MAX);
     Diagnosis {
         steps,

@@ -867,10 +867,14 @@ impl LeafAcc {
         let room = EXACT_GAPS.saturating_sub(self.exact.len());
         self.exact.extend(o.exact.iter().take(room));
         self.slow_launch_ns += o.slow_launch_ns;
-        for (&k, &(a, b)) in &o.per_step {
-            let e = self.per_step.entry(k).or_default();
-            e.0 += a;
-            e.1 += b;
+        if self.per_step.is_empty() {
+            self.per_step.clone_from(&o.per_step);
+        } else {
+            for (&k, &(a, b)) in &o.per_step {
+                let e = self.per_step.entry(k).or_default();
+                e.0 += a;
+                e.1 += b;
+            }
         }
         self.outside.0 += o.outside.0;
         self.outside.1 += o.outside.1;
@@ -1029,6 +1033,14 @@ impl Ord for Ranked {
 
 type TopGaps = std::collections::BinaryHeap<std::cmp::Reverse<Ranked>>;
 
+/// The steps gaps are placed in, their steady range, and where the last gap was found (gaps
+/// come in time order, so the next is mostly in the same step or the one after).
+struct StepCursor<'a> {
+    steps: &'a Steps,
+    range: std::ops::Range<usize>,
+    at: usize,
+}
+
 /// Charges a gap of the summary's basis to its launch: the call tree, the stacks, advice's
 /// per-site accumulators and the top gaps.
 fn charge(
@@ -1036,7 +1048,7 @@ fn charge(
     top: &mut TopGaps,
     store: &Store,
     g: Gap,
-    steady: Option<&(&Steps, std::ops::Range<usize>)>,
+    steady: Option<&mut StepCursor>,
 ) {
     let d = g.dur();
     let c = &mut s.charged[g.category as usize];
@@ -1073,8 +1085,12 @@ fn charge(
             leaf.slow_launch_ns += d;
         }
     }
-    if let Some((steps, range)) = steady {
-        match steps.step_of(g.start).filter(|i| range.contains(i)) {
+    if let Some(StepCursor { steps, range, at }) = steady {
+        let range = range.clone();
+        match steps
+            .step_of_from(g.start, at)
+            .filter(|i| range.contains(i))
+        {
             Some(i) => {
                 let e = leaf.per_step.entry((i - range.start) as u32).or_default();
                 e.0 += d;
@@ -1118,38 +1134,146 @@ pub fn summarize_steps(
     min_ns: Ns,
     steps: Option<&Steps>,
 ) -> Summary {
+    let given = || steps.map(std::borrow::Cow::Borrowed);
+    summarize_finding(store, w, cfg, top_n, min_ns, given).0
+}
+
+/// [`summarize_steps`] with the steps `find` finds (on a second thread, beside the ops' part
+/// of the summary, for a large store), which it returns.
+pub fn summarize_finding<'a>(
+    store: &Store,
+    w: Window,
+    cfg: &Config,
+    top_n: usize,
+    min_ns: Ns,
+    find: impl FnOnce() -> Option<std::borrow::Cow<'a, Steps>> + Send,
+) -> (Summary, Option<std::borrow::Cow<'a, Steps>>) {
     let (lo, hi) = window_extent(store, w);
-    let mut s = Summary {
-        lo,
-        hi,
-        gpu_ops: 0,
-        kernels: 0,
-        busy_ns: 0,
-        kernel_ns: 0,
-        device_idle_ns: 0,
-        idle: [Bucket::default(); 3],
-        overlapping: Bucket::default(),
-        reasons: HashMap::default(),
-        tree: CallTree::default(),
-        top_gaps: Vec::new(),
-        top_eligible: 0,
-        gap_hist: hist(),
-        kernel_hist: hist(),
-        gap_max_ns: 0,
-        kernel_max_ns: 0,
-        stacks: HashMap::default(),
-        leaves: HashMap::default(),
-        basis: cfg.basis,
-        charged: [Bucket::default(); 3],
-        min_ns,
-        top_n,
-        steady_steps: 0,
-        cpu_tree: cfg.cpu_tree,
-    };
+    let mut s = Summary::empty(lo, hi, cfg, top_n, min_ns);
     let win = Window::new(lo, hi);
     let mut top = TopGaps::default();
-    let steady = steps.map(|st| (st, st.steady()));
-    s.steady_steps = steady.as_ref().map_or(0, |(_, r)| r.len() as u32);
+    // On the device basis the streams' own gaps make only the breakdown: found in a summary
+    // of its own (the same figures, found in the same order, as in turn).
+    let device = cfg.basis == Basis::Device;
+    let streams = || {
+        let mut alone = Summary::empty(lo, hi, cfg, top_n, min_ns);
+        let mut b = Breakdown(&mut alone);
+        for lane in 0..store.lanes.len() {
+            lane_between(store, lane, win, cfg, |x| {
+                b.add(x);
+            });
+        }
+        alone
+    };
+    // Each of those, and the steps, on a thread of its own for a large store.
+    let apart = device && store.op_count() >= PARALLEL_OPS;
+    let (steps, streams) = std::thread::scope(|scope| {
+        let finder = if apart {
+            Ok(scope.spawn(find))
+        } else {
+            Err(find)
+        };
+        let side = if apart {
+            Ok(scope.spawn(streams))
+        } else {
+            Err(streams)
+        };
+        if device {
+            summarize_lanes(store, win, cfg, &mut s, &mut top, None);
+        }
+        let steps = match finder {
+            Ok(h) => h.join().expect("steps thread"),
+            Err(find) => find(),
+        };
+        {
+            let mut steady = steps.as_deref().map(|st| StepCursor {
+                steps: st,
+                range: st.steady(),
+                at: 0,
+            });
+            s.steady_steps = steady.as_ref().map_or(0, |c| c.range.len() as u32);
+            if device {
+                for (_, lanes) in store.devices() {
+                    device_gaps(store, &lanes, win, cfg, |g| {
+                        charge(&mut s, &mut top, store, g, steady.as_mut())
+                    });
+                }
+            } else {
+                summarize_lanes(store, win, cfg, &mut s, &mut top, Some(steady.as_mut()));
+            }
+        }
+        let streams = device.then(|| match side {
+            Ok(h) => h.join().expect("breakdown thread"),
+            Err(streams) => streams(),
+        });
+        (steps, streams)
+    });
+    if let Some(b) = streams {
+        s.idle = b.idle;
+        s.overlapping = b.overlapping;
+        s.reasons = b.reasons;
+        s.gap_hist = b.gap_hist;
+        s.gap_max_ns = b.gap_max_ns;
+    }
+    // Ascending order of Reverse is descending order of gaps: longest first.
+    s.top_gaps = top.into_sorted_vec().into_iter().map(|r| r.0 .0).collect();
+    for (_, lanes) in store.devices() {
+        let mut idle = 0;
+        device_idle(store, &lanes, lo, hi, |a, b| idle += b - a);
+        s.device_idle_ns += idle;
+        s.busy_ns += (hi - lo) - idle;
+    }
+    (s, steps)
+}
+
+/// Ops from which a summary finds the streams' gaps on a second thread.
+const PARALLEL_OPS: usize = 100_000;
+
+/// The streams' gaps by category and reason (those of length 0 included), their lengths and
+/// the overlaps, added to a summary.
+struct Breakdown<'a>(&'a mut Summary);
+
+impl Breakdown<'_> {
+    /// Counts what lies before an op; the gap, if it holds time to charge.
+    fn add(&mut self, b: Between) -> Option<Gap> {
+        let s = &mut *self.0;
+        let g = match b {
+            Between::Gap(g) => g,
+            Between::Overlap { ns, .. } => {
+                s.overlapping.count += 1;
+                s.overlapping.total_ns += ns;
+                return None;
+            }
+        };
+        // A gap of length 0 counts in the breakdown, as HTA counts it, and nowhere else:
+        // it holds no time to charge to a launch, and would pull percentiles to 0.
+        let d = g.dur();
+        let b = &mut s.idle[g.category as usize];
+        b.count += 1;
+        b.total_ns += d;
+        let r = s.reasons.entry(g.reason).or_default();
+        r.count += 1;
+        r.total_ns += d;
+        if d == 0 {
+            return None;
+        }
+        let _ = s.gap_hist.record(d as u64);
+        s.gap_max_ns = s.gap_max_ns.max(d);
+        Some(g)
+    }
+}
+
+/// [`summarize_steps`]'s lanes: each one's ops, and with `stream` (the stream basis, with its
+/// steady steps) its gaps, breakdown and all.
+fn summarize_lanes(
+    store: &Store,
+    win: Window,
+    cfg: &Config,
+    s: &mut Summary,
+    top: &mut TopGaps,
+    mut stream: Option<Option<&mut StepCursor>>,
+) {
+    let (lo, hi) = (win.lo(), win.hi());
     for lane in 0..store.lanes.len() {
         let l = &store.lanes[lane];
         // Ops overlapping the window.
@@ -1182,50 +1306,47 @@ pub fn summarize_steps(
                 kernel_clip,
             );
         }
-        lane_between(store, lane, win, cfg, |b| {
-            let g = match b {
-                Between::Gap(g) => g,
-                Between::Overlap { ns, .. } => {
-                    s.overlapping.count += 1;
-                    s.overlapping.total_ns += ns;
-                    return;
+        if let Some(steady) = &mut stream {
+            lane_between(store, lane, win, cfg, |x| {
+                if let Some(g) = Breakdown(s).add(x) {
+                    charge(s, top, store, g, steady.as_deref_mut());
                 }
-            };
-            // A gap of length 0 counts in the breakdown, as HTA counts it, and nowhere else:
-            // it holds no time to charge to a launch, and would pull percentiles to 0.
-            let d = g.dur();
-            let b = &mut s.idle[g.category as usize];
-            b.count += 1;
-            b.total_ns += d;
-            let r = s.reasons.entry(g.reason).or_default();
-            r.count += 1;
-            r.total_ns += d;
-            if d == 0 {
-                return;
-            }
-            let _ = s.gap_hist.record(d as u64);
-            s.gap_max_ns = s.gap_max_ns.max(d);
-            if cfg.basis == Basis::Stream {
-                charge(&mut s, &mut top, store, g, steady.as_ref());
-            }
-        });
-    }
-    if cfg.basis == Basis::Device {
-        for (_, lanes) in store.devices() {
-            device_gaps(store, &lanes, win, cfg, |g| {
-                charge(&mut s, &mut top, store, g, steady.as_ref())
             });
         }
     }
-    // Ascending order of Reverse is descending order of gaps: longest first.
-    s.top_gaps = top.into_sorted_vec().into_iter().map(|r| r.0 .0).collect();
-    for (_, lanes) in store.devices() {
-        let mut idle = 0;
-        device_idle(store, &lanes, lo, hi, |a, b| idle += b - a);
-        s.device_idle_ns += idle;
-        s.busy_ns += (hi - lo) - idle;
+}
+
+impl Summary {
+    /// A summary of `[lo, hi)` with nothing in it yet.
+    fn empty(lo: Ns, hi: Ns, cfg: &Config, top_n: usize, min_ns: Ns) -> Summary {
+        Summary {
+            lo,
+            hi,
+            gpu_ops: 0,
+            kernels: 0,
+            busy_ns: 0,
+            kernel_ns: 0,
+            device_idle_ns: 0,
+            idle: [Bucket::default(); 3],
+            overlapping: Bucket::default(),
+            reasons: HashMap::default(),
+            tree: CallTree::default(),
+            top_gaps: Vec::new(),
+            top_eligible: 0,
+            gap_hist: hist(),
+            kernel_hist: hist(),
+            gap_max_ns: 0,
+            kernel_max_ns: 0,
+            stacks: HashMap::default(),
+            leaves: HashMap::default(),
+            basis: cfg.basis,
+            charged: [Bucket::default(); 3],
+            min_ns,
+            top_n,
+            steady_steps: 0,
+            cpu_tree: cfg.cpu_tree,
+        }
     }
-    s
 }
 
 /// Calls `f` for each gap of the config's basis in the window, clipped to it: the gaps a
