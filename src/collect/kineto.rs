@@ -836,8 +836,8 @@ impl At {
     }
 }
 
-/// Where the members gaptop reads lie in an event, found on the splitter's thread in the
-/// pass that finds the event's end ([`spans`]): [`RawEvent`]'s, then [`RawArgs`]'s.
+/// Where the members gaptop reads lie in an event, found in one pass over it on a thread of
+/// their own ([`spans`]): [`RawEvent`]'s, then [`RawArgs`]'s.
 #[derive(Clone, Copy, Default)]
 struct Spans {
     ev: [At; 8],
