@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine from the carried folder gpu/ (docs/perf.md says how it is built).
-# usage: gpu-run.sh check|diagnose|nvtx|bench|variants|floor|probe|graphs|sanitizer|ui|attach|serve2|all
+# usage: gpu-run.sh check|diagnose|nvtx|bench|variants|floor|probe|graphs|sanitizer|ui|attach|serve2|merged|all
 set -u
 cd "$(dirname "$0")"
 export PYTHONUNBUFFERED=1
@@ -193,6 +193,23 @@ if [ "$MODE" = attach ]; then
   grep -hE "^gaptop_(windows|observed|gpu_launches|gpu_busy)|category=\"host_wait\"" "$A/serve/scrape-13.txt"
   head -3 "$A/serve/sites.txt" | cut -c1-250
   rm -rf "$GAPTOP_CONTROL_DIR"
+fi
+if [ "$MODE" = merged ]; then
+  # After the store was repacked (tenth session): the live path against torch.profiler on
+  # launchbound and GPT-2 (kernel counts, time, stacks), the planted workload's diagnosis, and a
+  # capture from a dormant GPT-2 loop, each report's counts printed.
+  python3 compare_kineto.py --gaptop $G --kineto kineto.py --out "$OUT" launchbound.py 300 --expect rope 2>&1 | tail -6
+  python3 compare_kineto.py --gaptop $G --kineto kineto.py --out "$OUT" gpt2.py 10 --expect forward 2>&1 | tail -6
+  rm -f "$OUT"/*.kineto.json
+  $G record -o "$OUT/planted.rec" -- python3 planted.py 100 2>&1 | tail -2
+  $G report "$OUT/planted.rec" | sed -n '/^Steps/,/^Top stacks/p' | head -16
+  export GAPTOP_CONTROL_DIR=/tmp/gaptop-ctl-$$
+  nohup $G run --dormant --job gpt2loop -- python3 gpt2.py 20000 > "$OUT/loop.log" 2>&1 &
+  LOOP=$!
+  for i in $(seq 60); do $G attach >/dev/null 2>&1 && break; sleep 1; done
+  $G capture gpt2loop --duration 3s -o "$OUT/gpt2-capture.rec" 2>&1 | tail -2
+  $G report --format json "$OUT/gpt2-capture.rec" | python3 -c "import json,sys; j=json.load(sys.stdin); print({k: j[k] for k in ('gpu_ops','kernels','kernels_with_launch','kernels_with_stack','device_idle_ns')})"
+  kill $LOOP 2>/dev/null; wait $LOOP 2>/dev/null; rm -rf "$GAPTOP_CONTROL_DIR"
 fi
 if [ "$MODE" = serve2 ]; then
   # Issue 19's rest on the GPU: serve's UUID label (from the real nvidia-smi) and its pprof

@@ -1,49 +1,165 @@
-//! Import benchmark: generates Kineto-style traces of N events, runs `gaptop report` on each in
-//! a child process, and prints throughput (MB/s of JSON), peak memory against file size, and,
-//! where Holistic Trace Analysis is installed, its time on the same file side by side.
+//! Import benchmark: generates Kineto-style traces, runs `gaptop report` on each in a child
+//! process, and prints throughput (MB/s of JSON), peak memory against file size, and, where
+//! Holistic Trace Analysis is installed, its time on the same file side by side.
 //!
 //! cargo build --release && cargo run --release --example parse_bench -- 1000000 10000000
+//!
+//! `--pairs N` (issue 18's import target) generates N GPU ops each with its launch call, two
+//! events an op (a `cudaLaunchKernel` runtime event and a kernel event with Kineto's argument
+//! set, one event a line, no flow events), times `gaptop report` on it in a child (best and
+//! median of `REPEAT` runs, default 3), and measures in this process the heap the store keeps
+//! per GPU op with its launch call: loaded from that file, and live (the same ops and calls
+//! as wire records through `Ingest`, the path the live socket takes).
+//!
+//! cargo run --release --example parse_bench -- --pairs 1000000
+//!
+//! With no arguments it does both: rows of 1M and 10M events, then `--pairs 1000000`.
+//! `--generate N PATH` only writes the `--pairs` trace of N ops to PATH (bench/same_reports.sh
+//! reports on one).
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicIsize, Ordering::Relaxed};
 use std::time::Instant;
 
-/// Writes a trace with `n` events: per kernel, a runtime call, the kernel and a flow event,
-/// with PyTorch-length kernel names and Kineto's argument sets.
-fn generate(path: &Path, n: u64) -> std::io::Result<u64> {
+use gaptop_wire as w;
+
+/// The system allocator, counting the bytes allocated and not yet freed (what a store keeps
+/// is the count's growth while it is built).
+struct Counting;
+
+static HEAP: AtomicIsize = AtomicIsize::new(0);
+
+// SAFETY: every call is passed on to the system allocator unchanged; only the counter is added.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        let p = unsafe { System.alloc(l) };
+        if !p.is_null() {
+            HEAP.fetch_add(l.size() as isize, Relaxed);
+        }
+        p
+    }
+    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+        let p = unsafe { System.alloc_zeroed(l) };
+        if !p.is_null() {
+            HEAP.fetch_add(l.size() as isize, Relaxed);
+        }
+        p
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        unsafe { System.dealloc(p, l) };
+        HEAP.fetch_sub(l.size() as isize, Relaxed);
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
+        let q = unsafe { System.realloc(p, l, new) };
+        if !q.is_null() {
+            HEAP.fetch_add(new as isize - l.size() as isize, Relaxed);
+        }
+        q
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+fn heap() -> isize {
+    HEAP.load(Relaxed)
+}
+
+/// PyTorch-length kernel names, taken in turn.
+const NAMES: [&str; 3] = [
+    "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul>)",
+    "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::BinaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> > >(at::TensorIteratorBase&)::{lambda(int)#1}>(int)",
+    "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
+];
+
+/// The `corr`-th GPU op of a generated trace (from 1): its launch call's start, the kernel's
+/// start and duration (ns), and its name's index in [`NAMES`].
+struct GenOp {
+    corr: u64,
+    api: u64,
+    k0: u64,
+    kd: u64,
+    name: usize,
+}
+
+/// The ops of a generated trace, one every 10 to 14 µs.
+fn gen_ops() -> impl Iterator<Item = GenOp> {
+    let mut t: u64 = 5_109_306_000_000_000; // ns
+    (1u64..).map(move |corr| {
+        let op = GenOp {
+            corr,
+            api: t,
+            k0: t + 6_000,
+            kd: 1_200 + (corr % 7) * 300,
+            name: (corr % 3) as usize,
+        };
+        t += 10_000 + (corr % 5) * 1_000;
+        op
+    })
+}
+
+/// The launch call's duration (4.733 µs).
+const API_NS: u64 = 4_733;
+
+fn us(ns: u64) -> String {
+    format!("{}.{:03}", ns / 1000, ns % 1000)
+}
+
+fn trace_file(path: &Path) -> std::io::Result<std::io::BufWriter<std::fs::File>> {
     let mut f = std::io::BufWriter::with_capacity(8 << 20, std::fs::File::create(path)?);
     writeln!(f, "{{\n  \"schemaVersion\": 1,\n  \"traceEvents\": [")?;
-    let names = [
-        "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul>)",
-        "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::BinaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> > >(at::TensorIteratorBase&)::{lambda(int)#1}>(int)",
-        "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
-    ];
-    let mut t: u64 = 5_109_306_000_000_000; // ns
+    Ok(f)
+}
+
+fn end_trace(path: &Path, mut f: std::io::BufWriter<std::fs::File>) -> std::io::Result<u64> {
+    writeln!(f, "\n  ],\n  \"traceName\": \"generated\"\n}}")?;
+    f.flush()?;
+    Ok(std::fs::metadata(path)?.len())
+}
+
+/// Writes a trace with `n` events: per kernel, a runtime call, the kernel and a flow event,
+/// with PyTorch-length kernel names and Kineto's argument sets, laid out as Kineto does.
+fn generate(path: &Path, n: u64) -> std::io::Result<u64> {
+    let mut f = trace_file(path)?;
     let mut written = 0u64;
-    let mut corr = 0u64;
-    while written < n {
-        corr += 1;
-        let api = t;
-        let k0 = t + 6_000;
-        let kd = 1_200 + (corr % 7) * 300;
-        let us = |ns: u64| format!("{}.{:03}", ns / 1000, ns % 1000);
+    for op in gen_ops() {
+        if written >= n {
+            break;
+        }
+        let GenOp {
+            corr, api, k0, kd, ..
+        } = op;
         let sep = if written == 0 { "" } else { ",\n" };
-        write!(f, "{sep}  {{\n    \"ph\": \"X\", \"cat\": \"cuda_runtime\", \"name\": \"cudaLaunchKernel\", \"pid\": 1871, \"tid\": 1871,\n    \"ts\": {}, \"dur\": 4.733,\n    \"args\": {{\n      \"External id\": {corr}, \"cbid\": 211, \"correlation\": {corr}\n    }}\n  }}", us(api))?;
+        write!(f, "{sep}  {{\n    \"ph\": \"X\", \"cat\": \"cuda_runtime\", \"name\": \"cudaLaunchKernel\", \"pid\": 1871, \"tid\": 1871,\n    \"ts\": {}, \"dur\": {},\n    \"args\": {{\n      \"External id\": {corr}, \"cbid\": 211, \"correlation\": {corr}\n    }}\n  }}", us(api), us(API_NS))?;
         written += 1;
         if written < n {
-            write!(f, ",\n  {{\n    \"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"{}\", \"pid\": 0, \"tid\": 7,\n    \"ts\": {}, \"dur\": {},\n    \"args\": {{\n      \"External id\": {corr},      \"queued\": 0, \"device\": 0, \"context\": 1,      \"stream\": 7, \"correlation\": {corr},      \"registers per thread\": 44,      \"shared memory\": 0,      \"blocks per SM\": 0.007576,      \"warps per SM\": 0.060606,      \"grid\": [1, 1, 1],      \"block\": [256, 1, 1],      \"est. achieved occupancy %\": 0\n    }}\n  }}", names[(corr % 3) as usize], us(k0), us(kd))?;
+            write!(f, ",\n  {{\n    \"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"{}\", \"pid\": 0, \"tid\": 7,\n    \"ts\": {}, \"dur\": {},\n    \"args\": {{\n      \"External id\": {corr},      \"queued\": 0, \"device\": 0, \"context\": 1,      \"stream\": 7, \"correlation\": {corr},      \"registers per thread\": 44,      \"shared memory\": 0,      \"blocks per SM\": 0.007576,      \"warps per SM\": 0.060606,      \"grid\": [1, 1, 1],      \"block\": [256, 1, 1],      \"est. achieved occupancy %\": 0\n    }}\n  }}", NAMES[op.name], us(k0), us(kd))?;
             written += 1;
         }
         if written < n {
             write!(f, ",\n  {{\n    \"ph\": \"f\", \"id\": {corr}, \"pid\": 0, \"tid\": 7, \"ts\": {},\n    \"cat\": \"ac2g\", \"name\": \"ac2g\", \"bp\": \"e\"\n  }}", us(k0))?;
             written += 1;
         }
-        t += 10_000 + (corr % 5) * 1_000;
     }
-    writeln!(f, "\n  ],\n  \"traceName\": \"generated\"\n}}")?;
-    f.flush()?;
-    Ok(std::fs::metadata(path)?.len())
+    end_trace(path, f)
+}
+
+/// Writes a trace of `ops` GPU ops each with its launch call: two events an op, one a line
+/// (the densest layout of Kineto's events: no spaces), no flow events.
+fn generate_pairs(path: &Path, ops: u64) -> std::io::Result<u64> {
+    let mut f = trace_file(path)?;
+    for op in gen_ops().take(ops as usize) {
+        let GenOp {
+            corr, api, k0, kd, ..
+        } = op;
+        let sep = if corr == 1 { "" } else { ",\n" };
+        writeln!(f, "{sep}{{\"ph\":\"X\",\"cat\":\"cuda_runtime\",\"name\":\"cudaLaunchKernel\",\"pid\":1871,\"tid\":1871,\"ts\":{},\"dur\":{},\"args\":{{\"External id\":{corr},\"cbid\":211,\"correlation\":{corr}}}}},", us(api), us(API_NS))?;
+        write!(f, "{{\"ph\":\"X\",\"cat\":\"kernel\",\"name\":\"{}\",\"pid\":0,\"tid\":7,\"ts\":{},\"dur\":{},\"args\":{{\"External id\":{corr},\"queued\":0,\"device\":0,\"context\":1,\"stream\":7,\"correlation\":{corr},\"registers per thread\":44,\"shared memory\":0,\"blocks per SM\":0.007576,\"warps per SM\":0.060606,\"grid\":[1,1,1],\"block\":[256,1,1],\"est. achieved occupancy %\":0}}}}", NAMES[op.name], us(k0), us(kd))?;
+    }
+    end_trace(path, f)
 }
 
 fn gaptop_bin() -> PathBuf {
@@ -55,6 +171,23 @@ fn max_rss_children_kib() -> i64 {
     nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)
         .map(|u| u.max_rss())
         .unwrap_or(0)
+}
+
+/// Runs `gaptop report` on a trace in a child; its time and its JSON report.
+fn time_report(bin: &Path, path: &Path) -> (f64, serde_json::Value) {
+    let t = Instant::now();
+    let out = Command::new(bin)
+        .args(["report", "--format", "json", "--top", "10"])
+        .arg(path)
+        .output()
+        .unwrap();
+    let secs = t.elapsed().as_secs_f64();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (secs, serde_json::from_slice(&out.stdout).unwrap())
 }
 
 fn hta_available() -> bool {
@@ -90,25 +223,8 @@ fn time_hta(path: &Path) -> Option<f64> {
         .ok()
 }
 
-fn main() {
-    let sizes: Vec<u64> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
-        .collect();
-    let sizes = if sizes.is_empty() {
-        vec![1_000_000, 10_000_000]
-    } else {
-        sizes
-    };
-    let dir = std::env::var("BENCH_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| std::env::temp_dir());
-    let bin = gaptop_bin();
-    assert!(
-        bin.is_file(),
-        "build gaptop first: cargo build --release ({})",
-        bin.display()
-    );
+/// The rows of 3-event traces of `sizes` events, with HTA beside gaptop where it runs.
+fn rows(bin: &Path, dir: &Path, mut sizes: Vec<u64>) {
     let hta = hta_available();
     println!(
         "{:>10} {:>10} {:>9} {:>9} {:>10} {:>9} {:>10} {:>12}",
@@ -120,25 +236,12 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(2_000_000);
-    let mut sizes = sizes;
     sizes.sort();
     let mut rows = Vec::new();
     for &n in &sizes {
         let path = dir.join(format!("gaptop-bench-{n}.json"));
         let bytes = generate(&path, n).expect("generate");
-        let t = Instant::now();
-        let out = Command::new(&bin)
-            .args(["report", "--format", "json", "--top", "10"])
-            .arg(&path)
-            .output()
-            .unwrap();
-        let secs = t.elapsed().as_secs_f64();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let (secs, j) = time_report(bin, &path);
         let rss = max_rss_children_kib() as f64 / 1024.0;
         rows.push((n, path, bytes, secs, rss, j["gpu_ops"].clone()));
     }
@@ -174,5 +277,170 @@ fn main() {
         println!("(HTA not installed: pip install HolisticTraceAnalysis to compare)");
     } else {
         println!("(HTA runs only up to HTA_MAX_EVENTS events, default 2000000: it holds the trace in pandas)");
+    }
+}
+
+/// Heap bytes a live store keeps for `ops` GPU ops and their launch calls, fed as a
+/// collector sends them (a batch of calls, then their ops) through `Ingest`.
+fn live_bytes(ops: u64) -> (isize, u64) {
+    use gaptop::collect::ingest::Ingest;
+    use gaptop::collect::store::Store;
+    let before = heap();
+    let mut store = Store::new(usize::MAX);
+    let mut ingest = Ingest::new();
+    ingest.apply(
+        &mut store,
+        1,
+        w::Frame::Hello(w::Hello::new(1871, -1, "bench")),
+    );
+    for (i, n) in NAMES.iter().enumerate() {
+        let (id, text) = (i as u32 + 1, n.to_string());
+        ingest.apply(&mut store, 1, w::Frame::Name { id, text });
+    }
+    let launch = NAMES.len() as u32 + 1;
+    let text = "cudaLaunchKernel".to_string();
+    ingest.apply(&mut store, 1, w::Frame::Name { id: launch, text });
+    let mut all = gen_ops().take(ops as usize).peekable();
+    while all.peek().is_some() {
+        let batch: Vec<GenOp> = all.by_ref().take(10_000).collect();
+        let apis = batch
+            .iter()
+            .map(|o| w::Api {
+                start: o.api,
+                end: o.api + API_NS,
+                corr: o.corr as u32,
+                tid: 1871,
+                name: launch,
+                kind: w::API_LAUNCH,
+                ..Default::default()
+            })
+            .collect();
+        ingest.apply(&mut store, 1, w::Frame::Apis(apis));
+        let ops = batch
+            .iter()
+            .map(|o| w::Op {
+                start: o.k0,
+                end: o.k0 + o.kd,
+                corr: o.corr as u32,
+                name: o.name as u32 + 1,
+                stream: 7,
+                ..Default::default()
+            })
+            .collect();
+        ingest.apply(&mut store, 1, w::Frame::Ops(ops));
+    }
+    let kept = heap() - before;
+    let n = store.total_ops;
+    drop((store, ingest));
+    (kept, n)
+}
+
+/// Issue 18's target: `ops` GPU ops each with its launch call.
+fn pairs(bin: &Path, dir: &Path, ops: u64) {
+    use gaptop::collect::analysis::{Config, Window};
+    let path = dir.join(format!("gaptop-bench-pairs-{ops}.json"));
+    let bytes = generate_pairs(&path, ops).expect("generate");
+    let repeat: usize = std::env::var("REPEAT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3)
+        .max(1);
+    let mut times: Vec<f64> = Vec::new();
+    let mut reported = serde_json::Value::Null;
+    for _ in 0..repeat {
+        let (secs, j) = time_report(bin, &path);
+        times.push(secs);
+        reported = j["gpu_ops"].clone();
+    }
+    times.sort_by(f64::total_cmp);
+    let (best, median) = (times[0], times[times.len() / 2]);
+    // In this process: the load alone, the analysis alone, and what the store keeps.
+    let before = heap();
+    let t = Instant::now();
+    let store = gaptop::collect::load_path(&path, usize::MAX).expect("load");
+    let load_s = t.elapsed().as_secs_f64();
+    let loaded = heap() - before;
+    let t = Instant::now();
+    let report = gaptop::report::build(&store, Window::all(), &Config::default(), 10);
+    let analysis_s = t.elapsed().as_secs_f64();
+    let stored = store.total_ops;
+    drop((report, store));
+    let (live, live_ops) = live_bytes(ops);
+    let mb = bytes as f64 / 1e6;
+    println!(
+        "{:>9} {:>8} {:>6} {:>7} {:>7} {:>7} {:>8} {:>7} {:>8} {:>9} {:>9}",
+        "GPU ops",
+        "events",
+        "MB",
+        "best s",
+        "MB/s",
+        "med s",
+        "Mops/s",
+        "load s",
+        "analyse",
+        "B/op load",
+        "B/op live"
+    );
+    println!(
+        "{:>9} {:>8} {:>6.0} {:>7.2} {:>7.0} {:>7.2} {:>8.2} {:>7.2} {:>8.2} {:>9.1} {:>9.1}",
+        ops,
+        2 * ops,
+        mb,
+        best,
+        mb / best,
+        median,
+        ops as f64 / best / 1e6,
+        load_s,
+        analysis_s,
+        loaded as f64 / stored as f64,
+        live as f64 / live_ops as f64,
+    );
+    println!(
+        "(`gaptop report` best and median of {repeat} runs in a child, {reported} GPU ops reported; load and analysis timed in this process; B/op: heap kept per GPU op with its launch call)"
+    );
+    if std::env::var_os("KEEP").is_none() {
+        let _ = std::fs::remove_file(&path);
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut sizes: Vec<u64> = Vec::new();
+    let mut pair_ops: Option<u64> = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == "--generate" {
+            let n: u64 = it
+                .next()
+                .and_then(|v| v.parse().ok())
+                .expect("--generate N PATH");
+            let path = PathBuf::from(it.next().expect("--generate N PATH"));
+            generate_pairs(&path, n).expect("generate");
+            return;
+        }
+        if a == "--pairs" {
+            pair_ops = Some(it.next().and_then(|v| v.parse().ok()).expect("--pairs N"));
+        } else if let Ok(n) = a.parse() {
+            sizes.push(n);
+        }
+    }
+    if sizes.is_empty() && pair_ops.is_none() {
+        sizes = vec![1_000_000, 10_000_000];
+        pair_ops = Some(1_000_000);
+    }
+    let dir = std::env::var("BENCH_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| std::env::temp_dir());
+    let bin = gaptop_bin();
+    assert!(
+        bin.is_file(),
+        "build gaptop first: cargo build --release ({})",
+        bin.display()
+    );
+    if !sizes.is_empty() {
+        rows(&bin, &dir, sizes);
+    }
+    if let Some(n) = pair_ops {
+        pairs(&bin, &dir, n);
     }
 }

@@ -170,7 +170,7 @@ impl Side<'_> {
         let mut m: HashMap<NameId, (f64, f64)> = HashMap::new();
         for lane in &self.store.lanes {
             let proc = &self.store.procs[lane.key.proc as usize];
-            for op in lane.ops.range(lane.lower_bound(lo)..lane.lower_bound(hi)) {
+            for op in lane.range(lane.lower_bound(lo)..lane.lower_bound(hi)) {
                 let t = match proc.api_by_corr(op.corr) {
                     Some(a) if by_launch => a.start,
                     _ => op.start,

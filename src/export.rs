@@ -172,7 +172,7 @@ fn write_copy(
         // The window's ops, and on each side the op next to them: the gaps at the window's
         // edges lie between those and the window's first and last ops, and the re-opened
         // export must find them again.
-        for op in &lane.ops {
+        for op in lane.iter() {
             let cat = match op.kind {
                 OpKind::Kernel => "kernel",
                 OpKind::Memcpy => "gpu_memcpy",
@@ -193,7 +193,7 @@ fn write_copy(
             )?;
             n.ops += 1;
             if let Some(api) = proc.api_by_corr(op.corr) {
-                emit(&mut out, Ev::api(store, proc.pid, api))?;
+                emit(&mut out, Ev::api(store, proc.pid, &api))?;
                 emit(
                     &mut out,
                     Ev::flow("s", api.corr, json!(proc.pid), json!(api.tid), api.start),
@@ -226,7 +226,7 @@ fn write_copy(
                     g.start,
                     g.dur(),
                     json!({"cause": g.category.as_str(), "reason": g.reason.as_str(),
-                       "before": before, "correlation": store.lanes[li].ops[g.next].corr,
+                       "before": before, "correlation": store.lanes[li].op(g.next).corr,
                        "frames": frames, "cpu_frames": store.frame_strings(g.cpu_stack)}),
                 ),
             )?;

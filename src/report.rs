@@ -169,7 +169,7 @@ fn stack_frames(store: &Store, stack: StackId, api: NameId, op: NameId) -> Vec<S
 
 pub fn gap_json(store: &Store, g: &Gap, origin: Ns) -> JsonGap {
     let l = &store.lanes[g.lane];
-    let name = |i: usize| store.names.get(l.ops[i].name).to_string();
+    let name = |i: usize| store.names.get(l.op(i).name).to_string();
     let frames = stack_frames(store, g.stack, g.api, g.op_name);
     let mut j = JsonGap {
         start_ns: g.start - origin,
@@ -181,7 +181,7 @@ pub fn gap_json(store: &Store, g: &Gap, origin: Ns) -> JsonGap {
         pid: store.procs[l.key.proc as usize].pid,
         prev_op: store
             .names
-            .get(store.lanes[g.prev_lane].ops[g.prev].name)
+            .get(store.lanes[g.prev_lane].op(g.prev).name)
             .to_string(),
         next_op: name(g.next),
         launch_latency_ns: g.launch_latency,
@@ -302,8 +302,17 @@ pub fn build_steps(
         from: w.from.map(|f| f + origin),
         to: w.to.map(|t| t + origin),
     };
-    // Enough of the longest gaps to find the one-offs among them, as well as `top`.
-    let d = crate::collect::advice::diagnose(store, abs, cfg, top.max(200), step_by);
+    // Enough of the longest gaps to find the one-offs among them, as well as `top`. What
+    // needs no diagnosis is found on a second thread meanwhile.
+    let (d, (launches, comm)) = std::thread::scope(|scope| {
+        let side = scope.spawn(|| {
+            let (lo, hi) = crate::collect::analysis::window_extent(store, abs);
+            let c = crate::collect::comm::analyze(store, lo, hi);
+            (launch_coverage(store, lo, hi), (c.ranks >= 2).then_some(c))
+        });
+        let d = crate::collect::advice::diagnose(store, abs, cfg, top.max(200), step_by);
+        (d, side.join().expect("report thread"))
+    });
     let one_off_gaps: Vec<JsonGap> = d
         .summary
         .top_gaps
@@ -342,7 +351,6 @@ pub fn build_steps(
             },
         );
     }
-    let launches = launch_coverage(store, s.lo, s.hi);
     let j = JsonReport {
         source: store.source.clone(),
         notes: store.notes.clone(),
@@ -381,10 +389,7 @@ pub fn build_steps(
         dropped: store.dropped,
         evicted_ops: store.evicted_ops,
         skipped: store.skipped.clone(),
-        comm: {
-            let c = crate::collect::comm::analyze(store, s.lo, s.hi);
-            (c.ranks >= 2).then_some(c)
-        },
+        comm,
     };
     (s, j)
 }
@@ -408,7 +413,7 @@ fn launch_coverage(store: &Store, lo: Ns, hi: Ns) -> Vec<JsonProcess> {
     for lane in &store.lanes {
         let i = lane.key.proc as usize;
         let p = &store.procs[i];
-        for op in lane.ops.range(lane.lower_bound(lo)..) {
+        for op in lane.range(lane.lower_bound(lo)..) {
             if op.start >= hi {
                 break;
             }

@@ -206,7 +206,7 @@ fn ranks_clocks_are_aligned_on_the_ends_of_their_collectives() {
     let store = gaptop::collect::load_paths(&[dir], usize::MAX).unwrap();
     let r1 = store.procs.iter().position(|p| p.rank == 1).unwrap() as u32;
     let lane = store.lanes.iter().find(|l| l.key.proc == r1).unwrap();
-    assert_eq!(lane.ops[0].start, 1_000_110_000);
+    assert_eq!(lane.op(0).start, 1_000_110_000);
 }
 
 /// Zero-length gaps count as HTA counts them; an op that starts before the previous one on its

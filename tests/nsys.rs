@@ -750,7 +750,7 @@ fn processes_keep_their_own_correlation_ids_and_mpi_ranks() {
     for lane in 0..st.lanes.len() {
         let l = &st.lanes[lane];
         let proc = &st.procs[l.key.proc as usize];
-        let op = l.ops[0];
+        let op = l.op(0);
         let call = st.api_of(lane, &op).unwrap();
         let (want, rank) = if proc.pid == PID as u32 {
             ("cudaLaunchKernel_v7000", 0)
@@ -962,14 +962,12 @@ fn real_saxpy_export_has_native_stacks_under_nvtx_and_nvtx_steps() {
     let proc = &st.procs[0];
     let lane = &st.lanes[0];
     assert_eq!(
-        lane.ops
-            .iter()
+        lane.iter()
             .filter(|o| o.kind == gaptop::collect::store::OpKind::Kernel)
             .count(),
         5
     );
     for op in lane
-        .ops
         .iter()
         .filter(|o| o.kind == gaptop::collect::store::OpKind::Kernel)
     {

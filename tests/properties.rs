@@ -88,8 +88,8 @@ proptest! {
         let mut zero = 0u64;
         for lane in 0..st.lanes.len() {
             let l = &st.lanes[lane];
-            if l.ops.is_empty() { continue; }
-            let span = l.max_end - l.ops[0].start;
+            if l.is_empty() { continue; }
+            let span = l.max_end() - l.op(0).start;
             let mut lane_gaps = 0;
             let mut seen = std::collections::HashSet::new();
             let mut twice = false;
@@ -105,7 +105,7 @@ proptest! {
                 analysis::Between::Gap(_) => {}
                 analysis::Between::Overlap { .. } => panic!("streams here never overlap"),
             });
-            let busy = l.busy_in(l.ops[0].start, l.max_end);
+            let busy = l.busy_in(l.op(0).start, l.max_end());
             prop_assert_eq!(lane_gaps + busy, span, "lane {}", lane);
         }
         let s = analysis::summarize(&st, Window::all(), &cfg, 10);
@@ -135,10 +135,10 @@ proptest! {
         let d = analysis::summarize(&st, Window::all(), &Config::default(), 10);
         let mut inner_idle = d.device_idle_ns;
         for (_, lanes) in st.devices() {
-            let busy: Vec<usize> = lanes.into_iter().filter(|&l| !st.lanes[l].ops.is_empty()).collect();
+            let busy: Vec<usize> = lanes.into_iter().filter(|&l| !st.lanes[l].is_empty()).collect();
             match (
-                busy.iter().map(|&l| st.lanes[l].ops[0].start).min(),
-                busy.iter().map(|&l| st.lanes[l].max_end).max(),
+                busy.iter().map(|&l| st.lanes[l].op(0).start).min(),
+                busy.iter().map(|&l| st.lanes[l].max_end()).max(),
             ) {
                 (Some(first), Some(last)) => inner_idle -= (first - lo) + (hi - last),
                 _ => inner_idle -= hi - lo,

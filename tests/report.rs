@@ -298,7 +298,7 @@ fn nccl_kernels_are_marked_as_communication() {
       {"ph":"X","cat":"kernel","name":"void at::native::vectorized_elementwise_kernel<4>(int)","pid":0,"tid":7,"ts":70,"dur":5,"args":{"device":0,"stream":7,"correlation":2}}
     ]}"#;
     let store = gaptop::collect::kineto::load_reader(&doc[..], "nccl", usize::MAX).unwrap();
-    let ops: Vec<u8> = store.lanes[0].ops.iter().map(|o| o.flags).collect();
+    let ops: Vec<u8> = store.lanes[0].iter().map(|o| o.flags).collect();
     assert_eq!(ops, vec![gaptop::collect::store::FLAG_COMM, 0]);
 }
 

@@ -864,12 +864,11 @@ fn cpu_time_before_a_launch_comes_from_the_threads_calls() {
     let g = a.selected_gap().unwrap();
     let lane = &a.store.lanes[g.lane];
     let p = &a.store.procs[lane.key.proc as usize];
-    let launch = *p.api_by_corr(lane.ops[g.next].corr).unwrap();
+    let launch = p.api_by_corr(lane.op(g.next).corr).unwrap();
     let prev = p
         .apis()
         .filter(|c| c.tid == launch.tid && c.end <= launch.start)
         .max_by_key(|c| c.end)
-        .copied()
         .unwrap();
     let s = render(&mut a, 200, 40);
     let line = s.lines().find(|l| l.contains("CPU during gap: ")).unwrap();
@@ -897,12 +896,7 @@ fn a_reopened_window_counts_its_own_ops() {
     let inside: usize = st
         .lanes
         .iter()
-        .map(|l| {
-            l.ops
-                .iter()
-                .filter(|o| o.end > wlo && o.start < whi)
-                .count()
-        })
+        .map(|l| l.iter().filter(|o| o.end > wlo && o.start < whi).count())
         .sum();
     assert!(
         n.ops as usize > inside,

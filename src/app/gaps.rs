@@ -148,7 +148,7 @@ impl App {
         let s = self.selected?;
         let lane = self.store.lanes.get(s.lane)?;
         let next = lane.lower_bound(s.end);
-        if next >= lane.ops.len() || lane.ops[next].start != s.end {
+        if next >= lane.len() || lane.op(next).start != s.end {
             return None;
         }
         let mut g = analysis::gap_ending_at(&self.store, s.lane, next, &self.cfg)?;
@@ -303,7 +303,7 @@ impl App {
     fn next_gap_from(&self, from: Ns, dir: i64) -> Option<Gap> {
         let mut best: Option<Gap> = None;
         for lane in 0..self.store.lanes.len() {
-            let ops = &self.store.lanes[lane].ops;
+            let ops = &self.store.lanes[lane];
             if ops.len() < 2 {
                 continue;
             }

@@ -484,7 +484,7 @@ impl App {
             self.store
                 .lanes
                 .iter()
-                .map(|l| l.ops.len() - l.lower_bound(from))
+                .map(|l| l.len() - l.lower_bound(from))
                 .sum()
         };
         if count(lo) <= cap {
@@ -637,7 +637,6 @@ impl App {
                 let lane = &self.store.lanes[g.lane];
                 let p = &self.store.procs[lane.key.proc as usize];
                 let tid = lane
-                    .ops
                     .get(g.next)
                     .and_then(|o| p.api_by_corr(o.corr))
                     .map(|a| a.tid);
@@ -695,7 +694,7 @@ impl App {
                 if busy > 0.0 {
                     let eighths = ((busy * 8.0).ceil() as u8).clamp(1, 8);
                     let i = l.lower_bound(mid + 1).saturating_sub(1);
-                    let op = match l.ops.get(i) {
+                    let op = match l.get(i) {
                         Some(o) if o.flags & FLAG_COMM != 0 => OpTone::Comm,
                         Some(o) if o.kind == OpKind::Memcpy => OpTone::Memcpy,
                         Some(o) if o.kind == OpKind::Memset => OpTone::Memset,
@@ -705,7 +704,7 @@ impl App {
                     cell.mark = marks.get(&(lane, c)).copied();
                 } else {
                     let next = l.lower_bound(mid);
-                    let gap = (next > 0 && next < l.ops.len())
+                    let gap = (next > 0 && next < l.len())
                         .then(|| analysis::classify(&self.store, lane, next - 1, next, &self.cfg))
                         .flatten();
                     match gap {
@@ -925,7 +924,7 @@ impl App {
             .take(h)
             .map(|g| {
                 let lane = &self.store.lanes[g.lane];
-                let next = short_kernel(self.store.names.get(lane.ops[g.next].name));
+                let next = short_kernel(self.store.names.get(lane.op(g.next).name));
                 let site = pretty_frame(&self.launch_site(g));
                 // A gap the window cuts is marked on the side it goes on: «3ms, 3ms», «3ms».
                 let (ws, we) = g.whole(&self.store);
@@ -996,8 +995,8 @@ impl App {
     /// The selected gap: times, cause, launch, neighbours and stacks.
     fn gap_details(&self, g: &Gap) -> DetailsVm {
         let lane = &self.store.lanes[g.lane];
-        let prev = &self.store.lanes[g.prev_lane].ops[g.prev];
-        let next = &lane.ops[g.next];
+        let prev = &self.store.lanes[g.prev_lane].op(g.prev);
+        let next = &lane.op(g.next);
         let mut lines = Vec::new();
         let api = if g.api != 0 {
             format!(

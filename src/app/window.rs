@@ -118,8 +118,8 @@ impl App {
     /// Zooms so the gap fills the middle with a neighbour op on each side.
     pub(super) fn zoom_to_gap(&mut self, g: &Gap) {
         let lane = &self.store.lanes[g.lane];
-        let prev = &self.store.lanes[g.prev_lane].ops[g.prev];
-        let next = &lane.ops[g.next];
+        let prev = &self.store.lanes[g.prev_lane].op(g.prev);
+        let next = &lane.op(g.next);
         let lo = prev.start.min(g.start);
         let hi = next.end.max(g.end);
         let pad = ((hi - lo) / 10).max(100);

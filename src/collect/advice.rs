@@ -592,13 +592,14 @@ pub fn advise(store: &Store, s: &Summary, n: usize) -> Vec<Advice> {
             // Across the steady steps: how often, how much a step, and what a fix saves.
             let (recurring, steps_present, per_step_ns, saving_ns, one_offs) = if steady > 0 {
                 let present = a.per_step.values().filter(|v| v.0 > 0).count() as u32;
-                let per_step = |pick: fn(&(Ns, Ns)) -> Ns| {
-                    median(
-                        (0..steady)
-                            .map(|i| a.per_step.get(&i).map_or(0, pick))
-                            .collect(),
-                    )
-                };
+                // Each steady step's figures (none: 0), laid out once.
+                let mut each = vec![(0, 0); steady as usize];
+                for (&i, &v) in &a.per_step {
+                    if let Some(e) = each.get_mut(i as usize) {
+                        *e = v;
+                    }
+                }
+                let per_step = |pick: fn(&(Ns, Ns)) -> Ns| median(each.iter().map(pick).collect());
                 let recurring = 2 * present >= steady;
                 let saving = match verdict {
                     _ if !recurring => 0,
@@ -692,7 +693,9 @@ impl Diagnosis {
         let a = self.advice_for(store, g);
         match &self.steps {
             Some(st) => {
-                let steady = st.steady();
+                // The summary's steady steps, the last of the steps (as `Steps::steady`).
+                let n = st.steps.len();
+                let steady = n - (self.summary.steady_steps as usize).min(n)..n;
                 let inside = st.step_of(g.start).is_some_and(|i| steady.contains(&i));
                 !inside || a.is_some_and(|a| !a.recurring)
             }
@@ -716,8 +719,10 @@ pub fn diagnose(
     top: usize,
     step_by: Option<&str>,
 ) -> Diagnosis {
-    let steps = steps::find(store, w.lo(), w.hi(), step_by);
-    let summary = analysis::summarize_steps(store, w, cfg, top, 0, steps.as_ref());
+    // The steps are found beside the ops' part of the summary.
+    let find = || steps::find(store, w.lo(), w.hi(), step_by).map(std::borrow::Cow::Owned);
+    let (summary, steps) = analysis::summarize_finding(store, w, cfg, top, 0, find);
+    let steps = steps.map(std::borrow::Cow::into_owned);
     let advice = advise(store, &summary, usize::MAX);
     Diagnosis {
         steps,

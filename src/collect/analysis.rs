@@ -137,8 +137,8 @@ impl Gap {
     /// The gap whole, from the end of the op before it to the start of the op after it, where
     /// `start` and `end` are clipped to the window it was found in.
     pub fn whole(&self, store: &Store) -> (Ns, Ns) {
-        let end = |l: usize, i: usize, f: fn(&GpuOp) -> Ns| {
-            store.lanes.get(l).and_then(|l| l.ops.get(i)).map(f)
+        let end = |l: usize, i: usize, f: fn(GpuOp) -> Ns| {
+            store.lanes.get(l).and_then(|l| l.get(i)).map(f)
         };
         (
             end(self.prev_lane, self.prev, |o| o.end)
@@ -176,13 +176,13 @@ impl Window {
     }
 }
 
-/// Classifies the gap before `lane.ops[next]`, given the previous op. `None` if no gap.
+/// Classifies the gap before `lane.op(next)`, given the previous op. `None` if no gap.
 pub fn classify(store: &Store, lane: usize, prev: usize, next: usize, cfg: &Config) -> Option<Gap> {
-    let from = store.lanes[lane].ops[prev].end;
+    let from = store.lanes[lane].op(prev).end;
     classify_from(store, lane, (lane, prev), next, from, cfg)
 }
 
-/// Classifies the idle time from `from` to the start of `lane.ops[next]`, which follows the op
+/// Classifies the idle time from `from` to the start of `lane.op(next)`, which follows the op
 /// `prev` (a lane and an index: the same lane for a stream's gap, any lane of the device for a
 /// device's). `None` if the op starts at or before `from`.
 pub fn classify_from(
@@ -193,13 +193,13 @@ pub fn classify_from(
     from: Ns,
     cfg: &Config,
 ) -> Option<Gap> {
-    if store.lanes[lane].ops[next].start <= from {
+    if store.lanes[lane].op(next).start <= from {
         return None;
     }
     Some(classify_at(store, lane, prev, next, from, cfg))
 }
 
-/// Classifies the interval from `from` to the start of `lane.ops[next]`, which may be empty:
+/// Classifies the interval from `from` to the start of `lane.op(next)`, which may be empty:
 /// an op that starts exactly when the one before it ended follows a gap of length 0, which HTA
 /// counts (as kernel_wait, unless its launch began after the previous op ended).
 fn classify_at(
@@ -210,8 +210,8 @@ fn classify_at(
     from: Ns,
     cfg: &Config,
 ) -> Gap {
-    let n: &GpuOp = &store.lanes[lane].ops[next];
-    let p: &GpuOp = &store.lanes[prev.0].ops[prev.1];
+    let n: &GpuOp = &store.lanes[lane].op(next);
+    let p: &GpuOp = &store.lanes[prev.0].op(prev.1);
     let proc = &store.procs[store.lanes[lane].key.proc as usize];
     let api = proc.api_by_corr(n.corr);
     let dur = n.start - from;
@@ -268,7 +268,7 @@ fn classify_at(
     }
 }
 
-/// The gap that ends at `lane.ops[next]` on the given basis: on its stream, or on its device
+/// The gap that ends at `lane.op(next)` on the given basis: on its stream, or on its device
 /// (from the moment no stream of the device ran anything). `None` if there is none.
 pub fn gap_ending_at(store: &Store, lane: usize, next: usize, cfg: &Config) -> Option<Gap> {
     if cfg.basis == Basis::Stream {
@@ -276,7 +276,7 @@ pub fn gap_ending_at(store: &Store, lane: usize, next: usize, cfg: &Config) -> O
             .then(|| classify(store, lane, next - 1, next, cfg))
             .flatten();
     }
-    let t = store.lanes[lane].ops.get(next)?.start;
+    let t = store.lanes[lane].get(next)?.start;
     let key = store.lanes[lane].key;
     // The op that ended last before `t` on any stream of the device; ops of one stream never
     // overlap, so on each stream it can only be the last op to start before `t`.
@@ -289,7 +289,7 @@ pub fn gap_ending_at(store: &Store, lane: usize, next: usize, cfg: &Config) -> O
         if i == 0 {
             continue;
         }
-        let e = other.ops[i - 1].end;
+        let e = other.op(i - 1).end;
         if prev.is_none_or(|(pe, ..)| e > pe) {
             prev = Some((e, l, i - 1));
         }
@@ -322,7 +322,7 @@ impl Iterator for Merged<'_> {
     fn next(&mut self) -> Option<(usize, usize)> {
         let mut best: Option<(Ns, usize)> = None;
         for (k, &l) in self.lanes.iter().enumerate() {
-            if let Some(o) = self.store.lanes[l].ops.get(self.idx[k]) {
+            if let Some(o) = self.store.lanes[l].get(self.idx[k]) {
                 if best.is_none_or(|(s, _)| o.start < s) {
                     best = Some((o.start, k));
                 }
@@ -350,7 +350,7 @@ pub fn device_gaps(
     // The end of everything seen so far, and the op that reached it.
     let mut busy: Option<(Ns, usize, usize)> = None;
     for (lane, i) in merged {
-        let o = store.lanes[lane].ops[i];
+        let o = store.lanes[lane].op(i);
         if let Some((end, pl, pi)) = busy {
             if end >= w.hi() {
                 break;
@@ -402,13 +402,13 @@ pub fn lane_between(
     cfg: &Config,
     mut f: impl FnMut(Between),
 ) {
-    let ops = &store.lanes[lane].ops;
+    let ops = &store.lanes[lane];
     if ops.len() < 2 {
         return;
     }
     // First candidate: the op before the first op starting at or after the window start.
-    let first = store.lanes[lane].lower_bound(w.lo()).max(1);
-    let mut max_end = ops[first - 1].end;
+    let first = ops.lower_bound(w.lo()).max(1);
+    let mut max_end = ops.op(first - 1).end;
     let mut prev = first - 1;
     for (k, n) in ops.range(first..).enumerate() {
         let next = first + k;
@@ -459,7 +459,7 @@ pub fn device_idle(store: &Store, lanes: &[usize], lo: Ns, hi: Ns, mut f: impl F
     let merged = Merged::new(store, lanes, lo);
     let mut cursor = lo;
     for (lane, i) in merged {
-        let o = store.lanes[lane].ops[i];
+        let o = store.lanes[lane].op(i);
         if o.start >= hi {
             break;
         }
@@ -867,10 +867,14 @@ impl LeafAcc {
         let room = EXACT_GAPS.saturating_sub(self.exact.len());
         self.exact.extend(o.exact.iter().take(room));
         self.slow_launch_ns += o.slow_launch_ns;
-        for (&k, &(a, b)) in &o.per_step {
-            let e = self.per_step.entry(k).or_default();
-            e.0 += a;
-            e.1 += b;
+        if self.per_step.is_empty() {
+            self.per_step.clone_from(&o.per_step);
+        } else {
+            for (&k, &(a, b)) in &o.per_step {
+                let e = self.per_step.entry(k).or_default();
+                e.0 += a;
+                e.1 += b;
+            }
         }
         self.outside.0 += o.outside.0;
         self.outside.1 += o.outside.1;
@@ -1029,6 +1033,14 @@ impl Ord for Ranked {
 
 type TopGaps = std::collections::BinaryHeap<std::cmp::Reverse<Ranked>>;
 
+/// The steps gaps are placed in, their steady range, and where the last gap was found (gaps
+/// come in time order, so the next is mostly in the same step or the one after).
+struct StepCursor<'a> {
+    steps: &'a Steps,
+    range: std::ops::Range<usize>,
+    at: usize,
+}
+
 /// Charges a gap of the summary's basis to its launch: the call tree, the stacks, advice's
 /// per-site accumulators and the top gaps.
 fn charge(
@@ -1036,7 +1048,7 @@ fn charge(
     top: &mut TopGaps,
     store: &Store,
     g: Gap,
-    steady: Option<&(&Steps, std::ops::Range<usize>)>,
+    steady: Option<&mut StepCursor>,
 ) {
     let d = g.dur();
     let c = &mut s.charged[g.category as usize];
@@ -1057,7 +1069,7 @@ fn charge(
     let e = s.stacks.entry((g.stack, g.api, g.op_name)).or_default();
     e.0 += 1;
     e.1 += d;
-    let op = store.lanes[g.lane].ops[g.next];
+    let op = store.lanes[g.lane].op(g.next);
     let leaf = s.leaves.entry(Site::of(&g)).or_default();
     leaf.add(d, g.reason, op.dur());
     leaf.note_op(g.op_name);
@@ -1073,8 +1085,12 @@ fn charge(
             leaf.slow_launch_ns += d;
         }
     }
-    if let Some((steps, range)) = steady {
-        match steps.step_of(g.start).filter(|i| range.contains(i)) {
+    if let Some(StepCursor { steps, range, at }) = steady {
+        let range = range.clone();
+        match steps
+            .step_of_from(g.start, at)
+            .filter(|i| range.contains(i))
+        {
             Some(i) => {
                 let e = leaf.per_step.entry((i - range.start) as u32).or_default();
                 e.0 += d;
@@ -1118,47 +1134,153 @@ pub fn summarize_steps(
     min_ns: Ns,
     steps: Option<&Steps>,
 ) -> Summary {
-    let (span_lo, span_hi) = store.span().unwrap_or((0, 0));
-    let lo = w.lo().max(span_lo);
-    let hi = w.hi().min(span_hi).max(lo);
-    let mut s = Summary {
-        lo,
-        hi,
-        gpu_ops: 0,
-        kernels: 0,
-        busy_ns: 0,
-        kernel_ns: 0,
-        device_idle_ns: 0,
-        idle: [Bucket::default(); 3],
-        overlapping: Bucket::default(),
-        reasons: HashMap::default(),
-        tree: CallTree::default(),
-        top_gaps: Vec::new(),
-        top_eligible: 0,
-        gap_hist: hist(),
-        kernel_hist: hist(),
-        gap_max_ns: 0,
-        kernel_max_ns: 0,
-        stacks: HashMap::default(),
-        leaves: HashMap::default(),
-        basis: cfg.basis,
-        charged: [Bucket::default(); 3],
-        min_ns,
-        top_n,
-        steady_steps: 0,
-        cpu_tree: cfg.cpu_tree,
-    };
+    let given = || steps.map(std::borrow::Cow::Borrowed);
+    summarize_finding(store, w, cfg, top_n, min_ns, given).0
+}
+
+/// [`summarize_steps`] with the steps `find` finds (on a second thread, beside the ops' part
+/// of the summary, for a large store), which it returns.
+pub fn summarize_finding<'a>(
+    store: &Store,
+    w: Window,
+    cfg: &Config,
+    top_n: usize,
+    min_ns: Ns,
+    find: impl FnOnce() -> Option<std::borrow::Cow<'a, Steps>> + Send,
+) -> (Summary, Option<std::borrow::Cow<'a, Steps>>) {
+    let (lo, hi) = window_extent(store, w);
+    let mut s = Summary::empty(lo, hi, cfg, top_n, min_ns);
     let win = Window::new(lo, hi);
     let mut top = TopGaps::default();
-    let steady = steps.map(|st| (st, st.steady()));
-    s.steady_steps = steady.as_ref().map_or(0, |(_, r)| r.len() as u32);
+    // On the device basis the streams' own gaps make only the breakdown: found in a summary
+    // of its own (the same figures, found in the same order, as in turn).
+    let device = cfg.basis == Basis::Device;
+    let streams = || {
+        let mut alone = Summary::empty(lo, hi, cfg, top_n, min_ns);
+        let mut b = Breakdown(&mut alone);
+        for lane in 0..store.lanes.len() {
+            lane_between(store, lane, win, cfg, |x| {
+                b.add(x);
+            });
+        }
+        alone
+    };
+    // Each of those, and the steps, on a thread of its own for a large store.
+    let apart = device && store.op_count() >= PARALLEL_OPS;
+    let (steps, streams) = std::thread::scope(|scope| {
+        let finder = if apart {
+            Ok(scope.spawn(find))
+        } else {
+            Err(find)
+        };
+        let side = if apart {
+            Ok(scope.spawn(streams))
+        } else {
+            Err(streams)
+        };
+        if device {
+            summarize_lanes(store, win, cfg, &mut s, &mut top, None);
+        }
+        let steps = match finder {
+            Ok(h) => h.join().expect("steps thread"),
+            Err(find) => find(),
+        };
+        {
+            let mut steady = steps.as_deref().map(|st| StepCursor {
+                steps: st,
+                range: st.steady(),
+                at: 0,
+            });
+            s.steady_steps = steady.as_ref().map_or(0, |c| c.range.len() as u32);
+            if device {
+                for (_, lanes) in store.devices() {
+                    device_gaps(store, &lanes, win, cfg, |g| {
+                        charge(&mut s, &mut top, store, g, steady.as_mut())
+                    });
+                }
+            } else {
+                summarize_lanes(store, win, cfg, &mut s, &mut top, Some(steady.as_mut()));
+            }
+        }
+        let streams = device.then(|| match side {
+            Ok(h) => h.join().expect("breakdown thread"),
+            Err(streams) => streams(),
+        });
+        (steps, streams)
+    });
+    if let Some(b) = streams {
+        s.idle = b.idle;
+        s.overlapping = b.overlapping;
+        s.reasons = b.reasons;
+        s.gap_hist = b.gap_hist;
+        s.gap_max_ns = b.gap_max_ns;
+    }
+    // Ascending order of Reverse is descending order of gaps: longest first.
+    s.top_gaps = top.into_sorted_vec().into_iter().map(|r| r.0 .0).collect();
+    for (_, lanes) in store.devices() {
+        let mut idle = 0;
+        device_idle(store, &lanes, lo, hi, |a, b| idle += b - a);
+        s.device_idle_ns += idle;
+        s.busy_ns += (hi - lo) - idle;
+    }
+    (s, steps)
+}
+
+/// Ops from which a summary finds the streams' gaps on a second thread.
+const PARALLEL_OPS: usize = 100_000;
+
+/// The streams' gaps by category and reason (those of length 0 included), their lengths and
+/// the overlaps, added to a summary.
+struct Breakdown<'a>(&'a mut Summary);
+
+impl Breakdown<'_> {
+    /// Counts what lies before an op; the gap, if it holds time to charge.
+    fn add(&mut self, b: Between) -> Option<Gap> {
+        let s = &mut *self.0;
+        let g = match b {
+            Between::Gap(g) => g,
+            Between::Overlap { ns, .. } => {
+                s.overlapping.count += 1;
+                s.overlapping.total_ns += ns;
+                return None;
+            }
+        };
+        // A gap of length 0 counts in the breakdown, as HTA counts it, and nowhere else:
+        // it holds no time to charge to a launch, and would pull percentiles to 0.
+        let d = g.dur();
+        let b = &mut s.idle[g.category as usize];
+        b.count += 1;
+        b.total_ns += d;
+        let r = s.reasons.entry(g.reason).or_default();
+        r.count += 1;
+        r.total_ns += d;
+        if d == 0 {
+            return None;
+        }
+        let _ = s.gap_hist.record(d as u64);
+        s.gap_max_ns = s.gap_max_ns.max(d);
+        Some(g)
+    }
+}
+
+/// [`summarize_steps`]'s lanes: each one's ops, and with `stream` (the stream basis, with its
+/// steady steps) its gaps, breakdown and all.
+fn summarize_lanes(
+    store: &Store,
+    win: Window,
+    cfg: &Config,
+    s: &mut Summary,
+    top: &mut TopGaps,
+    mut stream: Option<Option<&mut StepCursor>>,
+) {
+    let (lo, hi) = (win.lo(), win.hi());
     for lane in 0..store.lanes.len() {
         let l = &store.lanes[lane];
         // Ops overlapping the window.
         let a = l.lower_bound(lo).saturating_sub(1);
         let b = l.lower_bound(hi);
         let proc = &store.procs[l.key.proc as usize];
-        for op in l.ops.range(a..b) {
+        for op in l.range(a..b) {
             let clip = op.end.min(hi) - op.start.max(lo);
             if clip < 0 || (clip == 0 && op.start < lo) {
                 continue;
@@ -1180,63 +1302,67 @@ pub fn summarize_steps(
                 store,
                 api.map(|a| a.stack).unwrap_or(0),
                 api.map(|a| a.name).unwrap_or(0),
-                op,
+                &op,
                 kernel_clip,
             );
         }
-        lane_between(store, lane, win, cfg, |b| {
-            let g = match b {
-                Between::Gap(g) => g,
-                Between::Overlap { ns, .. } => {
-                    s.overlapping.count += 1;
-                    s.overlapping.total_ns += ns;
-                    return;
+        if let Some(steady) = &mut stream {
+            lane_between(store, lane, win, cfg, |x| {
+                if let Some(g) = Breakdown(s).add(x) {
+                    charge(s, top, store, g, steady.as_deref_mut());
                 }
-            };
-            // A gap of length 0 counts in the breakdown, as HTA counts it, and nowhere else:
-            // it holds no time to charge to a launch, and would pull percentiles to 0.
-            let d = g.dur();
-            let b = &mut s.idle[g.category as usize];
-            b.count += 1;
-            b.total_ns += d;
-            let r = s.reasons.entry(g.reason).or_default();
-            r.count += 1;
-            r.total_ns += d;
-            if d == 0 {
-                return;
-            }
-            let _ = s.gap_hist.record(d as u64);
-            s.gap_max_ns = s.gap_max_ns.max(d);
-            if cfg.basis == Basis::Stream {
-                charge(&mut s, &mut top, store, g, steady.as_ref());
-            }
-        });
-    }
-    if cfg.basis == Basis::Device {
-        for (_, lanes) in store.devices() {
-            device_gaps(store, &lanes, win, cfg, |g| {
-                charge(&mut s, &mut top, store, g, steady.as_ref())
             });
         }
     }
-    // Ascending order of Reverse is descending order of gaps: longest first.
-    s.top_gaps = top.into_sorted_vec().into_iter().map(|r| r.0 .0).collect();
-    for (_, lanes) in store.devices() {
-        let mut idle = 0;
-        device_idle(store, &lanes, lo, hi, |a, b| idle += b - a);
-        s.device_idle_ns += idle;
-        s.busy_ns += (hi - lo) - idle;
+}
+
+impl Summary {
+    /// A summary of `[lo, hi)` with nothing in it yet.
+    fn empty(lo: Ns, hi: Ns, cfg: &Config, top_n: usize, min_ns: Ns) -> Summary {
+        Summary {
+            lo,
+            hi,
+            gpu_ops: 0,
+            kernels: 0,
+            busy_ns: 0,
+            kernel_ns: 0,
+            device_idle_ns: 0,
+            idle: [Bucket::default(); 3],
+            overlapping: Bucket::default(),
+            reasons: HashMap::default(),
+            tree: CallTree::default(),
+            top_gaps: Vec::new(),
+            top_eligible: 0,
+            gap_hist: hist(),
+            kernel_hist: hist(),
+            gap_max_ns: 0,
+            kernel_max_ns: 0,
+            stacks: HashMap::default(),
+            leaves: HashMap::default(),
+            basis: cfg.basis,
+            charged: [Bucket::default(); 3],
+            min_ns,
+            top_n,
+            steady_steps: 0,
+            cpu_tree: cfg.cpu_tree,
+        }
     }
-    s
 }
 
 /// Calls `f` for each gap of the config's basis in the window, clipped to it: the gaps a
 /// summary of the same window and config charges to their launches (each stream's own, or
 /// each device's), for exports that need them one by one.
 pub fn charged_gaps(store: &Store, w: Window, cfg: &Config, f: impl FnMut(Gap)) {
+    let (lo, hi) = window_extent(store, w);
+    window_gaps(store, Window::new(lo, hi), cfg, f);
+}
+
+/// The window clipped to the capture's span: what a summary of it covers (`Summary::lo`,
+/// `Summary::hi`).
+pub fn window_extent(store: &Store, w: Window) -> (Ns, Ns) {
     let (span_lo, span_hi) = store.span().unwrap_or((0, 0));
     let lo = w.lo().max(span_lo);
-    window_gaps(store, Window::new(lo, w.hi().min(span_hi).max(lo)), cfg, f);
+    (lo, w.hi().min(span_hi).max(lo))
 }
 
 /// Launch rate and busy fraction over time.

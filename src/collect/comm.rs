@@ -52,7 +52,7 @@ pub fn analyze(store: &Store, lo: Ns, hi: Ns) -> CommReport {
         let proc = &store.procs[lane.key.proc as usize];
         let a = lane.lower_bound(lo);
         let b = lane.lower_bound(hi);
-        for op in lane.ops.range(a..b) {
+        for op in lane.range(a..b) {
             if op.flags & FLAG_COMM != 0 {
                 let stack = proc.api_by_corr(op.corr).map(|x| x.stack).unwrap_or(0);
                 per_proc

@@ -146,8 +146,8 @@ impl<R: Read> Scanner<R> {
     }
 
     /// Finds the end (exclusive) of the value starting at `buf[start]`. Objects and arrays are
-    /// skipped by jumping between quotes and their own brackets (memchr), which is all a
-    /// well-formed value needs; serde checks the rest.
+    /// skipped by counting their own brackets outside strings, 8 bytes a step
+    /// ([`bracket_end`]), which is all a well-formed value needs; serde checks the rest.
     pub(crate) fn value_end(buf: &[u8], start: usize) -> Result<End, &'static str> {
         let first = buf[start];
         match first {
@@ -157,29 +157,7 @@ impl<R: Read> Scanner<R> {
                 } else {
                     (b'[', b']')
                 };
-                let mut depth = 0usize;
-                let mut i = start;
-                while let Some(k) = memchr::memchr3(b'"', open, close, &buf[i..]) {
-                    let j = i + k;
-                    match buf[j] {
-                        b'"' => match Self::string_end(buf, j) {
-                            Some(e) => {
-                                i = e;
-                                continue;
-                            }
-                            None => return Ok(End::NeedMore),
-                        },
-                        b if b == open => depth += 1,
-                        _ => {
-                            depth -= 1;
-                            if depth == 0 {
-                                return Ok(End::At(j + 1));
-                            }
-                        }
-                    }
-                    i = j + 1;
-                }
-                Ok(End::NeedMore)
+                Ok(bracket_end(buf, start, open, close))
             }
             b'"' => Ok(match Self::string_end(buf, start) {
                 Some(e) => End::At(e),
@@ -203,7 +181,7 @@ impl<R: Read> Scanner<R> {
     pub fn string_end(buf: &[u8], start: usize) -> Option<usize> {
         let mut i = start + 1;
         loop {
-            let k = memchr::memchr2(b'"', b'\\', &buf[i..])?;
+            let k = quote_or_backslash(&buf[i..])?;
             let j = i + k;
             if buf[j] == b'"' {
                 return Some(j + 1);
@@ -352,6 +330,106 @@ impl<R: Read> Scanner<R> {
     }
 }
 
+const HIGH: u64 = 0x8080_8080_8080_8080;
+const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+
+/// The high bit of each byte of `w` that is `b`, exactly.
+#[inline]
+fn eq(w: u64, b: u8) -> u64 {
+    let x = w ^ (0x0101_0101_0101_0101 * b as u64);
+    !(((x & LOW7) + LOW7) | x | LOW7)
+}
+
+/// The first quote or backslash in `b`: 8 bytes a step over the first 64 (keys and numbers
+/// are short), memchr past them.
+#[inline]
+fn quote_or_backslash(b: &[u8]) -> Option<usize> {
+    let mut i = 0;
+    while i + 8 <= b.len().min(64) {
+        let w = u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+        let m = eq(w, b'"') | eq(w, b'\\');
+        if m != 0 {
+            return Some(i + m.trailing_zeros() as usize / 8);
+        }
+        i += 8;
+    }
+    memchr::memchr2(b'"', b'\\', &b[i..]).map(|k| i + k)
+}
+
+/// The end of the object or array whose bracket `open` is at `buf[start]`, as the scanner's
+/// `value_end` finds it (brackets counted outside strings, a backslash in a string passing
+/// over the byte after it), 8 bytes a step: a word's quotes, by a running parity, mark which
+/// of its brackets are inside strings. A word with a backslash goes byte by byte.
+fn bracket_end(buf: &[u8], start: usize, open: u8, close: u8) -> End {
+    let (mut depth, mut in_str, mut escaped) = (0usize, false, false);
+    // One byte's step; Some(end) when it closes the value.
+    let step = |j: usize, depth: &mut usize, in_str: &mut bool, escaped: &mut bool| {
+        let b = buf[j];
+        if *in_str {
+            if *escaped {
+                *escaped = false;
+            } else if b == b'\\' {
+                *escaped = true;
+            } else if b == b'"' {
+                *in_str = false;
+            }
+        } else if b == b'"' {
+            *in_str = true;
+        } else if b == open {
+            *depth += 1;
+        } else if b == close {
+            *depth -= 1;
+            if *depth == 0 {
+                return Some(j + 1);
+            }
+        }
+        None
+    };
+    let mut i = start;
+    while i + 8 <= buf.len() {
+        let w = u64::from_le_bytes(buf[i..i + 8].try_into().expect("8 bytes"));
+        if escaped || eq(w, b'\\') != 0 {
+            for j in i..i + 8 {
+                if let Some(e) = step(j, &mut depth, &mut in_str, &mut escaped) {
+                    return End::At(e);
+                }
+            }
+            i += 8;
+            continue;
+        }
+        // The high bit of byte j: inside a string (its opening quote in, its closing one out).
+        let mut inside = eq(w, b'"');
+        inside ^= inside << 8;
+        inside ^= inside << 16;
+        inside ^= inside << 32;
+        if in_str {
+            inside ^= HIGH;
+        }
+        in_str = inside >> 63 != 0;
+        let opens = eq(w, open) & !inside;
+        let mut brackets = (opens | eq(w, close)) & !inside;
+        while brackets != 0 {
+            let bit = brackets.trailing_zeros();
+            brackets &= brackets - 1;
+            if opens & (1 << bit) != 0 {
+                depth += 1;
+            } else {
+                depth -= 1;
+                if depth == 0 {
+                    return End::At(i + bit as usize / 8 + 1);
+                }
+            }
+        }
+        i += 8;
+    }
+    for j in i..buf.len() {
+        if let Some(e) = step(j, &mut depth, &mut in_str, &mut escaped) {
+            return End::At(e);
+        }
+    }
+    End::NeedMore
+}
+
 /// A scan error, or an error the event callback raised.
 #[derive(Debug, PartialEq, Eq)]
 pub enum ScanErrorOr {
@@ -457,6 +535,75 @@ mod tests {
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
         assert_eq!(got, want);
+    }
+
+    /// The 16-byte bracket matcher finds what a byte-by-byte walk finds, strings, escapes
+    /// and truncation included.
+    #[test]
+    fn brackets_match_a_walk_byte_by_byte() {
+        fn walk(b: &[u8]) -> Option<usize> {
+            let (open, close) = if b[0] == b'{' {
+                (b'{', b'}')
+            } else {
+                (b'[', b']')
+            };
+            let (mut depth, mut i) = (0usize, 0);
+            while i < b.len() {
+                match b[i] {
+                    b'"' => i = Scanner::<std::io::Empty>::string_end(b, i)? - 1,
+                    x if x == open => depth += 1,
+                    x if x == close => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(i + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+            None
+        }
+        let alphabet = b"{}[]\"\\ab,:";
+        let mut x = 12345u64;
+        for n in 0..20_000 {
+            let len = 1 + n % 70;
+            let mut v = vec![if n % 2 == 0 { b'{' } else { b'[' }];
+            for _ in 1..len {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                v.push(alphabet[(x % alphabet.len() as u64) as usize]);
+            }
+            let got = match Scanner::<std::io::Empty>::value_end(&v, 0) {
+                Ok(End::At(e)) => Some(e),
+                _ => None,
+            };
+            assert_eq!(got, walk(&v), "{}", String::from_utf8_lossy(&v));
+        }
+    }
+
+    #[test]
+    fn quotes_and_backslashes_are_found_as_memchr_finds_them() {
+        let mut x = 99u64;
+        for n in 0..5_000 {
+            let v: Vec<u8> = (0..n % 150)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    [b'a', b'"', b'\\', 0x80, 0xa2, 0x22 ^ 0x80][(x % 97 % 6) as usize]
+                })
+                .collect();
+            let v = if n % 3 == 0 {
+                v.iter()
+                    .map(|&b| if b == b'"' || b == b'\\' { b'x' } else { b })
+                    .collect()
+            } else {
+                v
+            };
+            assert_eq!(quote_or_backslash(&v), memchr::memchr2(b'"', b'\\', &v));
+        }
     }
 
     #[test]

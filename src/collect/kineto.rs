@@ -38,7 +38,7 @@ struct RawEvent<'a> {
     args: Option<&'a [u8]>,
 }
 
-#[derive(Default)]
+#[derive(Default, Clone, Copy)]
 struct RawArgs<'a> {
     correlation: Option<&'a [u8]>,
     device: Option<&'a [u8]>,
@@ -164,10 +164,97 @@ pub fn us_to_ns(text: &str) -> Option<Ns> {
 }
 
 fn int_of(v: Option<&[u8]>) -> Option<i64> {
+    if let Some(n) = v.and_then(int_plain) {
+        return Some(n);
+    }
     let t = text(v)?.trim().trim_matches('"');
     t.parse::<i64>()
         .ok()
         .or_else(|| t.parse::<f64>().ok().map(|f| f as i64))
+}
+
+/// An integer written plainly (`-?[0-9]{1,18}`), read without going through text; None for
+/// anything else, which [`int_of`] reads as it always did.
+#[inline]
+fn int_plain(v: &[u8]) -> Option<i64> {
+    let (neg, d) = sign(v);
+    let n = digits(d, 18)?;
+    Some(if neg { -n } else { n })
+}
+
+/// Whether a number is negative, and its digits.
+#[inline]
+fn sign(v: &[u8]) -> (bool, &[u8]) {
+    match v.first() {
+        Some(b'-') => (true, &v[1..]),
+        _ => (false, v),
+    }
+}
+
+/// The value of 1 to `most` decimal digits (None for anything else).
+#[inline]
+fn digits(d: &[u8], most: usize) -> Option<i64> {
+    if d.is_empty() || d.len() > most {
+        return None;
+    }
+    d.iter().try_fold(0i64, |n, &b| {
+        let x = b.wrapping_sub(b'0');
+        (x <= 9).then_some(n * 10 + x as i64)
+    })
+}
+
+/// [`us_to_ns`] of microseconds written plainly (`-?[0-9]{1,15}(\.[0-9]+)?`), without going
+/// through text; None for anything else, which `us_to_ns` reads.
+#[inline]
+fn us_to_ns_plain(v: &[u8]) -> Option<Ns> {
+    let (neg, d) = sign(v);
+    let dot = d.iter().position(|&b| b == b'.').unwrap_or(d.len());
+    let (int, frac) = (&d[..dot], d.get(dot + 1..).unwrap_or(&[]));
+    let i = digits(int, 15)?;
+    let (mut f, mut scale, mut round_up) = (0i64, 100i64, false);
+    for (k, &b) in frac.iter().enumerate() {
+        let x = b.wrapping_sub(b'0');
+        if x > 9 {
+            return None;
+        }
+        if k < 3 {
+            f += x as i64 * scale;
+            scale /= 10;
+        } else if k == 3 && x >= 5 {
+            round_up = true;
+        }
+    }
+    let v = i * 1000 + f + round_up as i64;
+    Some(if neg { -v } else { v })
+}
+
+/// A name as messages show it, decoded only when one is written.
+struct NameText<'a>(Option<&'a [u8]>);
+
+impl std::fmt::Debug for NameText<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.0.and_then(|v| string_of(v).ok());
+        write!(f, "{:?}", s.as_deref().unwrap_or(""))
+    }
+}
+
+/// What the reader keeps of a name: its id, and what its text says of the op or call.
+#[derive(Clone, Copy)]
+struct Named {
+    id: NameId,
+    comm: bool,
+    api: ApiKind,
+}
+
+/// An event's `args` members that gaptop reads.
+fn read_args(a: &[u8]) -> Result<RawArgs<'_>, &'static str> {
+    let mut slots = [None; 7];
+    members(a, |k, v| {
+        if let Some(i) = args_member(k) {
+            slots[i] = Some(v);
+        }
+    })?;
+    Ok(RawArgs::from_slots(slots))
 }
 
 struct RawSpan {
@@ -230,6 +317,10 @@ pub struct Builder {
     call_stacks: HashMap<Vec<u8>, StackId>,
     /// `gpu_user_annotation` ranges by (process, device, stream).
     gpu_annotations: HashMap<(u32, u32, u32), Vec<Range>>,
+    /// Names read so far, by their JSON bytes.
+    names: rustc_hash::FxHashMap<Box<[u8]>, Named>,
+    /// The lane of the last op.
+    last_lane: Option<(LaneKey, usize)>,
 }
 
 impl Builder {
@@ -246,6 +337,8 @@ impl Builder {
             file_first: 0,
             call_stacks: HashMap::new(),
             gpu_annotations: HashMap::new(),
+            names: Default::default(),
+            last_lane: None,
         }
     }
 
@@ -290,22 +383,9 @@ impl Builder {
         if by == 0 {
             return;
         }
-        for l in &mut self.store.lanes {
-            if procs.contains(&l.key.proc) {
-                for o in l.ops.iter_mut() {
-                    o.start = o.start.saturating_add(by);
-                    o.end = o.end.saturating_add(by);
-                }
-            }
-        }
+        // Its ops and calls; its spans and GPU ranges are still the builder's.
         for p in procs.clone() {
-            let proc = &mut self.store.procs[p as usize];
-            let mut apis = proc.take_apis();
-            for a in apis.iter_mut() {
-                a.start = a.start.saturating_add(by);
-                a.end = a.end.saturating_add(by);
-            }
-            proc.put_apis(apis);
+            self.store.shift_process(p, by);
         }
         for ((p, _), spans) in self.spans.iter_mut() {
             if procs.contains(p) {
@@ -329,19 +409,25 @@ impl Builder {
     /// spans but cannot be read; anything else unknown is skipped and counted.
     pub fn event(&mut self, bytes: &[u8]) -> Result<(), String> {
         self.events += 1;
-        let mut ev = RawEvent::default();
-        members(bytes, |k, v| match k {
-            b"ph" => ev.ph = Some(v),
-            b"cat" => ev.cat = Some(v),
-            b"name" => ev.name = Some(v),
-            b"pid" => ev.pid = Some(v),
-            b"tid" => ev.tid = Some(v),
-            b"ts" => ev.ts = Some(v),
-            b"dur" => ev.dur = Some(v),
-            b"args" => ev.args = Some(v),
-            _ => {}
+        let mut slots = [None; 8];
+        members(bytes, |k, v| {
+            if let Some(i) = event_member(k) {
+                slots[i] = Some(v);
+            }
         })
         .map_err(|e| format!("unreadable event: {e}"))?;
+        self.handle(&RawEvent::from_slots(slots), None)
+    }
+
+    /// An event whose members the splitter's thread found ([`Spans`]).
+    fn event_spans(&mut self, bytes: &[u8], s: &Spans) -> Result<(), String> {
+        self.events += 1;
+        let (ev, args) = s.read(bytes);
+        self.handle(&ev, args.as_ref())
+    }
+
+    /// Handles an event's members; `args` are its arguments' when they were read already.
+    fn handle(&mut self, ev: &RawEvent, args: Option<&RawArgs>) -> Result<(), String> {
         let ph = match ev.ph {
             Some(v) => string_of(v)?,
             None => Cow::Borrowed(""),
@@ -353,7 +439,7 @@ impl Builder {
         let (ph, cat) = (ph.as_ref(), cat.as_ref());
         if ph != "X" {
             match ph {
-                "M" => self.process_meta(&ev)?,
+                "M" => self.process_meta(ev)?,
                 "s" | "f" | "t" | "i" | "I" => {}
                 _ => self.store.skip(&format!("phase {ph:?}")),
             }
@@ -374,7 +460,7 @@ impl Builder {
             _ => None,
         };
         if cat == "gpu_user_annotation" {
-            return self.gpu_annotation(&ev);
+            return self.gpu_annotation(ev);
         }
         if kind.is_none() && !is_api && span_rank.is_none() {
             if !matches!(cat, "ac2g" | "Trace" | "overhead" | "gaptop_gap") {
@@ -382,12 +468,13 @@ impl Builder {
             }
             return Ok(());
         }
-        let name_cow = match ev.name {
-            Some(v) => string_of(v)?,
-            None => Cow::Borrowed(""),
-        };
-        let name = name_cow.as_ref();
+        // Decoded and interned once a name (by its bytes); decoded again only for messages.
+        let named = self.name_of(ev.name)?;
+        let name = NameText(ev.name);
         let num = |v: Option<&[u8]>, what: &str| -> Result<Ns, String> {
+            if let Some(n) = v.and_then(us_to_ns_plain) {
+                return Ok(n);
+            }
             let t = text(v).ok_or_else(|| format!("{cat} {name:?}: missing {what}"))?;
             us_to_ns(t).ok_or_else(|| format!("{cat} {name:?}: bad {what} {t}"))
         };
@@ -396,20 +483,13 @@ impl Builder {
         if dur < 0 {
             return Err(format!("{cat} {name:?}: negative duration {dur} ns"));
         }
-        let mut args = RawArgs::default();
-        if let Some(a) = ev.args {
-            members(a, |k, v| match k {
-                b"correlation" => args.correlation = Some(v),
-                b"device" => args.device = Some(v),
-                b"stream" => args.stream = Some(v),
-                b"graph id" => args.graph_id = Some(v),
-                b"stack" => args.stack = Some(v),
-                b"Call stack" => args.call_stack = Some(v),
-                b"process" => args.process = Some(v),
-                _ => {}
-            })
-            .map_err(|e| format!("{cat} {name:?}: unreadable args: {e}"))?;
-        }
+        let args = match (args, ev.args) {
+            (Some(a), _) => *a,
+            (None, Some(a)) => {
+                read_args(a).map_err(|e| format!("{cat} {name:?}: unreadable args: {e}"))?
+            }
+            (None, None) => RawArgs::default(),
+        };
         let tid_num = int_of(ev.tid);
         if let Some(kind) = kind {
             if dur > super::store::MAX_OP_NS {
@@ -423,7 +503,7 @@ impl Builder {
                 .or_else(|| stream_of_tid(ev.tid))
                 .ok_or_else(|| format!("{cat} {name:?}: no stream"))?;
             let corr = int_of(args.correlation).unwrap_or(0);
-            let nm = self.store.names.intern(name);
+            let nm = named.id;
             let proc = match int_of(args.process) {
                 Some(pid) => {
                     self.per_process = true;
@@ -431,7 +511,7 @@ impl Builder {
                 }
                 None => self.file_proc,
             };
-            let lane = self.store.lane_id(LaneKey {
+            let lane = self.lane_id(LaneKey {
                 proc,
                 device: device.clamp(0, u32::MAX as i64) as u32,
                 stream: stream.clamp(0, u32::MAX as i64) as u32,
@@ -444,7 +524,7 @@ impl Builder {
                 corr.clamp(0, u32::MAX as i64) as u32,
             );
             op.graph = int_of(args.graph_id).unwrap_or(0).clamp(0, u32::MAX as i64) as u32;
-            if is_comm_kernel(name) {
+            if named.comm {
                 op.flags |= FLAG_COMM;
             }
             self.store.push_op_unsorted(lane, op);
@@ -452,7 +532,7 @@ impl Builder {
             let tid = tid_num
                 .ok_or_else(|| format!("{cat} {name:?}: non-numeric tid"))?
                 .clamp(0, u32::MAX as i64) as u32;
-            let nm = self.store.names.intern(name);
+            let nm = named.id;
             if is_api {
                 // In gaptop's exports (ops name their process) every pid is a process of its
                 // own; in other traces the calls belong to the trace's one process.
@@ -493,7 +573,7 @@ impl Builder {
                         tid,
                         name: nm,
                         stack,
-                        kind: ApiKind::classify(name),
+                        kind: named.api,
                     },
                 );
             } else if let Some(rank) = span_rank {
@@ -520,6 +600,34 @@ impl Builder {
             }
         }
         Ok(())
+    }
+
+    /// The name an event's `name` member gives (empty without one), interned.
+    fn name_of(&mut self, v: Option<&[u8]>) -> Result<Named, String> {
+        let raw = v.unwrap_or(b"\"\"");
+        if let Some(&n) = self.names.get(raw) {
+            return Ok(n);
+        }
+        let text = string_of(raw)?;
+        let n = Named {
+            id: self.store.names.intern(&text),
+            comm: is_comm_kernel(&text),
+            api: ApiKind::classify(&text),
+        };
+        self.names.insert(raw.into(), n);
+        Ok(n)
+    }
+
+    /// The store's lane of `key`, remembering the last one asked for.
+    fn lane_id(&mut self, key: LaneKey) -> usize {
+        match self.last_lane {
+            Some((k, l)) if k == key => l,
+            _ => {
+                let l = self.store.lane_id(key);
+                self.last_lane = Some((key, l));
+                l
+            }
+        }
     }
 
     /// The Python stack of a `Call stack` argument (`file(line): fn;...`, innermost first),
@@ -678,12 +786,8 @@ impl Builder {
             }
             st.procs[proc as usize].spans.insert(tid, out);
         }
-        for p in st.procs.iter_mut().filter(|p| !p.spans.is_empty()) {
-            let mut apis = p.take_apis();
-            for a in apis.iter_mut().filter(|a| a.stack == 0) {
-                a.stack = p.span_stack_at(a.tid, a.start);
-            }
-            p.put_apis(apis);
+        for p in st.procs.iter_mut() {
+            p.stacks_from_spans();
         }
         st.finish_bulk();
         self.store
@@ -722,10 +826,211 @@ pub fn open_maybe_gz(path: &Path) -> anyhow::Result<Box<dyn Read + Send>> {
     }
 }
 
-/// A run of whole events copied out of the splitter's buffer: bytes and each event's range.
+/// Where a member lies in an event's bytes (start, end); (0, 0) when it is absent.
+#[derive(Clone, Copy, Default)]
+struct At(u32, u32);
+
+impl At {
+    fn of(self, b: &[u8]) -> Option<&[u8]> {
+        (self.1 > 0).then(|| &b[self.0 as usize..self.1 as usize])
+    }
+}
+
+/// Where the members gaptop reads lie in an event, found in one pass over it on a thread of
+/// their own ([`spans`]): [`RawEvent`]'s, then [`RawArgs`]'s.
+#[derive(Clone, Copy, Default)]
+struct Spans {
+    ev: [At; 8],
+    args: [At; 7],
+    /// `args` was an object, read member by member.
+    args_read: bool,
+}
+
+/// The index in [`Spans::ev`] of an event's member, by its key.
+fn event_member(key: &[u8]) -> Option<usize> {
+    Some(match key {
+        b"ph" => 0,
+        b"cat" => 1,
+        b"name" => 2,
+        b"pid" => 3,
+        b"tid" => 4,
+        b"ts" => 5,
+        b"dur" => 6,
+        b"args" => 7,
+        _ => return None,
+    })
+}
+
+/// The index in [`Spans::args`] of an argument, by its key.
+fn args_member(key: &[u8]) -> Option<usize> {
+    Some(match key {
+        b"correlation" => 0,
+        b"device" => 1,
+        b"stream" => 2,
+        b"graph id" => 3,
+        b"stack" => 4,
+        b"Call stack" => 5,
+        b"process" => 6,
+        _ => return None,
+    })
+}
+
+impl Spans {
+    fn read<'a>(&self, b: &'a [u8]) -> (RawEvent<'a>, Option<RawArgs<'a>>) {
+        let ev = RawEvent::from_slots(self.ev.map(|at| at.of(b)));
+        let args = self
+            .args_read
+            .then(|| RawArgs::from_slots(self.args.map(|at| at.of(b))));
+        (ev, args)
+    }
+}
+
+impl<'a> RawEvent<'a> {
+    /// The members in [`event_member`]'s order.
+    fn from_slots([ph, cat, name, pid, tid, ts, dur, args]: [Option<&'a [u8]>; 8]) -> Self {
+        RawEvent {
+            ph,
+            cat,
+            name,
+            pid,
+            tid,
+            ts,
+            dur,
+            args,
+        }
+    }
+}
+
+impl<'a> RawArgs<'a> {
+    /// The arguments in [`args_member`]'s order.
+    fn from_slots(
+        [correlation, device, stream, graph_id, stack, call_stack, process]: [Option<&'a [u8]>; 7],
+    ) -> Self {
+        RawArgs {
+            correlation,
+            device,
+            stream,
+            graph_id,
+            stack,
+            call_stack,
+            process,
+        }
+    }
+}
+
+/// Reads the members of the event `b` in one pass, as [`members`] would: where each lies.
+/// None for anything [`members`] would not read as it does here (it reads those itself).
+fn spans(b: &[u8]) -> Option<Spans> {
+    let mut s = Spans::default();
+    // A second `args` would mix its members with the first's: read as `members` does.
+    let mut twice = false;
+    let end = object_at(b, 0, 0, &mut |key, walked, depth, vs, ve| {
+        if depth == 0 {
+            if let Some(i) = event_member(key) {
+                if i == 7 {
+                    twice |= s.ev[7].1 > 0;
+                    s.args_read = walked;
+                }
+                s.ev[i] = At(vs as u32, ve as u32);
+            }
+        } else if let Some(i) = args_member(key) {
+            s.args[i] = At(vs as u32, ve as u32);
+        }
+    });
+    (end == Ok(Some(b.len())) && b.len() <= u32::MAX as usize && !twice).then_some(s)
+}
+
+/// Walks the object at `b[i]` (`depth` 0: an event; 1: its `args`), calling `f` with each
+/// member's key, whether it was walked itself (an event's `args` object), its depth and where
+/// its value lies. Ok(None): it runs past `b`; Err: not as [`members`] reads it.
+fn object_at(
+    b: &[u8],
+    i: usize,
+    depth: u8,
+    f: &mut impl FnMut(&[u8], bool, u8, usize, usize),
+) -> Result<Option<usize>, ()> {
+    macro_rules! need {
+        ($e:expr) => {
+            match $e {
+                Some(v) => v,
+                None => return Ok(None),
+            }
+        };
+    }
+    let ws = |mut i: usize| {
+        while i < b.len() && matches!(b[i], b' ' | b'\n' | b'\r' | b'\t') {
+            i += 1;
+        }
+        i
+    };
+    if b.get(i) != Some(&b'{') {
+        return Err(());
+    }
+    let mut i = ws(i + 1);
+    if *need!(b.get(i)) == b'}' {
+        return Ok(Some(i + 1));
+    }
+    loop {
+        if *need!(b.get(i)) != b'"' {
+            return Err(());
+        }
+        let ke = need!(super::jsonscan::string_end(b, i));
+        let key = &b[i + 1..ke - 1];
+        i = ws(ke);
+        if *need!(b.get(i)) != b':' {
+            return Err(());
+        }
+        i = ws(i + 1);
+        let c = *need!(b.get(i));
+        let (walked, ve) = if depth == 0 && c == b'{' && key == b"args" {
+            (true, need!(object_at(b, i, 1, f)?))
+        } else {
+            (false, need!(value_end(b, i)?))
+        };
+        f(key, walked, depth, i, ve);
+        i = ws(ve);
+        match *need!(b.get(i)) {
+            b',' => i = ws(i + 1),
+            b'}' => return Ok(Some(i + 1)),
+            _ => return Err(()),
+        }
+    }
+}
+
+/// The end of the value at `b[i]`, as the scanner's `value_end` finds it (None: past `b`).
+#[inline]
+fn value_end(b: &[u8], i: usize) -> Result<Option<usize>, ()> {
+    use super::jsonscan::{End, Scanner};
+    match b[i] {
+        b'"' => Ok(super::jsonscan::string_end(b, i)),
+        b'-' | b'0'..=b'9' | b't' | b'f' | b'n' => Ok(b[i..]
+            .iter()
+            .position(|c| matches!(c, b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t'))
+            .map(|k| i + k)),
+        _ => match Scanner::<std::io::Empty>::value_end(b, i) {
+            Ok(End::At(e)) => Ok(Some(e)),
+            Ok(End::NeedMore) => Ok(None),
+            Err(_) => Err(()),
+        },
+    }
+}
+
+/// A run of whole events copied out of the splitter's buffer: bytes, each event's range and
+/// offset in the trace, and where its members lie when the splitter read them.
 struct Batch {
     bytes: Vec<u8>,
     events: Vec<(usize, usize, u64)>,
+    spans: Vec<Option<Spans>>,
+}
+
+impl Batch {
+    fn new() -> Batch {
+        Batch {
+            bytes: Vec::with_capacity(2 << 20),
+            events: Vec::new(),
+            spans: Vec::new(),
+        }
+    }
 }
 
 /// What the splitter's thread hands over: runs of events, then the header it saw around them.
@@ -736,15 +1041,14 @@ enum Piece {
 
 impl Builder {
     /// Reads one trace into the current file, returning its header. One thread splits the
-    /// JSON into events while this one parses them, so the two halves of the work overlap.
+    /// JSON into events, a second finds each event's members, and this one reads them into
+    /// the store: the three parts of the work overlap.
     pub fn read(&mut self, r: impl Read + Send) -> anyhow::Result<Header> {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Piece, String>>(2);
+        let (tx, split) = std::sync::mpsc::sync_channel::<Result<Piece, String>>(2);
+        let (read, rx) = std::sync::mpsc::sync_channel::<Result<Piece, String>>(2);
         let parsed: Result<Header, String> = std::thread::scope(|scope| {
             scope.spawn(move || {
-                let mut batch = Batch {
-                    bytes: Vec::with_capacity(2 << 20),
-                    events: Vec::new(),
-                };
+                let mut batch = Batch::new();
                 let mut header = Header::default();
                 let res = Scanner::new(r).for_each_event_and_member(
                     |ev, at| {
@@ -752,13 +1056,7 @@ impl Builder {
                         batch.bytes.extend_from_slice(ev);
                         batch.events.push((s, batch.bytes.len(), at));
                         if batch.bytes.len() >= 2 << 20 {
-                            let full = std::mem::replace(
-                                &mut batch,
-                                Batch {
-                                    bytes: Vec::with_capacity(2 << 20),
-                                    events: Vec::new(),
-                                },
-                            );
+                            let full = std::mem::replace(&mut batch, Batch::new());
                             tx.send(Ok(Piece::Events(full)))
                                 .map_err(|_| "stopped".to_string())?;
                         }
@@ -772,13 +1070,32 @@ impl Builder {
                     Err(e) => Err(e.to_string()),
                 });
             });
+            // A second thread finds where each event's members lie, for this one's turn.
+            scope.spawn(move || {
+                for mut msg in split {
+                    if let Ok(Piece::Events(b)) = &mut msg {
+                        b.spans = b
+                            .events
+                            .iter()
+                            .map(|&(s, e, _)| spans(&b.bytes[s..e]))
+                            .collect();
+                    }
+                    if read.send(msg).is_err() {
+                        break;
+                    }
+                }
+            });
             let mut header = Header::default();
             for msg in rx {
                 match msg? {
                     Piece::Events(batch) => {
-                        for &(s, e, at) in &batch.events {
-                            self.event(&batch.bytes[s..e])
-                                .map_err(|m| format!("event at byte {at}: {m}"))?;
+                        for (i, &(s, e, at)) in batch.events.iter().enumerate() {
+                            let ev = &batch.bytes[s..e];
+                            match batch.spans.get(i).copied().flatten() {
+                                Some(sp) => self.event_spans(ev, &sp),
+                                None => self.event(ev),
+                            }
+                            .map_err(|m| format!("event at byte {at}: {m}"))?;
                         }
                     }
                     Piece::Header(h) => header = h,
@@ -869,6 +1186,46 @@ mod tests {
         assert_eq!(us_to_ns("abc"), None);
         assert_eq!(us_to_ns("1.2.3"), None);
         assert_eq!(us_to_ns("1e400"), None);
+    }
+
+    /// Numbers read from bytes read as the text readers read them, or are left to them.
+    #[test]
+    fn plain_numbers_read_as_text_does() {
+        let cases = [
+            "5109306718144.109",
+            "1.5",
+            "12",
+            "0.0005",
+            "-2.25",
+            "1.",
+            "-0",
+            "007",
+            "1.2345",
+            "1.23449",
+            "999999999999999",
+            "9999999999999999",
+            "-",
+            "",
+            "1e3",
+            "+5",
+            "1.2.3",
+            "123456789012345678",
+            "1234567890123456789",
+            "-12.9999",
+        ];
+        for c in cases {
+            if let Some(v) = us_to_ns_plain(c.as_bytes()) {
+                assert_eq!(Some(v), us_to_ns(c), "{c}");
+            }
+            if let Some(v) = int_plain(c.as_bytes()) {
+                assert_eq!(Some(v), int_of(Some(c.as_bytes())), "{c}");
+            }
+        }
+        assert_eq!(
+            us_to_ns_plain(b"5109306718144.109"),
+            Some(5_109_306_718_144_109)
+        );
+        assert_eq!(int_plain(b"-42"), Some(-42));
     }
 
     #[test]

@@ -4,11 +4,14 @@
 pub mod advice;
 pub mod analysis;
 pub mod attach;
+pub(crate) mod calls;
+pub(crate) mod chunked;
 pub mod comm;
 pub mod cpu;
 pub mod ingest;
 pub mod jsonscan;
 pub mod kineto;
+pub mod lane;
 pub mod live;
 pub mod nsys;
 pub mod oncpu;

@@ -18,7 +18,7 @@ use super::store::{NameId, Ns, StackId, Store};
 pub fn gap_samples(store: &Store, g: &Gap) -> Vec<StackId> {
     let lane = &store.lanes[g.lane];
     let proc = &store.procs[lane.key.proc as usize];
-    let Some(op) = lane.ops.get(g.next) else {
+    let Some(op) = lane.get(g.next) else {
         return Vec::new();
     };
     let Some(api) = proc.api_by_corr(op.corr) else {

@@ -299,7 +299,7 @@ impl Store {
         let mut open = open_before(&v, next, lo);
         let mut chain = None;
         for &seq in &seqs[first..last.max(first)] {
-            let Some(call) = p.call_by_seq_mut(seq) else {
+            let Some(call) = p.call_by_seq(seq) else {
                 continue;
             };
             let t = call.start;
@@ -314,7 +314,7 @@ impl Store {
                 chain = None;
             }
             let c = *chain.get_or_insert_with(|| g.chain(open.iter().map(|&j| &v[j])));
-            call.stack = g.graft(c, call.stack);
+            p.set_call_stack(seq, g.graft(c, call.stack));
         }
         p.ranges.insert(tid, v);
         frames.calls.insert(tid, seqs);

@@ -158,6 +158,24 @@ impl Steps {
         (i > 0 && t < self.steps[i - 1].end).then(|| i - 1)
     }
 
+    /// [`Steps::step_of`], looking first where the last time looked up was (`at`, kept up to
+    /// date): times looked up in order are mostly in the same step or the next.
+    pub fn step_of_from(&self, t: Ns, at: &mut usize) -> Option<usize> {
+        let v = &self.steps;
+        // The first step starting after t is `i` when the one before `i` starts at or before
+        // it and `i` itself after it: check the last answer and the one after.
+        let fits = |i: usize| (i == 0 || v[i - 1].start <= t) && (i == v.len() || v[i].start > t);
+        let i = if *at <= v.len() && fits(*at) {
+            *at
+        } else if *at < v.len() && fits(*at + 1) {
+            *at + 1
+        } else {
+            v.partition_point(|s| s.start <= t)
+        };
+        *at = i;
+        (i > 0 && t < v[i - 1].end).then(|| i - 1)
+    }
+
     /// The steady state: all steps but the leading ones whose wall time is more than
     /// [`WARMUP_FACTOR`] times the median wall time (first calls, allocator and autotuning
     /// warm-up, lazy loading). A slow step after a normal one is part of the steady state (a
@@ -313,7 +331,7 @@ pub fn from_ranges(
 fn lane_active(store: &Store, lane: usize, lo: Ns, hi: Ns) -> bool {
     let l = &store.lanes[lane];
     let i = l.lower_bound(lo);
-    i < l.lower_bound(hi) || (i > 0 && l.ops[i - 1].end > lo)
+    i < l.lower_bound(hi) || (i > 0 && l.op(i - 1).end > lo)
 }
 
 /// Memoized string tests over interned names.
@@ -536,7 +554,7 @@ fn ops_by_corr(store: &Store, lo: Ns, hi: Ns) -> Vec<HashMap<u32, (Ns, Ns)>> {
     let mut m: Vec<HashMap<u32, (Ns, Ns)>> = vec![HashMap::default(); store.procs.len()];
     for l in &store.lanes {
         let map = &mut m[l.key.proc as usize];
-        for o in l.ops.range(l.lower_bound(lo)..l.lower_bound(hi)) {
+        for o in l.range(l.lower_bound(lo)..l.lower_bound(hi)) {
             if o.corr == 0 {
                 continue;
             }
@@ -691,7 +709,7 @@ fn op_ranges(store: &Store, lo: Ns, hi: Ns, name: &str) -> Option<Vec<(Ns, Ns)>>
         let mut count = 0;
         for &l in &lanes {
             let lane = &store.lanes[l];
-            for o in lane.ops.range(lane.lower_bound(lo)..lane.lower_bound(hi)) {
+            for o in lane.range(lane.lower_bound(lo)..lane.lower_bound(hi)) {
                 count += names.test(o.name) as usize;
             }
         }
@@ -734,8 +752,7 @@ impl DeviceSeq {
         for &l in lanes {
             let lane = &store.lanes[l];
             v.extend(
-                lane.ops
-                    .range(lane.lower_bound(lo)..lane.lower_bound(hi))
+                lane.range(lane.lower_bound(lo)..lane.lower_bound(hi))
                     .map(|o| (o.start, o.end, o.name, o.corr)),
             );
         }
@@ -1346,6 +1363,19 @@ mod tests {
         assert_eq!(quantile((1..=11).collect(), 0.9), 10);
         assert_eq!(quantile(vec![], 0.5), 0);
         assert_eq!(quantile(vec![7], 0.9), 7);
+    }
+
+    /// Looking up from the last answer finds what a binary search finds, in order or not.
+    #[test]
+    fn steps_are_found_from_the_last_one_as_by_search() {
+        let mut st = steps_of(&[10, 5, 30, 1, 7, 100]);
+        // A hole between two steps.
+        st.steps[2].end -= 4;
+        let mut at = 0;
+        let times: Vec<Ns> = (-3..160).chain([50, 2, 200, 0, 17, 17, 44]).collect();
+        for t in times {
+            assert_eq!(st.step_of_from(t, &mut at), st.step_of(t), "t {t}");
+        }
     }
 
     fn steps_of(walls: &[Ns]) -> Steps {

@@ -3,8 +3,10 @@
 //!
 //! Every source (Kineto JSON, recordings, the live socket) fills the same store, and every view
 //! and report reads it. Ops in a lane stay sorted by start time so a time window is two binary
-//! searches, and each op carries the lane's cumulative busy time before it, so the busy time of
-//! any range is a subtraction: drawing costs grow with the screen, not with the trace.
+//! searches, and the lane keeps its cumulative busy time every 32 ops, so the busy time of any
+//! range is a subtraction: drawing costs grow with the screen, not with the trace. Ops are
+//! packed in 24 bytes (`collect::lane`) and calls in 32 (`collect::calls`), found by
+//! correlation id without a hash map; both are read as `GpuOp` and `ApiCall` values.
 //!
 //! Memory is bounded by a budget: when the estimate passes it, the oldest ops and API calls leave
 //! first and are counted in [`Store::evicted_ops`] / [`Store::evicted_apis`].
@@ -155,8 +157,6 @@ pub const FLAG_COMM: u8 = 1;
 pub struct GpuOp {
     pub start: Ns,
     pub end: Ns,
-    /// Busy time of the lane (union of op intervals) before this op starts contributing.
-    pub busy_before: Ns,
     pub name: NameId,
     pub corr: u32,
     pub graph: u32,
@@ -169,7 +169,6 @@ impl GpuOp {
         GpuOp {
             start,
             end: end.max(start),
-            busy_before: 0,
             name,
             corr,
             graph: 0,
@@ -189,75 +188,7 @@ pub struct LaneKey {
     pub stream: u32,
 }
 
-#[derive(Clone, Debug)]
-pub struct Lane {
-    pub key: LaneKey,
-    pub ops: VecDeque<GpuOp>,
-    /// Latest end seen in the lane (for appends).
-    pub max_end: Ns,
-}
-
-impl Lane {
-    /// Busy ns contributed by ops[i] given the running max end before it.
-    fn contrib(prev_max_end: Ns, op: &GpuOp) -> Ns {
-        (op.end - op.start.max(prev_max_end)).max(0)
-    }
-
-    /// Recomputes busy_before over the whole lane (after an out-of-order insert or a sort).
-    fn recompute(&mut self) {
-        self.recompute_from(0);
-    }
-
-    /// Recomputes busy_before from index `i` on. Streams do not overlap, so the running max
-    /// end before `i` is taken from the op before it.
-    fn recompute_from(&mut self, i: usize) {
-        let i = i.min(self.ops.len());
-        let (mut busy, mut max_end) = if i == 0 {
-            (0, Ns::MIN)
-        } else {
-            let p = self.ops[i - 1];
-            let before = if i >= 2 { self.ops[i - 2].end } else { Ns::MIN };
-            (
-                p.busy_before.saturating_add(Self::contrib(before, &p)),
-                p.end,
-            )
-        };
-        for o in self.ops.range_mut(i..) {
-            o.busy_before = busy;
-            busy = busy.saturating_add(Self::contrib(max_end, o));
-            max_end = max_end.max(o.end);
-        }
-        self.max_end = if i == 0 {
-            max_end
-        } else {
-            self.max_end.max(max_end)
-        };
-    }
-
-    /// Index of the first op whose start is >= t.
-    pub fn lower_bound(&self, t: Ns) -> usize {
-        self.ops.partition_point(|o| o.start < t)
-    }
-
-    /// Busy ns of the lane inside [t0, t1), clipped, in O(log n).
-    pub fn busy_in(&self, t0: Ns, t1: Ns) -> Ns {
-        if t1 <= t0 || self.ops.is_empty() {
-            return 0;
-        }
-        self.busy_until(t1) - self.busy_until(t0)
-    }
-
-    /// Busy ns of the lane before time t.
-    pub fn busy_until(&self, t: Ns) -> Ns {
-        let i = self.lower_bound(t);
-        if i == 0 {
-            return 0;
-        }
-        // Ops before p end before t (streams do not overlap, so this is exact); p may straddle t.
-        let p = &self.ops[i - 1];
-        p.busy_before + (p.end.min(t) - p.start).max(0)
-    }
-}
+pub use super::lane::Lane;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ApiKind {
@@ -314,9 +245,8 @@ pub struct Process {
     pub pid: u32,
     pub rank: i32,
     pub label: String,
-    apis: VecDeque<ApiCall>,
-    api_base: u64,
-    by_corr: HashMap<u32, u64>,
+    /// The calls in the order stored, found by correlation id (`collect::calls`).
+    calls: super::calls::Calls,
     /// Sync and wait calls sorted by end (they explain gaps).
     pub blocking: Vec<ApiCall>,
     /// CPU spans per thread, sorted by start (from traces).
@@ -366,97 +296,88 @@ impl Process {
         v.into_iter().flat_map(move |v| v.range(a..b))
     }
 
-    pub fn api_by_corr(&self, corr: u32) -> Option<&ApiCall> {
-        let seq = *self.by_corr.get(&corr)?;
-        let i = seq.checked_sub(self.api_base)? as usize;
-        self.apis.get(i)
+    /// The latest call with correlation id `corr`.
+    pub fn api_by_corr(&self, corr: u32) -> Option<ApiCall> {
+        self.calls.get(self.calls.find(corr)?)
     }
     /// The thread's CUDA call before the call with correlation id `corr`: the latest one that
     /// ended before it started, among the `limit` calls stored before it (calls are kept in
     /// each thread's order).
-    pub fn call_before(&self, corr: u32, limit: usize) -> Option<&ApiCall> {
-        let seq = *self.by_corr.get(&corr)?;
-        let i = seq.checked_sub(self.api_base)? as usize;
-        let a = self.apis.get(i)?;
-        self.apis
-            .range(i.saturating_sub(limit)..i)
+    pub fn call_before(&self, corr: u32, limit: usize) -> Option<ApiCall> {
+        let seq = self.calls.find(corr)?;
+        let a = self.calls.get(seq)?;
+        self.calls
+            .range(seq.saturating_sub(limit as u64), seq)
             .rev()
             .find(|b| b.tid == a.tid && b.end <= a.start)
     }
-    pub fn apis(&self) -> impl Iterator<Item = &ApiCall> {
-        self.apis.iter()
+    pub fn apis(&self) -> impl DoubleEndedIterator<Item = ApiCall> + '_ {
+        self.calls.iter()
     }
 
     /// The call stored `seq`-th, counting those evicted (None once it was).
-    pub(crate) fn call_by_seq(&self, seq: u64) -> Option<&ApiCall> {
-        self.apis.get(seq.checked_sub(self.api_base)? as usize)
+    pub(crate) fn call_by_seq(&self, seq: u64) -> Option<ApiCall> {
+        self.calls.get(seq)
     }
 
-    pub(crate) fn call_by_seq_mut(&mut self, seq: u64) -> Option<&mut ApiCall> {
-        self.apis.get_mut(seq.checked_sub(self.api_base)? as usize)
+    /// Sets the stack of the call stored `seq`-th.
+    pub(crate) fn set_call_stack(&mut self, seq: u64, stack: StackId) {
+        self.calls.set_stack(seq, stack);
     }
 
     /// An index of the calls stored so far by thread and start, for range frames.
     pub(crate) fn index_calls(&self) -> super::ranges::RangeFrames {
         let mut f = super::ranges::RangeFrames::default();
-        for (i, a) in self.apis.iter().enumerate() {
-            let start_of = |s: u64| self.call_by_seq(s).map_or(Ns::MIN, |a| a.start);
-            f.add_call(self.api_base + i as u64, a, start_of);
+        let first = self.calls.next_seq() - self.calls.len() as u64;
+        for (i, a) in self.calls.iter().enumerate() {
+            let start_of = |s: u64| self.calls.start_of(s).unwrap_or(Ns::MIN);
+            f.add_call(first + i as u64, &a, start_of);
         }
         f
     }
     pub fn api_count(&self) -> usize {
-        self.apis.len()
+        self.calls.len()
     }
 
-    /// Takes the API calls out (bulk loads fix them up, then put them back).
-    pub fn take_apis(&mut self) -> VecDeque<ApiCall> {
-        std::mem::take(&mut self.apis)
+    /// Moves every call `by` ns later (saturating).
+    fn shift_calls(&mut self, by: Ns) {
+        self.calls.update(|a| {
+            a.start = a.start.saturating_add(by);
+            a.end = a.end.saturating_add(by);
+        });
+        for a in self.blocking.iter_mut() {
+            a.start = a.start.saturating_add(by);
+            a.end = a.end.saturating_add(by);
+        }
     }
 
-    pub fn put_apis(&mut self, apis: VecDeque<ApiCall>) {
-        self.apis = apis;
+    /// Gives each call without a stack the stack of the CPU span around its start.
+    pub fn stacks_from_spans(&mut self) {
+        if self.spans.is_empty() {
+            return;
+        }
+        let spans = &self.spans;
+        self.calls.update(|a| {
+            if a.stack == 0 {
+                a.stack = span_stack_at(spans, a.tid, a.start);
+            }
+        });
     }
 
     /// Sorts the calls by start and rebuilds the correlation index and the blocking list.
     fn reindex(&mut self) {
-        self.apis
-            .make_contiguous()
-            .sort_by_key(|a| (a.start, a.corr));
-        self.apis.shrink_to_fit();
-        self.by_corr = HashMap::with_capacity_and_hasher(self.apis.len(), Default::default());
-        self.blocking.clear();
-        for (i, a) in self.apis.iter().enumerate() {
-            if a.corr != 0 {
-                self.by_corr.insert(a.corr, self.api_base + i as u64);
-            }
-            if matches!(a.kind, ApiKind::Sync | ApiKind::Wait) {
-                self.blocking.push(*a);
-            }
-        }
+        self.calls.reindex();
+        self.blocking = self
+            .calls
+            .iter()
+            .filter(|a| matches!(a.kind, ApiKind::Sync | ApiKind::Wait))
+            .collect();
         self.blocking.sort_by_key(|a| a.end);
     }
 
     /// Innermost CPU span stack on thread `tid` at time `t` (0 when none).
     pub fn span_stack_at(&self, tid: u32, t: Ns) -> StackId {
-        let Some(spans) = self.spans.get(&tid) else {
-            return 0;
-        };
-        let i = spans.partition_point(|s| s.start <= t);
-        if i == 0 {
-            return 0;
-        }
-        let mut j = (i - 1) as u32;
-        let mut guard = 0;
-        while j != u32::MAX && guard < 4096 {
-            let s = &spans[j as usize];
-            if s.end >= t {
-                return s.stack;
-            }
-            j = s.parent;
-            guard += 1;
-        }
-        0
+        span_stack_at(&self.spans, tid, t)
     }
 
     /// The latest blocking call (sync or wait) of `tid` that ended inside [t0, t1].
@@ -470,9 +391,32 @@ impl Process {
     }
 }
 
-/// Bytes the store charges per op and per API call (with index overhead).
-pub const OP_BYTES: usize = std::mem::size_of::<GpuOp>();
-pub const API_BYTES: usize = std::mem::size_of::<ApiCall>() + 24;
+/// Innermost CPU span stack on thread `tid` at time `t` among `spans` (0 when none).
+fn span_stack_at(spans: &HashMap<u32, Vec<Span>>, tid: u32, t: Ns) -> StackId {
+    let Some(spans) = spans.get(&tid) else {
+        return 0;
+    };
+    let i = spans.partition_point(|s| s.start <= t);
+    if i == 0 {
+        return 0;
+    }
+    let mut j = (i - 1) as u32;
+    let mut guard = 0;
+    while j != u32::MAX && guard < 4096 {
+        let s = &spans[j as usize];
+        if s.end >= t {
+            return s.stack;
+        }
+        j = s.parent;
+        guard += 1;
+    }
+    0
+}
+
+/// Bytes the store charges per op and per API call: what each is packed in (`collect::lane`,
+/// `collect::calls`; their indexes add under a byte).
+pub const OP_BYTES: usize = 24;
+pub const API_BYTES: usize = 32;
 
 pub struct Store {
     pub names: Interner,
@@ -631,11 +575,7 @@ impl Store {
             return i;
         }
         let i = self.lanes.len();
-        self.lanes.push(Lane {
-            key,
-            ops: VecDeque::new(),
-            max_end: Ns::MIN,
-        });
+        self.lanes.push(Lane::new(key));
         self.lane_index.insert(key, i);
         i
     }
@@ -659,15 +599,7 @@ impl Store {
 
     /// Appends an op, keeping the lane sorted (an out-of-order op is inserted in place).
     pub fn add_op(&mut self, lane: usize, op: GpuOp) {
-        let l = &mut self.lanes[lane];
-        // In order (the usual case) it goes at the end and only its own sum is computed.
-        let i = if l.ops.back().is_none_or(|b| b.start <= op.start) {
-            l.ops.len()
-        } else {
-            l.lower_bound(op.start + 1)
-        };
-        l.ops.insert(i, op);
-        l.recompute_from(i);
+        self.lanes[lane].insert(&op);
         self.total_ops += 1;
         self.bytes += OP_BYTES;
         self.generation += 1;
@@ -683,16 +615,13 @@ impl Store {
         ops.sort_by_key(|o| (o.start, o.end));
         let l = &mut self.lanes[lane];
         let first = ops[0].start;
-        if l.ops.back().is_none_or(|b| b.start <= first) || ops.len() == 1 {
+        if l.last().is_none_or(|b| b.start <= first) || ops.len() == 1 {
             for op in ops.iter() {
                 self.add_op(lane, *op);
             }
             return;
         }
-        let i = l.lower_bound(first + 1);
-        l.ops.extend(ops.iter().copied());
-        l.ops.make_contiguous()[i..].sort_by_key(|o| (o.start, o.end, o.corr));
-        l.recompute_from(i);
+        l.merge(ops);
         self.total_ops += ops.len() as u64;
         self.bytes += OP_BYTES * ops.len();
         self.generation += 1;
@@ -701,7 +630,7 @@ impl Store {
 
     /// Adds ops in bulk without per-op bookkeeping; call [`Store::finish_bulk`] afterwards.
     pub fn push_op_unsorted(&mut self, lane: usize, op: GpuOp) {
-        self.lanes[lane].ops.push_back(op);
+        self.lanes[lane].push_unsorted(&op);
         self.total_ops += 1;
         self.bytes += OP_BYTES;
     }
@@ -709,29 +638,21 @@ impl Store {
     /// Adds an API call in bulk, unindexed; [`Store::finish_bulk`] sorts and indexes.
     pub fn push_api_unsorted(&mut self, proc: u32, api: ApiCall) {
         let p = &mut self.procs[proc as usize];
-        p.apis.push_back(api);
+        p.calls.push_unindexed(&api);
         p.bulk = true;
         self.bytes += API_BYTES;
     }
 
     pub fn add_api(&mut self, proc: u32, api: ApiCall) {
         let p = &mut self.procs[proc as usize];
-        let seq = p.api_base + p.apis.len() as u64;
-        if api.corr != 0 {
-            p.by_corr.insert(api.corr, seq);
-        }
+        let seq = p.calls.push(&api);
         if matches!(api.kind, ApiKind::Sync | ApiKind::Wait) {
             let i = p.blocking.partition_point(|a| a.end <= api.end);
             p.blocking.insert(i, api);
         }
-        p.apis.push_back(api);
         if let Some(f) = &mut p.range_frames {
-            let (apis, base) = (&p.apis, p.api_base);
-            f.add_call(seq, &api, |s| {
-                s.checked_sub(base)
-                    .and_then(|i| apis.get(i as usize))
-                    .map_or(Ns::MIN, |a| a.start)
-            });
+            let calls = &p.calls;
+            f.add_call(seq, &api, |s| calls.start_of(s).unwrap_or(Ns::MIN));
         }
         self.bytes += API_BYTES;
         self.generation += 1;
@@ -741,11 +662,7 @@ impl Store {
     /// Sorts lanes and blocking calls after a bulk load and recomputes the running sums.
     pub fn finish_bulk(&mut self) {
         for l in &mut self.lanes {
-            l.ops
-                .make_contiguous()
-                .sort_by_key(|o| (o.start, o.end, o.corr));
-            l.ops.shrink_to_fit();
-            l.recompute();
+            l.finish_bulk();
         }
         for p in &mut self.procs {
             if std::mem::take(&mut p.bulk) {
@@ -763,7 +680,7 @@ impl Store {
     }
 
     pub fn op_count(&self) -> usize {
-        self.lanes.iter().map(|l| l.ops.len()).sum()
+        self.lanes.iter().map(|l| l.len()).sum()
     }
 
     /// Ops of the capture: all of them, or those overlapping its window when a source fixes
@@ -775,8 +692,7 @@ impl Store {
         self.lanes
             .iter()
             .map(|l| {
-                l.ops
-                    .range(l.lower_bound(lo).saturating_sub(1)..l.lower_bound(hi))
+                l.range(l.lower_bound(lo).saturating_sub(1)..l.lower_bound(hi))
                     .filter(|o| o.end > lo)
                     .count()
             })
@@ -790,13 +706,14 @@ impl Store {
                 .lanes
                 .iter()
                 .enumerate()
-                .filter_map(|(i, l)| l.ops.front().map(|o| (o.start, i)))
+                .filter(|(_, l)| !l.is_empty())
+                .map(|(i, l)| (l.start_of(0), i))
                 .min();
             let api = self
                 .procs
                 .iter()
                 .enumerate()
-                .filter_map(|(i, p)| p.apis.front().map(|a| (a.start, i)))
+                .filter_map(|(i, p)| p.calls.front_start().map(|s| (s, i)))
                 .min();
             match (lane, api) {
                 (Some((to, li)), Some((ta, _))) if to <= ta => self.evict_op(li),
@@ -808,7 +725,7 @@ impl Store {
     }
 
     fn evict_op(&mut self, lane: usize) {
-        if self.lanes[lane].ops.pop_front().is_some() {
+        if self.lanes[lane].pop_front().is_some() {
             self.bytes -= OP_BYTES;
             self.evicted_ops += 1;
         }
@@ -816,11 +733,7 @@ impl Store {
 
     fn evict_api(&mut self, proc: usize) {
         let p = &mut self.procs[proc];
-        if let Some(a) = p.apis.pop_front() {
-            if p.by_corr.get(&a.corr) == Some(&p.api_base) {
-                p.by_corr.remove(&a.corr);
-            }
-            p.api_base += 1;
+        if let Some(a) = p.calls.pop_front() {
             if matches!(a.kind, ApiKind::Sync | ApiKind::Wait) {
                 if let Some(i) = p.blocking.iter().position(|b| *b == a) {
                     p.blocking.remove(i);
@@ -835,15 +748,13 @@ impl Store {
     /// span of its ops (first start, last end).
     pub fn span(&self) -> Option<(Ns, Ns)> {
         if let Some(w) = self.window {
-            return self.lanes.iter().any(|l| !l.ops.is_empty()).then_some(w);
+            return self.lanes.iter().any(|l| !l.is_empty()).then_some(w);
         }
         let mut lo = Ns::MAX;
         let mut hi = Ns::MIN;
-        for l in &self.lanes {
-            if let (Some(f), Some(_)) = (l.ops.front(), l.ops.back()) {
-                lo = lo.min(f.start);
-                hi = hi.max(l.max_end);
-            }
+        for l in self.lanes.iter().filter(|l| !l.is_empty()) {
+            lo = lo.min(l.start_of(0));
+            hi = hi.max(l.max_end());
         }
         (lo <= hi).then_some((lo, hi))
     }
@@ -884,13 +795,13 @@ impl Store {
             let li = c.lane_id(lane.key);
             let pi = lane.key.proc as usize;
             let a = lane.lower_bound(lo).saturating_sub(1);
-            let b = (lane.lower_bound(hi) + 1).min(lane.ops.len());
-            for op in lane.ops.range(a..b) {
-                c.push_op_unsorted(li, *op);
+            let b = (lane.lower_bound(hi) + 1).min(lane.len());
+            for op in lane.range(a..b) {
+                c.push_op_unsorted(li, op);
                 t_lo = t_lo.min(op.start);
                 t_hi = t_hi.max(op.end);
                 if let Some(api) = self.procs[pi].api_by_corr(op.corr) {
-                    apis[pi].push(*api);
+                    apis[pi].push(api);
                     t_lo = t_lo.min(api.start);
                     t_hi = t_hi.max(api.end);
                 }
@@ -919,19 +830,10 @@ impl Store {
         }
         // Saturating: a trace's times near the ends of the clock cannot wrap around.
         for l in self.lanes.iter_mut().filter(|l| l.key.proc == proc) {
-            for o in l.ops.iter_mut() {
-                o.start = o.start.saturating_add(by);
-                o.end = o.end.saturating_add(by);
-            }
-            if l.max_end != Ns::MIN {
-                l.max_end = l.max_end.saturating_add(by);
-            }
+            l.shift(by);
         }
         let p = &mut self.procs[proc as usize];
-        for a in p.apis.iter_mut().chain(p.blocking.iter_mut()) {
-            a.start = a.start.saturating_add(by);
-            a.end = a.end.saturating_add(by);
-        }
+        p.shift_calls(by);
         for s in p.spans.values_mut().flatten() {
             s.start = s.start.saturating_add(by);
             s.end = s.end.saturating_add(by);
@@ -943,7 +845,7 @@ impl Store {
     }
 
     /// The API call that launched an op in this lane, if known.
-    pub fn api_of(&self, lane: usize, op: &GpuOp) -> Option<&ApiCall> {
+    pub fn api_of(&self, lane: usize, op: &GpuOp) -> Option<ApiCall> {
         let p = &self.procs[self.lanes[lane].key.proc as usize];
         p.api_by_corr(op.corr)
     }
@@ -1021,9 +923,9 @@ mod tests {
         st.add_op(l, op(20, 30));
         st.add_op(l, op(0, 10));
         st.add_op(l, op(40, 41));
-        let starts: Vec<_> = st.lanes[l].ops.iter().map(|o| o.start).collect();
+        let starts: Vec<_> = st.lanes[l].iter().map(|o| o.start).collect();
         assert_eq!(starts, vec![0, 20, 40]);
-        let bb: Vec<_> = st.lanes[l].ops.iter().map(|o| o.busy_before).collect();
+        let bb: Vec<_> = (0..3).map(|i| st.lanes[l].busy_before(i)).collect();
         assert_eq!(bb, vec![0, 10, 20]);
     }
 
@@ -1041,7 +943,7 @@ mod tests {
         }
         assert_eq!(st.op_count(), 3);
         assert_eq!(st.evicted_ops, 7);
-        assert_eq!(st.lanes[l].ops.front().unwrap().start, 70);
+        assert_eq!(st.lanes[l].first().unwrap().start, 70);
         assert_eq!(st.total_ops, 10);
     }
 

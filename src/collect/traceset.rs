@@ -224,8 +224,8 @@ fn span_of(store: &Store, procs: &std::ops::Range<u32>) -> Option<(Ns, Ns)> {
     store
         .lanes
         .iter()
-        .filter(|l| procs.contains(&l.key.proc) && !l.ops.is_empty())
-        .map(|l| (l.ops[0].start, l.max_end))
+        .filter(|l| procs.contains(&l.key.proc) && !l.is_empty())
+        .map(|l| (l.op(0).start, l.max_end()))
         .reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)))
 }
 
@@ -264,7 +264,7 @@ fn comm_ops(store: &Store, procs: &std::ops::Range<u32>) -> Vec<CommOp> {
         .lanes
         .iter()
         .filter(|l| procs.contains(&l.key.proc))
-        .flat_map(|l| l.ops.iter())
+        .flat_map(|l| l.iter())
         .filter(|o| o.flags & FLAG_COMM != 0)
         .map(|o| (o.start, o.end, o.name))
         .collect();

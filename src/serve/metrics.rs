@@ -263,11 +263,8 @@ impl Metrics {
             let kernels: u64 = lanes
                 .iter()
                 .map(|&l| {
-                    let ops = &store.lanes[l].ops;
-                    let (a, b) = (
-                        store.lanes[l].lower_bound(lo),
-                        store.lanes[l].lower_bound(hi),
-                    );
+                    let ops = &store.lanes[l];
+                    let (a, b) = (ops.lower_bound(lo), ops.lower_bound(hi));
                     ops.range(a..b).filter(|o| o.kind == OpKind::Kernel).count() as u64
                 })
                 .sum();
