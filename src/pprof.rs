@@ -443,8 +443,9 @@ pub fn profile(store: &Store, w: Window, cfg: &Config) -> Profile {
 /// Profiles of the same sample types as one (several programs' windows, `gaptop serve`'s
 /// `/debug/pprof/idle`): their samples with strings, functions and locations renumbered and
 /// shared where equal; the earliest start and the span to the latest end. None for none.
-pub fn merge(ps: &[Profile]) -> Option<Profile> {
-    let first = ps.first()?;
+pub fn merge<'a>(ps: impl IntoIterator<Item = &'a Profile>) -> Option<Profile> {
+    let mut ps = ps.into_iter().peekable();
+    let first = *ps.peek()?;
     let mut out = Profile {
         string_table: vec![String::new()],
         mapping: first.mapping.clone(),

@@ -343,7 +343,7 @@ fn the_profile_is_not_written_to_a_terminal() {
 fn merged_profiles_add_up_path_by_path() {
     let a = profile(&asset("llama_decode.rec"), &[]);
     let b = profile(&asset("launchbound.rec"), &[]);
-    let m = gaptop::pprof::merge(&[a.clone(), b.clone()]).unwrap();
+    let m = gaptop::pprof::merge([&a, &b]).unwrap();
     let idle = value_index(&m, "idle");
     let mut want = by_path(&a, idle, true);
     for (k, v) in by_path(&b, idle, true) {
@@ -354,14 +354,14 @@ fn merged_profiles_add_up_path_by_path() {
     let one = gaptop::pprof::merge(std::slice::from_ref(&a)).unwrap();
     assert_eq!(by_path(&one, idle, true), by_path(&a, idle, true));
     assert_eq!(one.function.len(), a.function.len());
-    let twice = gaptop::pprof::merge(&[a.clone(), a.clone()]).unwrap();
+    let twice = gaptop::pprof::merge([&a, &a]).unwrap();
     assert_eq!(twice.function.len(), a.function.len(), "frames shared");
     assert_eq!(twice.location.len(), a.location.len());
     assert_eq!(total(&twice, idle), 2 * total(&a, idle));
     let end = |p: &Profile| p.time_nanos + p.duration_nanos;
     assert_eq!(m.time_nanos, a.time_nanos.min(b.time_nanos));
     assert_eq!(end(&m), end(&a).max(end(&b)));
-    assert!(gaptop::pprof::merge(&[]).is_none());
+    assert!(gaptop::pprof::merge(std::iter::empty()).is_none());
     // pprof reads the merged profile as it reads each.
     if let Some(go) = support::go() {
         let d = tempdir("pprof-merged");

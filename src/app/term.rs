@@ -169,8 +169,7 @@ fn wait_input(timeout: Duration) -> Input {
     use std::os::fd::AsFd;
     static WAS_TERMINAL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let stdin = std::io::stdin();
-    let is_terminal = std::io::IsTerminal::is_terminal(&stdin);
-    if !is_terminal {
+    if !std::io::IsTerminal::is_terminal(&stdin) {
         // A terminal that hung up stops answering as one (its ioctls fail): that is the end
         // of input, not a reason to poll it forever.
         if *WAS_TERMINAL.get_or_init(|| false) {

@@ -28,6 +28,8 @@ struct Conn {
 pub struct Ingest {
     conns: HashMap<u32, Conn>,
     symbols: super::symbols::Symbolizer,
+    /// The store's processes from this index on are this source's: its pids name only them.
+    procs_from: u32,
 }
 
 /// Shortens a Python frame's file path the way users read it: packages from their package
@@ -63,6 +65,15 @@ impl Ingest {
         Self::default()
     }
 
+    /// An ingest of a source whose processes are added after `store`'s (one node's recording
+    /// of several): its pids never name the processes already there.
+    pub fn after(store: &Store) -> Self {
+        Ingest {
+            procs_from: store.procs.len() as u32,
+            ..Self::default()
+        }
+    }
+
     /// The store process of a connection, once its hello arrived.
     pub fn proc_of(&self, conn: u32) -> Option<u32> {
         self.conns.get(&conn).and_then(|c| c.proc)
@@ -71,6 +82,7 @@ impl Ingest {
     /// Applies one frame. Frames that reference unknown ids are kept with placeholders and
     /// counted under `store.skipped`.
     pub fn apply(&mut self, store: &mut Store, conn: u32, f: Frame) {
+        let from = self.procs_from;
         let c = self.conns.entry(conn).or_default();
         if let Frame::Sampler { period_ns } = f {
             if c.proc.is_none() && c.sampler.is_none() {
@@ -84,7 +96,7 @@ impl Ingest {
             match f {
                 Frame::Name { .. } | Frame::Stack { .. } => {}
                 Frame::Samples { pid, samples } => {
-                    Self::samples(c, store, pid, period, samples);
+                    Self::samples(c, store, from, pid, period, samples);
                     return;
                 }
                 _ => {
@@ -95,7 +107,7 @@ impl Ingest {
         }
         let proc = match (&f, c.proc) {
             (Frame::Hello(h), None) => {
-                let p = store.add_process(h.pid, h.rank, &h.label);
+                let p = store.add_process_from(from, h.pid, h.rank, &h.label);
                 c.proc = Some(p);
                 return;
             }
@@ -275,11 +287,12 @@ impl Ingest {
     fn samples(
         c: &Conn,
         store: &mut Store,
+        from: u32,
         pid: u32,
         period: u32,
         samples: Vec<gaptop_wire::Sample>,
     ) {
-        let proc = store.process_for_samples(pid);
+        let proc = store.process_for_samples(from, pid);
         store.procs[proc as usize].sample_period_ns = period as i64;
         let mut by_tid: Vec<(u32, Vec<CpuSample>)> = Vec::new();
         for x in samples {

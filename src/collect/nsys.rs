@@ -1046,6 +1046,10 @@ fn captured_calls(
     calls: &[(u32, ApiCall)],
     replayed: &[Replayed],
 ) -> Vec<(u32, ApiCall)> {
+    if replayed.is_empty() {
+        // Most exports: no graph node to place, so no index of every call to build.
+        return Vec::new();
+    }
     let mut by_corr: HashMap<(u32, u32), usize> = HashMap::default();
     let mut by_thread: HashMap<(u32, u32), Vec<usize>> = HashMap::default();
     for (i, (proc, c)) in calls.iter().enumerate() {

@@ -135,8 +135,7 @@ pub fn read_into(r: impl Read, store: &mut Store) -> anyhow::Result<ReadNote> {
 /// where their pids are the same (nodes of one job).
 fn read_frames(r: impl Read, store: &mut Store) -> anyhow::Result<ReadNote> {
     let mut reader = Reader::new(r)?;
-    let mut ingest = Ingest::new();
-    store.pids_from = store.procs.len() as u32;
+    let mut ingest = Ingest::after(store);
     while let Some((conn, f)) = reader.next_entry()? {
         ingest.apply(store, conn, f);
     }

@@ -460,10 +460,6 @@ pub struct Store {
     /// What the source said about itself that a report should show: its format's version,
     /// and what it lacked and what that costs (an Nsight Systems export without call chains).
     pub notes: Vec<String>,
-    /// The first process that a pid names (`add_process`, `process_for_samples`): a loader
-    /// reading several nodes' recordings into one store sets it at each, so that one node's
-    /// pid never finds another node's process.
-    pub(crate) pids_from: u32,
 }
 
 /// The call tree's frame above the CPU samples taken during a launch's gaps.
@@ -503,13 +499,19 @@ impl Store {
             sampling_note: None,
             clocks: None,
             notes: Vec::new(),
-            pids_from: 0,
         }
     }
 
     pub fn add_process(&mut self, pid: u32, rank: i32, label: &str) -> u32 {
+        self.add_process_from(0, pid, rank, label)
+    }
+
+    /// [`Store::add_process`] for a source whose processes are those from index `from` on:
+    /// a pid names only one of them (several nodes' recordings in one store, where two nodes'
+    /// programs may have the same pid).
+    pub fn add_process_from(&mut self, from: u32, pid: u32, rank: i32, label: &str) -> u32 {
         // A process first known from its CPU samples is the one its collector now names.
-        let from = self.pids_from as usize;
+        let from = from as usize;
         if let Some(i) = self.procs[from..]
             .iter()
             .position(|p| p.pid == pid && p.from_samples)
@@ -530,13 +532,16 @@ impl Store {
         (self.procs.len() - 1) as u32
     }
 
-    /// The process of `pid` (the newest of that pid), created from samples if none is known.
-    pub fn process_for_samples(&mut self, pid: u32) -> u32 {
-        let from = self.pids_from as usize;
-        match self.procs[from..].iter().rposition(|p| p.pid == pid) {
-            Some(i) => (i + from) as u32,
+    /// The process of `pid` among those from index `from` on (the newest of that pid), created
+    /// from samples if none is known.
+    pub fn process_for_samples(&mut self, from: u32, pid: u32) -> u32 {
+        match self.procs[from as usize..]
+            .iter()
+            .rposition(|p| p.pid == pid)
+        {
+            Some(i) => i as u32 + from,
             None => {
-                let p = self.add_process(pid, -1, &format!("pid {pid}"));
+                let p = self.add_process_from(from, pid, -1, &format!("pid {pid}"));
                 self.procs[p as usize].from_samples = true;
                 p
             }

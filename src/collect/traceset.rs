@@ -130,9 +130,14 @@ pub fn load_traces(files: &[PathBuf], source: &str, budget: usize) -> anyhow::Re
         reads.push(read);
     }
     check_one_run(&reads, &b.store)?;
-    let mut store = b.finish_checked()?;
-    store.clocks = Some(align_clocks(&mut store, &reads));
-    check_overlap(&reads, &store)?;
+    joined(b.finish_checked()?, &reads)
+}
+
+/// The sources of one run, read into one store, put on one clock (`align_clocks`) and
+/// refused if their work never meets in time.
+fn joined(mut store: Store, reads: &[Read]) -> anyhow::Result<Store> {
+    store.clocks = Some(align_clocks(&mut store, reads));
+    check_overlap(reads, &store)?;
     Ok(store)
 }
 
@@ -177,9 +182,7 @@ pub fn load_recordings(files: &[PathBuf], source: &str, budget: usize) -> anyhow
         bail!("{source}: the recordings hold no GPU ops");
     }
     check_one_run(&reads, &store)?;
-    store.clocks = Some(align_clocks(&mut store, &reads));
-    check_overlap(&reads, &store)?;
-    Ok(store)
+    joined(store, &reads)
 }
 
 /// Refuses traces that cannot be of one run: the same rank twice (in one trace or two),

@@ -1,6 +1,7 @@
 //! The HTTP side of `gaptop serve`: `/metrics` (OpenMetrics text, for Prometheus), `/sites`
 //! (gap time by launch stack, folded), `/debug/pprof/idle` (the latest windows' idle by launch
-//! stack as a gzipped pprof profile, where Go programs serve theirs), on a tokio runtime of its own thread, with axum.
+//! stack as a gzipped pprof profile, where Go programs serve theirs), on a tokio runtime of its
+//! own thread, with axum.
 
 use std::sync::Arc;
 

@@ -79,7 +79,7 @@ pub struct Metrics {
     /// The collectors' cumulative drop counts last seen, by pid: (collector, cupti).
     drops_seen: Mutex<HashMap<u32, (u64, u64)>>,
     /// Each target's latest window as a pprof profile (idle by launch stack), by pid.
-    profiles: Mutex<HashMap<u32, crate::pprof::proto::Profile>>,
+    profiles: Mutex<std::collections::BTreeMap<u32, crate::pprof::proto::Profile>>,
     /// The machine's GPUs, for the `UUID` label.
     gpus: super::gpus::Gpus,
 }
@@ -130,7 +130,7 @@ impl Metrics {
             targets: Gauge::default(),
             sites: Mutex::new(HashMap::new()),
             drops_seen: Mutex::new(HashMap::new()),
-            profiles: Mutex::new(HashMap::new()),
+            profiles: Mutex::new(Default::default()),
             gpus: super::gpus::Gpus::query(),
             registry: Registry::default(),
         };
@@ -312,10 +312,7 @@ impl Metrics {
     /// Grafana Pyroscope and Alloy's `pyroscope.scrape` read it); None before any window.
     pub fn pprof(&self) -> Option<Vec<u8>> {
         let all = self.profiles.lock().unwrap_or_else(|e| e.into_inner());
-        let mut v: Vec<(&u32, &crate::pprof::proto::Profile)> = all.iter().collect();
-        v.sort_by_key(|x| *x.0);
-        let ps: Vec<crate::pprof::proto::Profile> = v.into_iter().map(|x| x.1.clone()).collect();
-        crate::pprof::merge(&ps).map(|p| crate::pprof::encode(&p))
+        crate::pprof::merge(all.values()).map(|p| crate::pprof::encode(&p))
     }
 
     /// The collectors' drops since the last window (their counts are cumulative).
