@@ -591,14 +591,9 @@ pub fn advise(store: &Store, s: &Summary, n: usize) -> Vec<Advice> {
             };
             // Across the steady steps: how often, how much a step, and what a fix saves.
             let (recurring, steps_present, per_step_ns, saving_ns, one_offs) = if steady > 0 {
-                let present = a.per_step.values().filter(|v| v.0 > 0).count() as u32;
                 // Each steady step's figures (none: 0), laid out once.
-                let mut each = vec![(0, 0); steady as usize];
-                for (&i, &v) in &a.per_step {
-                    if let Some(e) = each.get_mut(i as usize) {
-                        *e = v;
-                    }
-                }
+                let each = a.per_step.each(steady as usize);
+                let present = each.iter().filter(|v| v.0 > 0).count() as u32;
                 let per_step = |pick: fn(&(Ns, Ns)) -> Ns| median(each.iter().map(pick).collect());
                 let recurring = 2 * present >= steady;
                 let saving = match verdict {

@@ -791,7 +791,7 @@ pub struct LeafAcc {
     pub slow_launch_ns: Ns,
     /// With steps: per steady step (its index among the steady ones), the gap time and the gap
     /// time a launch-overhead fix can remove (each gap less [`GRAPH_GAP_NS`]).
-    pub per_step: HashMap<u32, (Ns, Ns)>,
+    pub per_step: PerStep,
     /// With steps: gaps outside the steady state (warm-up, before the first or after the last
     /// step), and their time.
     pub outside: (u64, Ns),
@@ -802,6 +802,41 @@ pub struct LeafAcc {
     pub ops: Vec<NameId>,
     /// The CPU samples of the launching threads during the gaps.
     pub cpu: super::oncpu::SiteSamples,
+}
+
+/// A site's gap time in each steady step it has gaps in: the gap time and what a
+/// launch-overhead fix can remove. Gaps come in time order, so a step's gaps are mostly
+/// together: each run of them is one entry, added to the last one while the step stays the
+/// same (a step may still hold several entries, which [`PerStep::each`] sums).
+#[derive(Clone, Debug, Default)]
+pub struct PerStep(Vec<(u32, Ns, Ns)>);
+
+impl PerStep {
+    pub fn add(&mut self, step: u32, gap: Ns, removable: Ns) {
+        match self.0.last_mut() {
+            Some(e) if e.0 == step => {
+                e.1 += gap;
+                e.2 += removable;
+            }
+            _ => self.0.push((step, gap, removable)),
+        }
+    }
+
+    pub fn merge(&mut self, o: &PerStep) {
+        self.0.extend_from_slice(&o.0);
+    }
+
+    /// Each of the first `steps` steps' figures (none: 0), summed over its entries.
+    pub fn each(&self, steps: usize) -> Vec<(Ns, Ns)> {
+        let mut each = vec![(0, 0); steps];
+        for &(i, a, b) in &self.0 {
+            if let Some(e) = each.get_mut(i as usize) {
+                e.0 += a;
+                e.1 += b;
+            }
+        }
+        each
+    }
 }
 
 /// How many distinct ops a site remembers.
@@ -829,7 +864,7 @@ impl Default for LeafAcc {
             hist_ns: [0; HIST_BUCKETS],
             exact: Vec::new(),
             slow_launch_ns: 0,
-            per_step: HashMap::default(),
+            per_step: PerStep::default(),
             outside: (0, 0),
             steady_hist_ns: [0; HIST_BUCKETS],
             ops: Vec::new(),
@@ -867,15 +902,7 @@ impl LeafAcc {
         let room = EXACT_GAPS.saturating_sub(self.exact.len());
         self.exact.extend(o.exact.iter().take(room));
         self.slow_launch_ns += o.slow_launch_ns;
-        if self.per_step.is_empty() {
-            self.per_step.clone_from(&o.per_step);
-        } else {
-            for (&k, &(a, b)) in &o.per_step {
-                let e = self.per_step.entry(k).or_default();
-                e.0 += a;
-                e.1 += b;
-            }
-        }
+        self.per_step.merge(&o.per_step);
         self.outside.0 += o.outside.0;
         self.outside.1 += o.outside.1;
         for (a, b) in self.steady_hist_ns.iter_mut().zip(o.steady_hist_ns.iter()) {
@@ -1092,9 +1119,8 @@ fn charge(
             .filter(|i| range.contains(i))
         {
             Some(i) => {
-                let e = leaf.per_step.entry((i - range.start) as u32).or_default();
-                e.0 += d;
-                e.1 += (d - GRAPH_GAP_NS).max(0);
+                leaf.per_step
+                    .add((i - range.start) as u32, d, (d - GRAPH_GAP_NS).max(0));
                 leaf.steady_hist_ns[bucket(d)] += d;
             }
             None => {
@@ -1438,6 +1464,24 @@ mod tests {
         st.add_api(p, call(101, 105, 3, ApiKind::Launch));
         st.finish_bulk();
         classify(&st, lane, 0, 1, &Config::default()).unwrap()
+    }
+
+    #[test]
+    fn per_step_sums_a_step_seen_in_several_runs() {
+        // Two devices' gaps come one device after the other: step 1 is met twice.
+        let mut p = PerStep::default();
+        p.add(0, 10, 8);
+        p.add(1, 5, 3);
+        p.add(1, 7, 5);
+        p.add(0, 1, 0);
+        p.add(1, 2, 0);
+        let mut q = PerStep::default();
+        q.add(2, 4, 2);
+        q.add(9, 100, 100);
+        p.merge(&q);
+        // Step 9 lies past the steps asked for and is left out.
+        assert_eq!(p.each(3), vec![(11, 8), (14, 8), (4, 2)]);
+        assert_eq!(p.0.len(), 6, "a run of one step's gaps is one entry");
     }
 
     /// One stream: a [0,10], b [10,20] (starts as a ends), c [15,30] (starts 5 before b ends),
