@@ -15,6 +15,7 @@ pub mod lane;
 pub mod live;
 pub mod nsys;
 pub mod oncpu;
+pub mod pybacktrace;
 pub mod ranges;
 pub mod recording;
 pub mod steps;

@@ -28,6 +28,16 @@
 //! - `COMPOSITE_EVENTS` and `SAMPLING_CALLCHAINS` (`--sample=process-tree`): CPU samples of
 //!   the processes that did CUDA work, with their user-mode stacks, as the threads' samples
 //!   (what the CPU did during gaps), the period the median interval between a thread's samples.
+//! - Python backtraces: NVTX marks of nsys's `Python Backtrace` domain whose payload
+//!   (`NVTX_EVENTS.binaryData`: a blob, or text as base64 or hex) holds a `PythonBacktrace`
+//!   (see [`pybacktrace`]), laid out as `NVTX_PAYLOAD_SCHEMAS` and `_SCHEMA_ENTRIES` say where
+//!   the export has them. One taken in a CUDA call (`--python-backtrace=cuda`; nsys takes it
+//!   as the call, or its backtrace row, starts) gives that call and the calls made inside it
+//!   their Python frames, in place of the interpreter's frames of the call chain (the native
+//!   frames below the interpreter stay). Periodic ones (`--python-sampling`) are CPU samples;
+//!   nsys takes them on its own thread, so a process's samples go to its one thread that made
+//!   CUDA calls, where there is one. nsys 2023.4 and older export the marks without their
+//!   payloads: a note says so.
 //! - `PROCESSES` and `MPI_RANKS`: process names and ranks; `META_DATA_EXPORT` (or the older
 //!   `EXPORT_META_DATA`): the Nsight Systems version and the export's schema version.
 //!
@@ -43,10 +53,11 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use anyhow::{anyhow, bail, Context};
-use rusqlite::{Connection, OpenFlags, Row};
+use rusqlite::{types::ValueRef, Connection, OpenFlags, Row};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use super::kineto::is_comm_kernel;
+use super::pybacktrace;
 use super::store::{
     ApiCall, ApiKind, CpuSample, GpuOp, LaneKey, NameId, Ns, OpKind, Span, StackId, Store,
     FLAG_COMM, MAX_OP_NS, MAX_TS,
@@ -200,6 +211,17 @@ impl Db {
         &self,
         table: &str,
         cols: &[&str],
+        f: impl FnMut(&Row) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        self.each_where(table, cols, None, f)
+    }
+
+    /// [`Db::each`] on the rows that SQL condition `filter` (on columns the table has) holds for.
+    fn each_where(
+        &self,
+        table: &str,
+        cols: &[&str],
+        filter: Option<&str>,
         mut f: impl FnMut(&Row) -> anyhow::Result<()>,
     ) -> anyhow::Result<()> {
         let have = self.columns(table)?;
@@ -217,7 +239,11 @@ impl Db {
                 sel.push("NULL".to_string());
             }
         }
-        let sql = format!("SELECT {} FROM \"{table}\"", sel.join(", "));
+        let mut sql = format!("SELECT {} FROM \"{table}\"", sel.join(", "));
+        if let Some(w) = filter {
+            sql.push_str(" WHERE ");
+            sql.push_str(w);
+        }
         let mut st = self
             .conn
             .prepare(&sql)
@@ -360,6 +386,9 @@ struct RawCall {
     proc: u32,
     call: ApiCall,
     chain: Option<i64>,
+    /// The time the profiler spent in the call, its own work included: where older exports
+    /// give the chain in a second row, that row's start and end (they hold the call's).
+    held: (Ns, Ns),
 }
 
 /// A frame of `CUDA_CALLCHAINS`: its symbol's and module's strings.
@@ -370,10 +399,48 @@ struct FrameKey {
     unresolved: bool,
 }
 
+/// A call chain's frames, outermost first, and where the frames below the Python interpreter's
+/// innermost one start (0 when it has none): where a Python backtrace's frames go instead.
+struct Chain {
+    frames: Vec<NameId>,
+    below_interpreter: usize,
+}
+
+/// Whose code a native frame is, by its module.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    Program,
+    /// The CUDA libraries' or the profiler's, next to a CUDA call.
+    Tool,
+    /// The Python interpreter's (`python3.12`, `libpython3.12.so`).
+    Interpreter,
+}
+
+impl Origin {
+    fn of(base: &str) -> Origin {
+        if is_tool_module(base) {
+            Origin::Tool
+        } else if base.starts_with("python") || base.starts_with("libpython") {
+            Origin::Interpreter
+        } else {
+            Origin::Program
+        }
+    }
+}
+
 struct ChainRow {
     id: i64,
     depth: i64,
     frame: FrameKey,
+}
+
+/// A Python backtrace read: the thread and time it was taken at, whether by periodic sampling
+/// (else inside a CUDA call), and its frames, outermost first.
+struct PyTrace {
+    gtid: i64,
+    time: Ns,
+    sampled: bool,
+    frames: Vec<NameId>,
 }
 
 /// An NVTX range read.
@@ -721,6 +788,7 @@ impl Import {
         ];
         let mut calls = Vec::new();
         let mut chains: HashMap<(u32, u32), i64> = HashMap::default();
+        let mut held: HashMap<(u32, u32), (Ns, Ns)> = HashMap::default();
         for t in ["CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER"] {
             if !self.db.has(t) {
                 continue;
@@ -741,6 +809,7 @@ impl Import {
                     if let Some(c) = chain {
                         chains.insert((proc, corr), c);
                     }
+                    held.insert((proc, corr), (start, end));
                     continue;
                 }
                 let name = self.strings.name(&mut self.store, name);
@@ -756,12 +825,16 @@ impl Import {
                         kind: ApiKind::classify(self.store.names.get(name)),
                     },
                     chain,
+                    held: (start, end),
                 });
             }
         }
         for c in &mut calls {
             if c.chain.is_none() {
                 c.chain = chains.get(&(c.proc, c.call.corr)).copied();
+            }
+            if let Some(&(s, e)) = held.get(&(c.proc, c.call.corr)) {
+                c.held = (s.min(c.call.start), e.max(c.call.end));
             }
         }
         // One call per correlation id in a process: the first to start (its ops' launch).
@@ -776,7 +849,7 @@ impl Import {
     }
 
     /// The frames of the chains `wanted`, outermost first, by chain id.
-    fn chains(&mut self, wanted: &HashSet<i64>) -> anyhow::Result<HashMap<i64, Vec<NameId>>> {
+    fn chains(&mut self, wanted: &HashSet<i64>) -> anyhow::Result<HashMap<i64, Chain>> {
         if wanted.is_empty() || !self.db.has("CUDA_CALLCHAINS") {
             return Ok(HashMap::default());
         }
@@ -821,14 +894,14 @@ impl Import {
 
     /// Chains' rows as frames, outermost first, by chain id; with `trim`, the CUDA libraries' and
     /// the profiler's frames next to the call are left out.
-    fn frames_of(&mut self, mut rows: Vec<ChainRow>, trim: bool) -> HashMap<i64, Vec<NameId>> {
-        let mut out: HashMap<i64, Vec<NameId>> = HashMap::default();
+    fn frames_of(&mut self, mut rows: Vec<ChainRow>, trim: bool) -> HashMap<i64, Chain> {
+        let mut out: HashMap<i64, Chain> = HashMap::default();
         // nsys writes each chain's rows together, from depth 0 up: sorting is cheap when so.
         rows.sort_unstable_by_key(|x| (x.id, x.depth));
-        // Each frame's name, and whether it is the CUDA libraries' or the profiler's own.
-        let mut memo: HashMap<FrameKey, (NameId, bool)> = HashMap::default();
+        // Each frame's name, and whose code it is.
+        let mut memo: HashMap<FrameKey, (NameId, Origin)> = HashMap::default();
         for chain in rows.chunk_by(|a, b| a.id == b.id) {
-            let mut frames: Vec<(NameId, bool)> = Vec::with_capacity(chain.len());
+            let mut frames: Vec<(NameId, Origin)> = Vec::with_capacity(chain.len());
             // Depth 0 is the innermost frame: the outermost has the greatest depth.
             for row in chain.iter().rev() {
                 let k = row.frame;
@@ -839,55 +912,93 @@ impl Import {
                     let module = k.module.and_then(|m| strings.get(m)).unwrap_or("");
                     let base = module.rsplit('/').next().unwrap_or(module);
                     let f = store.names.intern(&frame_text(sym, base, k.unresolved));
-                    (f, is_tool_module(base))
+                    (f, Origin::of(base))
                 }));
             }
             // The frames next to the call inside the CUDA libraries and the profiler are theirs,
             // not the program's: the call's own name follows the stack.
-            while trim && frames.last().is_some_and(|f| f.1) {
+            while trim && frames.last().is_some_and(|f| f.1 == Origin::Tool) {
                 frames.pop();
             }
-            out.insert(chain[0].id, frames.into_iter().map(|f| f.0).collect());
+            let below_interpreter = frames
+                .iter()
+                .rposition(|f| f.1 == Origin::Interpreter)
+                .map_or(0, |i| i + 1);
+            out.insert(
+                chain[0].id,
+                Chain {
+                    frames: frames.into_iter().map(|f| f.0).collect(),
+                    below_interpreter,
+                },
+            );
         }
         out
     }
 
     /// The CPU samples of `--sample=process-tree` (`COMPOSITE_EVENTS`, their user-mode stacks in
-    /// `SAMPLING_CALLCHAINS`) as the threads' samples, for what the CPU did during gaps. The
-    /// sampling period is taken as the median interval between a thread's samples.
-    fn cpu_samples(&mut self) -> anyhow::Result<()> {
-        let (ev, cc) = ("COMPOSITE_EVENTS", "SAMPLING_CALLCHAINS");
-        if !self.db.has(ev) || !self.db.has(cc) {
-            return Ok(());
-        }
-        let mut samples: Vec<(i64, i64, Ns)> = Vec::new();
-        for [id, start, gtid] in self.db.ints(ev, &["id!", "start!", "globalTid"])? {
-            let (Some(id), Some(start), Some(gtid)) = (id, start, gtid) else {
-                continue;
-            };
-            if start.unsigned_abs() > MAX_TS {
-                self.store.skip("CPU sample with an implausible timestamp");
-            } else if self.procs.contains_key(&proc_key(gtid)) {
-                samples.push((gtid, id, start));
-            } else {
-                // Processes that did no CUDA work explain no gap.
-                self.store.skip("CPU sample of a process without CUDA work");
-            }
-        }
-        let wanted: HashSet<i64> = samples.iter().map(|s| s.1).collect();
-        let rows = self.chain_rows(cc, &wanted)?;
-        let frames = self.frames_of(rows, false);
+    /// `SAMPLING_CALLCHAINS`) and the Python samples of `--python-sampling` (`python`, periodic
+    /// Python backtraces) as the threads' samples, for what the CPU did during gaps. A thread
+    /// with Python samples keeps those (they name the Python code; its native samples show the
+    /// interpreter). The sampling period is taken as the median interval between a thread's
+    /// samples.
+    fn cpu_samples(&mut self, python: Vec<PyTrace>) -> anyhow::Result<()> {
         let mut by_thread: HashMap<(u32, u32), Vec<CpuSample>> = HashMap::default();
-        for (gtid, id, time) in samples {
+        for p in python {
+            let proc = self.procs[&proc_key(p.gtid)];
             let mut stack = 0;
-            for &f in frames.get(&id).into_iter().flatten() {
+            for &f in &p.frames {
                 stack = self.store.stacks.intern(stack, f);
             }
-            let proc = self.procs[&proc_key(gtid)];
             by_thread
-                .entry((proc, tid_of(gtid)))
+                .entry((proc, tid_of(p.gtid)))
                 .or_default()
-                .push(CpuSample { time, stack });
+                .push(CpuSample {
+                    time: p.time,
+                    stack,
+                });
+        }
+        let with_python: HashSet<(u32, u32)> = by_thread.keys().copied().collect();
+        let (ev, cc) = ("COMPOSITE_EVENTS", "SAMPLING_CALLCHAINS");
+        if self.db.has(ev) && self.db.has(cc) {
+            let mut samples: Vec<(i64, i64, Ns)> = Vec::new();
+            let mut native_left = 0usize;
+            for [id, start, gtid] in self.db.ints(ev, &["id!", "start!", "globalTid"])? {
+                let (Some(id), Some(start), Some(gtid)) = (id, start, gtid) else {
+                    continue;
+                };
+                if start.unsigned_abs() > MAX_TS {
+                    self.store.skip("CPU sample with an implausible timestamp");
+                } else if let Some(&proc) = self.procs.get(&proc_key(gtid)) {
+                    if with_python.contains(&(proc, tid_of(gtid))) {
+                        native_left += 1;
+                    } else {
+                        samples.push((gtid, id, start));
+                    }
+                } else {
+                    // Processes that did no CUDA work explain no gap.
+                    self.store.skip("CPU sample of a process without CUDA work");
+                }
+            }
+            if native_left > 0 {
+                self.note(format!(
+                    "{native_left} native CPU samples of threads with Python samples left out \
+                     (the Python samples name the code)"
+                ));
+            }
+            let wanted: HashSet<i64> = samples.iter().map(|s| s.1).collect();
+            let rows = self.chain_rows(cc, &wanted)?;
+            let chains = self.frames_of(rows, false);
+            for (gtid, id, time) in samples {
+                let mut stack = 0;
+                for &f in chains.get(&id).map(|c| &c.frames[..]).unwrap_or(&[]) {
+                    stack = self.store.stacks.intern(stack, f);
+                }
+                let proc = self.procs[&proc_key(gtid)];
+                by_thread
+                    .entry((proc, tid_of(gtid)))
+                    .or_default()
+                    .push(CpuSample { time, stack });
+            }
         }
         let mut gaps: Vec<Ns> = Vec::new();
         for v in by_thread.values_mut() {
@@ -911,6 +1022,186 @@ impl Import {
             self.store.add_samples(proc, tid, &v);
         }
         Ok(())
+    }
+
+    /// Where the payloads of nsys's `PythonBacktrace` schema hold their fields: as the export's
+    /// schema tables say, where it has them, else as nsys wrote them when this was written.
+    fn python_layout(&self) -> anyhow::Result<pybacktrace::Layout> {
+        let mut l = pybacktrace::Layout::default();
+        let t = "NVTX_PAYLOAD_SCHEMAS";
+        if !self.db.has(t) {
+            return Ok(l);
+        }
+        let mut backtrace: Option<(Option<i64>, i64)> = None;
+        let mut frame_size = None;
+        self.db
+            .each(t, &["domainId", "schemaId", "name", "payloadSize"], |r| {
+                let name = text(r, 2, "name")?;
+                match name.as_deref() {
+                    Some(pybacktrace::SCHEMA) => {
+                        if let Some(id) = int(r, 1, "schemaId")? {
+                            backtrace = Some((int(r, 0, "domainId")?, id));
+                        }
+                    }
+                    Some(pybacktrace::FRAME_SCHEMA) => frame_size = int(r, 3, "payloadSize")?,
+                    _ => {}
+                }
+                Ok(())
+            })?;
+        if let Some(size) = frame_size.filter(|&s| (20..=4096).contains(&s)) {
+            l.frame_size = size as usize;
+        }
+        let t = "NVTX_PAYLOAD_SCHEMA_ENTRIES";
+        if let (Some((domain, schema)), true) = (backtrace, self.db.has(t)) {
+            self.db
+                .each(t, &["domainId", "schemaId", "name", "offset"], |r| {
+                    if int(r, 1, "schemaId")? != Some(schema)
+                        || (domain.is_some() && int(r, 0, "domainId")? != domain)
+                    {
+                        return Ok(());
+                    }
+                    let Some(off) = int(r, 3, "offset")?.filter(|&o| (0..4096).contains(&o)) else {
+                        return Ok(());
+                    };
+                    match text(r, 2, "name")?.as_deref() {
+                        Some("Source") => l.source = off as usize,
+                        Some("Frames count") => l.count = off as usize,
+                        Some("Frames") => l.frames = off as usize,
+                        _ => {}
+                    }
+                    Ok(())
+                })?;
+        }
+        let t = "NVTX_PAYLOAD_ENUM_ENTRIES";
+        if self.db.has(t) {
+            self.db.each(t, &["name", "value"], |r| {
+                if text(r, 0, "name")?.as_deref() == Some("Periodic sampling") {
+                    if let Some(v) = int(r, 1, "value")?.and_then(|v| u32::try_from(v).ok()) {
+                        l.periodic = v;
+                    }
+                }
+                Ok(())
+            })?;
+        }
+        Ok(l)
+    }
+
+    /// The Python backtraces of nsys's `Python Backtrace` NVTX domain (`--python-backtrace=cuda`
+    /// takes one inside each CUDA call, `--python-sampling` periodically), of the processes that
+    /// did CUDA work, with their frames outermost first; or none, with a note, where the export
+    /// holds the marks without their payloads.
+    fn python_backtraces(&mut self) -> anyhow::Result<Vec<PyTrace>> {
+        let t = "NVTX_EVENTS";
+        if !self.db.has(t) {
+            return Ok(Vec::new());
+        }
+        let mut domains: Vec<i64> = Vec::new();
+        let filter = format!("eventType = {NVTX_DOMAIN_CREATE}");
+        self.db
+            .each_where(t, &["domainId", "text", "textId"], Some(&filter), |r| {
+                let name = match text(r, 1, "text")?.filter(|s| !s.is_empty()) {
+                    Some(s) => Some(s),
+                    None => int(r, 2, "textId")?
+                        .and_then(|id| self.strings.get(id))
+                        .map(str::to_string),
+                };
+                if name.as_deref() == Some(pybacktrace::DOMAIN) {
+                    domains.extend(int(r, 0, "domainId")?);
+                }
+                Ok(())
+            })?;
+        if domains.is_empty() {
+            return Ok(Vec::new());
+        }
+        let with_payload = self.db.columns(t)?.contains("binaryData");
+        let layout = self.python_layout()?;
+        let ids: Vec<String> = domains.iter().map(|d| d.to_string()).collect();
+        let filter = format!(
+            "eventType = {NVTX_MARK} AND domainId IN ({})",
+            ids.join(", ")
+        );
+        let (mut marks, mut unreadable, mut truncated) = (0usize, 0usize, 0usize);
+        let mut raw: Vec<(i64, Ns, pybacktrace::Backtrace)> = Vec::new();
+        self.db.each_where(
+            t,
+            &["start!", "globalTid", "binaryData"],
+            Some(&filter),
+            |r| {
+                marks += 1;
+                let (Some(start), Some(gtid)) = (int(r, 0, "start")?, int(r, 1, "globalTid")?)
+                else {
+                    return Ok(());
+                };
+                let bytes = match r
+                    .get_ref(2)
+                    .map_err(|e| anyhow!("column binaryData: {e}"))?
+                {
+                    ValueRef::Blob(b) => pybacktrace::payload_bytes(Some(b), None),
+                    ValueRef::Text(s) => {
+                        pybacktrace::payload_bytes(None, std::str::from_utf8(s).ok())
+                    }
+                    _ => None,
+                };
+                match bytes.and_then(|b| pybacktrace::decode(&b, &layout)) {
+                    Some(bt) if start.unsigned_abs() <= MAX_TS => {
+                        truncated += bt.truncated as usize;
+                        raw.push((gtid, start, bt));
+                    }
+                    _ => unreadable += with_payload as usize,
+                }
+                Ok(())
+            },
+        )?;
+        if marks == 0 {
+            return Ok(Vec::new());
+        }
+        if !with_payload {
+            self.note(format!(
+                "NVTX_EVENTS holds {marks} Python backtraces without their payloads (no \
+                 binaryData column; nsys 2023.4 and older export none): launches have no Python \
+                 frames (export the report with a newer nsys)"
+            ));
+            return Ok(Vec::new());
+        }
+        for _ in 0..unreadable {
+            self.store
+                .skip("Python backtrace with an unreadable payload");
+        }
+        for _ in 0..truncated {
+            self.store.skip("Python backtrace cut short (frames kept)");
+        }
+        let mut memo: HashMap<pybacktrace::RawFrame, NameId> = HashMap::default();
+        let mut out = Vec::with_capacity(raw.len());
+        for (gtid, time, bt) in raw {
+            if !self.procs.contains_key(&proc_key(gtid)) {
+                self.store
+                    .skip("Python backtrace of a process without CUDA work");
+                continue;
+            }
+            let frames = bt
+                .frames
+                .iter()
+                .rev()
+                .map(|f| {
+                    let strings = &self.strings;
+                    let store = &mut self.store;
+                    *memo.entry(*f).or_insert_with(|| {
+                        let function = strings.get(f.function).unwrap_or("");
+                        let file = strings.get(f.file).unwrap_or("");
+                        store
+                            .names
+                            .intern(&pybacktrace::frame_text(function, file, f.line))
+                    })
+                })
+                .collect();
+            out.push(PyTrace {
+                gtid,
+                time,
+                sampled: bt.sampled,
+                frames,
+            });
+        }
+        Ok(out)
     }
 
     /// NVTX ranges per (process, thread), in no order.
@@ -952,7 +1243,13 @@ impl Import {
         for ([start, end, ty, gtid, text_id, domain], text) in rows {
             let ty = ty.unwrap_or(0);
             if ty == NVTX_MARK {
-                self.store.skip("NVTX mark");
+                // Python backtraces are marks of their own domain, read on their own.
+                let python = domain
+                    .and_then(|d| domains.get(&d))
+                    .is_some_and(|&n| self.store.names.get(n) == pybacktrace::DOMAIN);
+                if !python {
+                    self.store.skip("NVTX mark");
+                }
                 continue;
             }
             if ty != NVTX_PUSH_POP && ty != NVTX_START_END {
@@ -1034,6 +1331,99 @@ impl Import {
             self.store.procs[proc as usize].spans.insert(tid, spans);
         }
     }
+}
+
+/// For each call, the Python backtrace taken inside it (`--python-backtrace=cuda`: on its thread,
+/// between its start and end), by index in `traces`. A call nested in another (a driver call
+/// inside a runtime call) gets the same backtrace as its caller.
+fn python_of_calls(im: &Import, calls: &[RawCall], traces: &[PyTrace]) -> Vec<Option<usize>> {
+    let mut out = vec![None; calls.len()];
+    if traces.is_empty() {
+        return out;
+    }
+    let mut by_thread: HashMap<(u32, u32), Vec<usize>> = HashMap::default();
+    for (i, c) in calls.iter().enumerate() {
+        by_thread.entry((c.proc, c.call.tid)).or_default().push(i);
+    }
+    for v in by_thread.values_mut() {
+        v.sort_by_key(|&i| calls[i].held.0);
+    }
+    for (ti, t) in traces.iter().enumerate() {
+        let Some(v) = im
+            .procs
+            .get(&proc_key(t.gtid))
+            .and_then(|&p| by_thread.get(&(p, tid_of(t.gtid))))
+        else {
+            continue;
+        };
+        let n = v.partition_point(|&i| calls[i].held.0 <= t.time);
+        // Calls on a thread nest a few deep at most: the ones that hold the time are among the
+        // last few to start before it.
+        let mut until = None;
+        for &i in v[..n].iter().rev().take(8) {
+            if calls[i].held.1 >= t.time && out[i].is_none() {
+                out[i] = Some(ti);
+                until = until.max(Some(calls[i].held.1));
+            }
+        }
+        // The calls made inside them (the driver calls of a runtime call) start after the
+        // backtrace was taken: theirs too.
+        if let Some(end) = until {
+            for &i in v[n..].iter().take_while(|&&i| calls[i].held.0 <= end) {
+                if calls[i].held.1 <= end && out[i].is_none() {
+                    out[i] = Some(ti);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The periodic Python samples of `--python-sampling` on the threads they sampled. nsys takes
+/// them on a thread of its own (`NSys PySampling`) and the payload does not say which thread
+/// it sampled: a sample on a thread that made no CUDA call is the process's one thread that
+/// did, where there is one; else it stays where it is (and explains no gap), noted.
+fn sampled_threads(im: &mut Import, calls: &[RawCall], mut sampled: Vec<PyTrace>) -> Vec<PyTrace> {
+    if sampled.is_empty() {
+        return sampled;
+    }
+    let mut callers: HashMap<i64, HashSet<u32>> = HashMap::default();
+    for c in calls {
+        let key = im.store.procs[c.proc as usize].pid;
+        callers.entry(key as i64).or_default().insert(c.call.tid);
+    }
+    let (mut moved, mut left) = (0usize, 0usize);
+    for p in &mut sampled {
+        let Some(tids) = callers.get(&(pid_of(p.gtid) as i64)) else {
+            continue;
+        };
+        if tids.contains(&tid_of(p.gtid)) {
+            continue;
+        }
+        if let (1, Some(&tid)) = (tids.len(), tids.iter().next()) {
+            p.gtid = proc_key(p.gtid) | tid as i64;
+            moved += 1;
+        } else {
+            left += 1;
+        }
+    }
+    let mut note = format!(
+        "Python samples (--python-sampling): {} as the threads' CPU samples",
+        sampled.len()
+    );
+    if moved > 0 {
+        note.push_str(&format!(
+            "; {moved} taken on nsys's sampling thread given to the one thread that made CUDA calls"
+        ));
+    }
+    if left > 0 {
+        note.push_str(&format!(
+            "; {left} taken on nsys's sampling thread left there (several threads made CUDA \
+             calls, and a sample does not say which it is of)"
+        ));
+    }
+    im.note(note);
+    sampled
 }
 
 /// A call of its own for each replayed graph node whose making is known: its replay's
@@ -1174,12 +1564,36 @@ pub fn load_sqlite(path: &Path, source: &str, budget: usize) -> anyhow::Result<S
     }
     let ranges = im.ranges()?;
     im.spans(ranges);
-    im.cpu_samples()?;
+    let (sampled, at_calls): (Vec<PyTrace>, Vec<PyTrace>) =
+        im.python_backtraces()?.into_iter().partition(|p| p.sampled);
+    let python = python_of_calls(&im, &calls, &at_calls);
+    if !at_calls.is_empty() {
+        let given = python.iter().filter(|p| p.is_some()).count();
+        im.note(format!(
+            "Python backtraces: {} taken in CUDA calls, {given} of {} calls given their Python frames",
+            at_calls.len(),
+            calls.len()
+        ));
+    }
+    let sampled = sampled_threads(&mut im, &calls, sampled);
+    im.cpu_samples(sampled)?;
     let mut done: Vec<(u32, ApiCall)> = Vec::with_capacity(calls.len());
-    for c in calls {
+    for (c, py) in calls.into_iter().zip(python) {
         let p = &im.store.procs[c.proc as usize];
         let mut stack = p.span_stack_at(c.call.tid, c.call.start);
-        for &f in c.chain.and_then(|id| chains.get(&id)).into_iter().flatten() {
+        let chain = c.chain.and_then(|id| chains.get(&id));
+        let native = match (py, chain) {
+            // Python's frames where the interpreter's were: the native frames below them stay.
+            (Some(py), chain) => {
+                for &f in &at_calls[py].frames {
+                    stack = im.store.stacks.intern(stack, f);
+                }
+                chain.map_or(&[][..], |c| &c.frames[c.below_interpreter..])
+            }
+            (None, Some(c)) => &c.frames[..],
+            (None, None) => &[][..],
+        };
+        for &f in native {
             stack = im.store.stacks.intern(stack, f);
         }
         done.push((c.proc, ApiCall { stack, ..c.call }));
