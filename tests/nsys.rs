@@ -1109,3 +1109,291 @@ fn the_ui_tree_shows_nvtx_ranges_of_a_real_export() {
     // The status line says what the export lacked.
     assert!(screen.contains("no CUDA_CALLCHAINS"), "{screen}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Python backtraces (`--python-backtrace=cuda`, `--python-sampling`): NVTX marks of nsys's
+// `Python Backtrace` domain whose payloads (`NVTX_EVENTS.binaryData`) hold the frames.
+
+/// A `PythonBacktrace` payload laid out as `fixture_schema_rows` says (not as nsys 2023.4
+/// does, so that a reader of fixed offsets fails): source at 12, count at 16, frames of 32
+/// bytes from 24, each a function and a file string id and a line, innermost first.
+fn odd_payload(source: u32, frames: &[(i64, i64, u32)]) -> Vec<u8> {
+    let mut b = vec![0xAB_u8; 24 + 32 * frames.len()];
+    b[12..16].copy_from_slice(&source.to_le_bytes());
+    b[16..20].copy_from_slice(&(frames.len() as u32).to_le_bytes());
+    for (i, &(function, file, line)) in frames.iter().enumerate() {
+        let at = 24 + 32 * i;
+        b[at..at + 8].copy_from_slice(&function.to_le_bytes());
+        b[at + 8..at + 16].copy_from_slice(&file.to_le_bytes());
+        b[at + 16..at + 20].copy_from_slice(&line.to_le_bytes());
+    }
+    b
+}
+
+/// The payload schema tables as NVIDIA documents them (schema 3.28.1), describing
+/// [`odd_payload`]'s layout; periodic samples have source 9.
+const PAYLOAD_SCHEMA: &str = "
+CREATE TABLE NVTX_PAYLOAD_SCHEMAS (domainId INTEGER, schemaId INTEGER, name TEXT, type INTEGER,
+    flags INTEGER, numEntries INTEGER, payloadSize INTEGER, alignTo INTEGER);
+CREATE TABLE NVTX_PAYLOAD_SCHEMA_ENTRIES (domainId INTEGER, schemaId INTEGER, idx INTEGER,
+    flags INTEGER, type INTEGER, name TEXT, description TEXT, arrayOrUnionDetail INTEGER,
+    offset INTEGER);
+CREATE TABLE NVTX_PAYLOAD_ENUM_ENTRIES (domainId INTEGER, schemaId INTEGER, idx INTEGER,
+    name TEXT, value INTEGER, isFlag INTEGER);
+INSERT INTO NVTX_PAYLOAD_SCHEMAS VALUES (5, 901, 'PythonFrame', 1, 0, 3, 32, 8),
+    (5, 900, 'PythonBacktrace', 1, 0, 4, 0, 8), (6, 900, 'SomethingElse', 1, 0, 1, 4, 4);
+INSERT INTO NVTX_PAYLOAD_SCHEMA_ENTRIES VALUES
+    (5, 900, 0, 0, NULL, 'Thread state', NULL, NULL, 8),
+    (5, 900, 1, 0, NULL, 'Source', NULL, NULL, 12),
+    (5, 900, 2, 0, NULL, 'Frames count', NULL, NULL, 16),
+    (5, 900, 3, 0, NULL, 'Frames', NULL, NULL, 24),
+    (6, 900, 0, 0, NULL, 'Frames', NULL, NULL, 0);
+INSERT INTO NVTX_PAYLOAD_ENUM_ENTRIES VALUES (5, 902, 0, 'Periodic sampling', 9, 0),
+    (5, 902, 1, 'Event based', 2, 0);
+";
+
+#[test]
+fn python_backtraces_replace_the_interpreters_frames_under_nvtx() {
+    let d = tempdir("nsys-python");
+    let p = d.join("python.sqlite");
+    let mut f = training_fixture(&p, true, true);
+    f.db.execute_batch(PAYLOAD_SCHEMA).unwrap();
+    f.db.execute(
+        "INSERT INTO NVTX_EVENTS (start, eventType, text, globalTid, domainId)
+         VALUES (0, 75, 'Python Backtrace', ?1, 5)",
+        params![gid(PID, TID)],
+    )
+    .unwrap();
+    let (train, model, fa, fb, wait) = (
+        f.s("train"),
+        f.s("/src/model.py"),
+        f.s("forward_a"),
+        f.s("forward_b"),
+        f.s("wait_for_loss"),
+    );
+    let file = f.s("/src/train.py");
+    let mark = |f: &mut Fx, at: i64, tid: i64, payload: Vec<u8>| {
+        f.db.execute(
+            "INSERT INTO NVTX_EVENTS (start, eventType, globalTid, domainId, binaryData)
+             VALUES (?1, 34, ?2, 5, ?3)",
+            params![at, gid(PID, tid), payload],
+        )
+        .unwrap();
+    };
+    // Inside kernel_a's launch; at the start of kernel_b's launch's backtrace row, before the
+    // call itself starts (where nsys 2023.4 takes it).
+    mark(
+        &mut f,
+        10_500,
+        TID,
+        odd_payload(2, &[(fa, model, 8), (train, file, 40)]),
+    );
+    mark(
+        &mut f,
+        54_900,
+        TID,
+        odd_payload(2, &[(fb, model, 12), (train, file, 40)]),
+    );
+    // Periodic samples on nsys's sampling thread, during the 33 µs gap before kernel_b.
+    for at in [44_000, 46_000, 48_000] {
+        mark(
+            &mut f,
+            at,
+            TID + 5,
+            odd_payload(9, &[(wait, file, 50), (train, file, 40)]),
+        );
+    }
+    // One whose payload is cut inside its header.
+    mark(&mut f, 80_000, TID, vec![1, 2, 3]);
+    drop(f);
+
+    let st = gaptop::collect::load_path(&p, usize::MAX).unwrap();
+    let proc = &st.procs[0];
+    let frames = |corr| st.frame_strings(proc.api_by_corr(corr).unwrap().stack);
+    // NVTX ranges outermost, then the Python frames where the chain's interpreter frames were
+    // (`main [python3]`, `python3+0x55aa`), then the native frames below them; the CUDA
+    // libraries' next to the call are left out as before.
+    assert_eq!(
+        frames(1),
+        [
+            "train_step",
+            "forward",
+            "/src/train.py(40): train",
+            "/src/model.py(8): forward_a",
+            "at::native::launch_a [libtorch_cuda.so]"
+        ]
+    );
+    assert_eq!(
+        frames(4),
+        [
+            "train_step",
+            "prefetch",
+            "/src/train.py(40): train",
+            "/src/model.py(12): forward_b",
+            "at::native::launch_b [libtorch_cuda.so]"
+        ]
+    );
+    // A call without a backtrace keeps what it had.
+    assert_eq!(frames(6), ["train_step"]);
+    assert_eq!(st.skipped["Python backtrace with an unreadable payload"], 1);
+    // The fixture's own mark is skipped and counted; the backtraces are not marks to skip.
+    assert_eq!(st.skipped["NVTX mark"], 1, "{:?}", st.skipped);
+    assert!(
+        st.notes.iter().any(|n| n
+            == "Python backtraces: 2 taken in CUDA calls, 2 of 7 calls given their Python frames"),
+        "{:?}",
+        st.notes
+    );
+    assert!(
+        st.notes.iter().any(|n| n.starts_with(
+            "Python samples (--python-sampling): 3 as the threads' CPU samples; 3 taken on \
+             nsys's sampling thread given to the one thread that made CUDA calls"
+        )),
+        "{:?}",
+        st.notes
+    );
+    // The samples say what the launching thread did during the gap before kernel_b.
+    let j = report_json(&p, &[]);
+    assert_eq!(gap(&j, 33_000)["cpu_samples"], 3);
+    let folded = String::from_utf8(report(&p, &["--format", "folded-cpu"]).stdout).unwrap();
+    assert!(
+        folded.contains(
+            "(CPU during these gaps);/src/train.py(40): train;/src/train.py(50): wait_for_loss "
+        ),
+        "{folded}"
+    );
+}
+
+#[test]
+fn real_python_backtraces_name_the_python_code_of_each_launch() {
+    // nsys 2023.4 on the H200: ctypes_launch.py's CUDA runtime calls with
+    // --python-backtrace=cuda --cudabacktrace=all; the payloads that nsys's SQLite export of
+    // that version drops written back from its JSON export (tests/data/nsys/README.md).
+    let p = data("ctypes_pybt.sqlite.gz");
+    let j = report_json(&p, &[]);
+    assert_eq!(j["gpu_ops"], 402);
+    assert_eq!(j["device_idle_ns"], 23_590_549);
+    assert!(
+        j["notes"].as_array().unwrap().contains(&json!(
+            "Python backtraces: 423 taken in CUDA calls, 423 of 836 calls given their Python frames"
+        )),
+        "{}",
+        j["notes"]
+    );
+    let f = "/work/main/gpu/ctypes_launch.py";
+    let st = gaptop::collect::load_path(&p, usize::MAX).unwrap();
+    let proc = &st.procs[0];
+    let mut memsets = 0;
+    for op in st.lanes[0].iter() {
+        let a = proc.api_by_corr(op.corr).unwrap();
+        let frames = st.frame_strings(a.stack);
+        if st.names.get(a.name) != "cudaMemsetAsync_v3020" {
+            continue;
+        }
+        memsets += 1;
+        assert_eq!(
+            frames[..3],
+            [
+                format!("{f}(78): <module>"),
+                format!("{f}(72): step"),
+                format!("{f}(58): launch")
+            ],
+            "{frames:?}"
+        );
+        // Below Python: ctypes and libffi, down to the call; the interpreter's frames are gone.
+        assert!(frames[3].starts_with("_ctypes.cpython-312"), "{frames:?}");
+        assert!(
+            !frames.iter().any(|x| x.contains("python3.12]")),
+            "{frames:?}"
+        );
+    }
+    assert_eq!(memsets, 400);
+    // The site to fix is the Python line, as gaptop's own recording of the same workload on
+    // the same machine names it (its gaps are shorter: nsys's backtraces cost time).
+    let sites = |j: &Value| -> Vec<(String, u64)> {
+        j["advice"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| {
+                (
+                    a["site"].as_str().unwrap().to_string(),
+                    a["gaps"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let own = report_json(&data("ctypes_gaptop.rec"), &[]);
+    assert_eq!(own["gpu_ops"], 402);
+    assert_eq!(sites(&j), sites(&own));
+    assert_eq!(
+        sites(&j)[0],
+        ("launch  ctypes_launch.py:58".to_string(), 400)
+    );
+    let top3 = |j: &Value| j["top_stacks"][0]["frames"].as_array().unwrap()[..3].to_vec();
+    assert_eq!(top3(&j), top3(&own));
+}
+
+#[test]
+fn real_export_without_payloads_says_so_and_keeps_the_native_chains() {
+    // The same capture as nsys 2023.4 exports it: the marks, not their payloads.
+    let p = data("ctypes_pybt_2023.sqlite.gz");
+    let j = report_json(&p, &[]);
+    assert_eq!(
+        (j["gpu_ops"].as_u64(), j["device_idle_ns"].as_u64()),
+        (Some(402), Some(23_590_549))
+    );
+    assert!(
+        j["notes"].as_array().unwrap().iter().any(|n| n
+            .as_str()
+            .unwrap()
+            .starts_with("NVTX_EVENTS holds 423 Python backtraces without their payloads")),
+        "{}",
+        j["notes"]
+    );
+    let top = j["top_stacks"][0]["frames"].as_array().unwrap();
+    assert!(
+        top.iter()
+            .all(|f| !f.as_str().unwrap().contains("ctypes_launch.py")),
+        "{top:?}"
+    );
+    assert!(
+        top.iter().any(|f| f == "ffi_call [libffi.so.8.1.4]"),
+        "{top:?}"
+    );
+    assert!(
+        j["skipped"].as_object().unwrap().is_empty(),
+        "{}",
+        j["skipped"]
+    );
+}
+
+#[test]
+fn real_python_samples_say_what_python_ran_during_gaps() {
+    // nsys 2023.4 on the H200, --python-sampling at 1 kHz: 401 samples over the process's
+    // life, taken on nsys's own sampling thread; 10 fall in the CUDA work's 10 ms.
+    let p = data("ctypes_pysample.sqlite.gz");
+    let j = report_json(&p, &[]);
+    assert_eq!(
+        (j["gpu_ops"].as_u64(), j["device_idle_ns"].as_u64()),
+        (Some(402), Some(9_636_780))
+    );
+    assert!(
+        j["notes"].as_array().unwrap().contains(&json!(
+            "Python samples (--python-sampling): 401 as the threads' CPU samples; 401 taken on \
+             nsys's sampling thread given to the one thread that made CUDA calls"
+        )),
+        "{}",
+        j["notes"]
+    );
+    let folded = String::from_utf8(report(&p, &["--format", "folded-cpu"]).stdout).unwrap();
+    let f = "/work/main/gpu/ctypes_launch.py";
+    assert!(
+        folded.contains(&format!(
+            "(CPU during these gaps);{f}(78): <module>;{f}(72): step;{f}(58): launch "
+        )),
+        "{folded}"
+    );
+    let st = gaptop::collect::load_path(&p, usize::MAX).unwrap();
+    assert_eq!(st.cpu_samples, 401);
+}
