@@ -1114,18 +1114,18 @@ fn the_ui_tree_shows_nvtx_ranges_of_a_real_export() {
 // Python backtraces (`--python-backtrace=cuda`, `--python-sampling`): NVTX marks of nsys's
 // `Python Backtrace` domain whose payloads (`NVTX_EVENTS.binaryData`) hold the frames.
 
-/// A `PythonBacktrace` payload laid out as `fixture_schema_rows` says (not as nsys 2023.4
-/// does, so that a reader of fixed offsets fails): source at 12, count at 16, frames of 32
-/// bytes from 24, each a function and a file string id and a line, innermost first.
+/// A `PythonBacktrace` payload laid out as [`PAYLOAD_SCHEMA`] says (not as nsys 2023.4 does,
+/// so that a reader of fixed offsets fails): source at 12, count at 16, frames of 32 bytes from
+/// 24, innermost first, each its line at 0, its function's string id at 8 and its file's at 20.
 fn odd_payload(source: u32, frames: &[(i64, i64, u32)]) -> Vec<u8> {
     let mut b = vec![0xAB_u8; 24 + 32 * frames.len()];
     b[12..16].copy_from_slice(&source.to_le_bytes());
     b[16..20].copy_from_slice(&(frames.len() as u32).to_le_bytes());
     for (i, &(function, file, line)) in frames.iter().enumerate() {
         let at = 24 + 32 * i;
-        b[at..at + 8].copy_from_slice(&function.to_le_bytes());
-        b[at + 8..at + 16].copy_from_slice(&file.to_le_bytes());
-        b[at + 16..at + 20].copy_from_slice(&line.to_le_bytes());
+        b[at..at + 4].copy_from_slice(&line.to_le_bytes());
+        b[at + 8..at + 16].copy_from_slice(&function.to_le_bytes());
+        b[at + 20..at + 28].copy_from_slice(&file.to_le_bytes());
     }
     b
 }
@@ -1147,6 +1147,9 @@ INSERT INTO NVTX_PAYLOAD_SCHEMA_ENTRIES VALUES
     (5, 900, 1, 0, NULL, 'Source', NULL, NULL, 12),
     (5, 900, 2, 0, NULL, 'Frames count', NULL, NULL, 16),
     (5, 900, 3, 0, NULL, 'Frames', NULL, NULL, 24),
+    (5, 901, 0, 0, NULL, 'Function', NULL, NULL, 8),
+    (5, 901, 1, 0, NULL, 'File', NULL, NULL, 20),
+    (5, 901, 2, 0, NULL, 'Line', NULL, NULL, 0),
     (6, 900, 0, 0, NULL, 'Frames', NULL, NULL, 0);
 INSERT INTO NVTX_PAYLOAD_ENUM_ENTRIES VALUES (5, 902, 0, 'Periodic sampling', 9, 0),
     (5, 902, 1, 'Event based', 2, 0);
@@ -1180,11 +1183,12 @@ fn python_backtraces_replace_the_interpreters_frames_under_nvtx() {
         )
         .unwrap();
     };
-    // Inside kernel_a's launch; at the start of kernel_b's launch's backtrace row, before the
-    // call itself starts (where nsys 2023.4 takes it).
+    // Just before kernel_a's launch starts (the chain in the call's own row, as newer exports
+    // give it: nsys takes the backtrace as it enters the call, before CUPTI's start of it); at
+    // the start of kernel_b's launch's backtrace row (nsys 2023.4).
     mark(
         &mut f,
-        10_500,
+        9_800,
         TID,
         odd_payload(2, &[(fa, model, 8), (train, file, 40)]),
     );
@@ -1194,6 +1198,18 @@ fn python_backtraces_replace_the_interpreters_frames_under_nvtx() {
         TID,
         odd_payload(2, &[(fb, model, 12), (train, file, 40)]),
     );
+    // A runtime call with a driver call inside it: both get the backtrace.
+    f.call(141_000, 145_000, 8, "cudaFuncGetAttributes_v3020", 0, None);
+    f.call(142_000, 143_000, 9, "cuFuncGetAttribute", 1, None);
+    let attrs = f.s("attributes");
+    mark(
+        &mut f,
+        140_900,
+        TID,
+        odd_payload(2, &[(attrs, model, 3), (train, file, 41)]),
+    );
+    // One in no call (nor just before one).
+    mark(&mut f, 90_000, TID, odd_payload(2, &[(train, file, 42)]));
     // Periodic samples on nsys's sampling thread, during the 33 µs gap before kernel_b.
     for at in [44_000, 46_000, 48_000] {
         mark(
@@ -1233,14 +1249,28 @@ fn python_backtraces_replace_the_interpreters_frames_under_nvtx() {
             "at::native::launch_b [libtorch_cuda.so]"
         ]
     );
+    for corr in [8, 9] {
+        assert_eq!(
+            frames(corr),
+            [
+                "train_step",
+                "/src/train.py(41): train",
+                "/src/model.py(3): attributes"
+            ]
+        );
+    }
     // A call without a backtrace keeps what it had.
     assert_eq!(frames(6), ["train_step"]);
     assert_eq!(st.skipped["Python backtrace with an unreadable payload"], 1);
+    assert_eq!(
+        st.skipped["Python backtrace taken in no traced CUDA call of its thread"],
+        1
+    );
     // The fixture's own mark is skipped and counted; the backtraces are not marks to skip.
     assert_eq!(st.skipped["NVTX mark"], 1, "{:?}", st.skipped);
     assert!(
         st.notes.iter().any(|n| n
-            == "Python backtraces: 2 taken in CUDA calls, 2 of 7 calls given their Python frames"),
+            == "Python backtraces: 4 taken in CUDA calls, 4 of 9 calls given their Python frames"),
         "{:?}",
         st.notes
     );
@@ -1394,6 +1424,58 @@ fn real_python_samples_say_what_python_ran_during_gaps() {
         )),
         "{folded}"
     );
+    // The Python samples say what the CPU did: no note says the gaps cannot.
+    assert!(
+        !j["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n.as_str().unwrap().contains("COMPOSITE")),
+        "{}",
+        j["notes"]
+    );
     let st = gaptop::collect::load_path(&p, usize::MAX).unwrap();
     assert_eq!(st.cpu_samples, 401);
+}
+
+#[test]
+fn real_python_backtraces_match_calls_whose_own_row_holds_the_chain() {
+    // Newer exports give a call's chain in its own row, without nsys 2023.4's backtrace row,
+    // which starts where the backtrace was taken: the same capture rewritten so, each
+    // backtrace now a little before its call's start (79 to 1,426 ns).
+    let d = tempdir("nsys-python-rows");
+    let p = d.join("rows.sqlite");
+    let mut raw = Vec::new();
+    let gz = std::fs::File::open(data("ctypes_pybt.sqlite.gz")).unwrap();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(gz), &mut raw).unwrap();
+    std::fs::write(&p, raw).unwrap();
+    let db = Connection::open(&p).unwrap();
+    db.execute_batch(
+        "UPDATE CUPTI_ACTIVITY_KIND_RUNTIME AS c SET callchainId = (SELECT b.callchainId
+             FROM CUPTI_ACTIVITY_KIND_RUNTIME b WHERE b.eventClass = 67
+             AND b.correlationId = c.correlationId) WHERE c.eventClass <> 67;
+         DELETE FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE eventClass = 67;",
+    )
+    .unwrap();
+    drop(db);
+    let j = report_json(&p, &[]);
+    assert!(
+        j["notes"].as_array().unwrap().contains(&json!(
+            "Python backtraces: 423 taken in CUDA calls, 423 of 836 calls given their Python frames"
+        )),
+        "{}",
+        j["notes"]
+    );
+    let f = "/work/main/gpu/ctypes_launch.py";
+    let top = j["top_stacks"][0]["frames"].as_array().unwrap();
+    assert_eq!(top[2], format!("{f}(58): launch"), "{top:?}");
+    assert!(
+        top[3].as_str().unwrap().starts_with("_ctypes.cpython-312"),
+        "{top:?}"
+    );
+    assert!(
+        j["skipped"].as_object().unwrap().is_empty(),
+        "{}",
+        j["skipped"]
+    );
 }

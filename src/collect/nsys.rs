@@ -32,7 +32,8 @@
 //!   (`NVTX_EVENTS.binaryData`: a blob, or text as base64 or hex) holds a `PythonBacktrace`
 //!   (see [`pybacktrace`]), laid out as `NVTX_PAYLOAD_SCHEMAS` and `_SCHEMA_ENTRIES` say where
 //!   the export has them. One taken in a CUDA call (`--python-backtrace=cuda`; nsys takes it
-//!   as the call, or its backtrace row, starts) gives that call and the calls made inside it
+//!   as it enters the call: where its backtrace row starts, or just before CUPTI's start of
+//!   the call) gives that call and the calls made inside it
 //!   their Python frames, in place of the interpreter's frames of the call chain (the native
 //!   frames below the interpreter stay). Periodic ones (`--python-sampling`) are CPU samples;
 //!   nsys takes them on its own thread, so a process's samples go to its one thread that made
@@ -788,7 +789,7 @@ impl Import {
         ];
         let mut calls = Vec::new();
         let mut chains: HashMap<(u32, u32), i64> = HashMap::default();
-        let mut held: HashMap<(u32, u32), (Ns, Ns)> = HashMap::default();
+        let mut held: HashMap<(u32, u32), (u32, Ns, Ns)> = HashMap::default();
         for t in ["CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER"] {
             if !self.db.has(t) {
                 continue;
@@ -809,7 +810,9 @@ impl Import {
                     if let Some(c) = chain {
                         chains.insert((proc, corr), c);
                     }
-                    held.insert((proc, corr), (start, end));
+                    if corr != 0 {
+                        held.insert((proc, corr), (tid_of(gtid), start, end));
+                    }
                     continue;
                 }
                 let name = self.strings.name(&mut self.store, name);
@@ -833,8 +836,11 @@ impl Import {
             if c.chain.is_none() {
                 c.chain = chains.get(&(c.proc, c.call.corr)).copied();
             }
-            if let Some(&(s, e)) = held.get(&(c.proc, c.call.corr)) {
-                c.held = (s.min(c.call.start), e.max(c.call.end));
+            // The backtrace row holds its call: on the same thread, around it.
+            if let Some(&(tid, s, e)) = held.get(&(c.proc, c.call.corr)) {
+                if tid == c.call.tid && s <= c.call.start && e >= c.call.end {
+                    c.held = (s, e);
+                }
             }
         }
         // One call per correlation id in a process: the first to start (its ops' launch).
@@ -1033,6 +1039,7 @@ impl Import {
             return Ok(l);
         }
         let mut backtrace: Option<(Option<i64>, i64)> = None;
+        let mut frame: Option<(Option<i64>, i64)> = None;
         let mut frame_size = None;
         self.db
             .each(t, &["domainId", "schemaId", "name", "payloadSize"], |r| {
@@ -1043,7 +1050,12 @@ impl Import {
                             backtrace = Some((int(r, 0, "domainId")?, id));
                         }
                     }
-                    Some(pybacktrace::FRAME_SCHEMA) => frame_size = int(r, 3, "payloadSize")?,
+                    Some(pybacktrace::FRAME_SCHEMA) => {
+                        frame_size = int(r, 3, "payloadSize")?;
+                        if let Some(id) = int(r, 1, "schemaId")? {
+                            frame = Some((int(r, 0, "domainId")?, id));
+                        }
+                    }
                     _ => {}
                 }
                 Ok(())
@@ -1052,22 +1064,35 @@ impl Import {
             l.frame_size = size as usize;
         }
         let t = "NVTX_PAYLOAD_SCHEMA_ENTRIES";
-        if let (Some((domain, schema)), true) = (backtrace, self.db.has(t)) {
+        if self.db.has(t) && (backtrace.is_some() || frame.is_some()) {
+            let of = |r: &Row, which: Option<(Option<i64>, i64)>| -> anyhow::Result<bool> {
+                let Some((domain, schema)) = which else {
+                    return Ok(false);
+                };
+                Ok(int(r, 1, "schemaId")? == Some(schema)
+                    && (domain.is_none() || int(r, 0, "domainId")? == domain))
+            };
             self.db
                 .each(t, &["domainId", "schemaId", "name", "offset"], |r| {
-                    if int(r, 1, "schemaId")? != Some(schema)
-                        || (domain.is_some() && int(r, 0, "domainId")? != domain)
-                    {
-                        return Ok(());
-                    }
                     let Some(off) = int(r, 3, "offset")?.filter(|&o| (0..4096).contains(&o)) else {
                         return Ok(());
                     };
-                    match text(r, 2, "name")?.as_deref() {
-                        Some("Source") => l.source = off as usize,
-                        Some("Frames count") => l.count = off as usize,
-                        Some("Frames") => l.frames = off as usize,
-                        _ => {}
+                    let off = off as usize;
+                    let name = text(r, 2, "name")?;
+                    if of(r, backtrace)? {
+                        match name.as_deref() {
+                            Some("Source") => l.source = off,
+                            Some("Frames count") => l.count = off,
+                            Some("Frames") => l.frames = off,
+                            _ => {}
+                        }
+                    } else if of(r, frame)? {
+                        match name.as_deref() {
+                            Some("Function") => l.function = off,
+                            Some(f) if f.starts_with("File") => l.file = off,
+                            Some("Line") => l.line = off,
+                            _ => {}
+                        }
                     }
                     Ok(())
                 })?;
@@ -1333,13 +1358,24 @@ impl Import {
     }
 }
 
-/// For each call, the Python backtrace taken inside it (`--python-backtrace=cuda`: on its thread,
-/// between its start and end), by index in `traces`. A call nested in another (a driver call
-/// inside a runtime call) gets the same backtrace as its caller.
-fn python_of_calls(im: &Import, calls: &[RawCall], traces: &[PyTrace]) -> Vec<Option<usize>> {
+/// How long before a call's own start nsys may take the Python backtrace of it: it takes the
+/// backtrace as it enters the call, before CUPTI's start of it (79 to 1,426 ns before, on the
+/// H200 with nsys 2023.4, where the call's backtrace row starts at the backtrace's time).
+const PYTHON_LEAD_NS: Ns = 5_000;
+
+/// For each call, the Python backtrace taken in it (`--python-backtrace=cuda`), by index in
+/// `traces`: on its thread, between its start (or its backtrace row's) and its end, else just
+/// before its start (within [`PYTHON_LEAD_NS`]). The calls made inside it (a runtime call's
+/// driver calls) get the same backtrace. Also the number of backtraces that fell in no call.
+fn python_of_calls(
+    im: &Import,
+    calls: &[RawCall],
+    traces: &[PyTrace],
+) -> (Vec<Option<usize>>, usize) {
     let mut out = vec![None; calls.len()];
+    let mut unmatched = 0;
     if traces.is_empty() {
-        return out;
+        return (out, unmatched);
     }
     let mut by_thread: HashMap<(u32, u32), Vec<usize>> = HashMap::default();
     for (i, c) in calls.iter().enumerate() {
@@ -1354,6 +1390,7 @@ fn python_of_calls(im: &Import, calls: &[RawCall], traces: &[PyTrace]) -> Vec<Op
             .get(&proc_key(t.gtid))
             .and_then(|&p| by_thread.get(&(p, tid_of(t.gtid))))
         else {
+            unmatched += 1;
             continue;
         };
         let n = v.partition_point(|&i| calls[i].held.0 <= t.time);
@@ -1366,17 +1403,30 @@ fn python_of_calls(im: &Import, calls: &[RawCall], traces: &[PyTrace]) -> Vec<Op
                 until = until.max(Some(calls[i].held.1));
             }
         }
-        // The calls made inside them (the driver calls of a runtime call) start after the
-        // backtrace was taken: theirs too.
+        let mut from = n;
+        if until.is_none() {
+            match v.get(n) {
+                Some(&i) if calls[i].held.0 - t.time <= PYTHON_LEAD_NS && out[i].is_none() => {
+                    out[i] = Some(ti);
+                    until = Some(calls[i].held.1);
+                    from = n + 1;
+                }
+                _ => {
+                    unmatched += 1;
+                    continue;
+                }
+            }
+        }
+        // The calls made inside them start after the backtrace was taken: theirs too.
         if let Some(end) = until {
-            for &i in v[n..].iter().take_while(|&&i| calls[i].held.0 <= end) {
+            for &i in v[from..].iter().take_while(|&&i| calls[i].held.0 <= end) {
                 if calls[i].held.1 <= end && out[i].is_none() {
                     out[i] = Some(ti);
                 }
             }
         }
     }
-    out
+    (out, unmatched)
 }
 
 /// The periodic Python samples of `--python-sampling` on the threads they sampled. nsys takes
@@ -1387,14 +1437,17 @@ fn sampled_threads(im: &mut Import, calls: &[RawCall], mut sampled: Vec<PyTrace>
     if sampled.is_empty() {
         return sampled;
     }
-    let mut callers: HashMap<i64, HashSet<u32>> = HashMap::default();
+    let mut callers: HashMap<u32, HashSet<u32>> = HashMap::default();
     for c in calls {
-        let key = im.store.procs[c.proc as usize].pid;
-        callers.entry(key as i64).or_default().insert(c.call.tid);
+        callers.entry(c.proc).or_default().insert(c.call.tid);
     }
     let (mut moved, mut left) = (0usize, 0usize);
     for p in &mut sampled {
-        let Some(tids) = callers.get(&(pid_of(p.gtid) as i64)) else {
+        let Some(tids) = im
+            .procs
+            .get(&proc_key(p.gtid))
+            .and_then(|proc| callers.get(proc))
+        else {
             continue;
         };
         if tids.contains(&tid_of(p.gtid)) {
@@ -1566,7 +1619,11 @@ pub fn load_sqlite(path: &Path, source: &str, budget: usize) -> anyhow::Result<S
     im.spans(ranges);
     let (sampled, at_calls): (Vec<PyTrace>, Vec<PyTrace>) =
         im.python_backtraces()?.into_iter().partition(|p| p.sampled);
-    let python = python_of_calls(&im, &calls, &at_calls);
+    let (python, unmatched) = python_of_calls(&im, &calls, &at_calls);
+    for _ in 0..unmatched {
+        im.store
+            .skip("Python backtrace taken in no traced CUDA call of its thread");
+    }
     if !at_calls.is_empty() {
         let given = python.iter().filter(|p| p.is_some()).count();
         im.note(format!(
@@ -1576,6 +1633,12 @@ pub fn load_sqlite(path: &Path, source: &str, budget: usize) -> anyhow::Result<S
         ));
     }
     let sampled = sampled_threads(&mut im, &calls, sampled);
+    if !sampled.is_empty() {
+        // Python samples say what the CPU did, without the native samples.
+        im.store
+            .notes
+            .retain(|n| !n.starts_with("no COMPOSITE_EVENTS"));
+    }
     im.cpu_samples(sampled)?;
     let mut done: Vec<(u32, ApiCall)> = Vec::with_capacity(calls.len());
     for (c, py) in calls.into_iter().zip(python) {

@@ -9,7 +9,8 @@
 //! and the line (4 bytes, then padding). That layout was read from the payloads of real
 //! captures (nsys 2023.4 on an H200, Python 3.12; tests/data/nsys/README.md); where the export
 //! holds the schema (`NVTX_PAYLOAD_SCHEMAS`, `NVTX_PAYLOAD_SCHEMA_ENTRIES`), its entries' offsets
-//! and the frame schema's size are used instead. Padding is not zeroed by nsys: only the bytes a
+//! and the frame schema's size are used instead. The thread state is not read: what its values
+//! mean is not known (the samples of one capture say 1 or 3 of the same kind of code). Padding is not zeroed by nsys: only the bytes a
 //! field owns are read.
 
 use base64::Engine;
@@ -26,8 +27,12 @@ pub struct Layout {
     pub source: usize,
     pub count: usize,
     pub frames: usize,
-    /// One frame's size; its function, file and line are at 0, 8 and 16.
+    /// One frame's size, and where in a frame its function's and file's string ids (8 bytes
+    /// each) and its line (4 bytes) are.
     pub frame_size: usize,
+    pub function: usize,
+    pub file: usize,
+    pub line: usize,
     /// The source's value for periodic sampling (anything else was taken at an event).
     pub periodic: u32,
 }
@@ -39,6 +44,9 @@ impl Default for Layout {
             count: 8,
             frames: 16,
             frame_size: 24,
+            function: 0,
+            file: 8,
+            line: 16,
             periodic: 1,
         }
     }
@@ -75,7 +83,8 @@ fn u64_at(b: &[u8], at: usize) -> Option<u64> {
 pub fn decode(b: &[u8], l: &Layout) -> Option<Backtrace> {
     let source = u32_at(b, l.source)?;
     let count = u32_at(b, l.count)? as usize;
-    if l.frame_size < 20 || b.len() < l.frames {
+    let fits = l.function.max(l.file) + 8 <= l.frame_size && l.line + 4 <= l.frame_size;
+    if !fits || b.len() < l.frames {
         return None;
     }
     let room = (b.len() - l.frames) / l.frame_size;
@@ -84,9 +93,9 @@ pub fn decode(b: &[u8], l: &Layout) -> Option<Backtrace> {
         .filter_map(|i| {
             let at = l.frames + i * l.frame_size;
             Some(RawFrame {
-                function: u64_at(b, at)? as i64,
-                file: u64_at(b, at + 8)? as i64,
-                line: u32_at(b, at + 16)?,
+                function: u64_at(b, at + l.function)? as i64,
+                file: u64_at(b, at + l.file)? as i64,
+                line: u32_at(b, at + l.line)?,
             })
         })
         .collect();

@@ -88,7 +88,7 @@ def add_payloads(db, json_path):
         """
     )
     # The thread-state enum (Running, Blocking Wait, Uninterruptible) is left out: its values are
-    # not known (every payload here says 1). The source's are: 1 in the periodic samples of
+    # not known (the backtraces say 1; the samples 1 or 3, of the same kinds of code). The source's are: 1 in the periodic samples of
     # --python-sampling, 2 in the backtraces taken in CUDA calls.
     # A frame: function and file as string ids, then the line; a backtrace: its thread's state,
     # its source, the number of frames, then the frames (innermost first).
