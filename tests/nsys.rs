@@ -1294,6 +1294,17 @@ fn python_backtraces_replace_the_interpreters_frames_under_nvtx() {
     );
 }
 
+/// The note of `ctypes_pybt`'s report: each of its 423 backtraces gave its call Python frames.
+fn assert_all_calls_with_chains_got_python(j: &Value) {
+    let note = "Python backtraces: 423 taken in CUDA calls, 423 of 836 calls given their Python \
+                frames";
+    assert!(
+        j["notes"].as_array().unwrap().contains(&json!(note)),
+        "{}",
+        j["notes"]
+    );
+}
+
 #[test]
 fn real_python_backtraces_name_the_python_code_of_each_launch() {
     // nsys 2023.4 on the H200: ctypes_launch.py's CUDA runtime calls with
@@ -1303,13 +1314,7 @@ fn real_python_backtraces_name_the_python_code_of_each_launch() {
     let j = report_json(&p, &[]);
     assert_eq!(j["gpu_ops"], 402);
     assert_eq!(j["device_idle_ns"], 23_590_549);
-    assert!(
-        j["notes"].as_array().unwrap().contains(&json!(
-            "Python backtraces: 423 taken in CUDA calls, 423 of 836 calls given their Python frames"
-        )),
-        "{}",
-        j["notes"]
-    );
+    assert_all_calls_with_chains_got_python(&j);
     let f = "/work/main/gpu/ctypes_launch.py";
     let st = gaptop::collect::load_path(&p, usize::MAX).unwrap();
     let proc = &st.procs[0];
@@ -1459,13 +1464,7 @@ fn real_python_backtraces_match_calls_whose_own_row_holds_the_chain() {
     .unwrap();
     drop(db);
     let j = report_json(&p, &[]);
-    assert!(
-        j["notes"].as_array().unwrap().contains(&json!(
-            "Python backtraces: 423 taken in CUDA calls, 423 of 836 calls given their Python frames"
-        )),
-        "{}",
-        j["notes"]
-    );
+    assert_all_calls_with_chains_got_python(&j);
     let f = "/work/main/gpu/ctypes_launch.py";
     let top = j["top_stacks"][0]["frames"].as_array().unwrap();
     assert_eq!(top[2], format!("{f}(58): launch"), "{top:?}");
