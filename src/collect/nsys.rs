@@ -444,6 +444,9 @@ struct PyTrace {
     frames: Vec<NameId>,
 }
 
+/// NVTX ranges read, by (process, thread).
+type ThreadRanges = HashMap<(u32, u32), Vec<RawRange>>;
+
 /// An NVTX range read.
 struct RawRange {
     start: Ns,
@@ -1114,27 +1117,10 @@ impl Import {
     /// The Python backtraces of nsys's `Python Backtrace` NVTX domain (`--python-backtrace=cuda`
     /// takes one inside each CUDA call, `--python-sampling` periodically), of the processes that
     /// did CUDA work, with their frames outermost first; or none, with a note, where the export
-    /// holds the marks without their payloads.
-    fn python_backtraces(&mut self) -> anyhow::Result<Vec<PyTrace>> {
+    /// holds the marks without their payloads. `domains`: the ids of that domain, as
+    /// [`Import::ranges`] found them.
+    fn python_backtraces(&mut self, domains: &[i64]) -> anyhow::Result<Vec<PyTrace>> {
         let t = "NVTX_EVENTS";
-        if !self.db.has(t) {
-            return Ok(Vec::new());
-        }
-        let mut domains: Vec<i64> = Vec::new();
-        let filter = format!("eventType = {NVTX_DOMAIN_CREATE}");
-        self.db
-            .each_where(t, &["domainId", "text", "textId"], Some(&filter), |r| {
-                let name = match text(r, 1, "text")?.filter(|s| !s.is_empty()) {
-                    Some(s) => Some(s),
-                    None => int(r, 2, "textId")?
-                        .and_then(|id| self.strings.get(id))
-                        .map(str::to_string),
-                };
-                if name.as_deref() == Some(pybacktrace::DOMAIN) {
-                    domains.extend(int(r, 0, "domainId")?);
-                }
-                Ok(())
-            })?;
         if domains.is_empty() {
             return Ok(Vec::new());
         }
@@ -1229,12 +1215,13 @@ impl Import {
         Ok(out)
     }
 
-    /// NVTX ranges per (process, thread), in no order.
-    fn ranges(&mut self) -> anyhow::Result<HashMap<(u32, u32), Vec<RawRange>>> {
-        let mut out: HashMap<(u32, u32), Vec<RawRange>> = HashMap::default();
+    /// NVTX ranges per (process, thread), in no order, and the ids of nsys's `Python Backtrace`
+    /// domain (whose marks [`Import::python_backtraces`] reads).
+    fn ranges(&mut self) -> anyhow::Result<(ThreadRanges, Vec<i64>)> {
+        let mut out: ThreadRanges = HashMap::default();
         let t = "NVTX_EVENTS";
         if !self.db.has(t) {
-            return Ok(out);
+            return Ok((out, Vec::new()));
         }
         let cols = [
             "start!",
@@ -1265,14 +1252,16 @@ impl Import {
                 domains.insert(domain.unwrap_or(0), name);
             }
         }
+        let python: Vec<i64> = domains
+            .iter()
+            .filter(|&(_, &n)| self.store.names.get(n) == pybacktrace::DOMAIN)
+            .map(|(&d, _)| d)
+            .collect();
         for ([start, end, ty, gtid, text_id, domain], text) in rows {
             let ty = ty.unwrap_or(0);
             if ty == NVTX_MARK {
                 // Python backtraces are marks of their own domain, read on their own.
-                let python = domain
-                    .and_then(|d| domains.get(&d))
-                    .is_some_and(|&n| self.store.names.get(n) == pybacktrace::DOMAIN);
-                if !python {
+                if !python.contains(&domain.unwrap_or(0)) {
                     self.store.skip("NVTX mark");
                 }
                 continue;
@@ -1318,13 +1307,13 @@ impl Import {
                 domain,
             });
         }
-        Ok(out)
+        Ok((out, python))
     }
 
     /// Gives each thread its ranges as spans, nested: a range's parent is the latest opened
     /// range that holds it whole (start/end ranges need not nest; one that crosses another's
     /// end becomes its sibling); and as its NVTX ranges, for the timeline's lane and steps.
-    fn spans(&mut self, ranges: HashMap<(u32, u32), Vec<RawRange>>) {
+    fn spans(&mut self, ranges: ThreadRanges) {
         for ((proc, tid), mut raw) in ranges {
             raw.sort_unstable_by_key(|r| (r.start, std::cmp::Reverse(r.end), r.name));
             let nvtx = raw
@@ -1615,10 +1604,12 @@ pub fn load_sqlite(path: &Path, source: &str, budget: usize) -> anyhow::Result<S
                 .into(),
         );
     }
-    let ranges = im.ranges()?;
+    let (ranges, python_domains) = im.ranges()?;
     im.spans(ranges);
-    let (sampled, at_calls): (Vec<PyTrace>, Vec<PyTrace>) =
-        im.python_backtraces()?.into_iter().partition(|p| p.sampled);
+    let (sampled, at_calls): (Vec<PyTrace>, Vec<PyTrace>) = im
+        .python_backtraces(&python_domains)?
+        .into_iter()
+        .partition(|p| p.sampled);
     let (python, unmatched) = python_of_calls(&im, &calls, &at_calls);
     for _ in 0..unmatched {
         im.store
