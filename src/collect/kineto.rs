@@ -558,10 +558,9 @@ impl Builder {
                     None => None,
                 };
                 if let Some(frames) = &frames {
-                    for f in frames {
-                        let id = self.store.names.intern(f);
-                        stack = self.store.stacks.intern(stack, id);
-                    }
+                    let names = &mut self.store.names;
+                    let ids = frames.iter().map(|f| names.intern(f));
+                    stack = self.store.stacks.intern_path(stack, ids);
                 }
                 // A stack of 0 is filled in from the CPU spans in `finish`.
                 self.store.push_api_unsorted(
@@ -637,11 +636,12 @@ impl Builder {
             return Ok(s);
         }
         let text = string_of(v)?;
-        let mut stack = 0;
-        for f in text.rsplit(';').filter(|f| !f.trim().is_empty()) {
-            let id = self.store.names.intern(f.trim());
-            stack = self.store.stacks.intern(stack, id);
-        }
+        let names = &mut self.store.names;
+        let ids = text
+            .rsplit(';')
+            .filter(|f| !f.trim().is_empty())
+            .map(|f| names.intern(f.trim()));
+        let stack = self.store.stacks.intern_path(0, ids);
         self.call_stacks.insert(v.to_vec(), stack);
         Ok(stack)
     }

@@ -954,10 +954,7 @@ impl Import {
         let mut by_thread: HashMap<(u32, u32), Vec<CpuSample>> = HashMap::default();
         for p in python {
             let proc = self.procs[&proc_key(p.gtid)];
-            let mut stack = 0;
-            for &f in &p.frames {
-                stack = self.store.stacks.intern(stack, f);
-            }
+            let stack = self.store.stacks.intern_path(0, p.frames);
             by_thread
                 .entry((proc, tid_of(p.gtid)))
                 .or_default()
@@ -998,10 +995,8 @@ impl Import {
             let rows = self.chain_rows(cc, &wanted)?;
             let chains = self.frames_of(rows, false);
             for (gtid, id, time) in samples {
-                let mut stack = 0;
-                for &f in chains.get(&id).map(|c| &c.frames[..]).unwrap_or(&[]) {
-                    stack = self.store.stacks.intern(stack, f);
-                }
+                let frames = chains.get(&id).map(|c| &c.frames[..]).unwrap_or(&[]);
+                let stack = self.store.stacks.intern_path(0, frames.iter().copied());
                 let proc = self.procs[&proc_key(gtid)];
                 by_thread
                     .entry((proc, tid_of(gtid)))
@@ -1513,11 +1508,9 @@ fn captured_calls(
         });
         let stack = match maker {
             Some(m) => *memo.entry((launch.stack, m.stack)).or_insert_with(|| {
-                let mut s = im.store.stacks.intern(launch.stack, marker);
-                for f in im.store.stacks.frames(m.stack) {
-                    s = im.store.stacks.intern(s, f);
-                }
-                s
+                let s = im.store.stacks.intern(launch.stack, marker);
+                let frames = im.store.stacks.frames(m.stack);
+                im.store.stacks.intern_path(s, frames)
             }),
             None => launch.stack,
         };
@@ -1639,17 +1632,16 @@ pub fn load_sqlite(path: &Path, source: &str, budget: usize) -> anyhow::Result<S
         let native = match (py, chain) {
             // Python's frames where the interpreter's were: the native frames below them stay.
             (Some(py), chain) => {
-                for &f in &at_calls[py].frames {
-                    stack = im.store.stacks.intern(stack, f);
-                }
+                stack = im
+                    .store
+                    .stacks
+                    .intern_path(stack, at_calls[py].frames.iter().copied());
                 chain.map_or(&[][..], |c| &c.frames[c.below_interpreter..])
             }
             (None, Some(c)) => &c.frames[..],
             (None, None) => &[][..],
         };
-        for &f in native {
-            stack = im.store.stacks.intern(stack, f);
-        }
+        let stack = im.store.stacks.intern_path(stack, native.iter().copied());
         done.push((c.proc, ApiCall { stack, ..c.call }));
     }
     let replayed = std::mem::take(&mut im.replayed);

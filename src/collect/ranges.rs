@@ -140,7 +140,7 @@ impl Grafter<'_> {
         let b = if k == 0 {
             stack
         } else {
-            frames[k..].iter().fold(0, |p, &f| self.stacks.intern(p, f))
+            self.stacks.intern_path(0, frames[k..].iter().copied())
         };
         self.bare.insert(stack, b);
         b
@@ -155,11 +155,8 @@ impl Grafter<'_> {
         if let Some(&g) = self.grafted.get(&(chain, bare)) {
             return g;
         }
-        let g = self
-            .stacks
-            .frames(bare)
-            .into_iter()
-            .fold(chain, |p, f| self.stacks.intern(p, f));
+        let frames = self.stacks.frames(bare);
+        let g = self.stacks.intern_path(chain, frames);
         self.grafted.insert((chain, bare), g);
         g
     }

@@ -89,6 +89,15 @@ impl Default for StackTable {
 }
 
 impl StackTable {
+    /// The stack of `frames`, outermost first, under `parent`.
+    pub fn intern_path(
+        &mut self,
+        parent: StackId,
+        frames: impl IntoIterator<Item = NameId>,
+    ) -> StackId {
+        frames.into_iter().fold(parent, |p, f| self.intern(p, f))
+    }
+
     pub fn intern(&mut self, parent: StackId, frame: NameId) -> StackId {
         if let Some(&id) = self.map.get(&(parent, frame)) {
             return id;
