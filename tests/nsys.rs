@@ -1296,8 +1296,14 @@ fn python_backtraces_replace_the_interpreters_frames_under_nvtx() {
 
 /// The note of `ctypes_pybt`'s report: each of its 423 backtraces gave its call Python frames.
 fn assert_all_calls_with_chains_got_python(j: &Value) {
-    let note = "Python backtraces: 423 taken in CUDA calls, 423 of 836 calls given their Python \
-                frames";
+    assert_has_note(
+        j,
+        "Python backtraces: 423 taken in CUDA calls, 423 of 836 calls given their Python frames",
+    );
+}
+
+/// `note` is one of a report's notes.
+fn assert_has_note(j: &Value, note: &str) {
     assert!(
         j["notes"].as_array().unwrap().contains(&json!(note)),
         "{}",
@@ -1413,13 +1419,10 @@ fn real_python_samples_say_what_python_ran_during_gaps() {
         (j["gpu_ops"].as_u64(), j["device_idle_ns"].as_u64()),
         (Some(402), Some(9_636_780))
     );
-    assert!(
-        j["notes"].as_array().unwrap().contains(&json!(
-            "Python samples (--python-sampling): 401 as the threads' CPU samples; 401 taken on \
-             nsys's sampling thread given to the one thread that made CUDA calls"
-        )),
-        "{}",
-        j["notes"]
+    assert_has_note(
+        &j,
+        "Python samples (--python-sampling): 401 as the threads' CPU samples; 401 taken on \
+         nsys's sampling thread given to the one thread that made CUDA calls",
     );
     let folded = String::from_utf8(report(&p, &["--format", "folded-cpu"]).stdout).unwrap();
     let f = "/work/main/gpu/ctypes_launch.py";

@@ -10,8 +10,8 @@
 //! captures (nsys 2023.4 on an H200, Python 3.12; tests/data/nsys/README.md); where the export
 //! holds the schema (`NVTX_PAYLOAD_SCHEMAS`, `NVTX_PAYLOAD_SCHEMA_ENTRIES`), its entries' offsets
 //! and the frame schema's size are used instead. The thread state is not read: what its values
-//! mean is not known (the samples of one capture say 1 or 3 of the same kind of code). Padding is not zeroed by nsys: only the bytes a
-//! field owns are read.
+//! mean is not known (the samples of one capture say 1 or 3 of the same kind of code). Padding
+//! is not zeroed by nsys: only the bytes a field owns are read.
 
 use base64::Engine;
 
