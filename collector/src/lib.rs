@@ -48,6 +48,7 @@ mod cupti;
 mod diag;
 mod native;
 mod pyframes;
+mod pyremote;
 mod records;
 mod selftest;
 mod sender;

@@ -116,6 +116,8 @@ pub(crate) unsafe extern "C" fn calibrate(_: *mut c_void) -> c_int {
     match r {
         Ok(Ok(l)) => {
             let _ = LAYOUT.set(l);
+            // SAFETY: still inside the pending call: the GIL is held, Python code running.
+            let _ = std::panic::catch_unwind(|| unsafe { crate::pyremote::publish(&l) });
             if std::env::var_os("GAPTOP_VERBOSE").is_some() {
                 say!(
                     "python frames: tstate+{} {} code@{} prev@{} file@{} qual@{} lines {}",
@@ -528,7 +530,7 @@ unsafe fn find_lines(
 }
 
 /// The running interpreter's minor version (3.x), if it says.
-fn python_minor() -> Option<u32> {
+pub(crate) fn python_minor() -> Option<u32> {
     type FnVersion = unsafe extern "C" fn() -> *const c_char;
     // SAFETY: taken at its C API declaration's type; Py_GetVersion may be called without the
     // GIL and returns a static NUL-terminated string (or null, checked).

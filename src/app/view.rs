@@ -1072,16 +1072,9 @@ impl App {
                 .map(|&(f, share)| (self.store.names.get(f), share))
                 .filter(|(f, _)| !is_plumbing(f) && !is_unnamed_native(f))
                 .collect();
-            let names: Vec<String> = shared
-                .iter()
-                .take(3)
-                .map(|(f, _)| pretty_frame(f))
-                .collect();
-            match shared.first() {
-                Some((_, share)) => format!(
-                    "CPU during gap: {:.0}% {} ‹ … ({} samples), on CPU {:.0}% of the gap",
-                    100.0 * share,
-                    names.join(" ‹ "),
+            match crate::collect::oncpu::headline(&shared) {
+                Some(line) => format!(
+                    "CPU during gap: {line} ({} samples), on CPU {:.0}% of the gap",
                     d.samples,
                     100.0 * d.on_cpu
                 ),

@@ -311,22 +311,14 @@ pub fn steps_line(a: &Advice, steady_steps: u32) -> Option<String> {
 /// samples (`CPU during its gaps: 93% deflate [libz.so.1] (412 samples, on CPU 97%)`).
 pub fn cpu_line(a: &Advice) -> Option<String> {
     let c = a.cpu.as_ref()?;
-    let f = c.frames.first()?;
-    let callers: Vec<&str> = c
+    let frames: Vec<(&str, f64)> = c
         .frames
         .iter()
-        .skip(1)
-        .take(2)
-        .map(|f| f.frame.as_str())
+        .map(|f| (f.frame.as_str(), f.share))
         .collect();
     Some(format!(
-        "CPU during its gaps: {:.0}% {}{} ({} samples, on CPU {:.0}% of the gaps)",
-        100.0 * f.share,
-        f.frame,
-        callers
-            .iter()
-            .map(|c| format!(" ‹ {c}"))
-            .collect::<String>(),
+        "CPU during its gaps: {} ({} samples, on CPU {:.0}% of the gaps)",
+        crate::collect::oncpu::headline(&frames)?,
         c.samples,
         100.0 * c.on_cpu
     ))

@@ -291,7 +291,7 @@ pub fn attach(
         let (pid, tx, stop) = (target.pid, tx.clone(), stop.clone());
         std::thread::Builder::new()
             .name("gaptop-sampler".into())
-            .spawn(move || super::cpu::stream::run(pid, cfg, tx, stop))?;
+            .spawn(move || super::cpu::stream::run(pid, cfg, None, tx, stop))?;
     }
     Ok(Attachment {
         target: target.clone(),

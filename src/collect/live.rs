@@ -67,6 +67,14 @@ impl SocketDir {
 impl Drop for SocketDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.socket);
+        // The collectors' Python layouts (`python-<pid>`, `.python-<pid>.tmp`).
+        if let Ok(d) = std::fs::read_dir(&self.dir) {
+            for e in d.flatten() {
+                if e.file_name().to_string_lossy().contains("python-") {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
         let _ = std::fs::remove_dir(&self.dir);
     }
 }
@@ -415,7 +423,7 @@ pub fn launch(cmd: &[String], capture: Option<&Path>, opts: &Options) -> anyhow:
                 .name("gaptop-output".into())
                 .spawn(move || follow(reader, tx, stop))?;
         }
-        start_sampler(&child, opts, &tx, &stop)?;
+        start_sampler(&child, opts, &dir, &tx, &stop)?;
         return Ok(Launch {
             child,
             dir,
@@ -426,7 +434,7 @@ pub fn launch(cmd: &[String], capture: Option<&Path>, opts: &Options) -> anyhow:
         });
     }
     let child = c.spawn().with_context(|| format!("cannot start {prog}"))?;
-    start_sampler(&child, opts, &tx, &stop)?;
+    start_sampler(&child, opts, &dir, &tx, &stop)?;
     Ok(Launch {
         child,
         dir,
@@ -441,14 +449,16 @@ pub fn launch(cmd: &[String], capture: Option<&Path>, opts: &Options) -> anyhow:
 fn start_sampler(
     child: &Child,
     opts: &Options,
+    dir: &SocketDir,
     tx: &Sender<LiveEvent>,
     stop: &Arc<AtomicBool>,
 ) -> anyhow::Result<()> {
     if let Some(cfg) = opts.samples {
         let (pid, tx, stop) = (child.id(), tx.clone(), stop.clone());
+        let py_dir = Some(dir.dir.clone());
         std::thread::Builder::new()
             .name("gaptop-sampler".into())
-            .spawn(move || super::cpu::stream::run(pid, cfg, tx, stop))?;
+            .spawn(move || super::cpu::stream::run(pid, cfg, py_dir, tx, stop))?;
     }
     Ok(())
 }

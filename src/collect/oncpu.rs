@@ -123,19 +123,57 @@ impl SiteSamples {
     }
 
     /// The innermost `n` named frames that at least half of the samples hold, innermost first,
-    /// with their shares (frames of stripped libraries, which say nothing, left out).
+    /// with their shares (frames of stripped libraries, which say nothing, left out), and the
+    /// innermost three Python frames among them wherever they stand.
     pub fn innermost(&self, store: &Store, n: usize) -> Vec<JsonFrameShare> {
+        let mut python = 0;
         shared_frames(store, &self.stacks)
             .into_iter()
             .map(|(f, share)| (store.names.get(f), share))
             .filter(|(f, _)| !crate::frames::is_unnamed_native(f))
-            .take(n)
+            .enumerate()
+            .filter(|(i, (f, _))| {
+                let py = crate::frames::python_parts(f).is_some();
+                python += py as usize;
+                *i < n || (py && python <= 3)
+            })
+            .map(|(_, x)| x)
             .map(|(f, share)| JsonFrameShare {
                 frame: f.to_string(),
                 share,
             })
             .collect()
     }
+}
+
+/// What the CPU did, in words: the frames most samples hold, innermost first, as
+/// `(frame, share)`. With Python frames among them (the sampler puts them in place of the
+/// interpreter's), the innermost Python function and two of its callers lead, then the native
+/// code it was in: `91% blur  loader.py:14 ‹ Noisy.__getitem__  loader.py:20 ‹ …, in 62%
+/// pocketfft::r2c [_pocketfft_umath.so]`; otherwise the innermost three frames.
+pub fn headline(frames: &[(&str, f64)]) -> Option<String> {
+    use crate::frames::{pretty_frame, python_parts};
+    let first = frames.first()?;
+    let chain = |from: usize| {
+        frames[from..]
+            .iter()
+            .take(3)
+            .map(|(f, _)| pretty_frame(f))
+            .collect::<Vec<_>>()
+            .join(" ‹ ")
+    };
+    Some(
+        match frames.iter().position(|(f, _)| python_parts(f).is_some()) {
+            Some(0) | None => format!("{:.0}% {}", 100.0 * first.1, chain(0)),
+            Some(p) => format!(
+                "{:.0}% {}, in {:.0}% {}",
+                100.0 * frames[p].1,
+                chain(p),
+                100.0 * first.1,
+                pretty_frame(first.0)
+            ),
+        },
+    )
 }
 
 /// A frame and the share of the samples that hold it.

@@ -30,10 +30,14 @@ impl Module {
         Some(Module { syms })
     }
 
+    /// The function that holds `off`: a symbol whose extent covers it, or one of no stated
+    /// size at exactly that address. An address past a symbol's end is not named after it: in
+    /// a stripped binary the nearest symbol before an address is usually an unrelated export,
+    /// and `binary+0xoffset` is the honest name.
     fn lookup(&self, off: u64) -> Option<&str> {
         let i = self.syms.partition_point(|s| s.0 <= off);
         let (addr, size, name) = self.syms.get(i.checked_sub(1)?)?;
-        (*size == 0 || off < addr + size).then_some(name.as_str())
+        (off < addr + (*size).max(1)).then_some(name.as_str())
     }
 }
 
@@ -158,6 +162,23 @@ mod tests {
         assert_eq!(s.resolve("native:/a/b.so+0xzz"), "/a/b.so+0xzz");
         assert_eq!(s.resolve("model.py(3): f"), "model.py(3): f");
         assert!(is_native("native:/x+0x1") && !is_native("f.py(1): g"));
+    }
+
+    #[test]
+    fn an_address_past_a_symbol_s_end_is_not_named_after_it() {
+        let m = Module {
+            syms: vec![
+                (0x100, 0x20, "Py_CompileStringObject".into()),
+                (0x200, 0, "unsized".into()),
+                (0x300, 0x10, "next".into()),
+            ],
+        };
+        assert_eq!(m.lookup(0x11f), Some("Py_CompileStringObject"));
+        assert_eq!(m.lookup(0x120), None, "a stripped function after an export");
+        assert_eq!(m.lookup(0x200), Some("unsized"));
+        assert_eq!(m.lookup(0x201), None);
+        assert_eq!(m.lookup(0x30f), Some("next"));
+        assert_eq!(m.lookup(0xff), None);
     }
 
     #[test]

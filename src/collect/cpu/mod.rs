@@ -23,6 +23,7 @@
 mod clock;
 mod maps;
 mod perf;
+pub mod python;
 pub mod stream;
 mod unwind;
 

@@ -8,6 +8,7 @@
 //! ```
 
 use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
@@ -15,6 +16,8 @@ use std::time::{Duration, Instant};
 
 use gaptop_wire::{Frame, Sample};
 
+use super::clock::now_ns;
+use super::python::{self, History, RawFrame, Reader};
 use super::{CpuSample, Sampler, SamplerConfig};
 use crate::collect::live::LiveEvent;
 
@@ -25,6 +28,86 @@ pub const SAMPLER_CONN: u32 = u32::MAX;
 const POLL: Duration = Duration::from_millis(50);
 /// How often new processes under the program are looked for.
 const DISCOVER: Duration = Duration::from_millis(500);
+/// How often the Python stacks of the program's threads are read.
+const PY_TICK: Duration = Duration::from_millis(1);
+/// How far in time a native sample may be from the Python stack it takes; or from the reads
+/// before and after it, where those found the same stack.
+const PY_WITHIN_NS: i64 = 2_000_000;
+const PY_BRACKET_NS: i64 = 50_000_000;
+
+/// The processes' Python stacks, read every [`PY_TICK`] from the layouts their collectors
+/// wrote into `dir` (`python-<pid>`), and merged into the native samples.
+struct Pythons {
+    dir: Option<PathBuf>,
+    readers: HashMap<u32, Reader>,
+    /// Processes whose layout was looked for and is not there (yet), or was refused.
+    history: History<Vec<RawFrame>>,
+    said: bool,
+}
+
+impl Pythons {
+    /// Takes up the layouts of `pids` that have appeared; a bad one is said once.
+    fn discover(&mut self, pids: &HashSet<u32>, tx: &Sender<LiveEvent>) {
+        let Some(dir) = &self.dir else {
+            return;
+        };
+        for &pid in pids {
+            if self.readers.contains_key(&pid) {
+                continue;
+            }
+            let Ok(text) = std::fs::read_to_string(dir.join(format!("python-{pid}"))) else {
+                continue;
+            };
+            match python::Layout::parse(&text) {
+                Ok(l) => {
+                    self.readers.insert(pid, Reader::new(pid, l));
+                }
+                Err(e) if !self.said => {
+                    self.said = true;
+                    let _ = tx.send(LiveEvent::Notice(format!("CPU samples: {e}")));
+                }
+                Err(_) => {}
+            }
+        }
+    }
+
+    /// Reads every thread's Python stack now.
+    fn read(&mut self) {
+        if self.readers.is_empty() {
+            return;
+        }
+        let now = now_ns(nix::time::ClockId::CLOCK_REALTIME);
+        for (&pid, r) in self.readers.iter_mut() {
+            for (tid, frames) in r.stacks() {
+                self.history.push(pid, tid, now, frames);
+            }
+        }
+    }
+
+    /// Puts each sample's Python frames in place of its interpreter frames.
+    fn merge(&mut self, samples: &mut [CpuSample]) {
+        if self.readers.is_empty() {
+            return;
+        }
+        for s in samples.iter_mut() {
+            let Some(r) = self.readers.get_mut(&s.pid) else {
+                continue;
+            };
+            let Some(raw) = self.history.nearest(
+                (s.pid, s.tid),
+                s.time_ns,
+                (PY_WITHIN_NS, PY_BRACKET_NS),
+                |a, b| python::same_functions(a, b),
+            ) else {
+                continue;
+            };
+            let named: Vec<Option<String>> = raw.iter().map(|&f| r.name(f)).collect();
+            s.frames = python::merge(&s.frames, &named);
+        }
+        let now = now_ns(nix::time::ClockId::CLOCK_REALTIME);
+        self.history.trim(now - 1_000_000_000);
+    }
+}
 
 /// The sampling rate the environment asks for (`GAPTOP_SAMPLE_HZ`, 0 turns sampling off), or
 /// the default.
@@ -124,8 +207,16 @@ fn children_of(known: &HashSet<u32>) -> Vec<u32> {
 }
 
 /// Samples `root` and the processes under it until `stop` is set, sending frames on `tx`.
-/// A refusal is said once, as a notice, and the thread ends.
-pub fn run(root: u32, cfg: SamplerConfig, tx: Sender<LiveEvent>, stop: Arc<AtomicBool>) {
+/// A refusal is said once, as a notice, and the thread ends. `py_dir` is where the
+/// processes' collectors write their Python layouts (the viewer's socket folder), for Python
+/// frames in the samples.
+pub fn run(
+    root: u32,
+    cfg: SamplerConfig,
+    py_dir: Option<PathBuf>,
+    tx: Sender<LiveEvent>,
+    stop: Arc<AtomicBool>,
+) {
     let mut sampler = Sampler::new(cfg);
     if let Err(e) = sampler.watch(root) {
         let _ = tx.send(LiveEvent::Notice(format!("CPU samples off: {e}")));
@@ -143,8 +234,15 @@ pub fn run(root: u32, cfg: SamplerConfig, tx: Sender<LiveEvent>, stop: Arc<Atomi
     }
     let mut known: HashSet<u32> = [root].into();
     let mut ids = Ids::default();
-    let mut last_discover = Instant::now();
+    let mut last_discover = Instant::now() - DISCOVER;
     let mut said_degraded = false;
+    let mut py = Pythons {
+        dir: py_dir,
+        readers: HashMap::new(),
+        history: History::default(),
+        said: false,
+    };
+    let mut last_poll = Instant::now();
     loop {
         let stopping = stop.load(Ordering::Relaxed);
         if last_discover.elapsed() >= DISCOVER {
@@ -153,8 +251,21 @@ pub fn run(root: u32, cfg: SamplerConfig, tx: Sender<LiveEvent>, stop: Arc<Atomi
                 known.insert(pid);
                 let _ = sampler.watch(pid);
             }
+            py.discover(&known, &tx);
         }
-        let samples = sampler.poll();
+        // Between two drains, the Python stacks every tick (nothing to read: one sleep).
+        while !stopping && last_poll.elapsed() < POLL {
+            py.read();
+            std::thread::sleep(if py.readers.is_empty() {
+                POLL.saturating_sub(last_poll.elapsed())
+            } else {
+                PY_TICK
+            });
+        }
+        last_poll = Instant::now();
+        py.read();
+        let mut samples = sampler.poll();
+        py.merge(&mut samples);
         if !samples.is_empty() {
             let frames = frames_of(&mut ids, samples);
             if tx.send(LiveEvent::Frames(SAMPLER_CONN, frames)).is_err() {
@@ -170,7 +281,6 @@ pub fn run(root: u32, cfg: SamplerConfig, tx: Sender<LiveEvent>, stop: Arc<Atomi
         if stopping {
             return;
         }
-        std::thread::sleep(POLL);
     }
 }
 

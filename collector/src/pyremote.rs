@@ -1,0 +1,243 @@
+//! The frame layout for a reader outside the process: the viewer's CPU sampler reads the
+//! program's Python frames at sample time (`gaptop::collect::cpu::python`), as out-of-process
+//! samplers do, with `process_vm_readv`. It needs what calibration found, plus where the
+//! interpreter keeps its threads and how a frame's line is found without calling CPython.
+//! Once calibration has run (GIL held), this writes them as `key value` lines into
+//! `python-<pid>` beside the viewer's socket, once: no further work in the program.
+//!
+//! What is found here, each confirmed against what the CPython API returns:
+//! - the interpreter (`PyInterpreterState_Head`) and where it keeps its first thread state
+//!   (`PyInterpreterState_ThreadHead`), a state's `next` (the word after `prev`, checked by
+//!   the `interp` field that follows) and its native thread id (after `thread_id`, which is
+//!   `pthread_self()`);
+//! - where a frame's current instruction is, as a pointer into the code object's bytecode
+//!   (3.11's is found by calibration already; 3.12's from `PyUnstable_InterpreterFrame_GetLasti`
+//!   on the running frame and its caller);
+//! - a code object's `co_linetable` (by identity) and `co_firstlineno` (by value, on two code
+//!   objects), and where a bytes object keeps its size and bytes.
+
+use std::ffi::c_void;
+use std::fmt::Write as _;
+
+use crate::pyframes::{
+    checked_read, python_minor, sym, FnAttr, FnDec, FnPtr, FnPtrPtr, Layout, Lines,
+};
+
+/// The text of the remote layout: `key value` lines (numbers in decimal, addresses in hex).
+///
+/// # Safety
+/// Call with the GIL held, from a thread running Python code, after `l` was calibrated.
+pub(crate) unsafe fn remote_layout(l: &Layout) -> Result<String, &'static str> {
+    type FnLong = unsafe extern "C" fn(*mut c_void) -> std::ffi::c_long;
+    type FnVoid = unsafe extern "C" fn();
+    // SAFETY: each symbol is taken at its C API declaration's type.
+    let (interp_head, thread_head, get_frame, frame_code, frame_back, getattr, decref) = unsafe {
+        (
+            sym::<FnPtr>(c"PyInterpreterState_Head").ok_or("no PyInterpreterState_Head")?,
+            sym::<FnPtrPtr>(c"PyInterpreterState_ThreadHead")
+                .ok_or("no PyInterpreterState_ThreadHead")?,
+            sym::<FnPtr>(c"PyEval_GetFrame").ok_or("no PyEval_GetFrame")?,
+            sym::<FnPtrPtr>(c"PyFrame_GetCode").ok_or("no PyFrame_GetCode")?,
+            sym::<FnPtrPtr>(c"PyFrame_GetBack").ok_or("no PyFrame_GetBack")?,
+            sym::<FnAttr>(c"PyObject_GetAttrString").ok_or("no PyObject_GetAttrString")?,
+            sym::<FnDec>(c"Py_DecRef").ok_or("no Py_DecRef")?,
+        )
+    };
+    // SAFETY: as above.
+    let (as_long, err_clear, bytes_data) = unsafe {
+        (
+            sym::<FnLong>(c"PyLong_AsLong").ok_or("no PyLong_AsLong")?,
+            sym::<FnVoid>(c"PyErr_Clear").ok_or("no PyErr_Clear")?,
+            sym::<FnPtrPtr>(c"PyBytes_AsString").ok_or("no PyBytes_AsString")?,
+        )
+    };
+    // SAFETY: the GIL is held (the contract above): the interpreter, this thread's state and
+    // the interpreter's first thread state are live.
+    let (interp, ts, head) = unsafe {
+        let interp = interp_head() as usize;
+        (
+            interp,
+            (l.this_tstate)() as usize,
+            thread_head(interp as *mut c_void) as usize,
+        )
+    };
+    if interp == 0 || ts == 0 || head == 0 {
+        return Err("no interpreter or thread state");
+    }
+    let threads_head = (0..4096)
+        .step_by(8)
+        .find(|o| checked_read(interp + o) == Some(head))
+        .ok_or("interpreter layout not recognized")?;
+    // PyThreadState starts with prev, next, interp (3.10 to 3.13).
+    if checked_read(ts + 16) != Some(interp) {
+        return Err("thread state layout not recognized");
+    }
+    // SAFETY: plain calls with no preconditions.
+    let (me, tid) = unsafe { (libc::pthread_self() as usize, libc::gettid() as usize) };
+    let native_tid = (24..1024)
+        .step_by(8)
+        .find(|o| checked_read(ts + o) == Some(me) && checked_read(ts + o + 8) == Some(tid))
+        .map(|o| o + 8)
+        .ok_or("thread id not found in the thread state")?;
+    // The running frame and its caller, as interpreter frames (the collector's walk) and as
+    // the API gives their code objects.
+    let mut f = checked_read(ts + l.ts_off).ok_or("no frame")?;
+    if let Some(o) = l.indirect {
+        f = checked_read(f + o).ok_or("no frame")?;
+    }
+    // SAFETY: the GIL is held and Python code is running: the frame and its caller are live;
+    // each new reference is given back, the code objects staying alive through their frames.
+    let (code, back_code) = unsafe {
+        let frame = get_frame();
+        if frame.is_null() {
+            return Err("no running frame");
+        }
+        let code = frame_code(frame) as usize;
+        decref(code as *mut c_void);
+        let back = frame_back(frame);
+        let back_code = if back.is_null() {
+            0
+        } else {
+            let c = frame_code(back) as usize;
+            decref(c as *mut c_void);
+            decref(back);
+            c
+        };
+        (code, back_code)
+    };
+    if checked_read(f + l.code_off) != Some(code) {
+        return Err("the running frame is not where calibration found it");
+    }
+    let mut g = f;
+    let back_frame = (0..4).find_map(|_| {
+        g = checked_read(g + l.prev_off).filter(|&x| x != 0)?;
+        (checked_read(g + l.code_off) == Some(back_code)).then_some(g)
+    });
+    let instr = match l.lines {
+        Lines::Pointer {
+            frame_off,
+            code_off,
+        } => Some((frame_off, code_off)),
+        Lines::Api(lasti) => back_frame.and_then(|b| {
+            // SAFETY: `lasti` is PyUnstable_InterpreterFrame_GetLasti; both frames are live.
+            let (la, lb) = unsafe { (lasti(f as *mut c_void), lasti(b as *mut c_void)) };
+            (0..=96).step_by(8).find_map(|fo| {
+                let pa = checked_read(f + fo)?;
+                let pb = checked_read(b + fo)?;
+                let cs = pa.checked_sub(code + la as usize)?;
+                ((48..=512).contains(&cs) && pb.checked_sub(back_code + lb as usize) == Some(cs))
+                    .then_some((fo, cs))
+            })
+        }),
+        _ => None,
+    };
+    // A code object's attribute, as a new reference given back at once (the code keeps it).
+    let attr = |c: usize, name: &std::ffi::CStr| -> usize {
+        // SAFETY: the GIL is held; `c` is a live code object, `name` NUL-terminated.
+        unsafe {
+            let v = getattr(c as *mut c_void, name.as_ptr()) as usize;
+            if v == 0 {
+                err_clear();
+            } else {
+                decref(v as *mut c_void);
+            }
+            v
+        }
+    };
+    let table = attr(code, c"co_linetable");
+    let linetable = (16..=512)
+        .step_by(8)
+        .find(|o| table != 0 && checked_read(code + o) == Some(table));
+    // SAFETY: `table` is a live bytes object (its code object holds it).
+    let bytes_at = (table != 0)
+        .then(|| unsafe { bytes_data(table as *mut c_void) } as usize)
+        .and_then(|p| p.checked_sub(table));
+    let first = |c: usize| {
+        let v = attr(c, c"co_firstlineno");
+        // SAFETY: a live int object (the GIL is held).
+        (v != 0).then(|| unsafe { as_long(v as *mut c_void) })
+    };
+    let (fa, fb) = (
+        first(code),
+        (back_code != 0).then(|| first(back_code)).flatten(),
+    );
+    let int_at = |c: usize, o: usize| {
+        let w = checked_read((c + o) & !7)?;
+        Some((w >> (8 * ((c + o) & 7))) as u32 as i32 as i64)
+    };
+    let firstlineno = fa.and_then(|fa| {
+        (16..256).step_by(4).find(|&o| {
+            int_at(code, o) == Some(fa) && fb.is_none_or(|b| int_at(back_code, o) == Some(b))
+        })
+    });
+    let mut out = String::new();
+    let mut kv = |k: &str, v: String| {
+        let _ = writeln!(out, "{k} {v}");
+    };
+    kv("gaptop_python_layout", "1".into());
+    kv(
+        "minor",
+        python_minor().map_or("?".into(), |m| m.to_string()),
+    );
+    kv("interp", format!("{interp:#x}"));
+    kv("threads_head", threads_head.to_string());
+    kv("ts_next", "8".into());
+    kv("ts_native_tid", native_tid.to_string());
+    kv("ts_frame", l.ts_off.to_string());
+    if let Some(o) = l.indirect {
+        kv("ts_frame_indirect", o.to_string());
+    }
+    kv("frame_code", l.code_off.to_string());
+    kv("frame_prev", l.prev_off.to_string());
+    kv("code_type", format!("{:#x}", l.code_type));
+    kv("unicode_type", format!("{:#x}", l.unicode_type));
+    kv("code_filename", l.filename_off.to_string());
+    kv("code_qualname", l.qualname_off.to_string());
+    kv("str_ascii_data", l.ascii_data_off.to_string());
+    if let Some((fo, cs)) = instr {
+        kv("frame_instr", fo.to_string());
+        kv("code_units", cs.to_string());
+    }
+    if let (Some(lt), Some(fl), Some(b)) = (linetable, firstlineno, bytes_at) {
+        kv("code_linetable", lt.to_string());
+        kv("code_firstlineno", fl.to_string());
+        kv("bytes_size", "16".into());
+        kv("bytes_data", b.to_string());
+    }
+    Ok(out)
+}
+
+/// Writes the remote layout beside the viewer's socket (`GAPTOP_SOCKET`'s folder, or
+/// `GAPTOP_PYTHON_LAYOUT_DIR`), as `python-<pid>`, through a temporary file renamed into
+/// place. Says why on stderr with GAPTOP_VERBOSE when it cannot.
+///
+/// # Safety
+/// As [`remote_layout`].
+pub(crate) unsafe fn publish(l: &Layout) {
+    let dir = match std::env::var_os("GAPTOP_PYTHON_LAYOUT_DIR") {
+        Some(d) => std::path::PathBuf::from(d),
+        None => match std::env::var_os("GAPTOP_SOCKET") {
+            Some(s) => match std::path::Path::new(&s).parent() {
+                Some(p) => p.to_path_buf(),
+                None => return,
+            },
+            None => return,
+        },
+    };
+    // SAFETY: this function's contract, which is `remote_layout`'s.
+    let text = match unsafe { remote_layout(l) } {
+        Ok(t) => t,
+        Err(e) => {
+            if std::env::var_os("GAPTOP_VERBOSE").is_some() {
+                say!("python frames for CPU samples unavailable: {e}");
+            }
+            return;
+        }
+    };
+    let pid = std::process::id();
+    let tmp = dir.join(format!(".python-{pid}.tmp"));
+    let done = dir.join(format!("python-{pid}"));
+    if std::fs::write(&tmp, text).is_err() || std::fs::rename(&tmp, &done).is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+}

@@ -1,0 +1,243 @@
+//! Python frames in CPU samples, without a GPU: a Python program loads the built collector,
+//! whose calibration writes the frame layout; the viewer's reader then names what each of the
+//! program's threads runs, from outside it, and the sampler's stream puts those frames in place
+//! of the interpreter's in its samples.
+
+mod support;
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gaptop::collect::cpu::python::{Layout, Reader};
+use gaptop::collect::cpu::{stream, SamplerConfig};
+use gaptop::collect::live::LiveEvent;
+use gaptop_wire::Frame;
+
+struct Program {
+    child: Child,
+    dir: PathBuf,
+    script: PathBuf,
+}
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Starts tests/pysamples.py for `seconds`, and waits for its layout and its first line.
+fn start(tag: &str, seconds: f64) -> Program {
+    let target = support::build();
+    let lib = target.join("libgaptop_collector.so");
+    let dir = std::env::temp_dir().join(format!("gaptop-pysamples-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/pysamples.py");
+    let mut child = Command::new("python3")
+        .arg(&script)
+        .arg(&lib)
+        .arg(seconds.to_string())
+        .env("GAPTOP_PYTHON_LAYOUT_DIR", &dir)
+        .env("GAPTOP_VERBOSE", "1")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 is needed for this test");
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("READY"), "{line:?}");
+    Program { child, dir, script }
+}
+
+fn layout(p: &Program) -> Layout {
+    let file = p.dir.join(format!("python-{}", p.child.id()));
+    let text = std::fs::read_to_string(&file)
+        .unwrap_or_else(|e| panic!("no layout at {}: {e}", file.display()));
+    Layout::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"))
+}
+
+fn quals(frames: &[Option<String>]) -> Vec<&str> {
+    frames
+        .iter()
+        .flatten()
+        .filter_map(|f| f.split_once("): ").map(|x| x.1))
+        .collect()
+}
+
+#[test]
+fn each_thread_s_python_stack_is_read_from_outside() {
+    let p = start("reader", 3.0);
+    let pid = p.child.id();
+    let mut r = Reader::new(pid, layout(&p));
+    let (mut main_seen, mut spin_seen) = (0, 0);
+    for _ in 0..50 {
+        let stacks = r.stacks();
+        for (tid, raw) in stacks {
+            let named: Vec<Option<String>> = raw.iter().map(|&f| r.name(f)).collect();
+            let q = quals(&named);
+            if tid == pid {
+                // Innermost first: blur, under Noisy.__getitem__, under the module.
+                if let Some(i) = q.iter().position(|&f| f == "blur") {
+                    assert_eq!(q.get(i + 1), Some(&"Noisy.__getitem__"), "{named:?}");
+                    assert_eq!(q.last(), Some(&"<module>"), "{named:?}");
+                    let f = named
+                        .iter()
+                        .flatten()
+                        .find(|f| f.ends_with(": blur"))
+                        .unwrap();
+                    let script = p.script.to_string_lossy();
+                    let line: u32 = f
+                        .strip_prefix(&*script)
+                        .and_then(|x| x.strip_prefix('('))
+                        .and_then(|x| x.split(')').next())
+                        .and_then(|x| x.parse().ok())
+                        .unwrap_or_else(|| panic!("{f}"));
+                    // The lines of blur's body (def at 14: its loop and its sum).
+                    assert!((15..=17).contains(&line), "{f}");
+                    main_seen += 1;
+                }
+            } else if q.first() == Some(&"spin") {
+                spin_seen += 1;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(main_seen >= 25, "blur in {main_seen} of 50 reads");
+    assert!(spin_seen >= 25, "spin in {spin_seen} of 50 reads");
+}
+
+/// A stream of the sampler's frames, folded back into (tid, frames innermost first).
+fn sampled(p: &Program, for_how_long: Duration) -> Option<Vec<(u32, Vec<String>)>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (pid, dir, st) = (p.child.id(), Some(p.dir.clone()), stop.clone());
+    let cfg = SamplerConfig {
+        period_us: 2000,
+        ..SamplerConfig::default()
+    };
+    let h = std::thread::spawn(move || stream::run(pid, cfg, dir, tx, st));
+    std::thread::sleep(for_how_long);
+    stop.store(true, Ordering::Relaxed);
+    h.join().unwrap();
+    let (mut names, mut stacks) = (HashMap::new(), HashMap::new());
+    let mut out = Vec::new();
+    let t0 = Instant::now();
+    while let Ok(ev) = rx.recv_timeout(Duration::from_millis(100)) {
+        assert!(t0.elapsed() < Duration::from_secs(30));
+        match ev {
+            LiveEvent::Notice(n) if n.contains("CPU samples off") => {
+                eprintln!("skipped: {n}");
+                return None;
+            }
+            LiveEvent::Frames(_, frames) => {
+                for f in frames {
+                    match f {
+                        Frame::Name { id, text } => {
+                            names.insert(id, text);
+                        }
+                        Frame::Stack { id, parent, frame } => {
+                            stacks.insert(id, (parent, frame));
+                        }
+                        Frame::Samples { samples, .. } => {
+                            for s in samples {
+                                let mut frames = Vec::new();
+                                let mut at = s.stack;
+                                while let Some(&(parent, frame)) = stacks.get(&at) {
+                                    frames.push(names[&frame].clone());
+                                    at = parent;
+                                }
+                                out.push((s.tid, frames));
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Some(out)
+}
+
+fn script_frame(p: &Path, frames: &[String], qual: &str) -> bool {
+    let file = p.to_string_lossy();
+    frames
+        .iter()
+        .any(|f| f.starts_with(&*file) && f.ends_with(&format!("): {qual}")))
+}
+
+#[test]
+fn samples_name_the_python_functions_in_place_of_the_interpreter() {
+    let p = start("stream", 4.0);
+    let pid = p.child.id();
+    let Some(samples) = sampled(&p, Duration::from_millis(2500)) else {
+        return;
+    };
+    let main: Vec<&Vec<String>> = samples
+        .iter()
+        .filter(|(t, _)| *t == pid)
+        .map(|(_, f)| f)
+        .collect();
+    assert!(
+        main.len() >= 100,
+        "{} samples of the main thread",
+        main.len()
+    );
+    let blur = main
+        .iter()
+        .filter(|f| script_frame(&p.script, f, "blur"))
+        .count();
+    let share = blur as f64 / main.len() as f64;
+    let example = main
+        .iter()
+        .find(|f| script_frame(&p.script, f, "blur"))
+        .map(|f| f.join("\n  "));
+    eprintln!(
+        "blur in {blur} of {} main-thread samples; e.g.\n  {example:?}",
+        main.len()
+    );
+    let unmerged = main
+        .iter()
+        .filter(|f| f.iter().any(|x| x.starts_with("_PyEval_EvalFrameDefault ")))
+        .count();
+    let other: Vec<String> = main
+        .iter()
+        .filter(|f| !script_frame(&p.script, f, "blur"))
+        .take(3)
+        .map(|f| f.join(" < "))
+        .collect();
+    eprintln!("{unmerged} samples without Python frames; others e.g. {other:#?}");
+    assert!(
+        share >= 0.8,
+        "blur in {share:.2} of the samples: {example:?}"
+    );
+    // Where Python frames stand, the interpreter's evaluator frames are gone, and the C code
+    // blur calls (math.factorial) is still below it in most samples.
+    let merged: Vec<&&Vec<String>> = main
+        .iter()
+        .filter(|f| script_frame(&p.script, f, "blur"))
+        .collect();
+    assert!(merged
+        .iter()
+        .all(|f| !f.iter().any(|x| x.starts_with("_PyEval_EvalFrameDefault "))));
+    let below = merged
+        .iter()
+        .filter(|f| {
+            let b = f.iter().position(|x| x.ends_with(": blur")).unwrap();
+            f[..b].iter().any(|x| x.contains("factorial"))
+        })
+        .count();
+    assert!(
+        2 * below >= merged.len(),
+        "math_factorial under blur in {below} of {}",
+        merged.len()
+    );
+}
