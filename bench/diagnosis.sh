@@ -31,14 +31,14 @@ START=$SECONDS
 nvidia-smi -L
 python3 -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda)'
 for f in "$G" steploop.py; do [ -e "$f" ] || { echo "missing $f next to diagnosis.sh"; exit 1; }; done
-printf "name\tmode\trep\tmedian_ms\tmean_ms\n" > "$D/times.tsv"
+printf "name\tmode\trep\tmedian_ms\tmean_ms\n" > "$D/times.tsv"; : > "$D/workloads.txt"
 
 # One run's STEP_MS median (or "-"), its output appended to $D/NAME.bare.log.
 bare() {
   local name=$1 mode=$2 rep=$3; shift 3
   local log=$D/$name.bare.log tmp=$D/.run.out
   echo "== $(date +%T) $mode rep $rep: python3 $name.py $*" >> "$log"
-  timeout "$T" python3 "$name.py" "$@" > "$tmp" 2>&1; local rc=$?
+  timeout -k 10 "$T" python3 "$name.py" "$@" > "$tmp" 2>&1; local rc=$?
   cat "$tmp" >> "$log"; [ $rc -eq 0 ] || echo "exit $rc" >> "$log"
   grep -E "^(FALLBACK|WORKLOAD)" "$tmp" | cut -c1-200 | sed "s/^/  [$mode $rep] /" >&2
   local med mean
@@ -65,12 +65,12 @@ for w in $W; do
     bare "$name" before "$rep" "$steps"
     bare "$name" after "$rep" "$steps" --fix $fix
   done
-  timeout "$T" "$G" record -o "$D/$name.rec" -- python3 "$name.py" "$steps" > "$D/$name.record.log" 2>&1
+  timeout -k 10 "$T" "$G" record -o "$D/$name.rec" -- python3 "$name.py" "$steps" > "$D/$name.record.log" 2>&1
   grep -E "WORKLOAD|STEP_MS|FALLBACK|recorded|CPU samples|rror" "$D/$name.record.log" | cut -c1-200
   "$G" report "$D/$name.rec" > "$D/$name.txt" 2>&1
   "$G" report --format json "$D/$name.rec" > "$D/$name.json" 2> "$D/$name.json.err"
   if [ "$name" = "$KINETO" ]; then
-    timeout "$T" python3 "$name.py" "$steps" --kineto "$D/$name.kineto.json" > "$D/$name.kineto.log" 2>&1
+    timeout -k 10 "$T" python3 "$name.py" "$steps" --kineto "$D/$name.kineto.json" > "$D/$name.kineto.log" 2>&1
     grep -E "WORKLOAD|KINETO|FALLBACK|rror" "$D/$name.kineto.log" | cut -c1-200
     "$G" report "$D/$name.kineto.json" > "$D/$name.kineto.txt" 2>&1
     "$G" report --format json "$D/$name.kineto.json" > "$D/$name.kineto-report.json" 2> "$D/$name.kineto-report.err"
