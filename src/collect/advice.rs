@@ -631,11 +631,21 @@ pub fn advise(store: &Store, s: &Summary, n: usize) -> Vec<Advice> {
                 steps_present,
                 per_step_ns,
                 saving_ns,
-                cpu: (a.cpu.samples > 0).then(|| JsonCpu {
-                    samples: a.cpu.samples,
-                    on_cpu: (a.cpu.cpu_ns as f64 / a.gap_ns.max(1) as f64).min(1.0),
-                    frames: a.cpu.innermost(store, 8),
-                }),
+                cpu: {
+                    // A recurring site's CPU is what it does in the steady steps, not the
+                    // warm-up's imports and loading that its one-off gaps may hold.
+                    let steady_ns: Ns = a.steady_hist_ns.iter().sum();
+                    let (c, over) = if recurring && a.cpu_steady.samples > 0 {
+                        (&a.cpu_steady, steady_ns)
+                    } else {
+                        (&a.cpu, a.gap_ns)
+                    };
+                    (c.samples > 0).then(|| JsonCpu {
+                        samples: c.samples,
+                        on_cpu: (c.cpu_ns as f64 / over.max(1) as f64).min(1.0),
+                        frames: c.innermost(store, 8),
+                    })
+                },
                 text: text(verdict, a, mean_op, fix),
                 fix,
             }

@@ -802,6 +802,9 @@ pub struct LeafAcc {
     pub ops: Vec<NameId>,
     /// The CPU samples of the launching threads during the gaps.
     pub cpu: super::oncpu::SiteSamples,
+    /// Those of the gaps inside the steady steps: what the CPU does every step, without the
+    /// warm-up's imports and loading.
+    pub cpu_steady: super::oncpu::SiteSamples,
 }
 
 /// A site's gap time in each steady step it has gaps in: the gap time and what a
@@ -869,6 +872,7 @@ impl Default for LeafAcc {
             steady_hist_ns: [0; HIST_BUCKETS],
             ops: Vec::new(),
             cpu: Default::default(),
+            cpu_steady: Default::default(),
         }
     }
 }
@@ -912,6 +916,7 @@ impl LeafAcc {
             self.note_op(op);
         }
         self.cpu.merge(&o.cpu);
+        self.cpu_steady.merge(&o.cpu_steady);
     }
 
     /// Remembers an op the gaps were charged to (the first [`SITE_OPS`] distinct ones).
@@ -1100,10 +1105,13 @@ fn charge(
     let leaf = s.leaves.entry(Site::of(&g)).or_default();
     leaf.add(d, g.reason, op.dur());
     leaf.note_op(g.op_name);
-    if !samples.is_empty() {
+    let period = if samples.is_empty() {
+        0
+    } else {
         let period = super::oncpu::period_of(store, &g);
         leaf.cpu.add(&samples, period);
-    }
+        period
+    };
     // The launching call itself ran through most of the gap, far longer than a launch takes.
     let proc = &store.procs[store.lanes[g.lane].key.proc as usize];
     if let Some(a) = proc.api_by_corr(op.corr) {
@@ -1122,6 +1130,9 @@ fn charge(
                 leaf.per_step
                     .add((i - range.start) as u32, d, (d - GRAPH_GAP_NS).max(0));
                 leaf.steady_hist_ns[bucket(d)] += d;
+                if !samples.is_empty() {
+                    leaf.cpu_steady.add(&samples, period);
+                }
             }
             None => {
                 leaf.outside.0 += 1;

@@ -237,7 +237,8 @@ pub fn run(
     let mut last_discover = Instant::now() - DISCOVER;
     let mut said_degraded = false;
     let mut py = Pythons {
-        dir: py_dir,
+        // GAPTOP_PY_SAMPLES=0: native frames only (to measure what the Python reads cost).
+        dir: py_dir.filter(|_| std::env::var("GAPTOP_PY_SAMPLES").as_deref() != Ok("0")),
         readers: HashMap::new(),
         history: History::default(),
         said: false,
