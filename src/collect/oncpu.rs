@@ -61,32 +61,56 @@ pub fn during(store: &Store, g: &Gap) -> Option<During> {
 
 /// The frames at least half of the samples hold (each counted once a sample), innermost first
 /// by their median distance from a sample's innermost frame, with the share that holds each.
+/// A Python function counts as one frame whatever line it was at (samples of a loop's body
+/// spread over its lines), named by the line most of its samples were at.
 pub fn shared_frames(store: &Store, stacks: &[StackId]) -> Vec<(NameId, f64)> {
     let n = stacks.len();
-    // Per frame: the samples that hold it and its distance from their innermost frame.
-    let mut seen: HashMap<NameId, Vec<usize>> = HashMap::new();
     let mut by_stack: HashMap<StackId, usize> = HashMap::new();
     for &s in stacks {
         *by_stack.entry(s).or_default() += 1;
     }
+    // A frame's function: Python frames by file and function, others by their name.
+    let mut keys: HashMap<NameId, usize> = HashMap::new();
+    let mut functions: HashMap<(String, String), usize> = HashMap::new();
+    let mut key_of = |f: NameId| -> usize {
+        let next = keys.len() + functions.len() + 1;
+        *keys
+            .entry(f)
+            .or_insert_with(|| match crate::frames::python_parts(store.names.get(f)) {
+                Some((path, _, qual)) => *functions
+                    .entry((path.to_string(), qual.to_string()))
+                    .or_insert(next),
+                None => next,
+            })
+    };
+    // Per function: the samples that hold it and its distance from their innermost frame,
+    // and how many samples each of its frames stands in.
+    let mut seen: HashMap<usize, (Vec<usize>, HashMap<NameId, usize>)> = HashMap::new();
     for (&s, &times) in &by_stack {
         let frames = store.stacks.frames(s);
-        let mut done: Vec<NameId> = Vec::with_capacity(frames.len());
+        let mut done: Vec<usize> = Vec::with_capacity(frames.len());
         for (d, &f) in frames.iter().rev().enumerate() {
-            if done.contains(&f) {
+            let k = key_of(f);
+            if done.contains(&k) {
                 continue;
             }
-            done.push(f);
-            let e = seen.entry(f).or_default();
-            e.extend(std::iter::repeat_n(d, times));
+            done.push(k);
+            let e = seen.entry(k).or_default();
+            e.0.extend(std::iter::repeat_n(d, times));
+            *e.1.entry(f).or_default() += times;
         }
     }
     let mut out: Vec<(NameId, f64, usize)> = seen
-        .into_iter()
-        .filter(|(_, d)| 2 * d.len() >= n && n > 0)
-        .map(|(f, mut d)| {
+        .into_values()
+        .filter(|(d, _)| 2 * d.len() >= n && n > 0)
+        .map(|(mut d, lines)| {
             let mid = (d.len() - 1) / 2;
             let at = *d.select_nth_unstable(mid).1;
+            let f = lines
+                .into_iter()
+                .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
+                .map(|x| x.0)
+                .unwrap_or_default();
             (f, d.len() as f64 / n as f64, at)
         })
         .collect();
