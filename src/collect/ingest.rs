@@ -175,17 +175,20 @@ impl Ingest {
                 let mut times = frame_times(What::GpuOp, ops.iter().map(|o| (o.start, o.end)));
                 c.track.frame(&mut times);
                 for o in ops {
-                    let (start, end) = (wire_ns(o.start), wire_ns(o.end));
-                    if let Some(v) = c.track.judge(What::GpuOp, start, end) {
-                        let name = c.names.get(&o.name).copied().unwrap_or(0);
-                        store.drop_implausible(What::GpuOp, v, name);
-                        continue;
-                    }
                     let kind = match o.kind {
                         OP_MEMCPY => OpKind::Memcpy,
                         OP_MEMSET => OpKind::Memset,
                         _ => OpKind::Kernel,
                     };
+                    let (start, end) = (wire_ns(o.start), wire_ns(o.end));
+                    if let Some(v) = c.track.judge(What::GpuOp, start, end) {
+                        let name = match c.names.get(&o.name) {
+                            Some(&n) => n,
+                            None => store.names.intern(kind.as_str()),
+                        };
+                        store.drop_implausible(What::GpuOp, v, name);
+                        continue;
+                    }
                     let name = match c.names.get(&o.name) {
                         Some(&n) => n,
                         None => {
