@@ -30,7 +30,7 @@
 //! slack, and a program that died keeps its timeline readable.
 //!
 //! An implausible record is dropped, counted in the store's `skipped` (by what it is and why)
-//! and kept as one example per cause in `Store::implausible`, whose [`Drops::lines`] the
+//! and kept with one example per cause in `Store::dropped_times`, whose [`Drops::lines`] the
 //! report's notes, stderr and the UI's status line show.
 
 use std::collections::BTreeMap;
