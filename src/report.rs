@@ -59,7 +59,8 @@ pub struct Percentiles {
 pub struct JsonReport {
     pub source: String,
     /// What the source said about itself: its format's version, the tables it lacked and what
-    /// that costs (an Nsight Systems export).
+    /// that costs (an Nsight Systems export); then the records dropped because their times
+    /// cannot be right (`collect::plausible`), a line per cause.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
     /// Absolute time of the capture start on the source's clock; all other times are relative.
@@ -353,7 +354,7 @@ pub fn build_steps(
     }
     let j = JsonReport {
         source: store.source.clone(),
-        notes: store.notes.clone(),
+        notes: store.notes_and_drops(),
         origin_ns: origin,
         window: JsonWindow {
             from_ns: s.lo - origin,

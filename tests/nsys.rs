@@ -676,12 +676,14 @@ fn fixture_steps_are_the_nvtx_ranges_named() {
     let s = &j["steps"];
     assert_eq!(s["count"], 2);
     assert_eq!(s["source"], "range");
-    // The steps are the ranges themselves, [1, 99) and [101, 199) µs, 98 µs each.
-    assert_eq!(s["median_ns"], 98_000);
-    // Device idle in the first: 1-15 (14), 20-23 (3), 25-58 (33), 70-99 (29): 79 µs; in the
-    // second: 101-113 (12), 118-119 (1), 125-160 (35), 161-172 (11), 180-199 (19): 78 µs. The
-    // median of two is the lower.
-    assert_eq!(s["idle_median_ns"], 78_000);
+    // The steps are the ranges, [1, 99) and [101, 199) µs, within the capture: the ops' span,
+    // from 15 to 180 µs. So [15, 99) and [101, 180), 84 and 79 µs (the median of two is the
+    // lower), which add up to no more than the capture's 165 µs.
+    assert_eq!(s["median_ns"], 79_000);
+    // Device idle in the first: 20-23 (3), 25-58 (33), 70-99 (29): 65 µs; in the second:
+    // 101-113 (12), 118-119 (1), 125-160 (35), 161-172 (11): 59 µs.
+    assert_eq!(s["idle_median_ns"], 59_000);
+    assert_eq!(j["window"]["to_ns"], 165_000);
     // A name no range has falls back to the other step finders (an op's name here).
     let j = report_json(&p, &["--step", "kernel_a"]);
     assert_eq!(j["steps"]["source"], "op");

@@ -436,11 +436,15 @@ fn profiler_steps_are_the_steps_exactly() {
         assert_eq!(s.json().source, "profiler_step");
         assert_eq!(s.steps.len(), 8);
         for (k, x) in s.steps.iter().enumerate() {
+            // The spans, within the capture: from the first op's start (15 µs into the first
+            // span) to the last op's end (485 µs into the last).
             let t0 = 10_000_000 + k as Ns * 1_000_000;
-            assert_eq!((x.start, x.end), (t0, t0 + 800_000));
+            let start = if k == 0 { t0 + 15_000 } else { t0 };
+            let end = if k == 7 { t0 + 485_000 } else { t0 + 800_000 };
+            assert_eq!((x.start, x.end), (start, end));
             assert_eq!(x.launches, 10);
             assert_eq!(x.busy_ns, 10 * 20_000);
-            assert_eq!(x.idle_ns, 800_000 - 10 * 20_000);
+            assert_eq!(x.idle_ns, end - start - 10 * 20_000);
         }
         assert_eq!(s.steady(), 0..8);
     }

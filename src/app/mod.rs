@@ -286,6 +286,11 @@ impl App {
             .keys()
             .find(|k| k.starts_with("recording cut at byte"))
             .map(|k| format!("{k}: showing what comes before it"))
+            // Records dropped for their times.
+            .or_else(|| {
+                let lines = store.dropped_times.lines();
+                (!lines.is_empty()).then(|| lines.join("; "))
+            })
             // What a source lacked (an Nsight Systems export without call chains or NVTX).
             .or_else(|| {
                 let lacks: Vec<&str> = store
@@ -479,8 +484,13 @@ impl App {
         match ev {
             LiveEvent::Frames(conn, frames) => {
                 if let Some(store) = Arc::get_mut(&mut self.store) {
+                    let dropped = store.dropped_times.total();
                     for f in frames {
                         self.ingest.apply(store, conn, f);
+                    }
+                    // Records dropped for their times are said as they come.
+                    if store.dropped_times.total() != dropped {
+                        self.message = store.dropped_times.lines().join("; ");
                     }
                 }
             }

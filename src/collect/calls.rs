@@ -45,6 +45,25 @@ const KINDS: [ApiKind; 6] = [
     ApiKind::Other,
 ];
 
+/// A packed call as an [`ApiCall`], its duration from the side table `wide` if there.
+#[inline]
+fn unpacked(wide: &Escapes<Ns>, p: &Packed) -> ApiCall {
+    let dur = if p.bits & WIDE == 0 {
+        p.dur as Ns
+    } else {
+        wide.get(p.dur)
+    };
+    ApiCall {
+        start: p.start,
+        end: p.start.wrapping_add(dur),
+        corr: p.corr,
+        tid: p.tid,
+        name: p.name,
+        stack: p.stack,
+        kind: KINDS[p.kind as usize],
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Calls {
     calls: Chunked<Packed>,
@@ -81,20 +100,7 @@ impl Calls {
 
     #[inline]
     fn unpack(&self, p: &Packed) -> ApiCall {
-        let dur = if p.bits & WIDE == 0 {
-            p.dur as Ns
-        } else {
-            self.wide.get(p.dur)
-        };
-        ApiCall {
-            start: p.start,
-            end: p.start.wrapping_add(dur),
-            corr: p.corr,
-            tid: p.tid,
-            name: p.name,
-            stack: p.stack,
-            kind: KINDS[p.kind as usize],
-        }
+        unpacked(&self.wide, p)
     }
 
     pub fn len(&self) -> usize {
@@ -183,6 +189,27 @@ impl Calls {
         }
         self.tops.shrink_to_fit();
         self.others.shrink_to_fit();
+    }
+
+    /// Keeps only the calls for which `keep` holds, in their order, unindexed (a bulk load,
+    /// which [`Calls::reindex`] finishes); returns those that left. Calls none leaves are not
+    /// touched.
+    pub fn retain(&mut self, mut keep: impl FnMut(&ApiCall) -> bool) -> Vec<ApiCall> {
+        let gone: Vec<(bool, ApiCall)> = self
+            .calls
+            .iter()
+            .map(|p| (p.bits & WIDE != 0, self.unpack(p)))
+            .filter(|(_, a)| !keep(a))
+            .collect();
+        if gone.is_empty() {
+            return Vec::new();
+        }
+        let wide = &self.wide;
+        self.calls.retain(|p| keep(&unpacked(wide, p)));
+        for _ in gone.iter().filter(|(w, _)| *w) {
+            self.release_wide();
+        }
+        gone.into_iter().map(|(_, a)| a).collect()
     }
 
     /// The sequence number of the latest call with id `corr` still kept.
@@ -386,5 +413,30 @@ mod tests {
         assert_eq!(c.get(0).unwrap().end, a.end + 7);
         assert_eq!(c.get(1).unwrap().end, 10);
         assert_eq!(std::mem::size_of::<Packed>(), 32);
+    }
+
+    /// Calls leave from anywhere (wide ones too) and the rest are found by their ids again.
+    #[test]
+    fn retained_calls_are_found_again() {
+        let mut c = Calls::default();
+        let all: Vec<ApiCall> = (1..=100u32)
+            .map(|i| {
+                let mut a = call(i as Ns * 10, i);
+                if i % 9 == 0 {
+                    a.end = a.start + (1 << 40);
+                }
+                a
+            })
+            .collect();
+        for a in &all {
+            c.push_unindexed(a);
+        }
+        assert_eq!(c.retain(|a| a.corr % 4 != 0).len(), 25);
+        assert!(c.retain(|_| true).is_empty());
+        c.reindex();
+        let kept: Vec<ApiCall> = all.iter().filter(|a| a.corr % 4 != 0).copied().collect();
+        assert_eq!(c.iter().collect::<Vec<_>>(), kept);
+        assert_eq!(c.find(8), None);
+        assert_eq!(c.get(c.find(9).unwrap()), Some(all[8]));
     }
 }

@@ -204,6 +204,15 @@ impl<T: Copy> Chunked<T> {
         }
     }
 
+    /// Keeps only the entries for which `keep` holds, in their order (as one chunk).
+    pub fn retain(&mut self, keep: impl FnMut(&T) -> bool) {
+        self.make_contiguous();
+        if let Some(v) = self.chunks.front_mut() {
+            v.retain(keep);
+            self.len = v.len();
+        }
+    }
+
     /// Gives back the unused room of the last chunk (a bulk load is done growing).
     pub fn shrink_to_fit(&mut self) {
         if self.chunks.len() == 1 && self.head > 0 {
@@ -319,6 +328,10 @@ mod tests {
                 8 if round % 997 == 0 => {
                     c.make_contiguous();
                     c.shrink_to_fit();
+                }
+                9 if round % 151 == 0 => {
+                    c.retain(|x| x % 3 != 0);
+                    d.retain(|x| x % 3 != 0);
                 }
                 _ => {}
             }

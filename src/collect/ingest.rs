@@ -8,10 +8,10 @@ use std::collections::HashMap;
 use gaptop_wire::{Frame, OP_MEMCPY, OP_MEMSET};
 
 use super::kineto::is_comm_kernel;
+use super::plausible::{wire_ns, Track, What};
 use super::ranges::Range;
 use super::store::{
-    ApiCall, ApiKind, CpuSample, GpuOp, LaneKey, NameId, OpKind, StackId, Store, FLAG_COMM,
-    MAX_OP_NS, MAX_TS,
+    ApiCall, ApiKind, CpuSample, GpuOp, LaneKey, NameId, Ns, OpKind, StackId, Store, FLAG_COMM,
 };
 
 #[derive(Default)]
@@ -22,6 +22,18 @@ struct Conn {
     names: HashMap<u32, NameId>,
     stacks: HashMap<u32, StackId>,
     comm: HashMap<u32, bool>,
+    /// The plausible span of the connection's times (`collect::plausible`).
+    track: Track,
+}
+
+/// The times of a frame's records `Track::frame` reads: those of the records whose shape is
+/// plausible, where the track places them.
+fn frame_times(what: What, records: impl Iterator<Item = (u64, u64)>) -> Vec<Ns> {
+    records
+        .map(|(s, e)| (wire_ns(s), wire_ns(e)))
+        .filter(|&(s, e)| super::plausible::shape(what, s, e).is_none())
+        .map(|(s, e)| Track::time_of(what, s, e))
+        .collect()
 }
 
 #[derive(Default)]
@@ -160,16 +172,23 @@ impl Ingest {
             }
             Frame::Ops(ops) => {
                 let mut by_lane: Vec<(usize, Vec<GpuOp>)> = Vec::new();
+                let mut times = frame_times(What::GpuOp, ops.iter().map(|o| (o.start, o.end)));
+                c.track.frame(&mut times);
                 for o in ops {
-                    if o.start > MAX_TS || o.end < o.start || (o.end - o.start) as i64 > MAX_OP_NS {
-                        store.skip("op with implausible timestamps");
-                        continue;
-                    }
                     let kind = match o.kind {
                         OP_MEMCPY => OpKind::Memcpy,
                         OP_MEMSET => OpKind::Memset,
                         _ => OpKind::Kernel,
                     };
+                    let (start, end) = (wire_ns(o.start), wire_ns(o.end));
+                    if let Some(v) = c.track.judge(What::GpuOp, start, end) {
+                        let name = match c.names.get(&o.name) {
+                            Some(&n) => n,
+                            None => store.names.intern(kind.as_str()),
+                        };
+                        store.drop_implausible(What::GpuOp, v, name);
+                        continue;
+                    }
                     let name = match c.names.get(&o.name) {
                         Some(&n) => n,
                         None => {
@@ -179,8 +198,6 @@ impl Ingest {
                             store.names.intern(kind.as_str())
                         }
                     };
-                    let start = o.start.min(i64::MAX as u64) as i64;
-                    let end = o.end.min(i64::MAX as u64) as i64;
                     let mut op = GpuOp::new(start, end, kind, name, o.corr);
                     op.graph = o.graph;
                     if c.comm.get(&o.name).copied().unwrap_or(false) {
@@ -201,9 +218,13 @@ impl Ingest {
                 }
             }
             Frame::Apis(apis) => {
+                let mut times = frame_times(What::ApiCall, apis.iter().map(|a| (a.start, a.end)));
+                c.track.frame(&mut times);
                 for a in apis {
-                    if a.start > MAX_TS || a.end < a.start || a.end > MAX_TS {
-                        store.skip("API call with implausible timestamps");
+                    let (start, end) = (wire_ns(a.start), wire_ns(a.end));
+                    if let Some(v) = c.track.judge(What::ApiCall, start, end) {
+                        let name = c.names.get(&a.name).copied().unwrap_or(0);
+                        store.drop_implausible(What::ApiCall, v, name);
                         continue;
                     }
                     // Recordings from collectors that still sent repeats of a runtime call.
@@ -225,13 +246,12 @@ impl Ingest {
                     if kind == ApiKind::Other && name != 0 {
                         kind = ApiKind::classify(store.names.get(name));
                     }
-                    let start = a.start.min(i64::MAX as u64) as i64;
                     let stack = store.with_range_frames(proc, a.tid, start, stack);
                     store.add_api(
                         proc,
                         ApiCall {
                             start,
-                            end: a.end.min(i64::MAX as u64) as i64,
+                            end,
                             corr: a.corr,
                             tid: a.tid,
                             name,
@@ -263,16 +283,19 @@ impl Ingest {
 
     /// Adds a collector's NVTX ranges to its process, thread by thread: they become frames of
     /// the calls they enclose (`Store::add_ranges`).
-    fn ranges(c: &Conn, store: &mut Store, proc: u32, ranges: Vec<gaptop_wire::Range>) {
+    fn ranges(c: &mut Conn, store: &mut Store, proc: u32, ranges: Vec<gaptop_wire::Range>) {
         let mut by_tid: Vec<(u32, Vec<Range>)> = Vec::new();
+        let mut times = frame_times(What::Range, ranges.iter().map(|r| (r.start, r.end)));
+        c.track.frame(&mut times);
         for r in ranges {
-            if r.start > MAX_TS || r.end < r.start || r.end > MAX_TS {
-                store.skip("NVTX range with implausible timestamps");
+            let name = c.names.get(&r.name).copied().unwrap_or(0);
+            let (start, end) = (wire_ns(r.start), wire_ns(r.end));
+            if let Some(v) = c.track.judge(What::Range, start, end) {
+                store.drop_implausible(What::Range, v, name);
                 continue;
             }
-            let name = c.names.get(&r.name).copied().unwrap_or(0);
             let domain = c.names.get(&r.domain).copied().unwrap_or(0);
-            let x = Range::new(r.start as i64, r.end as i64, name, domain);
+            let x = Range::new(start, end, name, domain);
             match by_tid.iter_mut().find(|(t, _)| *t == r.tid) {
                 Some((_, v)) => v.push(x),
                 None => by_tid.push((r.tid, vec![x])),
@@ -285,7 +308,7 @@ impl Ingest {
 
     /// Adds a batch of the sampler's CPU samples of process `pid` to the store.
     fn samples(
-        c: &Conn,
+        c: &mut Conn,
         store: &mut Store,
         from: u32,
         pid: u32,
@@ -295,16 +318,16 @@ impl Ingest {
         let proc = store.process_for_samples(from, pid);
         store.procs[proc as usize].sample_period_ns = period as i64;
         let mut by_tid: Vec<(u32, Vec<CpuSample>)> = Vec::new();
+        let mut times = frame_times(What::CpuSample, samples.iter().map(|x| (x.time, x.time)));
+        c.track.frame(&mut times);
         for x in samples {
-            if x.time > MAX_TS {
-                store.skip("CPU sample with an implausible timestamp");
+            let time = wire_ns(x.time);
+            if let Some(v) = c.track.judge(What::CpuSample, time, time) {
+                store.drop_implausible(What::CpuSample, v, 0);
                 continue;
             }
             let stack = c.stacks.get(&x.stack).copied().unwrap_or(0);
-            let s = CpuSample {
-                time: x.time as i64,
-                stack,
-            };
+            let s = CpuSample { time, stack };
             match by_tid.iter_mut().find(|(t, _)| *t == x.tid) {
                 Some((_, v)) => v.push(s),
                 None => by_tid.push((x.tid, vec![s])),
@@ -379,7 +402,13 @@ mod tests {
             ]),
         );
         assert_eq!(st.op_count(), 2);
-        assert_eq!(st.skipped.get("op with implausible timestamps"), Some(&3));
+        for why in [
+            "with an implausible time",
+            "ending before it starts",
+            "longer than an hour",
+        ] {
+            assert_eq!(st.skipped.get(&format!("GPU op {why}")), Some(&1), "{why}");
+        }
         assert_eq!(st.lanes[0].busy_in(0, 100), 15);
     }
 

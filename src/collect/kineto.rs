@@ -19,6 +19,7 @@ use std::io::{BufReader, Read};
 use std::path::Path;
 
 use super::jsonscan::Scanner;
+use super::plausible::{self, What};
 use super::ranges::Range;
 use super::store::{
     ApiCall, ApiKind, GpuOp, LaneKey, NameId, Ns, OpKind, Span, StackId, Store, FLAG_COMM,
@@ -370,6 +371,7 @@ impl Builder {
     /// `baseTimeNanoseconds`.
     pub fn end_file(&mut self, header: &Header, rank: Option<i32>) {
         let procs = self.file_procs();
+        self.drop_implausible(&procs);
         if let Some(r) = header.rank.or(rank) {
             for p in procs.clone() {
                 let p = &mut self.store.procs[p as usize];
@@ -402,6 +404,42 @@ impl Builder {
                     r.end = r.end.saturating_add(by);
                 }
             }
+        }
+    }
+
+    /// Drops the file's records whose times cannot be right (`collect::plausible`), judged
+    /// against the bulk of its ops', calls' and spans' starts.
+    fn drop_implausible(&mut self, procs: &std::ops::Range<u32>) {
+        let mut keys: Vec<(u32, u32)> = self
+            .spans
+            .keys()
+            .filter(|(p, _)| procs.contains(p))
+            .copied()
+            .collect();
+        keys.sort_unstable();
+        let spans = keys
+            .iter()
+            .flat_map(|k| self.spans[k].iter().map(|s| s.start));
+        let n = keys.iter().map(|k| self.spans[k].len()).sum();
+        let Some(bulk) = plausible::file_bulk(&self.store, procs, spans, n) else {
+            return;
+        };
+        plausible::drop_ops_and_calls(&mut self.store, procs, &bulk);
+        let st = &mut self.store;
+        for k in &keys {
+            let v = self.spans.get_mut(k).expect("a key of the map");
+            plausible::retain(st, v, What::CpuSpan, &bulk, |s| (s.start, s.end, s.name));
+        }
+        let mut keys: Vec<(u32, u32, u32)> = self
+            .gpu_annotations
+            .keys()
+            .filter(|(p, _, _)| procs.contains(p))
+            .copied()
+            .collect();
+        keys.sort_unstable();
+        for k in &keys {
+            let v = self.gpu_annotations.get_mut(k).expect("a key of the map");
+            plausible::retain(st, v, What::Range, &bulk, |r| (r.start, r.end, r.name));
         }
     }
 
@@ -492,8 +530,10 @@ impl Builder {
         };
         let tid_num = int_of(ev.tid);
         if let Some(kind) = kind {
-            if dur > super::store::MAX_OP_NS {
-                return Err(format!("{cat} {name:?}: implausible duration {dur} ns"));
+            let end = ts.saturating_add(dur);
+            if let Some(v) = plausible::shape(What::GpuOp, ts, end) {
+                self.store.drop_implausible(What::GpuOp, v, named.id);
+                return Ok(());
             }
             let device = int_of(args.device)
                 .or_else(|| int_of(ev.pid))
@@ -516,13 +556,7 @@ impl Builder {
                 device: device.clamp(0, u32::MAX as i64) as u32,
                 stream: stream.clamp(0, u32::MAX as i64) as u32,
             });
-            let mut op = GpuOp::new(
-                ts,
-                ts + dur,
-                kind,
-                nm,
-                corr.clamp(0, u32::MAX as i64) as u32,
-            );
+            let mut op = GpuOp::new(ts, end, kind, nm, corr.clamp(0, u32::MAX as i64) as u32);
             op.graph = int_of(args.graph_id).unwrap_or(0).clamp(0, u32::MAX as i64) as u32;
             if named.comm {
                 op.flags |= FLAG_COMM;

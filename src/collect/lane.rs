@@ -99,6 +99,27 @@ fn kind_bits(k: OpKind) -> u32 {
     }) << KIND_SHIFT
 }
 
+/// A packed op as a [`GpuOp`], what did not fit from the side table `wide`.
+#[inline]
+fn unpacked(wide: &Escapes<Wide>, p: &Packed) -> GpuOp {
+    let (dur, name, flags) = if p.meta & WIDE == 0 {
+        let comm = if p.meta & COMM != 0 { FLAG_COMM } else { 0 };
+        (p.dur as Ns, p.meta & NAME_MASK, comm)
+    } else {
+        let w = wide.get(p.dur);
+        (w.dur, w.name, w.flags)
+    };
+    GpuOp {
+        start: p.start,
+        end: p.start.wrapping_add(dur),
+        name,
+        corr: p.corr,
+        graph: p.graph,
+        kind: kind_of(p.meta),
+        flags,
+    }
+}
+
 impl Lane {
     pub(crate) fn new(key: LaneKey) -> Lane {
         Lane {
@@ -139,22 +160,7 @@ impl Lane {
 
     #[inline]
     fn unpack(&self, p: &Packed) -> GpuOp {
-        let (dur, name, flags) = if p.meta & WIDE == 0 {
-            let comm = if p.meta & COMM != 0 { FLAG_COMM } else { 0 };
-            (p.dur as Ns, p.meta & NAME_MASK, comm)
-        } else {
-            let w = self.wide.get(p.dur);
-            (w.dur, w.name, w.flags)
-        };
-        GpuOp {
-            start: p.start,
-            end: p.start.wrapping_add(dur),
-            name,
-            corr: p.corr,
-            graph: p.graph,
-            kind: kind_of(p.meta),
-            flags,
-        }
+        unpacked(&self.wide, p)
     }
 
     #[inline]
@@ -381,6 +387,27 @@ impl Lane {
         self.remark_from(0, true);
     }
 
+    /// Keeps only the ops for which `keep` holds, in their order, and recomputes the marks;
+    /// returns those that left. A lane none leaves is not touched.
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&GpuOp) -> bool) -> Vec<GpuOp> {
+        let gone: Vec<(Packed, GpuOp)> = self
+            .ops
+            .iter()
+            .map(|p| (*p, self.unpack(p)))
+            .filter(|(_, op)| !keep(op))
+            .collect();
+        if gone.is_empty() {
+            return Vec::new();
+        }
+        let wide = &self.wide;
+        self.ops.retain(|p| keep(&unpacked(wide, p)));
+        for (p, _) in &gone {
+            self.release(p);
+        }
+        self.remark_from(0, true);
+        gone.into_iter().map(|(_, op)| op).collect()
+    }
+
     /// Takes the oldest op out.
     pub(crate) fn pop_front(&mut self) -> Option<GpuOp> {
         let p = self.ops.pop_front()?;
@@ -563,5 +590,35 @@ mod tests {
             assert_eq!(l.busy_before(i), *w);
         }
         assert_eq!(l.busy_in(0, 1_000_000), want[999] + ops[999].dur());
+    }
+
+    /// Ops leave from anywhere (wide ones too, after evictions), and the sums follow.
+    #[test]
+    fn retained_ops_come_back_with_their_sums() {
+        let mut l = lane();
+        let mut all: Vec<GpuOp> = (0..300i64)
+            .map(|i| {
+                // Every 7th op is too long for the packed duration.
+                let d = if i % 7 == 0 { 1 << 33 } else { 20 + i % 40 };
+                GpuOp::new(i * 100, i * 100 + d, OpKind::Kernel, 0, i as u32)
+            })
+            .collect();
+        for o in &all {
+            l.push(o);
+        }
+        for _ in 0..5 {
+            l.pop_front();
+        }
+        all.drain(..5);
+        let gone: Vec<GpuOp> = all.iter().filter(|o| o.start % 300 == 0).copied().collect();
+        assert_eq!(l.retain(|o| o.start % 300 != 0), gone);
+        all.retain(|o| o.start % 300 != 0);
+        assert!(l.iter().eq(all.iter().copied()));
+        assert_eq!(
+            (0..l.len()).map(|i| l.busy_before(i)).collect::<Vec<_>>(),
+            brute(&all)
+        );
+        assert!(l.retain(|_| true).is_empty());
+        assert_eq!(l.max_end(), all.iter().map(|o| o.end).max().unwrap());
     }
 }

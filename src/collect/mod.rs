@@ -15,6 +15,7 @@ pub mod lane;
 pub mod live;
 pub mod nsys;
 pub mod oncpu;
+pub mod plausible;
 pub mod pybacktrace;
 pub mod ranges;
 pub mod recording;
@@ -32,6 +33,11 @@ use anyhow::Context;
 /// gaptop export), plain or gzipped, or an Nsight Systems capture (its SQLite export, plain or
 /// gzipped, or a `.nsys-rep` through `nsys export`). Errors are one line and name the file.
 pub fn load_path(path: &Path, budget: usize) -> anyhow::Result<store::Store> {
+    load_one(path, budget).map(said)
+}
+
+/// [`load_path`], without a word of what it dropped.
+fn load_one(path: &Path, budget: usize) -> anyhow::Result<store::Store> {
     let shown = path.display();
     if path.is_dir() {
         anyhow::bail!("{shown}: is a directory, not a trace or a recording");
@@ -84,12 +90,26 @@ pub fn load_paths(paths: &[PathBuf], budget: usize) -> anyhow::Result<store::Sto
     if let [one] = files.as_slice() {
         return load_path(one, budget);
     }
+    load_set(paths, &files, budget).map(said)
+}
+
+/// Says on stderr what a loaded capture dropped for its times, at once (as a cut recording
+/// is said), and gives it back.
+fn said(store: store::Store) -> store::Store {
+    for line in store.dropped_times.lines() {
+        crate::say!("gaptop: {}: {line}", store.source);
+    }
+    store
+}
+
+/// Several files as one capture, as [`load_paths`] says.
+fn load_set(paths: &[PathBuf], files: &[PathBuf], budget: usize) -> anyhow::Result<store::Store> {
     let recordings = files
         .iter()
         .map(|f| is_recording(f))
         .collect::<anyhow::Result<Vec<bool>>>()?;
     if recordings.iter().all(|&r| r) {
-        return traceset::load_recordings(&files, &traceset::describe(paths, &files), budget);
+        return traceset::load_recordings(files, &traceset::describe(paths, files), budget);
     }
     for (f, &r) in files.iter().zip(&recordings) {
         if r {
@@ -105,5 +125,5 @@ pub fn load_paths(paths: &[PathBuf], budget: usize) -> anyhow::Result<store::Sto
             );
         }
     }
-    traceset::load_traces(&files, &traceset::describe(paths, &files), budget)
+    traceset::load_traces(files, &traceset::describe(paths, files), budget)
 }

@@ -58,10 +58,11 @@ use rusqlite::{types::ValueRef, Connection, OpenFlags, Row};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use super::kineto::is_comm_kernel;
+use super::plausible::{self, Bulk, Verdict, What};
 use super::pybacktrace;
 use super::store::{
     ApiCall, ApiKind, CpuSample, GpuOp, LaneKey, NameId, Ns, OpKind, Span, StackId, Store,
-    FLAG_COMM, MAX_OP_NS, MAX_TS,
+    FLAG_COMM, MAX_TS,
 };
 
 /// The first bytes of every SQLite database.
@@ -470,6 +471,9 @@ struct Import {
     /// Ops replayed from a graph whose original node's making is known, each given a
     /// correlation id of its own for a call that says where the node was captured.
     replayed: Vec<Replayed>,
+    /// Where the bulk of the export's times lie, once its ops and calls are read
+    /// (`collect::plausible`).
+    bulk: Option<Bulk>,
 }
 
 /// A graph node's op given a call of its own: its process, the `cudaGraphLaunch` that replayed
@@ -507,6 +511,30 @@ impl Import {
 
     fn note(&mut self, s: String) {
         self.store.notes.push(s);
+    }
+
+    /// What `collect::plausible`'s rule says of a record: by its shape alone until the
+    /// export's bulk is known.
+    fn verdict(&self, what: What, start: Ns, end: Ns) -> Option<Verdict> {
+        match &self.bulk {
+            Some(b) => b.judge(what, start, end),
+            None => plausible::shape(what, start, end),
+        }
+    }
+
+    /// Finds the bulk of the export's times from its ops and `calls`, and drops the ops and
+    /// calls it makes implausible.
+    fn judge_times(&mut self, calls: &mut Vec<RawCall>) {
+        let procs = 0..self.store.procs.len() as u32;
+        let starts = calls.iter().map(|c| c.call.start);
+        self.bulk = plausible::file_bulk(&self.store, &procs, starts, calls.len());
+        let Some(bulk) = self.bulk else {
+            return;
+        };
+        plausible::drop_ops_and_calls(&mut self.store, &procs, &bulk);
+        plausible::retain(&mut self.store, calls, What::ApiCall, &bulk, |c| {
+            (c.call.start, c.call.end, c.call.name)
+        });
     }
 
     fn version(&mut self) -> anyhow::Result<()> {
@@ -582,8 +610,8 @@ impl Import {
             self.store.skip("GPU op without a start or an end");
             return;
         };
-        if end < start || end - start > MAX_OP_NS || start.unsigned_abs() > MAX_TS {
-            self.store.skip("op with implausible timestamps");
+        if let Some(v) = plausible::shape(What::GpuOp, start, end) {
+            self.store.drop_implausible(What::GpuOp, v, name);
             return;
         }
         let proc = self.proc(gpid.unwrap_or(0));
@@ -803,8 +831,9 @@ impl Import {
                     self.store.skip("API call without a time or a thread");
                     continue;
                 };
-                if end < start || start.unsigned_abs() > MAX_TS {
-                    self.store.skip("API call with implausible timestamps");
+                if let Some(v) = plausible::shape(What::ApiCall, start, end) {
+                    let name = self.strings.name(&mut self.store, name);
+                    self.store.drop_implausible(What::ApiCall, v, name);
                     continue;
                 }
                 let proc = self.proc(gtid);
@@ -953,6 +982,10 @@ impl Import {
     fn cpu_samples(&mut self, python: Vec<PyTrace>) -> anyhow::Result<()> {
         let mut by_thread: HashMap<(u32, u32), Vec<CpuSample>> = HashMap::default();
         for p in python {
+            if let Some(v) = self.verdict(What::CpuSample, p.time, p.time) {
+                self.store.drop_implausible(What::CpuSample, v, 0);
+                continue;
+            }
             let proc = self.procs[&proc_key(p.gtid)];
             let stack = self.store.stacks.intern_path(0, p.frames);
             by_thread
@@ -972,8 +1005,8 @@ impl Import {
                 let (Some(id), Some(start), Some(gtid)) = (id, start, gtid) else {
                     continue;
                 };
-                if start.unsigned_abs() > MAX_TS {
-                    self.store.skip("CPU sample with an implausible timestamp");
+                if let Some(v) = self.verdict(What::CpuSample, start, start) {
+                    self.store.drop_implausible(What::CpuSample, v, 0);
                 } else if let Some(&proc) = self.procs.get(&proc_key(gtid)) {
                     if with_python.contains(&(proc, tid_of(gtid))) {
                         native_left += 1;
@@ -1272,8 +1305,12 @@ impl Import {
                 self.store.skip("NVTX range without an end");
                 continue;
             };
-            if end < start || start.unsigned_abs() > MAX_TS {
-                self.store.skip("NVTX range with implausible timestamps");
+            if let Some(v) = self.verdict(What::Range, start, end) {
+                let name = match text.filter(|s| !s.is_empty()) {
+                    Some(s) => self.store.names.intern(&s),
+                    None => self.strings.name(&mut self.store, text_id),
+                };
+                self.store.drop_implausible(What::Range, v, name);
                 continue;
             }
             // Ranges of processes that did no CUDA work explain no gap.
@@ -1576,6 +1613,7 @@ pub fn load_sqlite(path: &Path, source: &str, budget: usize) -> anyhow::Result<S
         ranks: HashMap::default(),
         node_origin: HashMap::default(),
         replayed: Vec::new(),
+        bulk: None,
     };
     im.version()?;
     for (t, lacks) in EXPECTED {
@@ -1588,7 +1626,8 @@ pub fn load_sqlite(path: &Path, source: &str, budget: usize) -> anyhow::Result<S
     im.process_names()?;
     im.graph_nodes()?;
     im.ops()?;
-    let calls = im.calls()?;
+    let mut calls = im.calls()?;
+    im.judge_times(&mut calls);
     let wanted: HashSet<i64> = calls.iter().filter_map(|c| c.chain).collect();
     let chains = im.chains(&wanted)?;
     if im.db.has("CUDA_CALLCHAINS") && !calls.is_empty() && chains.is_empty() {

@@ -207,10 +207,16 @@ impl Steps {
 
 /// Finds the steps of the window `[lo, hi)` as the module's comment says, from the ranges that
 /// overlap it (clipped to it) or the ops that start in it. `Ns::MIN, Ns::MAX` is the whole
-/// capture, with the CPU spans that start before the first GPU op or end after the last (a
-/// window of the ops' span would clip those). `None` when there are none: no span, call or op
-/// of that name, or no clear repetition.
+/// capture. The window is first clipped to the capture's span (`Store::span`: its ops', or
+/// the window a source fixed): a CPU span or NVTX range that starts before the first GPU op
+/// or ends after the last (ranges of a whole run whose first ops were evicted, say) does not
+/// make steps outside it, so the steps never add up to more than the capture. `None` when
+/// there are none: no span, call or op of that name, or no clear repetition.
 pub fn find(store: &Store, lo: Ns, hi: Ns, by: Option<&str>) -> Option<Steps> {
+    let (lo, hi) = match store.span() {
+        Some((a, b)) => (lo.max(a), hi.min(b)),
+        None => (lo, hi),
+    };
     if hi <= lo {
         return None;
     }

@@ -442,6 +442,9 @@ pub struct Store {
     pub dropped: u64,
     /// Events a source skipped as unknown or irrelevant, by reason.
     pub skipped: std::collections::BTreeMap<String, u64>,
+    /// Records dropped because their times cannot be right (`collect::plausible`), with an
+    /// example of each cause (also counted in `skipped`).
+    pub dropped_times: super::plausible::Drops,
     /// Total ops ever added.
     pub total_ops: u64,
     /// Bumped on every change; views use it to invalidate caches.
@@ -497,6 +500,7 @@ impl Store {
             evicted_apis: 0,
             dropped: 0,
             skipped: Default::default(),
+            dropped_times: Default::default(),
             total_ops: 0,
             generation: 0,
             source: String::new(),
@@ -640,6 +644,35 @@ impl Store {
         self.bytes += OP_BYTES * ops.len();
         self.generation += 1;
         self.enforce_budget();
+    }
+
+    /// Keeps only the ops of lane `lane` for which `keep` holds; returns those that left.
+    pub(crate) fn retain_ops(
+        &mut self,
+        lane: usize,
+        keep: impl FnMut(&GpuOp) -> bool,
+    ) -> Vec<GpuOp> {
+        let gone = self.lanes[lane].retain(keep);
+        self.total_ops -= gone.len() as u64;
+        self.bytes -= OP_BYTES * gone.len();
+        self.generation += !gone.is_empty() as u64;
+        gone
+    }
+
+    /// Keeps only the calls of process `proc` for which `keep` holds, during a bulk load
+    /// ([`Store::finish_bulk`] indexes them again); returns those that left.
+    pub(crate) fn retain_calls(
+        &mut self,
+        proc: u32,
+        keep: impl FnMut(&ApiCall) -> bool,
+    ) -> Vec<ApiCall> {
+        let p = &mut self.procs[proc as usize];
+        let gone = p.calls.retain(keep);
+        if !gone.is_empty() {
+            p.bulk = true;
+            self.bytes -= API_BYTES * gone.len();
+        }
+        gone
     }
 
     /// Adds ops in bulk without per-op bookkeeping; call [`Store::finish_bulk`] afterwards.
@@ -793,6 +826,7 @@ impl Store {
         c.stacks = self.stacks.clone();
         c.source = self.source.clone();
         c.notes = self.notes.clone();
+        c.dropped_times = self.dropped_times.clone();
         c.window = self.span();
         c.origin = Some(self.origin());
         for p in &self.procs {
