@@ -9,8 +9,9 @@
 # and one machine-readable line of the timed steps:
 #   STEP_MS median=MS mean=MS steps=N
 # `--kineto PATH` runs every step (warm-up included, so the steps match a recording's) under
-# torch.profiler with Python stacks, each step a ProfilerStep#N, and writes its Chrome trace to
-# PATH. Fallbacks print a line starting `FALLBACK` and go on.
+# torch.profiler with Python stacks, each step also a `record_function("step K")` (Kineto keeps
+# user annotations, not NVTX ranges, so gaptop finds the same steps in both), and writes its
+# Chrome trace to PATH. Fallbacks print a line starting `FALLBACK` and go on.
 import argparse, statistics, sys, time
 import torch
 
@@ -86,14 +87,17 @@ def run(name, a, step, detail=""):
         if k == a.warmup:
             t_all = t0
         marks.push(k)
-        step(k)
-        torch.cuda.synchronize()
+        if prof is not None:
+            with torch.profiler.record_function(f"step {k}"):
+                step(k)
+                torch.cuda.synchronize()
+        else:
+            step(k)
+            torch.cuda.synchronize()
         marks.pop()
         dt = time.perf_counter() - t0
         if k >= a.warmup:
             times.append(dt)
-        if prof is not None:
-            prof.step()
     wall = time.perf_counter() - t_all
     ms = [t * 1e3 for t in times]
     extra = f" {detail}" if detail else ""
