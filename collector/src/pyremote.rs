@@ -207,32 +207,50 @@ pub(crate) unsafe fn remote_layout(l: &Layout) -> Result<String, &'static str> {
     Ok(out)
 }
 
-/// Writes the remote layout beside the viewer's socket (`GAPTOP_SOCKET`'s folder, or
-/// `GAPTOP_PYTHON_LAYOUT_DIR`), as `python-<pid>`, through a temporary file renamed into
-/// place. Says why on stderr with GAPTOP_VERBOSE when it cannot.
+/// The remote layout, once calibration found it, for each viewer that attaches later.
+static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Finds the remote layout (once, at calibration) and writes it beside the viewer's socket
+/// (`GAPTOP_SOCKET`'s folder, or `GAPTOP_PYTHON_LAYOUT_DIR`) when there is one already.
+/// Says why on stderr with GAPTOP_VERBOSE when it cannot be found.
 ///
 /// # Safety
 /// As [`remote_layout`].
 pub(crate) unsafe fn publish(l: &Layout) {
-    let dir = match std::env::var_os("GAPTOP_PYTHON_LAYOUT_DIR") {
-        Some(d) => std::path::PathBuf::from(d),
-        None => match std::env::var_os("GAPTOP_SOCKET") {
-            Some(s) => match std::path::Path::new(&s).parent() {
-                Some(p) => p.to_path_buf(),
-                None => return,
-            },
-            None => return,
-        },
-    };
     // SAFETY: this function's contract, which is `remote_layout`'s.
-    let text = match unsafe { remote_layout(l) } {
-        Ok(t) => t,
+    match unsafe { remote_layout(l) } {
+        Ok(t) => {
+            let _ = TEXT.set(t);
+        }
         Err(e) => {
             if std::env::var_os("GAPTOP_VERBOSE").is_some() {
                 say!("python frames for CPU samples unavailable: {e}");
             }
             return;
         }
+    }
+    match std::env::var_os("GAPTOP_PYTHON_LAYOUT_DIR") {
+        Some(d) => write_into(std::path::Path::new(&d)),
+        None => {
+            if let Some(s) = std::env::var_os("GAPTOP_SOCKET") {
+                publish_beside(&s.to_string_lossy());
+            }
+        }
+    }
+}
+
+/// Writes the layout, if calibration found one, beside the viewer's socket `socket` (an
+/// attaching viewer's private folder): no CPython call, only a small file.
+pub(crate) fn publish_beside(socket: &str) {
+    if let Some(dir) = std::path::Path::new(socket).parent() {
+        write_into(dir);
+    }
+}
+
+/// `python-<pid>` in `dir`, through a temporary file renamed into place.
+fn write_into(dir: &std::path::Path) {
+    let Some(text) = TEXT.get() else {
+        return;
     };
     let pid = std::process::id();
     let tmp = dir.join(format!(".python-{pid}.tmp"));

@@ -321,6 +321,9 @@ fn install(c: &Collector, socket: &str) -> Result<(), String> {
     }
     l.fd = fd;
     l.closing = false;
+    drop(l);
+    // Where the Python frames are, for the viewer's CPU samples (a file beside its socket).
+    crate::pyremote::publish_beside(socket);
     Ok(())
 }
 

@@ -224,6 +224,23 @@ fn attach_mid_run_detach_and_attach_again() {
     assert!(err.contains("detached; pid"), "{err}");
     let a = report(&p.target, &p.dir.join("a.rec"));
     assert_complete(&a, &err);
+    // What the CPU did during the gaps names the script's Python functions (the collector
+    // wrote its frame layout beside the attaching viewer's socket), where samples were taken.
+    let cpu: Vec<String> = a["advice"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|x| x["cpu"]["frames"].as_array())
+        .flatten()
+        .filter_map(|f| f["frame"].as_str().map(str::to_string))
+        .collect();
+    eprintln!("CPU frames during the gaps: {cpu:?}");
+    if !cpu.is_empty() {
+        assert!(
+            cpu.iter().any(|f| f.contains("fakegpu.py(")),
+            "no frame of the script in {cpu:?}"
+        );
+    }
     // Back to dormant: the fake says CUPTI was finalized, at an API exit.
     p.wait_cupti((0, 0));
     let again = p.dir.join("b.rec");

@@ -289,9 +289,10 @@ pub fn attach(
     };
     if let Some(cfg) = samples {
         let (pid, tx, stop) = (target.pid, tx.clone(), stop.clone());
+        let py_dir = Some(dir.dir.clone());
         std::thread::Builder::new()
             .name("gaptop-sampler".into())
-            .spawn(move || super::cpu::stream::run(pid, cfg, None, tx, stop))?;
+            .spawn(move || super::cpu::stream::run(pid, cfg, py_dir, tx, stop))?;
     }
     Ok(Attachment {
         target: target.clone(),
