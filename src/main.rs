@@ -564,7 +564,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let d = gaptop::diff::diff(&sa, &sb, &cfg, analysis.step.as_deref());
             let out = match format.as_str() {
                 "json" => serde_json::to_string_pretty(&d)? + "\n",
-                _ => gaptop::diff::text(&d),
+                _ => gaptop::diff::text(&d, gaptop::diff::width(output.as_deref())),
             };
             emit(out.as_bytes(), output.as_deref(), false)?;
             Ok(ExitCode::SUCCESS)
