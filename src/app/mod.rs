@@ -524,6 +524,11 @@ impl App {
     /// or tree it is over.
     fn mouse(&mut self, column: u16, row: u16, kind: MouseKind, fx: &mut Vec<Effect>) {
         use ratatui::layout::Position;
+        if self.help {
+            // Over the help, a click or the wheel closes it, as a key does, and does no more.
+            self.help = matches!(kind, MouseKind::Other);
+            return;
+        }
         let at = Position::new(column, row);
         let s = self.view.screen;
         let over_timeline = s.timeline.contains(at);
@@ -569,8 +574,10 @@ impl App {
 
     /// Applies one action.
     fn act(&mut self, a: Action, fx: &mut Vec<Effect>) {
-        if self.help && !matches!(a, Action::Help | Action::Clear | Action::Quit) {
+        // The help open, a key closes it and does nothing else (q still quits).
+        if self.help && a != Action::Quit {
             self.help = false;
+            return;
         }
         // The details at full size scroll like a pager while they are open.
         if self.details_full {
