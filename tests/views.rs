@@ -865,10 +865,27 @@ fn exports_are_written_in_the_background_and_finished_on_quit() {
         a.tick();
     }
     assert!(a.export_job.is_none());
+    // It says where it wrote and how big, on the status line.
+    let first = std::fs::read_dir(&dir)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let size = gaptop::export::bytes(std::fs::metadata(&first).unwrap().len());
+    assert!(
+        a.message
+            .starts_with(&format!("exported {size} to {}", first.display())),
+        "{}",
+        a.message
+    );
+    assert!(a.message.ends_with(" ops)"), "{}", a.message);
+    let status = render(&mut a, 160, 40);
+    assert!(status.contains(&format!("exported {size} to ")), "{status}");
     // A second export (a new name: the first file exists), pending when the UI quits.
     press(&mut a, Action::Export);
     let m = a.finish_export().expect("an export was pending");
-    assert!(m.starts_with("exported "), "{m}");
+    assert!(m.starts_with("exported ") && m.contains("B to "), "{m}");
     assert!(a.finish_export().is_none());
     let files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()

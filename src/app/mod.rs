@@ -396,7 +396,7 @@ impl App {
         };
         if let Some(r) = j.poll() {
             self.message = match r {
-                Ok(_) => format!("exported {}", j.path.display()),
+                Ok(w) => w.said(&j.path),
                 Err(e) => format!("export failed: {e:#}"),
             };
             self.export_job = None;
@@ -420,7 +420,7 @@ impl App {
         let j = self.export_job.take()?;
         let path = j.path.clone();
         Some(match j.wait() {
-            Ok(_) => format!("exported {}", path.display()),
+            Ok(w) => w.said(&path),
             Err(e) => format!("export of {} failed: {e:#}", path.display()),
         })
     }
