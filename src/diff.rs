@@ -25,7 +25,7 @@ use crate::collect::advice::{self, Diagnosis};
 use crate::collect::analysis::{Config, Window};
 use crate::collect::steps::{quantile, StepsJson};
 use crate::collect::store::{NameId, Ns, Store};
-use crate::frames::{cut, short_kernel};
+use crate::frames::short_kernel;
 use crate::units::fmt_short;
 
 /// One capture, as the comparison names it.
@@ -101,8 +101,8 @@ pub struct DiffJson {
     pub kernels: Vec<KernelDiff>,
 }
 
-/// The text form's width.
-const WIDTH: usize = 80;
+/// The narrowest terminal the text form fits itself to.
+const MIN_WIDTH: usize = 60;
 
 /// How many GPU ops the JSON lists.
 const KERNELS: usize = 50;
@@ -418,24 +418,60 @@ fn percent(a: f64, b: f64) -> String {
     format!("{:+.1}%", 100.0 * (b - a) / a)
 }
 
-/// The text form, at most [`WIDTH`] columns wide.
-pub fn text(d: &DiffJson) -> String {
+/// How wide the text form may be where it goes: stdout's width where it is a terminal, else
+/// (a file, `-o`, or a pipe) no limit, so that no name is cut where it is kept or read by a
+/// program.
+pub fn width(output: Option<&std::path::Path>) -> Option<usize> {
+    use std::io::IsTerminal;
+    if output.is_some() || !std::io::stdout().is_terminal() {
+        return None;
+    }
+    let (w, _) = crossterm::terminal::size().unwrap_or((MIN_WIDTH as u16, 0));
+    Some((w as usize).max(MIN_WIDTH))
+}
+
+/// `s` cut to at most `n` characters in its middle, keeping both ends (a kernel's name and its
+/// template arguments, a function and its file): `pytorch_flash::flash…<float, 128>`.
+fn cut_middle(s: &str, n: usize) -> String {
+    let len = s.chars().count();
+    if len <= n {
+        return s.to_string();
+    }
+    let tail = n.saturating_sub(1) / 2;
+    let head = n.saturating_sub(1) - tail;
+    let mut out: String = s.chars().take(head).collect();
+    out.push('…');
+    out.extend(s.chars().skip(len - tail));
+    out
+}
+
+/// The text form: names whole, or where `width` is given (a terminal's), cut in the middle to
+/// keep each line within it.
+pub fn text(d: &DiffJson, width: Option<usize>) -> String {
     use std::fmt::Write;
+    // A name in `room` characters after a line's first `used`.
+    let fit = |s: &str, used: usize| match width {
+        Some(w) => cut_middle(s, w.saturating_sub(used).max(12)),
+        None => s.to_string(),
+    };
     let mut o = String::new();
     let per = d.per;
-    let _ = writeln!(o, "gaptop diff: A against B, a {per} at a time");
-    for (n, c) in [("A", &d.a), ("B", &d.b)] {
+    let _ = writeln!(
+        o,
+        "gaptop diff: before (A) against after (B), a {per} at a time"
+    );
+    for (n, c) in [("before (A)", &d.a), ("after (B) ", &d.b)] {
         let steps = match &c.steps {
             Some(s) => format!(", {} steps ({}, {} steady)", s.count, s.source, s.steady),
             None => ", no steps".into(),
         };
         let what = format!(
-            "  {}, {} GPU ops{steps}",
+            ": {}, {} GPU ops{steps}",
             fmt_short(c.duration_ns),
             c.gpu_ops
         );
-        let room = WIDTH.saturating_sub(5 + what.chars().count()).max(12);
-        let _ = writeln!(o, "  {n}  {}{what}", cut(&c.source, room));
+        let used = 4 + n.len() + what.chars().count();
+        let _ = writeln!(o, "  {n}  {}{what}", fit(&c.source, used));
     }
     if let Some(note) = &d.note {
         let _ = writeln!(o, "  {note}");
@@ -446,7 +482,11 @@ pub fn text(d: &DiffJson) -> String {
     } else {
         "\nA second of capture"
     };
-    let _ = writeln!(o, "{head}\n{:<16}{:>12}{:>12}  change", "", "A", "B");
+    let _ = writeln!(
+        o,
+        "{head}\n{:<16}{:>12}{:>12}  change",
+        "", "before", "after"
+    );
     let mut row = |name: &str, a: String, b: String, change: String| {
         let _ = writeln!(o, "  {name:<14}{a:>12}{b:>12}  {change}");
     };
@@ -482,8 +522,8 @@ pub fn text(d: &DiffJson) -> String {
     };
     let _ = writeln!(
         o,
-        "\nIdle a {per} by site ({basis}), biggest change first\n{:>11}{:>11}{:>11}  site",
-        "A", "B", "change"
+        "\nIdle a {per} by launching site ({basis}), biggest change first\n{:>11}{:>11}{:>11}  site",
+        "before", "after", "change"
     );
     for x in d.sites.iter().take(10) {
         let _ = writeln!(
@@ -492,16 +532,27 @@ pub fn text(d: &DiffJson) -> String {
             fmt_short(x.a_per_step_ns),
             fmt_short(x.b_per_step_ns),
             signed(x.delta_per_step_ns),
-            cut(&x.site, 44)
+            fit(&x.site, 35)
         );
     }
     if d.sites.len() > 10 {
         let _ = writeln!(o, "  … {} more sites (--format json)", d.sites.len() - 10);
     }
+    // Two header rows: what each group of columns counts, then before / after in each.
+    let groups = format!(
+        "{:^27}{:^16}",
+        format!("time a {per}"),
+        format!("runs a {per}")
+    );
     let _ = writeln!(
         o,
-        "\nGPU ops by change in time a {per} (means)\n{:>9}{:>9}{:>9}{:>7}{:>7}  op",
-        "A", "B", "change", "A n", "B n"
+        "\nGPU ops by change in their time a {per} (means)\n{}\n{:>9}{:>9}{:>9}{:>9}{:>7}  op",
+        groups.trim_end(),
+        "before",
+        "after",
+        "change",
+        "before",
+        "after"
     );
     let shown = &d.kernels[..d.kernels.len().min(10)];
     for k in shown {
@@ -519,13 +570,13 @@ pub fn text(d: &DiffJson) -> String {
         };
         let _ = writeln!(
             o,
-            "{:>9}{:>9}{:>9}{:>7}{:>7}  {}",
+            "{:>9}{:>9}{:>9}{:>9}{:>7}  {}",
             fmt_short(k.a_per_step_ns),
             fmt_short(k.b_per_step_ns),
             signed(k.delta_per_step_ns),
             count(k.a_count),
             count(k.b_count),
-            cut(&name, 34)
+            fit(&name, 45)
         );
     }
     o
@@ -537,5 +588,23 @@ fn count(n: f64) -> String {
         format!("{n:.0}")
     } else {
         format!("{n:.1}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cut_middle;
+
+    #[test]
+    fn a_middle_cut_keeps_both_ends_and_the_width() {
+        assert_eq!(cut_middle("short", 5), "short");
+        assert_eq!(cut_middle("abcdefgh", 5), "ab…gh");
+        assert_eq!(cut_middle("abcdefgh", 6), "abc…gh");
+        let k = "pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<float, 128>";
+        let c = cut_middle(k, 34);
+        assert_eq!(c.chars().count(), 34);
+        assert_eq!(c, "pytorch_flash::fl…aits<float, 128>");
+        // Characters, not bytes.
+        assert_eq!(cut_middle("µµµµµµµµ", 5), "µµ…µµ");
     }
 }

@@ -122,6 +122,41 @@ pub struct Written {
     pub spans: u64,
 }
 
+impl Written {
+    /// What the UI says of a finished export: how big and where, so that a window of millions
+    /// of ops (a hundred megabytes) is not written without a word:
+    /// `exported 108 MB to ./gaptop-demo-gpt2-rec-1712345678.json.gz (1234567 ops)`.
+    pub fn said(&self, path: &Path) -> String {
+        let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+        format!(
+            "exported {} to {} ({})",
+            bytes(size),
+            path.display(),
+            crate::units::count(self.ops, "op")
+        )
+    }
+}
+
+/// A size in bytes to three significant figures: `900 B`, `45.3 kB`, `108 MB`, `1.21 GB`.
+pub fn bytes(n: u64) -> String {
+    let mut v = n as f64;
+    let mut unit = "B";
+    for u in ["kB", "MB", "GB", "TB"] {
+        if v < 999.5 {
+            break;
+        }
+        v /= 1000.0;
+        unit = u;
+    }
+    if unit == "B" || v >= 99.95 {
+        format!("{v:.0} {unit}")
+    } else if v >= 9.995 {
+        format!("{v:.1} {unit}")
+    } else {
+        format!("{v:.2} {unit}")
+    }
+}
+
 /// Writes the window [lo, hi) of the store.
 pub fn write(
     store: &Store,
@@ -515,6 +550,23 @@ fn window_ranges(
 #[cfg(test)]
 mod tests {
     use super::{create_then, sanitize};
+
+    #[test]
+    fn sizes_read_to_three_figures() {
+        use super::bytes;
+        let cases = [
+            (0, "0 B"),
+            (999, "999 B"),
+            (1_000, "1.00 kB"),
+            (45_300, "45.3 kB"),
+            (108_000_000, "108 MB"),
+            (1_214_000_000, "1.21 GB"),
+            (999_600, "1.00 MB"),
+        ];
+        for (n, said) in cases {
+            assert_eq!(bytes(n), said, "{n}");
+        }
+    }
 
     #[test]
     fn a_failed_write_leaves_no_file_it_created_and_keeps_what_was_there() {

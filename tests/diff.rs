@@ -109,13 +109,85 @@ fn cudnn_attention_off_removes_its_idle_a_token() {
     assert_eq!(came["a_count"], 0.0);
 
     let text = diff(&a, &b, &[]);
-    for line in text.lines() {
-        assert!(line.chars().count() <= 80, "too wide: {line}");
-    }
     assert!(text.contains("x faster"), "{text}");
-    let sites = text.split("by site").nth(1).unwrap();
+    let sites = text.split("by launching site").nth(1).unwrap();
     let row = sites.lines().nth(2).unwrap();
     assert!(row.contains("sdpa_attention_forward"), "{text}");
+}
+
+/// Piped or written to a file, the text keeps every name whole; on a terminal it fits the
+/// terminal's width, each name cut in its middle so that both its ends show. Its columns say
+/// which capture each is and what it counts.
+#[test]
+fn names_are_whole_in_files_and_pipes_and_cut_in_the_middle_on_a_terminal() {
+    let (a, b) = (asset("llama_decode.rec"), asset("llama_decode_nocudnn.rec"));
+    let piped = diff(&a, &b, &[]);
+    // (Only the line that counts the sites not listed has a `…`.)
+    let mut cut_lines = piped.lines().filter(|l| l.contains('…'));
+    assert!(cut_lines.all(|l| l.starts_with("  … ")), "{piped}");
+    // cuDNN's attention kernel, over 100 characters, whole.
+    let cudnn = piped
+        .lines()
+        .find_map(|l| l.split("  ").last().filter(|n| n.starts_with("cudnn_")))
+        .unwrap_or_else(|| panic!("{piped}"));
+    assert!(cudnn.chars().count() > 80, "{cudnn}");
+    assert!(piped.lines().any(|l| l.chars().count() > 100), "{piped}");
+    // The columns are named: before and after, and what the ops' counts are.
+    assert!(
+        piped.contains("gaptop diff: before (A) against after (B)"),
+        "{piped}"
+    );
+    let ops = piped.split("GPU ops by change").nth(1).unwrap();
+    let mut lines = ops.lines().skip(1);
+    let groups = lines.next().unwrap();
+    assert!(
+        groups.contains("time a step") && groups.contains("runs a step"),
+        "{ops}"
+    );
+    let heads: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        heads,
+        ["before", "after", "change", "before", "after", "op"]
+    );
+    assert!(!piped.contains("A n") && !piped.contains("B n"), "{piped}");
+
+    // Written with -o: the same text, names whole.
+    let dir = tempdir("diff-text");
+    let out = dir.join("diff.txt");
+    let o = Command::new(bin())
+        .arg("diff")
+        .arg(&a)
+        .arg(&b)
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success() && o.stdout.is_empty());
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), piped);
+
+    // On a terminal 80 columns wide: every line fits, and the cut name keeps its two ends.
+    let load = |p: &Path| gaptop::collect::load_path(p, usize::MAX).unwrap();
+    let cfg = gaptop::collect::analysis::Config::default();
+    let d = gaptop::diff::diff(&load(&a), &load(&b), &cfg, None);
+    assert_eq!(gaptop::diff::text(&d, None), piped);
+    for width in [80, 120] {
+        let narrow = gaptop::diff::text(&d, Some(width));
+        for line in narrow.lines() {
+            assert!(
+                line.chars().count() <= width,
+                "too wide for {width}: {line}"
+            );
+        }
+        let cut = narrow
+            .lines()
+            .find_map(|l| l.split("  ").last().filter(|n| n.starts_with("cudnn_")))
+            .unwrap_or_else(|| panic!("{narrow}"));
+        let (head, tail) = cut.split_once('…').unwrap_or_else(|| panic!("{cut}"));
+        assert!(cudnn.starts_with(head) && cudnn.ends_with(tail), "{cut}");
+        assert!(head.len() >= 10 && tail.len() >= 10, "{cut}");
+        // The same rows as the whole text, only narrower.
+        assert_eq!(narrow.lines().count(), piped.lines().count());
+    }
 }
 
 /// B against A is A against B negated, and a capture against itself changes nothing.

@@ -62,20 +62,108 @@ fn snapshot_inverted_tree_and_help() {
     a.update(Action::Invert);
     insta::assert_snapshot!("inverted_120x30", render(&mut a, 120, 30));
     a.update(Action::Help);
-    let help = render(&mut a, 80, 24);
-    // Every key's description is whole, in full or in brief, on an 80-column screen.
-    let top = help
-        .lines()
-        .position(|l| l.contains("gaptop keys"))
-        .unwrap();
-    for l in help
-        .lines()
-        .skip(top + 1)
-        .take_while(|l| !l.contains("timeline:"))
-    {
-        assert!(!l.contains('…'), "cut: {l}");
+    for (w, h) in [(80, 24), (80, 23), (160, 48)] {
+        let help = render(&mut a, w, h);
+        let top = help
+            .lines()
+            .position(|l| l.contains("gaptop keys"))
+            .unwrap();
+        // Every key's description is whole, in full or in brief.
+        for l in help
+            .lines()
+            .skip(top + 1)
+            .take_while(|l| !l.contains("timeline:"))
+        {
+            assert!(!l.contains('…'), "{w}x{h}: cut: {l}");
+        }
+        // Every line of the legend shows, whole, and the frame closes below it.
+        for legend in [
+            "timeline: bar height = busy share; green kernel, blue copy, magenta NCCL",
+            "nvtx row: the launching thread's NVTX ranges, the deepest wide enough",
+            "gaps ─: yellow host_wait, cyan kernel_wait, red sync, magenta event wait",
+            "rate: launches and busy % a column; steps: a bar a step, height = its time",
+            "gap list «5ms 5ms»: the window cuts the gap there; details give it whole",
+        ] {
+            assert!(help.contains(legend), "{w}x{h}: {legend}\n{help}");
+        }
+        assert!(!help.contains("more lines on a taller"), "{w}x{h}\n{help}");
+        // Every bindable action's keys show: each pair's and each single key.
+        for k in [
+            "ctrl+c q",
+            "+ =/-",
+            "h/l",
+            "k ↑/j ↓",
+            "n/N",
+            "[/]",
+            ">/<",
+            "g home/G end",
+        ] {
+            assert!(help.contains(k), "{w}x{h}: {k}\n{help}");
+        }
+        for k in [
+            "pageup/pagedown",
+            "tab/shift+tab",
+            "space",
+            "enter",
+            "esc",
+            "\\",
+        ] {
+            assert!(help.contains(k), "{w}x{h}: {k}\n{help}");
+        }
+        if (w, h) != (80, 23) {
+            insta::assert_snapshot!(format!("help_{w}x{h}"), help);
+        }
     }
-    insta::assert_snapshot!("help_80x24", help);
+    // Shorter than its lines, the help says how many it hides.
+    assert!(render(&mut a, 80, 20).contains(" 3 more lines on a taller terminal "));
+}
+
+/// The key that closes the help does only that: `K` does not stop the program, `b` picks no
+/// gap, esc keeps the tree-node filter, the wheel does not zoom; `q` still quits.
+#[test]
+fn the_key_that_closes_the_help_does_nothing_else() {
+    use gaptop::app::{MouseKind, Msg};
+    let mut a = app();
+    render(&mut a, 120, 40);
+    let before = (a.selected_gap(), a.lo, a.hi, a.min_gap);
+    for key in [
+        Action::BiggestGap,
+        Action::ZoomIn,
+        Action::ThresholdUp,
+        Action::Down,
+        Action::Clear,
+        Action::StopProgram,
+        Action::Export,
+    ] {
+        a.update(Action::Help);
+        assert!(a.help);
+        let message = a.message.clone();
+        let fx = a.update(key);
+        assert!(!a.help, "{key:?} closes the help");
+        assert!(fx.is_empty(), "{key:?}: {}", fx.len());
+        assert_eq!((a.selected_gap(), a.lo, a.hi, a.min_gap), before, "{key:?}");
+        assert_eq!(a.message, message, "{key:?}");
+    }
+    // With the help closed, the same key acts.
+    a.update(Action::BiggestGap);
+    assert!(a.selected_gap().is_some());
+    // The mouse: moving it leaves the help open; the wheel and a click close it, no more.
+    a.update(Action::Help);
+    let (lo, hi) = (a.lo, a.hi);
+    let at = |kind| Msg::Mouse {
+        column: 60,
+        row: 5,
+        kind,
+    };
+    a.update(at(MouseKind::Other));
+    assert!(a.help);
+    a.update(at(MouseKind::ScrollUp));
+    assert!(!a.help);
+    assert_eq!((a.lo, a.hi), (lo, hi));
+    // q quits, the help open or not.
+    a.update(Action::Help);
+    a.update(Action::Quit);
+    assert!(a.quit);
 }
 
 #[test]
@@ -777,10 +865,27 @@ fn exports_are_written_in_the_background_and_finished_on_quit() {
         a.tick();
     }
     assert!(a.export_job.is_none());
+    // It says where it wrote and how big, on the status line.
+    let first = std::fs::read_dir(&dir)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let size = gaptop::export::bytes(std::fs::metadata(&first).unwrap().len());
+    assert!(
+        a.message
+            .starts_with(&format!("exported {size} to {}", first.display())),
+        "{}",
+        a.message
+    );
+    assert!(a.message.ends_with(" ops)"), "{}", a.message);
+    let status = render(&mut a, 160, 40);
+    assert!(status.contains(&format!("exported {size} to ")), "{status}");
     // A second export (a new name: the first file exists), pending when the UI quits.
     press(&mut a, Action::Export);
     let m = a.finish_export().expect("an export was pending");
-    assert!(m.starts_with("exported "), "{m}");
+    assert!(m.starts_with("exported ") && m.contains("B to "), "{m}");
     assert!(a.finish_export().is_none());
     let files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()

@@ -396,7 +396,7 @@ impl App {
         };
         if let Some(r) = j.poll() {
             self.message = match r {
-                Ok(_) => format!("exported {}", j.path.display()),
+                Ok(w) => w.said(&j.path),
                 Err(e) => format!("export failed: {e:#}"),
             };
             self.export_job = None;
@@ -420,7 +420,7 @@ impl App {
         let j = self.export_job.take()?;
         let path = j.path.clone();
         Some(match j.wait() {
-            Ok(_) => format!("exported {}", path.display()),
+            Ok(w) => w.said(&path),
             Err(e) => format!("export of {} failed: {e:#}", path.display()),
         })
     }
@@ -524,6 +524,11 @@ impl App {
     /// or tree it is over.
     fn mouse(&mut self, column: u16, row: u16, kind: MouseKind, fx: &mut Vec<Effect>) {
         use ratatui::layout::Position;
+        if self.help {
+            // Over the help, a click or the wheel closes it, as a key does, and does no more.
+            self.help = matches!(kind, MouseKind::Other);
+            return;
+        }
         let at = Position::new(column, row);
         let s = self.view.screen;
         let over_timeline = s.timeline.contains(at);
@@ -569,8 +574,10 @@ impl App {
 
     /// Applies one action.
     fn act(&mut self, a: Action, fx: &mut Vec<Effect>) {
-        if self.help && !matches!(a, Action::Help | Action::Clear | Action::Quit) {
+        // The help open, a key closes it and does nothing else (q still quits).
+        if self.help && a != Action::Quit {
             self.help = false;
+            return;
         }
         // The details at full size scroll like a pager while they are open.
         if self.details_full {
