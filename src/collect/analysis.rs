@@ -802,6 +802,8 @@ pub struct LeafAcc {
     pub ops: Vec<NameId>,
     /// The CPU samples of the launching threads during the gaps.
     pub cpu: super::oncpu::SiteSamples,
+    /// The launching threads' spans at the gaps' middles (sources with CPU spans).
+    pub cpu_spans: super::oncpu::SpanTime,
 }
 
 /// A site's gap time in each steady step it has gaps in: the gap time and what a
@@ -869,6 +871,7 @@ impl Default for LeafAcc {
             steady_hist_ns: [0; HIST_BUCKETS],
             ops: Vec::new(),
             cpu: Default::default(),
+            cpu_spans: Default::default(),
         }
     }
 }
@@ -912,6 +915,7 @@ impl LeafAcc {
             self.note_op(op);
         }
         self.cpu.merge(&o.cpu);
+        self.cpu_spans.merge(&o.cpu_spans);
     }
 
     /// Remembers an op the gaps were charged to (the first [`SITE_OPS`] distinct ones).
@@ -1103,6 +1107,10 @@ fn charge(
     if !samples.is_empty() {
         let period = super::oncpu::period_of(store, &g);
         leaf.cpu.add(&samples, period);
+    }
+    // Only where the CPU was on the critical path: the launch came after the gap began.
+    if g.category == Category::HostWait {
+        leaf.cpu_spans.add(g.cpu_stack, d);
     }
     // The launching call itself ran through most of the gap, far longer than a launch takes.
     let proc = &store.procs[store.lanes[g.lane].key.proc as usize];

@@ -469,6 +469,9 @@ pub struct Store {
     /// What the source said about itself that a report should show: its format's version,
     /// and what it lacked and what that costs (an Nsight Systems export without call chains).
     pub notes: Vec<String>,
+    /// A backward op's span stack to the stack of the forward op that made its autograd node
+    /// (Kineto's sequence numbers; `collect::fwdbwd`).
+    pub forward_of: HashMap<StackId, StackId>,
 }
 
 /// The call tree's frame above the CPU samples taken during a launch's gaps.
@@ -508,6 +511,7 @@ impl Store {
             sampling_note: None,
             clocks: None,
             notes: Vec::new(),
+            forward_of: HashMap::default(),
         }
     }
 
@@ -793,6 +797,7 @@ impl Store {
         c.stacks = self.stacks.clone();
         c.source = self.source.clone();
         c.notes = self.notes.clone();
+        c.forward_of = self.forward_of.clone();
         c.window = self.span();
         c.origin = Some(self.origin());
         for p in &self.procs {
