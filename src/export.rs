@@ -280,6 +280,20 @@ fn write_copy(
     // re-opened export needs to say what the CPU did during a gap.
     // NVTX ranges and user annotations go as user annotations (spans that are ranges too, as
     // a torch.profiler trace's annotations are, once), so that the re-opened export has them.
+    // Backward ops keep their forward ops (`collect::fwdbwd`) by a sequence number each.
+    let mut seq: std::collections::HashMap<crate::collect::store::StackId, Value> =
+        Default::default();
+    let mut fwd: Vec<_> = store.forward_of.iter().collect();
+    fwd.sort_unstable();
+    for (&bwd, &f) in fwd {
+        let n = seq.len() as i64 + 1;
+        let n = match seq.get(&f) {
+            Some(v) => v["Sequence number"].as_i64().unwrap_or(n),
+            None => n,
+        };
+        seq.insert(f, json!({ "Sequence number": n }));
+        seq.insert(bwd, json!({ "Sequence number": n, "Fwd thread id": 1 }));
+    }
     for proc in &store.procs {
         let mut ranges = window_ranges(proc, lo, hi);
         let mut tids: Vec<_> = proc.spans.keys().copied().collect();
@@ -302,7 +316,7 @@ fn write_copy(
                         json!(tid),
                         sp.start,
                         sp.end - sp.start,
-                        Value::Null,
+                        seq.get(&sp.stack).cloned().unwrap_or(Value::Null),
                     ),
                 )?;
                 n.spans += 1;

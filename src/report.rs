@@ -572,12 +572,13 @@ pub fn text(j: &JsonReport) -> String {
         for a in &j.advice {
             let _ = writeln!(
                 o,
-                "  {:>10} {:5.1}%  {:>11}  {}  [{}]",
+                "  {:>10} {:5.1}%  {:>11}  {}  [{}{}]",
                 fmt_ns(a.gap_ns),
                 100.0 * a.share,
                 gaps_n(a.gaps),
                 a.site,
-                a.verdict.as_str()
+                a.verdict.as_str(),
+                a.cause.map(|c| format!(", {c}")).unwrap_or_default()
             );
             if let Some(l) = crate::collect::advice::steps_line(a, steady) {
                 let _ = writeln!(o, "      {l}");
@@ -605,12 +606,8 @@ pub fn text(j: &JsonReport) -> String {
     if !j.one_off_gaps.is_empty() {
         let _ = writeln!(o, "\nOne-offs (outside recurring patterns), longest first");
         for g in j.one_off_gaps.iter().take(5) {
-            let at = g
-                .frames
-                .iter()
-                .rev()
-                .find(|f| f.contains(".py("))
-                .or(g.frames.first())
+            let at = crate::collect::patterns::python_site(&g.frames)
+                .or(g.frames.first().map(String::as_str))
                 .map(|f| short(f, 70))
                 .unwrap_or_default();
             let _ = writeln!(
@@ -668,7 +665,7 @@ pub fn text(j: &JsonReport) -> String {
             g.reason,
             short(&g.next_op, 50)
         );
-        if let Some(f) = g.frames.iter().rev().find(|f| f.contains(".py(")) {
+        if let Some(f) = crate::collect::patterns::python_site(&g.frames) {
             let _ = writeln!(o, "      launched from {}", short(f, 90));
         }
         let named = g

@@ -51,6 +51,7 @@ fn the_cudnn_sdpa_stall_is_recurring_first_and_named() {
     assert_eq!(first["recurring"], true);
     assert_eq!(first["verdict"], "host_work");
     assert_eq!(first["framework"], "pytorch");
+    assert_eq!(first["cause"], "per_shape_planning", "{first}");
     assert!(
         first["fix"]
             .as_str()
@@ -124,7 +125,8 @@ fn without_cudnn_sdpa_what_is_left_is_launch_overhead() {
         .unwrap()
         .iter()
         .take(5)
-        .any(|a| a["fix"].as_str().unwrap().contains("cuDNN")));
+        .any(|a| a["cause"] == "per_shape_planning"
+            || a["fix"].as_str().unwrap().contains("enable_cudnn_sdp")));
 }
 
 /// The planted decode loop on the GPU: plan_attention's native call (zlib's deflate, ~11 ms a

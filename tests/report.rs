@@ -548,6 +548,52 @@ fn advice_counts_one_off_gaps_apart() {
     assert_eq!(&one_offs[..2], &[61_830_284, 47_878_097], "{one_offs:?}");
 }
 
+/// A verdict and its text go by one figure. GPT-2's Conv1D.forward has gaps typically ~22 µs
+/// apart, but half of its steady idle is in gaps of ~61 µs or more: host work, and its text
+/// (and the UI's verdict line) gives the ~61 µs, not the median. On every recording, a
+/// launch-bound site's figure is under 50 µs and a host-work site's is not, as the rule says.
+#[test]
+fn each_verdict_and_its_text_give_the_figure_it_went_by() {
+    let p = support::asset("gpt2.rec");
+    let j = report_json(&p, &[]);
+    let conv = j["advice"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["site"].as_str().unwrap().starts_with("Conv1D.forward"))
+        .unwrap();
+    assert!(conv["typical_gap_ns"].as_i64().unwrap() < 50_000, "{conv}");
+    assert!(conv["verdict_gap_ns"].as_i64().unwrap() >= 50_000, "{conv}");
+    assert_eq!(conv["verdict"], "host_work");
+    for rec in [
+        "gpt2.rec",
+        "gpt2_native.rec",
+        "planted.rec",
+        "launchbound.rec",
+        "decode_planted.rec",
+        "llama_decode.rec",
+        "ddp2.rec",
+    ] {
+        let j = report_json(&support::asset(rec), &[]);
+        for a in j["advice"].as_array().unwrap() {
+            let fig = a["verdict_gap_ns"].as_i64().unwrap();
+            match a["verdict"].as_str().unwrap() {
+                "launch_bound" => assert!(fig < 50_000, "{rec}: {a}"),
+                "host_work" => assert!(fig >= 50_000, "{rec}: {a}"),
+                _ => {}
+            }
+            let text = a["text"].as_str().unwrap();
+            let shown = gaptop::units::fmt_short(fig);
+            if matches!(
+                a["verdict"].as_str().unwrap(),
+                "launch_bound" | "host_work" | "busy" | "slow_launch"
+            ) {
+                assert!(text.contains(&shown), "{rec}: {shown} not in {text}");
+            }
+        }
+    }
+}
+
 /// `--format folded`: gap time by launch stack for flame graph tools. Every gap's time is in
 /// it once (the lines add up to the idle breakdown's total), heaviest first, each line
 /// `frame;frame;...;API;op NANOSECONDS`, without the framework plumbing the UI hides.

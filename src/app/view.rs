@@ -852,14 +852,12 @@ impl App {
         vm
     }
 
-    /// The innermost Python frame of a gap's launch stack, or the API name.
+    /// The innermost Python frame of a gap's launch stack (not the profiler's), or the API name.
     fn launch_site(&self, g: &Gap) -> String {
         let frames = self.store.stacks.frames(g.stack);
-        for f in frames.iter().rev() {
-            let s = self.store.names.get(*f);
-            if s.contains(".py(") {
-                return s.to_string();
-            }
+        let names: Vec<&str> = frames.iter().map(|&f| self.store.names.get(f)).collect();
+        if let Some(f) = crate::collect::patterns::python_site(&names) {
+            return f.to_string();
         }
         frames
             .last()
@@ -1251,7 +1249,10 @@ impl App {
                 FixRow {
                     head: format!("{:>4.0}% {:>7}  ", 100.0 * a.share, fmt_short(a.gap_ns)),
                     site: a.site.clone(),
-                    tail: format!("  [{}{when}] {}", a.verdict.as_str(), a.fix),
+                    tail: match &a.cause_name {
+                        Some(c) => format!("  [{}{when}] {c}: {}", a.verdict.as_str(), a.fix),
+                        None => format!("  [{}{when}] {}", a.verdict.as_str(), a.fix),
+                    },
                     selected: self.focus == Focus::Fix && i == self.fix_sel,
                 }
             })

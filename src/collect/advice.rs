@@ -1,20 +1,8 @@
 //! What to fix: the gap time of a window grouped by the code that launched it (the innermost
-//! Python frame, else the innermost frame), with a verdict on why the GPU waited there, what a
-//! fix would save a step, and the usual remedy in the framework the code runs on.
-//!
-//! Verdicts, from the site's gap time by reason, its launches and its typical (median) gap:
-//! - `sync`: half or more of the time follows a synchronizing call of the launching thread;
-//! - `event_wait`: half or more follows a wait on another stream's event;
-//! - `graph`: half or more is inside CUDA graph replays;
-//! - `unknown`: the launching call is not in the source;
-//! - `slow_launch`: half or more of the time is spent inside the launching call itself, for
-//!   far longer than a launch takes (lazy module loading on a kernel's first launch, the driver
-//!   blocked): not CPU work before the launch;
-//! - `busy`: the ops that waited run at least four times longer than the typical gap and the
-//!   device was busy at least half the time: there is little to win;
-//! - `launch_bound`: the host launched as fast as it could: typical gaps under 50 µs, the
-//!   scale of launch overhead (3–15 µs a launch, plus the framework's per-op work);
-//! - `host_work`: typical gaps of 50 µs or more before launches: CPU work on the critical path.
+//! Python frame, else the innermost frame; never the profiler's own, see [`site_of`]), with a
+//! verdict on why the GPU waited there (`collect::verdict`), the cause a pattern of its
+//! evidence names (`collect::patterns`), what a fix would save a step, and the fix: the
+//! pattern's, else the usual remedy for the verdict in the framework the code runs on.
 //!
 //! With steps (the program's iterations, `collect::steps`), a site whose gaps occur in at least
 //! half of the steady steps is *recurring* and ranked by its idle a step; gaps outside the
@@ -32,102 +20,14 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use crate::collect::analysis::{self, Config, Gap, LeafAcc, Reason, Site, Summary, Window};
+use crate::collect::analysis::{self, Config, Gap, LeafAcc, Site, Summary, Window};
 use crate::collect::oncpu::JsonCpu;
+use crate::collect::patterns;
 use crate::collect::steps::{self, Steps};
 use crate::collect::store::{NameId, Ns, StackId, Store};
+use crate::collect::verdict::{self as vd, GapFigure};
+pub use crate::collect::verdict::{fix, Framework, Verdict, HOST_WORK_NS};
 use crate::units::fmt_short;
-
-/// Typical gaps below this are launch overhead; at or above it, host work.
-pub const HOST_WORK_NS: Ns = 50_000;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Verdict {
-    Busy,
-    LaunchBound,
-    HostWork,
-    SlowLaunch,
-    Sync,
-    EventWait,
-    Graph,
-    Unknown,
-}
-
-impl Verdict {
-    pub const ALL: [Verdict; 8] = [
-        Verdict::Busy,
-        Verdict::LaunchBound,
-        Verdict::HostWork,
-        Verdict::SlowLaunch,
-        Verdict::Sync,
-        Verdict::EventWait,
-        Verdict::Graph,
-        Verdict::Unknown,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Verdict::Busy => "busy",
-            Verdict::LaunchBound => "launch_bound",
-            Verdict::HostWork => "host_work",
-            Verdict::SlowLaunch => "slow_launch",
-            Verdict::Sync => "sync",
-            Verdict::EventWait => "event_wait",
-            Verdict::Graph => "graph",
-            Verdict::Unknown => "unknown",
-        }
-    }
-}
-
-/// What the code that launched runs on, for the fix that fits it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Framework {
-    PyTorch,
-    Jax,
-    CuPy,
-    Triton,
-    Cuda,
-}
-
-impl Framework {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Framework::PyTorch => "pytorch",
-            Framework::Jax => "jax",
-            Framework::CuPy => "cupy",
-            Framework::Triton => "triton",
-            Framework::Cuda => "cuda",
-        }
-    }
-
-    /// What a frame or an op name says about the framework, if anything.
-    fn of_name(name: &str) -> Option<Framework> {
-        let n = name;
-        if n.contains("jax/")
-            || n.contains("jaxlib")
-            || n.contains("xla/")
-            || n.ends_with("_fusion")
-        {
-            Some(Framework::Jax)
-        } else if n.contains("cupy/") || n.starts_with("cupy_") || n.contains("cupy.") {
-            Some(Framework::CuPy)
-        } else if n.contains("torch/")
-            || n.contains("at::native")
-            || n.contains("at::cuda")
-            || n.starts_with("void at::")
-            || n.contains("c10::")
-            || n.contains("libtorch")
-        {
-            Some(Framework::PyTorch)
-        } else if n.starts_with("triton_") || n.contains("triton/") {
-            Some(Framework::Triton)
-        } else {
-            None
-        }
-    }
-}
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Advice {
@@ -144,6 +44,10 @@ pub struct Advice {
     /// The median gap: exact when `typical_exact`, else to within a quarter of a power of two.
     pub typical_gap_ns: Ns,
     pub typical_exact: bool,
+    /// The gap length the verdict went by, which its text gives (`verdict::GapFigure`).
+    pub verdict_gap_ns: Ns,
+    #[serde(skip)]
+    pub figure: GapFigure,
     /// Mean duration of the ops that waited.
     pub mean_op_ns: Ns,
     pub verdict: Verdict,
@@ -162,84 +66,54 @@ pub struct Advice {
     /// What the launching threads did during the gaps, where the program was sampled.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu: Option<JsonCpu>,
-    /// One sentence: what happened and what usually fixes it.
+    /// The cause a pattern of its evidence names (`collect::patterns`: its id, its name in
+    /// words and why its fix), when one matches.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cause: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cause_name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// One sentence: what happened, the cause where a pattern names it, and the fix.
     pub text: String,
-    /// The usual fix alone, for narrow places.
+    /// The fix alone, for narrow places: the cause's, else the verdict's usual one.
     pub fix: &'static str,
 }
 
-/// The usual fix for a verdict, in a few words, for the framework the code runs on.
-pub fn fix(v: Verdict, fw: Framework) -> &'static str {
-    use Framework as F;
-    use Verdict as V;
-    match (v, fw) {
-        (V::Busy, _) => "the GPU is mostly busy here",
-        (V::LaunchBound, F::PyTorch) => {
-            "fuse (torch.compile; mode=\"reduce-overhead\" adds CUDA graphs), fewer larger ops, or a CUDA graph"
-        }
-        (V::LaunchBound, F::Jax) => {
-            "jax.jit the whole step; lax.scan or lax.fori_loop for the loop, so XLA launches one program"
-        }
-        (V::LaunchBound, F::CuPy) => {
-            "fuse the chain (cupy.fuse or an ElementwiseKernel), or capture the loop in a CUDA graph"
-        }
-        (V::LaunchBound, F::Triton) => {
-            "fuse these into one Triton kernel, or replay the launches from a CUDA graph"
-        }
-        (V::LaunchBound, F::Cuda) => {
-            "fuse the kernels, or capture the sequence once in a CUDA graph (cudaStreamBeginCapture)"
-        }
-        (V::HostWork, F::PyTorch) => {
-            "move CPU work off the launch path, or a CUDA graph where it is the framework's (torch.compile mode=\"reduce-overhead\"); static shapes"
-        }
-        (V::HostWork, F::Jax) => {
-            "jax.jit the whole step so Python runs once; no NumPy or Python control flow on arrays in the loop"
-        }
-        (V::HostWork, F::CuPy) => {
-            "keep the loop's work on the GPU (no NumPy round trips); move Python work off the launch path"
-        }
-        (V::HostWork, F::Triton) => {
-            "move host work (autotuning, argument packing) off the launch path; reuse compiled kernels"
-        }
-        (V::HostWork, F::Cuda) => {
-            "move host work off the launch path (another thread, or overlapped with the GPU)"
-        }
-        (V::SlowLaunch, _) => {
-            "the launch call itself blocked (first launch loading its module?): warm up first, or CUDA_MODULE_LOADING=EAGER"
-        }
-        (V::Sync, F::PyTorch) => {
-            "remove or defer the sync (.item(), .cpu(), .tolist(), print(tensor), torch.cuda.synchronize, a blocking copy)"
-        }
-        (V::Sync, F::Jax) => {
-            "remove or defer the sync (block_until_ready, jax.device_get, float(x) or printing an array)"
-        }
-        (V::Sync, F::CuPy) => {
-            "remove or defer the sync (cupy.asnumpy, .get(), .item(), Stream.synchronize)"
-        }
-        (V::Sync, F::Triton | F::Cuda) => {
-            "remove or defer the sync (cudaDeviceSynchronize, cudaStreamSynchronize, a blocking cudaMemcpy): events and async copies"
-        }
-        (V::EventWait, _) => "check cross-stream dependencies",
-        (V::Graph, _) => "inside a CUDA graph: the graph's own dependencies",
-        (V::Unknown, _) => "launching call not in this source",
-    }
-}
-
-/// The fix for PyTorch's scaled-dot-product attention when its gaps are CPU work: the cuDNN
-/// backend builds an execution plan for each new shape.
-const SDPA_FIX: &str = "cuDNN's SDPA builds (and compiles) an execution plan for each new sequence length: \
-     another backend (torch.nn.attention.sdpa_kernel, or torch.backends.cuda.enable_cudnn_sdp(False)) or static shapes";
-
-/// The frame a launch stack is charged to: its innermost non-plumbing Python frame, else its
-/// innermost frame (0 for no stack).
+/// The frame a launch stack is charged to: its innermost non-plumbing Python frame outside
+/// the profiler's own frames (what runs inside `record_function.__enter__` or the profiler's
+/// `step` is the code that called it), else any such frame; without Python frames, the
+/// innermost backward node (a trace's `MulBackward0`, autograd's `…::MulBackward0::apply`)
+/// unless a collective is launched under it; else its innermost frame (0 for no stack).
 pub fn site_of(store: &Store, stack: StackId) -> NameId {
     let frames = store.stacks.frames(stack);
-    frames
+    let name = |f: &&NameId| store.names.get(**f);
+    let python = |f: &&NameId| {
+        let s = name(f);
+        s.contains(".py(") && !crate::frames::is_plumbing(s) && !patterns::is_profiler_frame(s)
+    };
+    let outside = match frames
+        .iter()
+        .position(|f| patterns::is_profiler_frame(name(&f)))
+    {
+        Some(i) => &frames[..i],
+        None => &frames[..],
+    };
+    outside
         .iter()
         .rev()
-        .find(|&&f| {
-            let s = store.names.get(f);
-            s.contains(".py(") && !crate::frames::is_plumbing(s)
+        .find(python)
+        .or_else(|| frames.iter().rev().find(python))
+        .or_else(|| {
+            // Not for a collective launched from a node's hook: that is named by its op.
+            let other = |f: &NameId| {
+                let s = store.names.get(*f);
+                s.contains(".py(") || patterns::is_comm_frame(s)
+            };
+            let node = |f: &&NameId| patterns::backward_node(name(f)).is_some();
+            (!frames.iter().any(other))
+                .then(|| frames.iter().rev().find(node))
+                .flatten()
         })
         .or(frames.last())
         .copied()
@@ -280,16 +154,6 @@ pub fn frame_key(frame: &str) -> Option<String> {
     }
 }
 
-/// A time as a site's figures give it: exact, or `~` when only its bucket is known.
-fn typical(a: &Advice) -> String {
-    let t = fmt_short(a.typical_gap_ns);
-    if a.typical_exact {
-        t
-    } else {
-        format!("~{t}")
-    }
-}
-
 /// Where a site stands across the steps: `recurring: in 48 of 50 steps, 51ms a step`.
 pub fn steps_line(a: &Advice, steady_steps: u32) -> Option<String> {
     let (present, per) = (a.steps_present?, a.per_step_ns?);
@@ -324,15 +188,20 @@ pub fn cpu_line(a: &Advice) -> Option<String> {
     ))
 }
 
-/// One line on a function's gaps: the verdict, its usual fix, and how its gaps looked.
+/// One line on a function's gaps: the verdict, the cause where a pattern names it, the fix,
+/// and the figure the verdict went by.
 pub fn summary_line(a: &Advice) -> String {
+    let cause = match &a.cause_name {
+        Some(c) => format!(" ({c})"),
+        None => String::new(),
+    };
     format!(
-        "{}: {} ({} gap{} here, typically {} apart, {} of gap time)",
+        "{}{cause}: {} ({} gap{} here, {}; {} of gap time)",
         a.verdict.as_str(),
         a.fix,
         a.gaps,
         if a.gaps == 1 { "" } else { "s" },
-        typical(a),
+        a.figure.phrase(),
         fmt_short(a.gap_ns)
     )
 }
@@ -368,97 +237,14 @@ fn site_function(store: &Store, site: Site) -> (String, String, Option<u32>) {
     }
 }
 
-/// The gap length a site's verdict goes by: with steps, where its steady-state gap time is
-/// (half of it in gaps at least this long); without, its typical (median) gap.
-fn verdict_gap(a: &LeafAcc) -> Ns {
-    match a.steady_weighted_gap() {
-        0 => a.typical_gap(),
-        w => w,
-    }
-}
-
-/// A site's verdict, given how busy its device was (0..1).
-fn verdict(a: &LeafAcc, busy_frac: f64) -> Verdict {
-    let total = a.gap_ns.max(1);
-    let share = |r: Reason| a.by_reason[r as usize] * 2 >= total;
-    let gap = verdict_gap(a);
-    if share(Reason::Sync) {
-        Verdict::Sync
-    } else if share(Reason::EventWait) {
-        Verdict::EventWait
-    } else if share(Reason::Graph) {
-        Verdict::Graph
-    } else if share(Reason::Unknown) {
-        Verdict::Unknown
-    } else if a.slow_launch_ns * 2 >= total {
-        Verdict::SlowLaunch
-    } else if a.next_ns / a.gaps.max(1) as Ns >= 4 * gap && busy_frac >= 0.5 {
-        Verdict::Busy
-    } else if gap < HOST_WORK_NS {
-        Verdict::LaunchBound
-    } else {
-        Verdict::HostWork
-    }
-}
-
-fn text(v: Verdict, a: &LeafAcc, mean_op: Ns, fix: &str) -> String {
-    let gap = if a.is_exact() {
-        fmt_short(a.typical_gap())
-    } else {
-        format!("~{}", fmt_short(a.typical_gap()))
-    };
-    let gaps = |n: u64| if n == 1 { "" } else { "s" };
-    match v {
-        Verdict::Busy => format!(
-            "gaps of typically {gap} between ops averaging {} on a mostly busy GPU: little to \
-             win.",
-            fmt_short(mean_op)
-        ),
-        Verdict::LaunchBound => format!(
-            "{} launch{}, typically {gap} apart, of ops averaging {}: launch overhead. Fix: {fix}.",
-            a.gaps,
-            if a.gaps == 1 { "" } else { "es" },
-            fmt_short(mean_op)
-        ),
-        Verdict::HostWork if a.steady_weighted_gap() > 0 => format!(
-            "CPU work before its launches, on the critical path: half of its steady idle is in \
-             gaps of ~{} or more. Fix: {fix}.",
-            fmt_short(a.steady_weighted_gap())
-        ),
-        Verdict::HostWork => format!(
-            "typically {gap} of CPU work before each launch here, on the critical path. Fix: \
-             {fix}."
-        ),
-        Verdict::SlowLaunch => format!(
-            "the launching call itself ran through {:.0}% of this time ({} gap{}, typically \
-             {gap}): not CPU work before it. Fix: {fix}.",
-            100.0 * a.slow_launch_ns as f64 / a.gap_ns.max(1) as f64,
-            a.gaps,
-            gaps(a.gaps)
-        ),
-        Verdict::Sync => format!(
-            "the CPU waited for the GPU before launching ({:.0}% of this time). Fix: {fix}.",
-            100.0 * a.by_reason[Reason::Sync as usize] as f64 / a.gap_ns.max(1) as f64
-        ),
-        Verdict::EventWait => "launches wait on another stream's event: check the cross-stream \
-             dependencies and what the other stream is doing."
-            .into(),
-        Verdict::Graph => "gaps inside CUDA graph replays: launch overhead is already gone; \
-             these are the graph's own dependencies."
-            .into(),
-        Verdict::Unknown => "the launching call is not in this source (a trace without runtime \
-             events, or records dropped), so the code cannot be named."
-            .into(),
-    }
-}
-
 /// One function's gaps, its gap time per line, its file and name, and its sites.
 struct FnAcc {
     acc: LeafAcc,
     lines: HashMap<Option<u32>, Ns>,
     file: String,
     qual: String,
-    sites: Vec<Site>,
+    /// Its launch sites, with the gap time charged to each.
+    sites: Vec<(Site, Ns)>,
 }
 
 /// Gaps a function needs before any of them can stand out as a one-off (without steps).
@@ -484,7 +270,7 @@ fn framework_of(store: &Store, f: &FnAcc, everywhere: Framework) -> Framework {
     let mut names = f
         .sites
         .iter()
-        .flat_map(|s| {
+        .flat_map(|(s, _)| {
             store
                 .stacks
                 .frames(s.stack)
@@ -536,7 +322,7 @@ pub fn advise(store: &Store, s: &Summary, n: usize) -> Vec<Advice> {
         });
         e.acc.merge(acc);
         *e.lines.entry(line).or_default() += acc.gap_ns;
-        e.sites.push(site);
+        e.sites.push((site, acc.gap_ns));
     }
     let total = s.charged_ns().max(1);
     let devices = store.devices().len().max(1) as f64;
@@ -548,20 +334,24 @@ pub fn advise(store: &Store, s: &Summary, n: usize) -> Vec<Advice> {
         .map(|(key, f)| {
             let a = &f.acc;
             let mean_op = a.next_ns / a.gaps.max(1) as Ns;
-            let verdict = verdict(a, busy_frac);
+            let verdict = vd::verdict(a, busy_frac);
             let framework = framework_of(store, &f, everywhere);
-            // Attention whose kernels are cuDNN's: a plan is built for each new shape.
-            let sdpa = (f.qual.contains("sdpa") || f.qual.contains("scaled_dot_product"))
-                && (a.ops.iter().any(|&o| store.names.get(o).contains("cudnn"))
-                    || a.cpu
-                        .innermost(store, 64)
-                        .iter()
-                        .any(|f| f.frame.contains("cudnn")));
-            let fix = if verdict == Verdict::HostWork && framework == Framework::PyTorch && sdpa {
-                SDPA_FIX
-            } else {
-                fix(verdict, framework)
-            };
+            // The cause a pattern names, with its fix; else the verdict's usual fix.
+            let found = patterns::find(&patterns::Evidence {
+                store,
+                launches: &f.sites,
+                acc: a,
+                qual: &f.qual,
+                verdict,
+            });
+            let fix = found.as_ref().map_or(fix(verdict, framework), |c| c.fix);
+            let text = vd::text(
+                verdict,
+                a,
+                mean_op,
+                fix,
+                found.as_ref().map(|c| (c.name.as_str(), c.reason.as_str())),
+            );
             let mut lines: Vec<(Option<u32>, Ns)> = f.lines.into_iter().collect();
             lines.sort_by(|x, y| y.1.cmp(&x.1).then(x.0.cmp(&y.0)));
             let shown: Vec<String> = lines
@@ -624,6 +414,8 @@ pub fn advise(store: &Store, s: &Summary, n: usize) -> Vec<Advice> {
                 share: a.gap_ns as f64 / total as f64,
                 typical_gap_ns: a.typical_gap(),
                 typical_exact: a.is_exact(),
+                verdict_gap_ns: GapFigure::of(a).ns,
+                figure: GapFigure::of(a),
                 mean_op_ns: mean_op,
                 verdict,
                 framework,
@@ -646,7 +438,10 @@ pub fn advise(store: &Store, s: &Summary, n: usize) -> Vec<Advice> {
                         frames: c.innermost(store, 8),
                     })
                 },
-                text: text(verdict, a, mean_op, fix),
+                cause: found.as_ref().map(|c| c.id),
+                reason: found.as_ref().map(|c| c.reason.clone()),
+                cause_name: found.map(|c| c.name),
+                text,
                 fix,
             }
         })
@@ -731,6 +526,7 @@ pub fn diagnose(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::collect::analysis::Reason;
 
     #[test]
     fn one_off_time_is_split_from_the_typical_gaps() {
@@ -763,51 +559,5 @@ mod tests {
             a.add(g, r, 1_000);
         }
         a
-    }
-
-    #[test]
-    fn verdicts_follow_reasons_then_typical_gap() {
-        let launch = |g| (g, Reason::Launch);
-        let verdict = |a: &LeafAcc| verdict(a, 1.0);
-        assert_eq!(verdict(&acc(&[launch(10_000); 9])), Verdict::LaunchBound);
-        // One long warm-up gap does not make a launch-bound site look like host work.
-        let mut v = vec![launch(10_000); 9];
-        v.push(launch(30_000_000));
-        assert_eq!(verdict(&acc(&v)), Verdict::LaunchBound);
-        assert_eq!(verdict(&acc(&[launch(200_000); 5])), Verdict::HostWork);
-        let mixed = acc(&[(300_000, Reason::Sync), launch(10_000), launch(10_000)]);
-        assert_eq!(
-            verdict(&mixed),
-            Verdict::Sync,
-            "most of the time followed a sync"
-        );
-        assert_eq!(
-            verdict(&acc(&[(5_000, Reason::Graph), (5_000, Reason::Graph)])),
-            Verdict::Graph
-        );
-        assert_eq!(
-            verdict(&acc(&[(5_000, Reason::EventWait)])),
-            Verdict::EventWait
-        );
-        assert_eq!(verdict(&acc(&[(5_000, Reason::Unknown)])), Verdict::Unknown);
-    }
-
-    #[test]
-    fn verdict_names_match_the_json_ones() {
-        for v in Verdict::ALL {
-            assert_eq!(serde_json::to_value(v).unwrap(), v.as_str());
-        }
-    }
-
-    #[test]
-    fn typical_gap_is_the_median_within_its_power_of_two() {
-        let a = acc(&[
-            (10_000, Reason::Launch),
-            (12_000, Reason::Launch),
-            (1 << 30, Reason::Launch),
-        ]);
-        let t = a.typical_gap();
-        assert!((8_192..16_384).contains(&t), "{t}");
-        assert_eq!(LeafAcc::default().typical_gap(), 0);
     }
 }

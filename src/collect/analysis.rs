@@ -805,6 +805,8 @@ pub struct LeafAcc {
     /// Those of the gaps inside the steady steps: what the CPU does every step, without the
     /// warm-up's imports and loading.
     pub cpu_steady: super::oncpu::SiteSamples,
+    /// The launching threads' spans at the gaps' middles (sources with CPU spans).
+    pub cpu_spans: super::oncpu::SpanTime,
 }
 
 /// A site's gap time in each steady step it has gaps in: the gap time and what a
@@ -873,6 +875,7 @@ impl Default for LeafAcc {
             ops: Vec::new(),
             cpu: Default::default(),
             cpu_steady: Default::default(),
+            cpu_spans: Default::default(),
         }
     }
 }
@@ -917,6 +920,7 @@ impl LeafAcc {
         }
         self.cpu.merge(&o.cpu);
         self.cpu_steady.merge(&o.cpu_steady);
+        self.cpu_spans.merge(&o.cpu_spans);
     }
 
     /// Remembers an op the gaps were charged to (the first [`SITE_OPS`] distinct ones).
@@ -1112,6 +1116,10 @@ fn charge(
         leaf.cpu.add(&samples, period);
         period
     };
+    // Only where the CPU was on the critical path: the launch came after the gap began.
+    if g.category == Category::HostWait {
+        leaf.cpu_spans.add(g.cpu_stack, d);
+    }
     // The launching call itself ran through most of the gap, far longer than a launch takes.
     let proc = &store.procs[store.lanes[g.lane].key.proc as usize];
     if let Some(a) = proc.api_by_corr(op.corr) {

@@ -51,6 +51,10 @@ struct RawArgs<'a> {
     call_stack: Option<&'a [u8]>,
     /// The profiled process of a GPU op (gaptop's exports, which may hold several).
     process: Option<&'a [u8]>,
+    /// An operator's autograd `Sequence number`, and `Fwd thread id` (nonzero on the ops
+    /// that run a backward node): `collect::fwdbwd`.
+    seq: Option<&'a [u8]>,
+    fwd_tid: Option<&'a [u8]>,
 }
 
 fn skip_ws(b: &[u8], mut i: usize) -> usize {
@@ -249,7 +253,7 @@ struct Named {
 
 /// An event's `args` members that gaptop reads.
 fn read_args(a: &[u8]) -> Result<RawArgs<'_>, &'static str> {
-    let mut slots = [None; 7];
+    let mut slots = [None; ARGS];
     members(a, |k, v| {
         if let Some(i) = args_member(k) {
             slots[i] = Some(v);
@@ -267,6 +271,8 @@ struct RawSpan {
     /// The Python stack the span's `Call stack` names (0 if none): what an outermost span
     /// is nested in.
     pystack: StackId,
+    /// Its autograd sequence number, for the forward op of a backward one.
+    seq: super::fwdbwd::Seq,
 }
 
 /// The latest `baseTimeNanoseconds` taken for a time (2^62 ns: the year 2116).
@@ -629,6 +635,10 @@ impl Builder {
                     name: nm,
                     rank,
                     pystack,
+                    seq: super::fwdbwd::Seq {
+                        nr: int_of(args.seq).unwrap_or(-1),
+                        backward: int_of(args.fwd_tid).is_some_and(|t| t != 0),
+                    },
                 });
             }
         }
@@ -786,6 +796,7 @@ impl Builder {
         for ((proc, device, stream), v) in self.gpu_annotations.drain() {
             st.procs[proc as usize].set_gpu_ranges(device, stream, v);
         }
+        let mut links = super::fwdbwd::Links::default();
         for ((proc, tid), mut raw) in self.spans.drain() {
             raw.sort_by(|a, b| {
                 a.start
@@ -795,6 +806,7 @@ impl Builder {
             });
             st.procs[proc as usize].set_ranges(tid, user_annotations(&raw));
             let mut out: Vec<Span> = Vec::with_capacity(raw.len());
+            let mut seqs: Vec<super::fwdbwd::Seq> = Vec::with_capacity(raw.len());
             let mut open: Vec<u32> = Vec::new();
             for r in raw {
                 while let Some(&top) = open.last() {
@@ -810,6 +822,9 @@ impl Builder {
                     None => (u32::MAX, r.pystack),
                 };
                 let stack = st.stacks.intern(pstack, r.name);
+                let pseq = open.last().map(|&p| seqs[p as usize]);
+                links.span(proc, r.seq, pseq, r.start, stack);
+                seqs.push(r.seq);
                 out.push(Span {
                     start: r.start,
                     end: r.end,
@@ -820,6 +835,7 @@ impl Builder {
             }
             st.procs[proc as usize].spans.insert(tid, out);
         }
+        links.resolve(st);
         for p in st.procs.iter_mut() {
             p.stacks_from_spans();
         }
@@ -875,7 +891,7 @@ impl At {
 #[derive(Clone, Copy, Default)]
 struct Spans {
     ev: [At; 8],
-    args: [At; 7],
+    args: [At; ARGS],
     /// `args` was an object, read member by member.
     args_read: bool,
 }
@@ -895,6 +911,9 @@ fn event_member(key: &[u8]) -> Option<usize> {
     })
 }
 
+/// How many arguments gaptop reads ([`RawArgs`]).
+const ARGS: usize = 9;
+
 /// The index in [`Spans::args`] of an argument, by its key.
 fn args_member(key: &[u8]) -> Option<usize> {
     Some(match key {
@@ -905,6 +924,8 @@ fn args_member(key: &[u8]) -> Option<usize> {
         b"stack" => 4,
         b"Call stack" => 5,
         b"process" => 6,
+        b"Sequence number" => 7,
+        b"Fwd thread id" => 8,
         _ => return None,
     })
 }
@@ -938,7 +959,8 @@ impl<'a> RawEvent<'a> {
 impl<'a> RawArgs<'a> {
     /// The arguments in [`args_member`]'s order.
     fn from_slots(
-        [correlation, device, stream, graph_id, stack, call_stack, process]: [Option<&'a [u8]>; 7],
+        [correlation, device, stream, graph_id, stack, call_stack, process, seq, fwd_tid]: [Option<&'a [u8]>;
+            ARGS],
     ) -> Self {
         RawArgs {
             correlation,
@@ -948,6 +970,8 @@ impl<'a> RawArgs<'a> {
             stack,
             call_stack,
             process,
+            seq,
+            fwd_tid,
         }
     }
 }

@@ -200,6 +200,68 @@ pub fn headline(frames: &[(&str, f64)]) -> Option<String> {
     )
 }
 
+impl SiteSamples {
+    /// The share of the samples (of those kept) whose stack holds a frame `pred` accepts.
+    pub fn share_holding(&self, store: &Store, pred: impl Fn(&str) -> bool) -> f64 {
+        share_of(store, self.stacks.iter().map(|&s| (s, 1)), pred)
+    }
+}
+
+/// What the launching thread's spans (a trace's CPU ops and Python functions) were at the
+/// middle of each of a site's gaps, weighted by the gaps' time: the CPU side of a source
+/// without samples.
+#[derive(Clone, Debug, Default)]
+pub struct SpanTime(HashMap<StackId, Ns>);
+
+impl SpanTime {
+    pub fn add(&mut self, stack: StackId, ns: Ns) {
+        if stack != 0 {
+            *self.0.entry(stack).or_default() += ns;
+        }
+    }
+
+    pub fn merge(&mut self, o: &SpanTime) {
+        for (&s, &ns) in &o.0 {
+            self.add(s, ns);
+        }
+    }
+
+    /// The share of that time whose span stack holds a frame `pred` accepts (0 without any).
+    pub fn share_holding(&self, store: &Store, pred: impl Fn(&str) -> bool) -> f64 {
+        share_of(store, self.0.iter().map(|(&s, &ns)| (s, ns)), pred)
+    }
+}
+
+/// The weight of the stacks that hold a frame `pred` accepts, over all their weight.
+fn share_of(
+    store: &Store,
+    stacks: impl Iterator<Item = (StackId, Ns)>,
+    pred: impl Fn(&str) -> bool,
+) -> f64 {
+    // Each distinct stack is looked at once.
+    let mut by: HashMap<StackId, Ns> = HashMap::new();
+    for (s, w) in stacks {
+        *by.entry(s).or_default() += w;
+    }
+    let (mut hit, mut all) = (0.0, 0.0);
+    for (s, w) in by {
+        all += w as f64;
+        if store
+            .stacks
+            .frames(s)
+            .iter()
+            .any(|&f| pred(store.names.get(f)))
+        {
+            hit += w as f64;
+        }
+    }
+    if all > 0.0 {
+        hit / all
+    } else {
+        0.0
+    }
+}
+
 /// A frame and the share of the samples that hold it.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct JsonFrameShare {

@@ -472,6 +472,9 @@ pub struct Store {
     /// What the source said about itself that a report should show: its format's version,
     /// and what it lacked and what that costs (an Nsight Systems export without call chains).
     pub notes: Vec<String>,
+    /// A backward op's span stack to the stack of the forward op that made its autograd node
+    /// (Kineto's sequence numbers; `collect::fwdbwd`).
+    pub forward_of: HashMap<StackId, StackId>,
 }
 
 /// The call tree's frame above the CPU samples taken during a launch's gaps.
@@ -512,6 +515,7 @@ impl Store {
             sampling_note: None,
             clocks: None,
             notes: Vec::new(),
+            forward_of: HashMap::default(),
         }
     }
 
@@ -827,6 +831,7 @@ impl Store {
         c.source = self.source.clone();
         c.notes = self.notes.clone();
         c.dropped_times = self.dropped_times.clone();
+        c.forward_of = self.forward_of.clone();
         c.window = self.span();
         c.origin = Some(self.origin());
         for p in &self.procs {
