@@ -517,7 +517,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 term::stop_flag()?,
                 gaptop::views::render,
             )?;
-            Ok(ExitCode::SUCCESS)
+            Ok(ExitCode::from(term::exit_status()))
         }
         Cmd::Open {
             files,
@@ -549,7 +549,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 term::stop_flag()?,
                 gaptop::views::render,
             )?;
-            Ok(ExitCode::SUCCESS)
+            Ok(ExitCode::from(term::exit_status()))
         }
         Cmd::Run {
             dormant: true,
@@ -589,13 +589,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 gaptop::views::render,
                 tap,
             )?;
-            Ok(ExitCode::SUCCESS)
+            Ok(ExitCode::from(term::exit_status()))
         }
         Cmd::Export {
             files,
             window,
             output,
         } => {
+            gaptop::files::refuse_input(&output, &files)?;
             let store = gaptop::collect::load_paths(&files, usize::MAX)?;
             if store.span().is_none() {
                 anyhow::bail!("{}: no GPU ops", shown(&files));
@@ -666,7 +667,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 gaptop::views::render,
                 tap,
             )?;
-            Ok(ExitCode::SUCCESS)
+            Ok(ExitCode::from(term::exit_status()))
         }
         Cmd::Capture {
             target,
