@@ -395,8 +395,7 @@ fn shown(files: &[PathBuf]) -> String {
 fn emit(bytes: &[u8], output: Option<&std::path::Path>, binary: bool) -> anyhow::Result<()> {
     use std::io::{IsTerminal, Write};
     if let Some(p) = output {
-        return std::fs::write(p, bytes)
-            .map_err(|e| anyhow::anyhow!("{}: cannot write: {e}", p.display()));
+        return gaptop::files::Output::write_all(p, bytes);
     }
     let out = std::io::stdout();
     if binary && out.is_terminal() {
@@ -418,7 +417,9 @@ fn load_captured(p: &std::path::Path) -> anyhow::Result<gaptop::collect::store::
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match run(cli) {
+    // Until a command catches the ending signals itself, one removes the temporary files.
+    let signals = gaptop::files::remove_temps_on_signals();
+    match signals.and_then(|_| run(cli)) {
         Ok(code) => code,
         Err(e) => {
             let msg = format!("{e:#}").replace('\n', " ");
@@ -438,6 +439,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             top,
             analysis,
         } => {
+            if let Some(o) = &output {
+                gaptop::files::refuse_input(o, &files)?;
+            }
             let store = gaptop::collect::load_paths(&files, usize::MAX)?;
             window
                 .check(&store)
@@ -474,6 +478,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             output,
             analysis,
         } => {
+            if let Some(o) = &output {
+                gaptop::files::refuse_input(o, &[a.clone(), b.clone()])?;
+            }
             let (sa, sb) = (load_captured(&a)?, load_captured(&b)?);
             let cfg = Config {
                 basis: analysis.basis(),
