@@ -4,7 +4,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use gaptop::collect::analysis::{Basis, Config, Window};
-use gaptop::units::parse_time;
+use gaptop::units::{parse_bytes, parse_time};
 
 #[derive(Parser)]
 #[command(
@@ -346,23 +346,6 @@ fn parse_speed(s: &str) -> Result<f64, String> {
         Ok(v) if v.is_finite() && v > 0.0 && v <= 1000.0 => Ok(v),
         _ => Err(format!("bad speed {s:?}: a number above 0, e.g. 0.5 or 4")),
     }
-}
-
-fn parse_bytes(s: &str) -> Result<usize, String> {
-    let t = s.trim();
-    let (num, mult) = match t.chars().last() {
-        Some('K' | 'k') => (&t[..t.len() - 1], 1usize << 10),
-        Some('M' | 'm') => (&t[..t.len() - 1], 1 << 20),
-        Some('G' | 'g') => (&t[..t.len() - 1], 1 << 30),
-        _ => (t, 1),
-    };
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("bad size {s:?}: use e.g. 512M or 2G"))?;
-    if v.is_nan() || v <= 0.0 {
-        return Err(format!("bad size {s:?}: must be positive"));
-    }
-    Ok((v * mult as f64) as usize)
 }
 
 fn ui_app(

@@ -8,6 +8,7 @@ pub(crate) mod calls;
 pub(crate) mod chunked;
 pub mod comm;
 pub mod cpu;
+pub mod inflate;
 pub mod ingest;
 pub mod jsonscan;
 pub mod kineto;
