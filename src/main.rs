@@ -700,7 +700,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::from(code.clamp(0, 255) as u8))
         }
         Cmd::Env { shell, job } => {
-            for (k, v) in gaptop::collect::live::dormant_env(job.as_deref())? {
+            let (env, warning) = gaptop::collect::live::dormant_env_for_elsewhere(job.as_deref())?;
+            if let Some(w) = warning {
+                gaptop::say!("gaptop: {w}");
+            }
+            for (k, v) in env {
                 let v = v.to_string_lossy();
                 if shell {
                     println!("export {k}='{}'", v.replace('\'', "'\\''"));

@@ -1,4 +1,5 @@
-//! `gaptop record` without a GPU: the command runs with the collector's environment; signals
+//! `gaptop record` (and `run --dormant`, `env`) without a GPU: the command runs with the
+//! collector's environment; a recording with nothing in it leaves the file alone; signals
 //! finalise the recording and leave no orphan; a missing collector or libcupti is named.
 
 mod support;
@@ -276,4 +277,83 @@ fn a_command_without_cuda_leaves_the_file_alone() {
     assert!(err.contains("fresh.rec not written"), "{err}");
     assert!(!fresh.exists());
     assert_eq!(support::names_in(&dir, ".part"), Vec::<String>::new());
+}
+
+/// `run --dormant` whose control folder the collector will refuse (open to others, or another
+/// user's) says why `gaptop attach` cannot reach the program instead of telling the user to
+/// run it; a folder of the user's gets the usual line.
+#[test]
+fn dormant_with_a_refused_control_folder_says_why_attach_cannot_work() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = support::tempdir("dormant");
+    let (cuda, coll) = fake_cuda(&dir);
+    let run = |ctl: &std::path::Path| {
+        let o = Command::new(env!("CARGO_BIN_EXE_gaptop"))
+            .args(["run", "--dormant", "--", "true"])
+            .env("CUDA_HOME", &cuda)
+            .env("GAPTOP_COLLECTOR", &coll)
+            .env("GAPTOP_CONTROL_DIR", ctl)
+            .output()
+            .unwrap();
+        assert!(o.status.success());
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let loose = dir.join("loose");
+    std::fs::create_dir(&loose).unwrap();
+    std::fs::set_permissions(&loose, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut refused = vec![(loose, "has mode 755")];
+    if nix::unistd::getuid().is_root() {
+        // Made by another user (nobody).
+        let theirs = dir.join("theirs");
+        std::fs::create_dir(&theirs).unwrap();
+        std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+        refused.push((theirs, "is owned by uid 65534"));
+    }
+    for (ctl, why) in refused {
+        let err = run(&ctl);
+        assert!(
+            err.contains("true runs, but its collector cannot be attached to")
+                && err.contains(why)
+                && err.contains("set GAPTOP_CONTROL_DIR to a folder of yours"),
+            "{err}"
+        );
+        assert!(!err.contains("gaptop attach "), "{err}");
+    }
+    let err = run(&dir.join("mine"));
+    assert!(err.contains("`gaptop attach "), "{err}");
+}
+
+/// `gaptop env` on a machine without libcupti (its lines are often for another machine)
+/// still prints every variable, with libcupti's folder guessed, and warns on stderr.
+#[test]
+fn env_without_libcupti_prints_the_variables_and_warns() {
+    let dir = support::tempdir("env");
+    let (_, coll) = fake_cuda(&dir);
+    let o = Command::new(env!("CARGO_BIN_EXE_gaptop"))
+        .args(["env", "--job", "decode"])
+        .env("GAPTOP_COLLECTOR", &coll)
+        .env("CUDA_HOME", dir.join("no-cuda-here"))
+        .env("LD_LIBRARY_PATH", "")
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let guess = dir.join("no-cuda-here/extras/CUPTI/lib64");
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            format!("CUDA_INJECTION64_PATH={}", coll.display()),
+            format!("LD_LIBRARY_PATH={}", guess.display()),
+            "GAPTOP_DORMANT=1".into(),
+            "GAPTOP_JOB=decode".into(),
+        ]
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("no libcupti found here") && err.contains("is a guess"),
+        "{err}"
+    );
 }
