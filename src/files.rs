@@ -105,7 +105,7 @@ impl Output {
             .open(&tmp)
             .with_context(|| {
                 format!(
-                    "{shown}: cannot create a temporary file in {}",
+                    "{shown}: cannot write a temporary file in {}",
                     dir.display()
                 )
             })?;
