@@ -463,21 +463,17 @@ fn copy_to_file(
     })
 }
 
-/// Creates `path` and writes it with `write`. A file cut short (a full disk) would pass for a
-/// broken trace, so one that this call created is removed when writing fails; what the path
-/// named before (a device such as /dev/full, a pipe, a file the user keeps) is left.
+/// Writes `path` with `write`, through a temporary file renamed over it once complete
+/// ([`crate::files::Output`]): a file cut short (a full disk) would pass for a broken trace,
+/// and what the path held before (a file the user keeps) stays when writing fails.
 fn create_then<T>(
     path: &Path,
     write: impl FnOnce(std::fs::File) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
-    let existed = path.symlink_metadata().is_ok();
-    let f = std::fs::File::create(path)
-        .with_context(|| format!("{}: cannot create", path.display()))?;
-    let r = write(f);
-    if r.is_err() && !existed && path.symlink_metadata().is_ok_and(|m| m.is_file()) {
-        let _ = std::fs::remove_file(path);
-    }
-    r.with_context(|| format!("{}: cannot write", path.display()))
+    let out = crate::files::Output::create(path)?;
+    let r = write(out.writer()?).with_context(|| format!("{}: cannot write", path.display()))?;
+    out.commit()?;
+    Ok(r)
 }
 
 /// An export being written on its own thread, from a copy of the window taken when it was
@@ -599,22 +595,28 @@ mod tests {
             "{e:#}"
         );
         assert!(!fresh.exists(), "a half-written export was left");
-        // A file the user named that was there before stays (truncated, as -o does).
+        // A file the user named that was there before stays as it was.
         let kept = dir.join("kept.json");
         std::fs::write(&kept, b"old").unwrap();
         assert!(create_then(&kept, fail).is_err());
-        assert!(kept.exists());
+        assert_eq!(std::fs::read(&kept).unwrap(), b"old");
         // So does whatever a link named: the link and its target.
         let target = dir.join("target.json");
-        std::fs::write(&target, b"").unwrap();
+        std::fs::write(&target, b"kept").unwrap();
         let link = dir.join("link.json");
         std::os::unix::fs::symlink(&target, &link).unwrap();
         assert!(create_then(&link, fail).is_err());
-        assert!(link.symlink_metadata().is_ok() && target.exists());
-        // Success keeps the file.
-        let ok = dir.join("ok.json");
-        create_then(&ok, |mut f| Ok(f.write_all(b"{}")?)).unwrap();
-        assert_eq!(std::fs::read(&ok).unwrap(), b"{}");
+        assert!(link.symlink_metadata().is_ok());
+        assert_eq!(std::fs::read(&target).unwrap(), b"kept");
+        // Success replaces the file; no temporary file is left either way.
+        create_then(&kept, |mut f| Ok(f.write_all(b"{}")?)).unwrap();
+        assert_eq!(std::fs::read(&kept).unwrap(), b"{}");
+        let mut names: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["kept.json", "link.json", "target.json"]);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use gaptop::collect::analysis::{Basis, Config, Window};
-use gaptop::units::parse_time;
+use gaptop::units::{parse_bytes, parse_time};
 
 #[derive(Parser)]
 #[command(
@@ -430,23 +430,6 @@ fn parse_speed(s: &str) -> Result<f64, String> {
     }
 }
 
-fn parse_bytes(s: &str) -> Result<usize, String> {
-    let t = s.trim();
-    let (num, mult) = match t.chars().last() {
-        Some('K' | 'k') => (&t[..t.len() - 1], 1usize << 10),
-        Some('M' | 'm') => (&t[..t.len() - 1], 1 << 20),
-        Some('G' | 'g') => (&t[..t.len() - 1], 1 << 30),
-        _ => (t, 1),
-    };
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("bad size {s:?}: use e.g. 512M or 2G"))?;
-    if v.is_nan() || v <= 0.0 {
-        return Err(format!("bad size {s:?}: must be positive"));
-    }
-    Ok((v * mult as f64) as usize)
-}
-
 fn ui_app(
     store: gaptop::collect::store::Store,
     source: gaptop::app::SourceState,
@@ -477,8 +460,7 @@ fn shown(files: &[PathBuf]) -> String {
 fn emit(bytes: &[u8], output: Option<&std::path::Path>, binary: bool) -> anyhow::Result<()> {
     use std::io::{IsTerminal, Write};
     if let Some(p) = output {
-        return std::fs::write(p, bytes)
-            .map_err(|e| anyhow::anyhow!("{}: cannot write: {e}", p.display()));
+        return gaptop::files::Output::write_all(p, bytes);
     }
     let out = std::io::stdout();
     if binary && out.is_terminal() {
@@ -500,7 +482,9 @@ fn load_captured(p: &std::path::Path) -> anyhow::Result<gaptop::collect::store::
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match run(cli) {
+    // Until a command catches the ending signals itself, one removes the temporary files.
+    let signals = gaptop::files::remove_temps_on_signals();
+    match signals.and_then(|_| run(cli)) {
         Ok(code) => code,
         Err(e) => {
             let msg = format!("{e:#}").replace('\n', " ");
@@ -520,6 +504,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             top,
             analysis,
         } => {
+            if let Some(o) = &output {
+                gaptop::files::refuse_input(o, &files)?;
+            }
             let store = gaptop::collect::load_paths(&files, usize::MAX)?;
             window
                 .check(&store)
@@ -556,6 +543,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             output,
             analysis,
         } => {
+            if let Some(o) = &output {
+                gaptop::files::refuse_input(o, &[a.clone(), b.clone()])?;
+            }
             let (sa, sb) = (load_captured(&a)?, load_captured(&b)?);
             let cfg = Config {
                 basis: analysis.basis(),
@@ -599,7 +589,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 term::stop_flag()?,
                 gaptop::views::render,
             )?;
-            Ok(ExitCode::SUCCESS)
+            Ok(ExitCode::from(term::exit_status()))
         }
         Cmd::Open {
             files,
@@ -631,7 +621,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 term::stop_flag()?,
                 gaptop::views::render,
             )?;
-            Ok(ExitCode::SUCCESS)
+            Ok(ExitCode::from(term::exit_status()))
         }
         Cmd::Run {
             dormant: true,
@@ -671,13 +661,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 gaptop::views::render,
                 tap,
             )?;
-            Ok(ExitCode::SUCCESS)
+            Ok(ExitCode::from(term::exit_status()))
         }
         Cmd::Export {
             files,
             window,
             output,
         } => {
+            gaptop::files::refuse_input(&output, &files)?;
             let store = gaptop::collect::load_paths(&files, usize::MAX)?;
             if store.span().is_none() {
                 anyhow::bail!("{}: no GPU ops", shown(&files));
@@ -748,7 +739,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 gaptop::views::render,
                 tap,
             )?;
-            Ok(ExitCode::SUCCESS)
+            Ok(ExitCode::from(term::exit_status()))
         }
         Cmd::Capture {
             target,
@@ -791,7 +782,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::from(code.clamp(0, 255) as u8))
         }
         Cmd::Env { shell, job } => {
-            for (k, v) in gaptop::collect::live::dormant_env(job.as_deref())? {
+            let (env, warning) = gaptop::collect::live::dormant_env_for_elsewhere(job.as_deref())?;
+            if let Some(w) = warning {
+                gaptop::say!("gaptop: {w}");
+            }
+            for (k, v) in env {
                 let v = v.to_string_lossy();
                 if shell {
                     println!("export {k}='{}'", v.replace('\'', "'\\''"));

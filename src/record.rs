@@ -9,6 +9,7 @@ use gaptop_wire::Frame;
 
 use crate::collect::live::{self, LiveEvent};
 use crate::collect::recording::Writer;
+use crate::files::{left_as_it_was, Output};
 
 #[derive(Default, Debug)]
 pub struct Totals {
@@ -66,23 +67,24 @@ pub fn record_event<W: std::io::Write>(
         LiveEvent::Closed(_, None) => {}
         LiveEvent::Output(line) => println!("{line}"),
         LiveEvent::Exited(s) => return Ok(Some(s)),
-        LiveEvent::Notice(s) => eprintln!("gaptop: {s}"),
+        LiveEvent::Notice(s) => crate::say!("gaptop: {s}"),
     }
     t.dropped = drops.values().sum();
     Ok(None)
 }
 
-/// The recording, created; and the signals that end a recording (SIGINT, SIGTERM, SIGHUP)
-/// caught into a flag that holds the last one's number.
+/// The recording, created as a temporary file next to `out` ([`Output`]); and the signals
+/// that end a recording (SIGINT, SIGTERM, SIGHUP) caught into a flag that holds the last one's
+/// number.
 fn open_trapped(
     out: &Path,
 ) -> anyhow::Result<(
+    Output,
     Writer<std::fs::File>,
     std::sync::Arc<std::sync::atomic::AtomicUsize>,
 )> {
-    let file =
-        std::fs::File::create(out).with_context(|| format!("cannot create {}", out.display()))?;
-    let w = Writer::new(file)?;
+    let file = Output::create(out)?;
+    let w = Writer::new(file.writer()?)?;
     let signalled = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     for sig in [
         signal_hook::consts::SIGINT,
@@ -91,26 +93,57 @@ fn open_trapped(
     ] {
         signal_hook::flag::register_usize(sig, signalled.clone(), sig as usize)?;
     }
-    Ok((w, signalled))
+    crate::files::signals_taken();
+    Ok((file, w, signalled))
 }
 
+/// Replaces `out` with the recording when it holds GPU ops, and says what it got; otherwise
+/// leaves `out` as it was and says so. Whether it was written.
+fn finish(
+    file: Output,
+    w: Writer<std::fs::File>,
+    t: &Totals,
+    out: &Path,
+    nothing: &str,
+) -> anyhow::Result<bool> {
+    let bytes = w.bytes;
+    drop(w);
+    if t.ops == 0 {
+        for e in &t.errors {
+            crate::say!("gaptop: {e}");
+        }
+        crate::say!(
+            "gaptop: {nothing}; nothing recorded, {}",
+            left_as_it_was(out)
+        );
+        return Ok(false);
+    }
+    file.commit()?;
+    say_totals(t, bytes, out);
+    Ok(true)
+}
+
+/// `gaptop record`: the command's exit status (1 when nothing was recorded). Whatever fails,
+/// `out` holds what it held before unless a recording with GPU ops was made.
 pub fn run(
     cmd: &[String],
     out: &Path,
     duration: Option<f64>,
     opts: &live::Options,
 ) -> anyhow::Result<i32> {
-    let (mut w, signalled) = open_trapped(out)?;
-    // Only now the program starts: a signal from here on finalises the recording. A program
-    // that cannot start leaves no recording behind.
-    let mut l = match live::launch(cmd, None, opts) {
-        Ok(l) => l,
-        Err(e) => {
-            drop(w);
-            let _ = std::fs::remove_file(out);
-            return Err(e);
-        }
-    };
+    record_to(cmd, out, duration, opts)
+        .map_err(|e| anyhow::anyhow!("{e:#}; {}", left_as_it_was(out)))
+}
+
+fn record_to(
+    cmd: &[String],
+    out: &Path,
+    duration: Option<f64>,
+    opts: &live::Options,
+) -> anyhow::Result<i32> {
+    let (file, mut w, signalled) = open_trapped(out)?;
+    // Only now the program starts: a signal from here on finalises the recording.
+    let mut l = live::launch(cmd, None, opts)?;
     let started = Instant::now();
     let mut t = Totals::default();
     let mut drops = Default::default();
@@ -154,40 +187,54 @@ pub fn run(
                 let pid = nix::unistd::Pid::from_raw(l.child.id() as i32);
                 let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
             }
-            eprintln!("gaptop: stopped by signal {sig}; the recording is complete up to now");
+            let so_far = if t.ops > 0 {
+                "; the recording is complete up to now"
+            } else {
+                ""
+            };
+            crate::say!("gaptop: stopped by signal {sig}{so_far}");
             break;
         }
         if duration.is_some_and(|d| started.elapsed().as_secs_f64() >= d) {
-            eprintln!("gaptop: --duration reached; the program continues without the collector");
+            crate::say!("gaptop: --duration reached; the program continues without the collector");
             break;
         }
     }
     l.stop.store(true, Ordering::Relaxed);
     w.flush().context("writing the recording")?;
-    say_totals(&t, w.bytes, out);
-    if t.conns == 0 {
-        eprintln!("gaptop: no process connected: did the command use CUDA?");
-    }
+    let nothing = if t.conns == 0 {
+        "no process connected: did the command use CUDA?"
+    } else {
+        "no GPU ops arrived: did the command run kernels?"
+    };
+    let written = finish(file, w, &t, out, nothing)?;
     if let Some(why) = exit.and_then(ended_badly) {
-        eprintln!("gaptop: the command ended: {why}; the recording holds what arrived before");
+        let holds = if written {
+            "; the recording holds what arrived before"
+        } else {
+            ""
+        };
+        crate::say!("gaptop: the command ended: {why}{holds}");
     }
-    Ok(match exit {
-        Some(s) => exit_code(s),
-        None => 0,
+    // The command's status; 1 for a command that succeeded (or runs on) with nothing recorded.
+    Ok(match exit.map(exit_code) {
+        Some(c) if c != 0 => c,
+        _ if written => 0,
+        _ => 1,
     })
 }
 
 /// What a recording got: errors, then one line of totals, then the live lag.
 fn say_totals(t: &Totals, bytes: u64, out: &Path) {
     for e in &t.errors {
-        eprintln!("gaptop: {e}");
+        crate::say!("gaptop: {e}");
     }
     let ranges = if t.ranges > 0 {
         format!(", {} NVTX ranges", t.ranges)
     } else {
         String::new()
     };
-    eprintln!(
+    crate::say!(
         "gaptop: recorded {} GPU ops, {} API calls and {} CPU samples{ranges} from {} process(es), {} dropped, {} bytes -> {}",
         t.ops,
         t.apis,
@@ -200,7 +247,7 @@ fn say_totals(t: &Totals, bytes: u64, out: &Path) {
     if !t.lags.is_empty() {
         let mut l = t.lags.clone();
         l.sort_unstable();
-        eprintln!(
+        crate::say!(
             "gaptop: live lag (a GPU op's end to its record leaving the program): median {} ms, max {} ms over {} reports",
             l[l.len() / 2],
             l[l.len() - 1],
@@ -212,7 +259,19 @@ fn say_totals(t: &Totals, bytes: u64, out: &Path) {
 /// `gaptop capture`: attaches to a dormant program, records for `duration` (or until the
 /// program ends or a signal comes), detaches, and writes what arrived as a recording. The
 /// program runs on, dormant again.
+/// Exits 1 when no GPU op arrived; whatever fails, `out` holds what it held before unless a
+/// recording with GPU ops was made.
 pub fn capture(
+    target: &str,
+    out: &Path,
+    duration: Duration,
+    samples: Option<crate::collect::cpu::SamplerConfig>,
+) -> anyhow::Result<i32> {
+    capture_to(target, out, duration, samples)
+        .map_err(|e| anyhow::anyhow!("{e:#}; {}", left_as_it_was(out)))
+}
+
+fn capture_to(
     target: &str,
     out: &Path,
     duration: Duration,
@@ -220,16 +279,9 @@ pub fn capture(
 ) -> anyhow::Result<i32> {
     use crate::collect::attach;
     let d = attach::find(target)?;
-    let (mut w, signalled) = open_trapped(out)?;
-    let mut a = match attach::attach(&d, &attach::who("capture"), samples) {
-        Ok(a) => a,
-        Err(e) => {
-            drop(w);
-            let _ = std::fs::remove_file(out);
-            return Err(e);
-        }
-    };
-    eprintln!(
+    let (file, mut w, signalled) = open_trapped(out)?;
+    let mut a = attach::attach(&d, &attach::who("capture"), samples)?;
+    crate::say!(
         "gaptop: attached to pid {} ({}); recording for {}",
         d.pid,
         d.label,
@@ -252,7 +304,7 @@ pub fn capture(
             break;
         }
         if signalled.load(Ordering::Relaxed) != 0 {
-            eprintln!("gaptop: stopped by signal; detaching");
+            crate::say!("gaptop: stopped by signal; detaching");
             break;
         }
     }
@@ -272,18 +324,21 @@ pub fn capture(
         }
     }
     w.flush().context("writing the recording")?;
-    say_totals(&t, w.bytes, out);
+    let written = finish(
+        file,
+        w,
+        &t,
+        out,
+        "no GPU ops arrived: did the program run kernels meanwhile?",
+    )?;
     if ended {
-        eprintln!("gaptop: pid {} ended during the capture", d.pid);
+        crate::say!("gaptop: pid {} ended during the capture", d.pid);
     } else if let Err(e) = detached {
-        eprintln!("gaptop: {e:#}");
+        crate::say!("gaptop: {e:#}");
     } else {
-        eprintln!("gaptop: detached; pid {} runs on, dormant", d.pid);
+        crate::say!("gaptop: detached; pid {} runs on, dormant", d.pid);
     }
-    if t.ops == 0 {
-        eprintln!("gaptop: no GPU ops arrived: did the program run kernels meanwhile?");
-    }
-    Ok(0)
+    Ok(if written { 0 } else { 1 })
 }
 
 /// How a command that did not succeed ended, in words; None when it succeeded.

@@ -97,6 +97,37 @@ pub fn parse_time(s: &str) -> Result<Ns, String> {
     Ok((v * mult).round() as Ns)
 }
 
+/// Parses a size: "512M", "2G", "64K", "1000" (bytes); positive.
+pub fn parse_bytes(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let (num, mult) = match t.chars().last() {
+        Some('K' | 'k') => (&t[..t.len() - 1], 1usize << 10),
+        Some('M' | 'm') => (&t[..t.len() - 1], 1 << 20),
+        Some('G' | 'g') => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1),
+    };
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("bad size {s:?}: use e.g. 512M or 2G"))?;
+    if v.is_nan() || v <= 0.0 {
+        return Err(format!("bad size {s:?}: must be positive"));
+    }
+    Ok((v * mult as f64) as usize)
+}
+
+/// A size in bytes as people read it: `512 MiB`, `4.0 GiB`, `900 bytes`.
+pub fn fmt_bytes(n: u64) -> String {
+    const MIB: u64 = 1 << 20;
+    const GIB: u64 = 1 << 30;
+    if n >= GIB {
+        format!("{:.1} GiB", n as f64 / GIB as f64)
+    } else if n >= MIB {
+        format!("{} MiB", n / MIB)
+    } else {
+        format!("{n} bytes")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,5 +165,12 @@ mod tests {
         assert_eq!(parse_time("0"), Ok(0));
         assert!(parse_time("-1ms").is_err());
         assert!(parse_time("abc").is_err());
+        assert_eq!(parse_bytes("512M"), Ok(512 << 20));
+        assert_eq!(parse_bytes("2g"), Ok(2 << 30));
+        assert_eq!(parse_bytes("1000"), Ok(1000));
+        assert!(parse_bytes("0").is_err() && parse_bytes("lots").is_err());
+        assert_eq!(fmt_bytes(4 << 30), "4.0 GiB");
+        assert_eq!(fmt_bytes(64 << 20), "64 MiB");
+        assert_eq!(fmt_bytes(900), "900 bytes");
     }
 }

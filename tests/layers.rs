@@ -1,6 +1,6 @@
 //! The viewer's modules depend on each other in one direction only (ARCHITECTURE.md):
 //!
-//! `units`, `frames` ← `collect` ← `report`, `pprof`, `diff` ← `export`, `record`, `serve` ← `app` ← `views`
+//! `units`, `frames`, `text`, `files` ← `collect` ← `report`, `pprof`, `diff` ← `export`, `record`, `serve` ← `app` ← `views`
 //!
 //! Every `crate::…` path in a module must name a module of its own layer or one below it.
 
@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 /// The layer of a top-level module, lowest first; None for the crate root and the binary.
 fn layer(module: &str) -> Option<u8> {
     Some(match module {
-        "units" | "frames" => 0,
+        "units" | "frames" | "text" | "files" => 0,
         "collect" => 1,
         "report" | "pprof" | "diff" => 2,
         "export" | "record" | "serve" => 3,

@@ -26,7 +26,13 @@ impl Drop for Killed {
 /// `gaptop serve --listen 127.0.0.1:0 ARGS` with the fake CUDA install; returns it and the
 /// address it serves on (from its first line).
 fn serve(dir: &Path, target: &Path, args: &[&str]) -> (Killed, String) {
+    serve_with(dir, target, args, &[])
+}
+
+/// [`serve`] with more variables in its environment.
+fn serve_with(dir: &Path, target: &Path, args: &[&str], env: &[(&str, &str)]) -> (Killed, String) {
     let mut c = Command::new(env!("CARGO_BIN_EXE_gaptop"));
+    c.envs(env.iter().copied());
     c.args(["serve", "--listen", "127.0.0.1:0"])
         .args(args)
         .env("CUDA_HOME", dir.join("cuda"))
@@ -270,6 +276,114 @@ fn serve_a_running_program_until_it_ends() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Idle and slow clients cannot hold `serve` (on loopback only): with a 1 s head timeout and
+/// at most 8 connections, 40 idle connections, one that drips a request head a byte at a time
+/// and one kept alive after its request are all closed by the server, none before the
+/// timeout, a wave of 8 at a time; then /metrics still answers.
+#[test]
+fn idle_and_slow_clients_are_closed_and_metrics_still_answer() {
+    use std::io::{ErrorKind, Read, Write};
+    use std::net::TcpStream;
+    let target = fake_gpu::build();
+    let dir = fake_gpu::fake_cuda(&target, "slowclients");
+    let cmd = script_cmd(3000);
+    let mut args = vec!["--window", "200ms", "--every", "400ms"];
+    args.extend(cmd.iter().map(String::as_str));
+    let env = [
+        ("GAPTOP_HTTP_TIMEOUT", "1s"),
+        ("GAPTOP_HTTP_CONNECTIONS", "8"),
+    ];
+    let (_serve, addr) = serve_with(&dir, &target, &args, &env);
+    assert!(addr.starts_with("127.0.0.1:"), "{addr}");
+    let url = format!("http://{addr}/metrics");
+    wait_until("a first answer", 20, || get(&url).ok());
+
+    // Kept alive after a request: the wait for the next request's head times out too.
+    let mut kept = TcpStream::connect(&addr).unwrap();
+    kept.write_all(b"GET /metrics HTTP/1.1\r\nHost: gaptop\r\n\r\n")
+        .unwrap();
+    kept.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let t = Instant::now();
+    let mut got = Vec::new();
+    let end = kept.read_to_end(&mut got);
+    assert!(end.is_ok(), "still open 5 s after its answer: {end:?}");
+    assert!(
+        got.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&got)
+    );
+    assert!(
+        t.elapsed() >= Duration::from_millis(800),
+        "{:?}",
+        t.elapsed()
+    );
+
+    let started = Instant::now();
+    let mut open: Vec<(usize, TcpStream)> = (0..40)
+        .map(|i| {
+            let s = TcpStream::connect(&addr).unwrap();
+            s.set_nonblocking(true).unwrap();
+            (i, s)
+        })
+        .collect();
+    let drip = std::thread::spawn({
+        let addr = addr.clone();
+        move || {
+            let mut s = TcpStream::connect(&addr).unwrap();
+            s.set_read_timeout(Some(Duration::from_millis(100)))
+                .unwrap();
+            let head = b"GET /metrics HTTP/1.1\r\nHost: gaptop\r\nX-Slow: ";
+            let t = Instant::now();
+            // A byte every 100 ms: the head never completes. At most 30 s.
+            for b in head.iter().chain(std::iter::repeat(&b'a')).take(300) {
+                if s.write_all(&[*b]).is_err() {
+                    return Some(t.elapsed());
+                }
+                match s.read(&mut [0u8; 256]) {
+                    Ok(0) => return Some(t.elapsed()),
+                    Err(e) if e.kind() == ErrorKind::ConnectionReset => return Some(t.elapsed()),
+                    _ => {}
+                }
+            }
+            None
+        }
+    });
+    let mut closed_at = Vec::new();
+    while !open.is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{} idle connections still open after 30 s",
+            open.len()
+        );
+        open.retain_mut(|(i, s)| {
+            let gone = match s.read(&mut [0u8; 256]) {
+                Ok(0) => true,
+                Ok(_) => false,
+                Err(e) => e.kind() != ErrorKind::WouldBlock,
+            };
+            if gone {
+                closed_at.push((*i, started.elapsed()));
+            }
+            !gone
+        });
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let first = closed_at.iter().map(|c| c.1).min().unwrap();
+    assert!(
+        first >= Duration::from_millis(800),
+        "closed before the timeout: {first:?}"
+    );
+    // At most 8 open at once: the 40 are closed in at least 5 waves of a second.
+    let last = closed_at.iter().map(|c| c.1).max().unwrap();
+    assert!(last >= Duration::from_millis(4500), "{closed_at:?}");
+    let dripped = drip.join().unwrap();
+    assert!(dripped.is_some(), "the slow client was never closed");
+    // The server still answers.
+    let t = wait_until("/metrics after the slow clients", 10, || get(&url).ok());
+    assert!(t.contains("gaptop_windows_total"), "{t}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -1,4 +1,5 @@
-//! `gaptop record` without a GPU: the command runs with the collector's environment; signals
+//! `gaptop record` (and `run --dormant`, `env`) without a GPU: the command runs with the
+//! collector's environment; a recording with nothing in it leaves the file alone; signals
 //! finalise the recording and leave no orphan; a missing collector or libcupti is named.
 
 mod support;
@@ -23,6 +24,7 @@ fn sigterm_finalises_the_recording_and_stops_the_program() {
         let dir = support::tempdir(sig);
         let (cuda, coll) = fake_cuda(&dir);
         let out = dir.join("run.rec");
+        std::fs::write(&out, b"a file the user keeps").unwrap();
         let marker = dir.join("child.pid");
         let mut g = Command::new(env!("CARGO_BIN_EXE_gaptop"))
             .args(["record", "-o"])
@@ -55,10 +57,23 @@ fn sigterm_finalises_the_recording_and_stops_the_program() {
         let mut err = String::new();
         std::io::Read::read_to_string(&mut g.stderr.take().unwrap(), &mut err).unwrap();
         assert!(err.contains("stopped by signal"), "{sig}: {err}");
-        assert!(status.code().is_some(), "{sig}: gaptop exits by itself");
-        // The recording exists and is a recording (no process connected: no ops, said so).
-        let bytes = std::fs::read(&out).unwrap();
-        assert_eq!(&bytes[..8], gaptop_wire::RECORDING_MAGIC);
+        assert_eq!(
+            status.code(),
+            Some(1),
+            "{sig}: gaptop exits by itself: {err}"
+        );
+        // No process connected, so no GPU ops: nothing was recorded, and the file that was
+        // there is left as it was, as said; no temporary file stays.
+        assert!(
+            err.contains("no process connected")
+                && err.contains(&format!(
+                    "nothing recorded, {} left as it was",
+                    out.display()
+                )),
+            "{sig}: {err}"
+        );
+        assert_eq!(std::fs::read(&out).unwrap(), b"a file the user keeps");
+        assert_eq!(support::names_in(&dir, ".part"), Vec::<String>::new());
         // No orphan: the program is gone.
         let t = Instant::now();
         while std::path::Path::new(&format!("/proc/{child}")).exists() {
@@ -194,22 +209,151 @@ fn ui_commands_without_a_terminal_say_so_and_start_nothing() {
     assert!(!marker.exists(), "`gaptop run` started the program");
 }
 
-/// A command that cannot start is said in one line, and leaves no recording behind.
-#[test]
-fn a_command_that_cannot_start_leaves_no_file() {
-    let dir = support::tempdir("nostart");
-    let (cuda, coll) = fake_cuda(&dir);
-    let out = dir.join("run.rec");
+/// `gaptop record -o OUT -- CMD` with the fake CUDA install: its status and stderr.
+fn record(dir: &std::path::Path, out: &std::path::Path, cmd: &[&str]) -> (Option<i32>, String) {
+    let (cuda, coll) = fake_cuda(dir);
     let o = Command::new(env!("CARGO_BIN_EXE_gaptop"))
         .args(["record", "-o"])
-        .arg(&out)
-        .args(["--", "/nonexistent/program"])
+        .arg(out)
+        .arg("--")
+        .args(cmd)
         .env("CUDA_HOME", &cuda)
         .env("GAPTOP_COLLECTOR", &coll)
         .output()
         .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success());
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// A command that cannot start is said in one line, and leaves no recording behind: a file
+/// that was there stays as it was.
+#[test]
+fn a_command_that_cannot_start_leaves_no_file() {
+    let dir = support::tempdir("nostart");
+    let out = dir.join("run.rec");
+    let (code, err) = record(&dir, &out, &["/nonexistent/program"]);
+    assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("cannot start /nonexistent/program"), "{err}");
+    assert!(err.contains("run.rec not written"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     assert!(!out.exists(), "an empty recording was left: {err}");
+
+    std::fs::write(&out, b"kept").unwrap();
+    let (code, err) = record(&dir, &out, &["/nonexistent/program"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("run.rec left as it was"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert_eq!(std::fs::read(&out).unwrap(), b"kept");
+    assert_eq!(support::names_in(&dir, ".part"), Vec::<String>::new());
+}
+
+/// A command that never touches CUDA records nothing: the file is left as it was (or never
+/// made), one line says so, and the status is not 0 (the command's own when it failed).
+#[test]
+fn a_command_without_cuda_leaves_the_file_alone() {
+    let dir = support::tempdir("nocuda");
+    let out = dir.join("x.rec");
+    std::fs::write(&out, b"yesterday's recording").unwrap();
+    let (code, err) = record(&dir, &out, &["true"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("no process connected: did the command use CUDA?; nothing recorded, ")
+            && err.contains("x.rec left as it was"),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert_eq!(std::fs::read(&out).unwrap(), b"yesterday's recording");
+
+    let (code, err) = record(&dir, &out, &["sh", "-c", "exit 3"]);
+    assert_eq!(code, Some(3), "{err}");
+    assert!(err.contains("the command ended: exit status 3"), "{err}");
+    assert_eq!(std::fs::read(&out).unwrap(), b"yesterday's recording");
+
+    let fresh = dir.join("fresh.rec");
+    let (code, err) = record(&dir, &fresh, &["true"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("fresh.rec not written"), "{err}");
+    assert!(!fresh.exists());
+    assert_eq!(support::names_in(&dir, ".part"), Vec::<String>::new());
+}
+
+/// `run --dormant` whose control folder the collector will refuse (open to others, or another
+/// user's) says why `gaptop attach` cannot reach the program instead of telling the user to
+/// run it; a folder of the user's gets the usual line.
+#[test]
+fn dormant_with_a_refused_control_folder_says_why_attach_cannot_work() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = support::tempdir("dormant");
+    let (cuda, coll) = fake_cuda(&dir);
+    let run = |ctl: &std::path::Path| {
+        let o = Command::new(env!("CARGO_BIN_EXE_gaptop"))
+            .args(["run", "--dormant", "--", "true"])
+            .env("CUDA_HOME", &cuda)
+            .env("GAPTOP_COLLECTOR", &coll)
+            .env("GAPTOP_CONTROL_DIR", ctl)
+            .output()
+            .unwrap();
+        assert!(o.status.success());
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let loose = dir.join("loose");
+    std::fs::create_dir(&loose).unwrap();
+    std::fs::set_permissions(&loose, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut refused = vec![(loose, "has mode 755")];
+    if nix::unistd::getuid().is_root() {
+        // Made by another user (nobody).
+        let theirs = dir.join("theirs");
+        std::fs::create_dir(&theirs).unwrap();
+        std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+        refused.push((theirs, "is owned by uid 65534"));
+    }
+    for (ctl, why) in refused {
+        let err = run(&ctl);
+        assert!(
+            err.contains("true runs, but its collector cannot be attached to")
+                && err.contains(why)
+                && err.contains("set GAPTOP_CONTROL_DIR to a folder of yours"),
+            "{err}"
+        );
+        assert!(!err.contains("gaptop attach "), "{err}");
+    }
+    let err = run(&dir.join("mine"));
+    assert!(err.contains("`gaptop attach "), "{err}");
+}
+
+/// `gaptop env` on a machine without libcupti (its lines are often for another machine)
+/// still prints every variable, with libcupti's folder guessed, and warns on stderr.
+#[test]
+fn env_without_libcupti_prints_the_variables_and_warns() {
+    let dir = support::tempdir("env");
+    let (_, coll) = fake_cuda(&dir);
+    let o = Command::new(env!("CARGO_BIN_EXE_gaptop"))
+        .args(["env", "--job", "decode"])
+        .env("GAPTOP_COLLECTOR", &coll)
+        .env("CUDA_HOME", dir.join("no-cuda-here"))
+        .env("LD_LIBRARY_PATH", "")
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let guess = dir.join("no-cuda-here/extras/CUPTI/lib64");
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            format!("CUDA_INJECTION64_PATH={}", coll.display()),
+            format!("LD_LIBRARY_PATH={}", guess.display()),
+            "GAPTOP_DORMANT=1".into(),
+            "GAPTOP_JOB=decode".into(),
+        ]
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("no libcupti found here") && err.contains("is a guess"),
+        "{err}"
+    );
 }

@@ -265,7 +265,11 @@ fn malformed_inputs_fail_with_one_line() {
     fails_with(b"{\"traceEvents\": []}", "empty.json", "no GPU ops");
     fails_with(b"", "zero.json", "empty file");
     fails_with(b"{\"hello\": 1}", "notatrace.json", "not a trace");
-    fails_with(b"\x89PNG\r\n\x1a\n\0\0\0", "image.png", "invalid JSON");
+    fails_with(
+        b"\x89PNG\r\n\x1a\n\0\0\0",
+        "image.png",
+        "not a trace or a recording (binary data starting 89 50 4e 47",
+    );
     fails_with(b"GAPTOPR1", "empty.rec", "no GPU ops");
     let k = r#"{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":1,"dur":1,"args":{"device":0,"stream":7}}"#;
     fails_with(

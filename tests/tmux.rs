@@ -272,10 +272,12 @@ fn resize_to_tiny_and_back() {
     s.wait_for("GAPTOP_EXIT=0");
 }
 
+/// A signal, or Ctrl-C pressed in the UI, restores the terminal and exits with 128 + the
+/// signal, as shells report it (Ctrl-C: 130).
 #[test]
 fn sigterm_and_sighup_restore_the_terminal() {
     let fixture = support::fixture("multi_stream.json");
-    for sig in ["TERM", "HUP"] {
+    for (sig, code) in [("TERM", 143), ("HUP", 129), ("INT", 130), ("C-c", 130)] {
         let s = Session::start(
             &format!(
                 "{} open {}",
@@ -286,12 +288,16 @@ fn sigterm_and_sighup_restore_the_terminal() {
             30,
         );
         s.wait_for("Call tree");
-        let st = Command::new("kill")
-            .args([&format!("-{sig}"), &s.gaptop_pid()])
-            .status()
-            .unwrap();
-        assert!(st.success());
-        let screen = s.wait_for("GAPTOP_EXIT=");
+        if sig == "C-c" {
+            s.keys(&[sig]);
+        } else {
+            let st = Command::new("kill")
+                .args([&format!("-{sig}"), &s.gaptop_pid()])
+                .status()
+                .unwrap();
+            assert!(st.success());
+        }
+        let screen = s.wait_for(&format!("GAPTOP_EXIT={code}"));
         assert!(
             !screen.contains("Call tree"),
             "{sig}: screen not restored:\n{screen}"

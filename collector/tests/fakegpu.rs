@@ -40,6 +40,17 @@ fn run(
     dir: &Path,
     env: &[(&str, &str)],
 ) -> (String, Result<serde_json::Value, String>) {
+    let (ok, log, j) = run_any(target, dir, env);
+    assert!(ok, "{log}");
+    (log, j)
+}
+
+/// [`run`], whether or not `gaptop record` succeeds: its success too.
+fn run_any(
+    target: &Path,
+    dir: &Path,
+    env: &[(&str, &str)],
+) -> (bool, String, Result<serde_json::Value, String>) {
     let python = env
         .iter()
         .find(|(k, _)| *k == "PYTHON")
@@ -55,8 +66,7 @@ fn run(
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(out.status.success(), "{log}");
-    (log, report(target, &rec))
+    (out.status.success(), log, report(target, &rec))
 }
 
 /// Starts `gaptop record` on a slow run of the script (300 steps, 5 ms apart) with its output
@@ -158,15 +168,17 @@ fn every_fake_launch_arrives_with_its_call_and_python_stack() {
 fn refusals_leave_the_program_running() {
     let target = build();
     let dir = fake_cuda(&target, "busy");
-    let (log, j) = run(&target, &dir, &[("FAKE_CUPTI_BUSY", "1")]);
+    // Nothing is recorded then: gaptop says so and fails, and writes no file.
+    let (ok, log, j) = run_any(&target, &dir, &[("FAKE_CUPTI_BUSY", "1")]);
     assert!(log.contains("FAKE launched=230"), "{log}");
     assert!(log.contains("is another profiler attached?"), "{log}");
     assert!(log.contains("the program runs unchanged"), "{log}");
-    assert!(j.unwrap_err().contains("holds no GPU ops"), "{log}");
+    assert!(!ok && log.contains("nothing recorded"), "{log}");
+    assert!(j.unwrap_err().contains("cannot open"), "{log}");
 
     // The fake itself, loaded where no test asked for it, does not pass for CUPTI.
-    let (log, _) = run(&target, &dir, &[("GAPTOP_FAKE_CUPTI", "0")]);
-    assert!(log.contains("FAKE launched=230"), "{log}");
+    let (ok, log, _) = run_any(&target, &dir, &[("GAPTOP_FAKE_CUPTI", "0")]);
+    assert!(!ok && log.contains("FAKE launched=230"), "{log}");
     assert!(log.contains("gaptop's test double of libcupti"), "{log}");
 
     let (log, j) = run(&target, &dir, &[("GAPTOP_API_ACTIVITY", "1")]);
@@ -228,6 +240,41 @@ fn what_arrived_is_kept_when_the_program_is_killed() {
     let kernels = j["kernels"].as_u64().unwrap();
     assert!(kernels > 0 && kernels < 2750, "{kernels} kernels\n{err}");
     assert_eq!(j["kernels_with_launch"], kernels, "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `gaptop record -o FILE` over a file the user has: the file holds the old content until the
+/// recording is complete (the recording is written beside it and renamed over it), and
+/// Ctrl-C (SIGINT) mid-run completes it with what arrived.
+#[test]
+fn a_recording_replaces_its_file_only_once_complete() {
+    let target = build();
+    let dir = fake_cuda(&target, "replace");
+    let rec = dir.join("kept.rec");
+    std::fs::write(&rec, b"old").unwrap();
+    let (g, _) = start_slow(&target, &dir, &rec);
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    assert_eq!(std::fs::read(&rec).unwrap(), b"old", "written in place");
+    let partial: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".part"))
+        .collect();
+    assert_eq!(partial.len(), 1, "the recording is written beside its file");
+    Command::new("kill")
+        .args(["-INT", &g.id().to_string()])
+        .status()
+        .unwrap();
+    let out = g.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("stopped by signal 2; the recording is complete up to now"),
+        "{err}"
+    );
+    let j = report(&target, &rec).unwrap_or_else(|e| panic!("{e}\n{err}"));
+    let kernels = j["kernels"].as_u64().unwrap();
+    assert!(kernels > 0 && kernels < 2750, "{kernels} kernels\n{err}");
+    assert!(!partial[0].path().exists(), "the temporary file stayed");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

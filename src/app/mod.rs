@@ -13,6 +13,7 @@
 //! - `view`: the view model the panes draw.
 //! - `layout`: where the panes go on a screen.
 
+pub mod ending;
 pub mod gaps;
 pub mod keymap;
 pub mod lane;

@@ -15,6 +15,8 @@ use crate::collect::attach::Attachment;
 use crate::collect::live::{Launch, LiveEvent};
 use gaptop_wire::Frame;
 
+pub use super::ending::{exit_status, stop_flag};
+
 /// What feeds the store while the UI runs.
 pub enum Feed {
     /// Nothing: a file, loaded before the UI started.
@@ -249,6 +251,7 @@ where
         }
         if let Input::Gone = wait_input(Duration::from_millis(20)) {
             // A hang-up, as SIGHUP would have said.
+            super::ending::hung_up();
             stop.store(true, Ordering::Relaxed);
             app.quit = true;
             continue;
@@ -264,6 +267,11 @@ where
                     } else {
                         app.keys.action(&k)
                     };
+                    let ctrl_c = k.code == event::KeyCode::Char('c')
+                        && k.modifiers.contains(event::KeyModifiers::CONTROL);
+                    if ctrl_c && a == Some(Action::Quit) {
+                        super::ending::interrupted();
+                    }
                     match a {
                         Some(a) => app.update(a),
                         None if app.help => app.update(Action::Help),
@@ -321,21 +329,6 @@ fn stop_program(child: &mut std::process::Child, nth: u32, key: Option<&str>) ->
         Ok(()) => format!("sent {} to the program (pid {pid}){next}", sig.as_str()),
         Err(e) => format!("cannot signal the program (pid {pid}): {e}"),
     }
-}
-
-/// Catches SIGTERM, SIGHUP and SIGINT into a flag the UI loop watches. Call it before starting
-/// a program, so that no signal can end gaptop between the start and the loop (which would
-/// orphan the program).
-pub fn stop_flag() -> anyhow::Result<Arc<AtomicBool>> {
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGHUP,
-        signal_hook::consts::SIGINT,
-    ] {
-        signal_hook::flag::register(sig, stop.clone())?;
-    }
-    Ok(stop)
 }
 
 /// The UI needs a terminal on stdout; without one (output redirected, a job without a tty) say

@@ -23,7 +23,11 @@ impl std::fmt::Display for ScanError {
             ScanError::Io(e) => write!(f, "read error: {e}"),
             ScanError::Truncated(at) => write!(f, "truncated: input ends inside JSON at byte {at}"),
             ScanError::Syntax { at, what } => write!(f, "invalid JSON at byte {at}: {what}"),
-            ScanError::NoEvents => write!(f, "not a trace: no \"traceEvents\" array"),
+            ScanError::NoEvents => write!(
+                f,
+                "not a trace: no \"traceEvents\" array; {}",
+                crate::text::READS
+            ),
             ScanError::TooLarge(at) => write!(f, "a single event at byte {at} exceeds 256 MiB"),
         }
     }

@@ -862,6 +862,31 @@ pub fn is_comm_kernel(name: &str) -> bool {
 
 /// Opens a file, gunzipping when it starts with the gzip magic.
 pub fn open_maybe_gz(path: &Path) -> anyhow::Result<Box<dyn Read + Send>> {
+    let mut r = open_plain_or_gz(path)?;
+    let mut head = Vec::with_capacity(64);
+    if r.by_ref().take(64).read_to_end(&mut head).is_err() {
+        // The scanner says what reading it fails with.
+        return open_plain_or_gz(path);
+    }
+    not_json(&head)?;
+    Ok(Box::new(std::io::Cursor::new(head).chain(r)))
+}
+
+/// Refuses a file whose first bytes `head` cannot start JSON, saying what they look like and
+/// what gaptop reads.
+fn not_json(head: &[u8]) -> anyhow::Result<()> {
+    match head.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{' | b'[') | None => Ok(()),
+        Some(_) => anyhow::bail!(
+            "not a trace or a recording ({}); {}",
+            crate::text::looks_like(head),
+            crate::text::READS
+        ),
+    }
+}
+
+/// The file, inflated when it is gzipped.
+fn open_plain_or_gz(path: &Path) -> anyhow::Result<Box<dyn Read + Send>> {
     let mut f = std::fs::File::open(path).map_err(|e| anyhow::anyhow!("cannot open: {e}"))?;
     let mut magic = [0u8; 2];
     let n = f.read(&mut magic)?;

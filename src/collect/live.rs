@@ -312,7 +312,7 @@ pub struct Options {
 
 /// The environment that starts a program with a dormant collector: the collector injected,
 /// libcupti's folder on the library path, `GAPTOP_DORMANT=1`, and the job's label if given.
-pub fn dormant_env(job: Option<&str>) -> anyhow::Result<Vec<(&'static str, std::ffi::OsString)>> {
+pub fn dormant_env(job: Option<&str>) -> anyhow::Result<DormantEnv> {
     let mut env = vec![
         ("CUDA_INJECTION64_PATH", find_collector()?.into_os_string()),
         ("LD_LIBRARY_PATH", find_cupti()?.into_os_string()),
@@ -322,6 +322,39 @@ pub fn dormant_env(job: Option<&str>) -> anyhow::Result<Vec<(&'static str, std::
         env.push(("GAPTOP_JOB", j.into()));
     }
     Ok(env)
+}
+
+/// The variables that start a program with a dormant collector, in order.
+pub type DormantEnv = Vec<(&'static str, std::ffi::OsString)>;
+
+/// [`dormant_env`] for `gaptop env`, whose lines are often meant for another machine: where
+/// libcupti is not found here, LD_LIBRARY_PATH is where the CUDA toolkit puts it
+/// (`$CUDA_HOME/extras/CUPTI/lib64`, else under /usr/local/cuda), and the warning says so.
+pub fn dormant_env_for_elsewhere(
+    job: Option<&str>,
+) -> anyhow::Result<(DormantEnv, Option<String>)> {
+    if let Ok(env) = dormant_env(job) {
+        return Ok((env, None));
+    }
+    if find_cupti().is_ok() {
+        return dormant_env(job).map(|e| (e, None)); // the collector is what failed
+    }
+    let home = std::env::var_os("CUDA_HOME").unwrap_or_else(|| "/usr/local/cuda".into());
+    let guess = PathBuf::from(home).join("extras/CUPTI/lib64");
+    let mut env = vec![
+        ("CUDA_INJECTION64_PATH", find_collector()?.into_os_string()),
+        ("LD_LIBRARY_PATH", guess.clone().into_os_string()),
+        ("GAPTOP_DORMANT", "1".into()),
+    ];
+    if let Some(j) = job {
+        env.push(("GAPTOP_JOB", j.into()));
+    }
+    let warning = format!(
+        "no libcupti found here (`gaptop run` says where it looked); LD_LIBRARY_PATH={} is a \
+         guess: set it to the folder holding libcupti.so on the machine that runs the program",
+        guess.display()
+    );
+    Ok((env, Some(warning)))
 }
 
 /// `cmd` with a dormant collector (libcupti's folder before the library path it had), not
@@ -358,15 +391,31 @@ pub fn exec_dormant(cmd: &[String], job: Option<&str>, native: bool) -> anyhow::
         Ok(c) => c,
         Err(e) => return e,
     };
-    eprintln!(
-        "gaptop: {} runs with a dormant collector (pid {}): `gaptop attach {}` from any shell \
-         of yours turns collection on",
-        cmd[0],
-        std::process::id(),
-        std::process::id()
-    );
+    let pid = std::process::id();
+    match control_dir_refused() {
+        None => crate::say!(
+            "gaptop: {} runs with a dormant collector (pid {pid}): `gaptop attach {pid}` from \
+             any shell of yours turns collection on",
+            cmd[0]
+        ),
+        Some(why) => crate::say!(
+            "gaptop: {} runs, but its collector cannot be attached to: {why}; set \
+             GAPTOP_CONTROL_DIR to a folder of yours (mode 0700) for `gaptop attach` to work",
+            cmd[0]
+        ),
+    }
     let e = c.exec();
     anyhow::anyhow!("cannot start {}: {e}", cmd[0])
+}
+
+/// Why the dormant collector's control folder (the one it would use with this environment)
+/// would be refused, as the collector would say it; None when it is fine (made now if
+/// missing, as the collector would).
+fn control_dir_refused() -> Option<String> {
+    use gaptop_wire::control as ctl;
+    let uid = nix::unistd::getuid().as_raw();
+    let dir = ctl::user_dir(uid, |k| std::env::var(k).ok());
+    ctl::ensure_dir(&dir, uid).err()
 }
 
 /// Starts `cmd` with the collector injected, listening for it (and its children) on a fresh

@@ -9,6 +9,7 @@ pub(crate) mod chunked;
 pub mod comm;
 pub mod cpu;
 pub mod fwdbwd;
+pub mod inflate;
 pub mod ingest;
 pub mod jsonscan;
 pub mod kineto;
@@ -42,6 +43,7 @@ pub fn load_path(path: &Path, budget: usize) -> anyhow::Result<store::Store> {
 /// [`load_path`], without a word of what it dropped.
 fn load_one(path: &Path, budget: usize) -> anyhow::Result<store::Store> {
     let shown = path.display();
+    crate::files::refuse_special(path)?;
     if path.is_dir() {
         anyhow::bail!("{shown}: is a directory, not a trace or a recording");
     }

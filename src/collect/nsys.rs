@@ -53,7 +53,7 @@ use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use anyhow::{anyhow, bail, Context};
+use anyhow::{anyhow, bail};
 use rusqlite::{types::ValueRef, Connection, OpenFlags, Row};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
@@ -113,17 +113,14 @@ pub fn load_kind(path: &Path, kind: Kind, budget: usize) -> anyhow::Result<Store
     match kind {
         Kind::Sqlite => load_sqlite(path, &source, budget),
         Kind::GzSqlite => {
-            let dir = tempfile::tempdir().context("cannot make a temporary folder")?;
+            // Removed however this ends (signals too; a kill, by the next gaptop).
+            let dir = crate::files::TempFolder::new("sqlite")?;
             let plain = dir.path().join("export.sqlite");
-            let mut out = std::fs::File::create(&plain)
-                .with_context(|| format!("cannot write {}", plain.display()))?;
-            let f = std::fs::File::open(path).context("cannot open")?;
-            std::io::copy(&mut flate2::read::MultiGzDecoder::new(f), &mut out)
-                .context("cannot inflate the gzipped SQLite export")?;
+            super::inflate::to_file(path, &plain)?;
             load_sqlite(&plain, &source, budget)
         }
         Kind::Report => {
-            let dir = tempfile::tempdir().context("cannot make a temporary folder")?;
+            let dir = crate::files::TempFolder::new("nsys-export")?;
             let plain = export_report(path, dir.path())?;
             load_sqlite(&plain, &source, budget)
         }

@@ -40,6 +40,7 @@ pub fn expand(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     for p in paths {
         if !p.is_dir() {
+            crate::files::refuse_special(p)?;
             out.push(p.clone());
             continue;
         }

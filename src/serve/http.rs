@@ -56,9 +56,65 @@ fn router(m: Arc<Metrics>) -> Router {
         )
 }
 
+/// What keeps slow or idle clients from holding the server: a connection that has not sent a
+/// whole request head within `head_timeout` (a new one, or a kept-alive one between requests)
+/// is closed; none lives past `max_life`; at most `connections` are open at once (the others
+/// wait in the listen queue, using none of the process's file descriptors).
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub head_timeout: std::time::Duration,
+    pub max_life: std::time::Duration,
+    pub connections: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            head_timeout: std::time::Duration::from_secs(10),
+            max_life: std::time::Duration::from_secs(60),
+            connections: 64,
+        }
+    }
+}
+
+impl Limits {
+    /// The defaults, with GAPTOP_HTTP_TIMEOUT (a time: `5s`, `500ms`; the head timeout, and a
+    /// connection's life six times it) and GAPTOP_HTTP_CONNECTIONS (a number) applied; a
+    /// value that does not parse is an error that names it.
+    pub fn from_env() -> anyhow::Result<Limits> {
+        let mut l = Limits::default();
+        if let Ok(v) = std::env::var("GAPTOP_HTTP_TIMEOUT") {
+            let ns = crate::units::parse_time(&v)
+                .ok()
+                .filter(|&ns| ns > 0)
+                .ok_or_else(|| {
+                    anyhow::anyhow!("GAPTOP_HTTP_TIMEOUT={v:?}: give a time such as 10s or 500ms")
+                })?;
+            l.head_timeout = std::time::Duration::from_nanos(ns as u64);
+            l.max_life = l.head_timeout * 6;
+        }
+        if let Ok(v) = std::env::var("GAPTOP_HTTP_CONNECTIONS") {
+            l.connections = v.trim().parse().ok().filter(|&n| n > 0).ok_or_else(|| {
+                anyhow::anyhow!("GAPTOP_HTTP_CONNECTIONS={v:?}: give a number above 0")
+            })?;
+        }
+        Ok(l)
+    }
+}
+
 /// Binds `addr` now (so that a taken port is said at once) and serves on a thread of its own
-/// until the process ends. Returns the address bound (port 0 picks one).
+/// until the process ends, within the [`Limits`] the environment sets. Returns the address
+/// bound (port 0 picks one).
 pub fn start(addr: &str, m: Arc<Metrics>) -> anyhow::Result<std::net::SocketAddr> {
+    start_with(addr, m, Limits::from_env()?)
+}
+
+/// [`start`] within `limits`.
+pub fn start_with(
+    addr: &str,
+    m: Arc<Metrics>,
+    limits: Limits,
+) -> anyhow::Result<std::net::SocketAddr> {
     use anyhow::Context;
     let l =
         std::net::TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
@@ -76,8 +132,38 @@ pub fn start(addr: &str, m: Arc<Metrics>) -> anyhow::Result<std::net::SocketAddr
                 let Ok(l) = tokio::net::TcpListener::from_std(l) else {
                     return;
                 };
-                let _ = axum::serve(l, router(m)).await;
+                serve(l, router(m), limits).await
             })
         })?;
     Ok(bound)
+}
+
+/// Accepts connections while fewer than `limits.connections` are open, each served by hyper's
+/// HTTP/1 server with its head timeout, for at most `limits.max_life`.
+async fn serve(l: tokio::net::TcpListener, app: Router, limits: Limits) {
+    let open = Arc::new(tokio::sync::Semaphore::new(limits.connections));
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(limits.head_timeout);
+    loop {
+        let Ok(permit) = open.clone().acquire_owned().await else {
+            return;
+        };
+        let io = match l.accept().await {
+            Ok((io, _)) => io,
+            Err(_) => {
+                // Out of descriptors or the like: wait rather than spin.
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let conn = http.serve_connection(
+            hyper_util::rt::TokioIo::new(io),
+            hyper_util::service::TowerToHyperService::new(app.clone()),
+        );
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(limits.max_life, conn).await;
+            drop(permit);
+        });
+    }
 }

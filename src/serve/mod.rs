@@ -42,7 +42,7 @@ impl Tap {
             std::env::var(k).ok()
         })));
         let bound = http::start(addr, metrics.clone())?;
-        eprintln!("gaptop: metrics at http://{bound}/metrics");
+        crate::say!("gaptop: metrics at http://{bound}/metrics");
         // GAPTOP_METRICS_PERIOD_MS: another period than 10 s (tests use a short one).
         let every = std::env::var("GAPTOP_METRICS_PERIOD_MS")
             .ok()
@@ -178,7 +178,7 @@ fn window(targets: &[Dormant], cfg: &Config, m: &Metrics) {
                 } else {
                     "attach"
                 });
-                eprintln!("gaptop serve: {e:#}");
+                crate::say!("gaptop serve: {e:#}");
             }
         }
     }
@@ -192,7 +192,7 @@ fn window(targets: &[Dormant], cfg: &Config, m: &Metrics) {
     for mut o in open {
         let to = now_ns();
         if let Err(e) = o.a.detach() {
-            eprintln!("gaptop serve: {e:#}");
+            crate::say!("gaptop serve: {e:#}");
         }
         // What the collector sent until it closed.
         o.take(Instant::now() + Duration::from_secs(2));
@@ -211,6 +211,7 @@ pub fn run(target: Target, cfg: &Config) -> anyhow::Result<i32> {
     ] {
         signal_hook::flag::register(sig, stop.clone())?;
     }
+    crate::files::signals_taken();
     let m = Arc::new(Metrics::new(metrics::const_labels(|k| {
         std::env::var(k).ok()
     })));
@@ -224,7 +225,7 @@ pub fn run(target: Target, cfg: &Config) -> anyhow::Result<i32> {
         (_, Some(d)) => format!("pid {} ({})", d.pid, d.label),
         _ => unreachable!(),
     };
-    eprintln!(
+    crate::say!(
         "gaptop serve: http://{addr}/metrics, {} of every {} from {what}",
         crate::units::fmt_ns(cfg.window.as_nanos() as i64),
         crate::units::fmt_ns(cfg.every.as_nanos() as i64)
@@ -237,7 +238,7 @@ pub fn run(target: Target, cfg: &Config) -> anyhow::Result<i32> {
             }
             if let Some(c) = child.as_mut() {
                 if let Some(st) = c.try_wait()? {
-                    eprintln!(
+                    crate::say!(
                         "gaptop serve: the command ended: {}",
                         crate::collect::live::how_it_ended(st)
                     );
@@ -246,7 +247,7 @@ pub fn run(target: Target, cfg: &Config) -> anyhow::Result<i32> {
             }
             if let Some(d) = &fixed {
                 if !attach::alive(d.pid) {
-                    eprintln!("gaptop serve: pid {} ended", d.pid);
+                    crate::say!("gaptop serve: pid {} ended", d.pid);
                     return Ok(0);
                 }
             }

@@ -18,6 +18,18 @@ pub fn tempdir(tag: &str) -> PathBuf {
     d
 }
 
+/// The names of the files in `dir` that end in `suffix`, sorted (`.part`: gaptop's temporary
+/// outputs, which must never stay).
+pub fn names_in(dir: &Path, suffix: &str) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(suffix))
+        .collect();
+    v.sort();
+    v
+}
+
 /// The repository's root.
 pub fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
