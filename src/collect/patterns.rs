@@ -174,9 +174,16 @@ impl Evidence<'_> {
         self.launch_share(|f| f.iter().any(|f| pred(f))) >= HOLDS
     }
 
-    /// The CPU during the gaps (samples, else spans) holds a frame `pred` accepts.
+    /// The CPU during the gaps (samples, else spans) holds a frame `pred` accepts: the steady
+    /// steps' samples where there are any (a warm-up's imports, in one long one-off gap, would
+    /// outweigh what every step does), else all of them.
     fn in_cpu(&self, pred: impl Fn(&str) -> bool + Copy) -> bool {
-        self.acc.cpu.share_holding(self.store, pred) >= HOLDS
+        let samples = if self.acc.cpu_steady.samples > 0 {
+            &self.acc.cpu_steady
+        } else {
+            &self.acc.cpu
+        };
+        samples.share_holding(self.store, pred) >= HOLDS
             || self.acc.cpu_spans.share_holding(self.store, pred) >= HOLDS
     }
 
