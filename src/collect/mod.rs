@@ -18,6 +18,7 @@ pub mod oncpu;
 pub mod plausible;
 pub mod pybacktrace;
 pub mod ranges;
+pub mod recfile;
 pub mod recording;
 pub mod steps;
 pub mod store;
