@@ -1,6 +1,7 @@
 //! Mutation fuzzing of every parser on stable Rust: the Kineto/Chrome JSON importer, the
-//! recording reader and the wire decoder get real inputs with bytes flipped, cut, inserted and
-//! repeated. Each must answer Ok or a clean error, never panic or hang. The time per target is
+//! recording reader (old versions and GAPTOPR4) and the wire decoder get real inputs with bytes
+//! flipped, cut, inserted and repeated. Each must answer Ok or a clean error, never panic or
+//! hang. The deterministic damage cases (every cut, every flip) are in tests/damage.rs. The time per target is
 //! GAPTOP_FUZZ_SECS (default 5); longer runs are recorded in docs/reliability.md.
 
 use std::path::Path;
@@ -133,8 +134,20 @@ fn fuzz_kineto_importer() {
 
 #[test]
 fn fuzz_recording_reader() {
+    let planted = std::fs::read(root().join("assets/planted.rec")).unwrap();
+    // The same frames as this gaptop writes them (GAPTOPR4, each frame checked).
+    let mut r4 = Vec::new();
+    {
+        let mut r = recording::Reader::new(&planted[..]).unwrap();
+        let mut w = recording::Writer::new(&mut r4).unwrap();
+        while let Some((conn, f)) = r.next_entry().unwrap() {
+            w.frame(conn, &f).unwrap();
+        }
+        w.flush().unwrap();
+    }
     let seeds = vec![
-        std::fs::read(root().join("assets/planted.rec")).unwrap(),
+        planted,
+        r4,
         std::fs::read(root().join("tests/fixtures/fake_nvtx.rec")).unwrap(),
     ];
     run("recording", &seeds, |b| {

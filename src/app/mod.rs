@@ -287,6 +287,11 @@ impl App {
             .keys()
             .find(|k| k.starts_with("recording cut at byte"))
             .map(|k| format!("{k}: showing what comes before it"))
+            // Damaged frames a recording's checks found and skipped.
+            .or_else(|| {
+                let damaged = |n: &&String| n.contains(" damaged frame");
+                store.notes.iter().find(damaged).cloned()
+            })
             // Records dropped for their times.
             .or_else(|| {
                 let lines = store.dropped_times.lines();

@@ -21,7 +21,9 @@ pub mod patterns;
 pub mod plausible;
 pub mod pybacktrace;
 pub mod ranges;
+pub mod recfile;
 pub mod recording;
+pub mod sniff;
 pub mod steps;
 pub mod store;
 pub mod symbols;
@@ -52,6 +54,9 @@ fn load_one(path: &Path, budget: usize) -> anyhow::Result<store::Store> {
     }
     if let Some(kind) = nsys_kind(path) {
         return nsys::load_kind(path, kind, budget).map_err(|e| anyhow::anyhow!("{shown}: {e:#}"));
+    }
+    if let Some(what) = sniff::cut_header(path) {
+        anyhow::bail!("{shown}: looks like {what}");
     }
     kineto::load(path, budget).map_err(|e| anyhow::anyhow!("{shown}: {e:#}"))
 }

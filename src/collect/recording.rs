@@ -2,22 +2,28 @@
 //! connection they came on.
 //!
 //! ```text
-//! file := "GAPTOPR3" (conn:u32 frame)*      (GAPTOPR2, without NVTX ranges, and GAPTOPR1,
-//!                                            without CPU samples either, are read too)
+//! file := "GAPTOPR4" record*     each frame checked (`recfile`); GAPTOPR3, GAPTOPR2 (without
+//!                                NVTX ranges) and GAPTOPR1 (without CPU samples either), whose
+//!                                records are (conn:u32 frame), are read too
 //! ```
 //! A recording cut short at any byte still opens: everything before the cut is kept and the
-//! loss is reported.
+//! loss is reported, plain or gzipped. In a GAPTOPR4 recording a damaged frame is skipped,
+//! the reader goes on at the next record whose header checks out, and the damage is counted
+//! in the store's `skipped`, said on stderr and in the report's notes; an older recording
+//! ends at its first bad frame, as it always did.
 
-use std::io::{BufReader, BufWriter, Read, Write};
+use std::io::{BufWriter, Read, Write};
 use std::path::Path;
 
 use gaptop_wire::{Decoder, Frame, RECORDING_MAGIC};
 
 use super::ingest::Ingest;
+use super::recfile::{self, Window, HEAD, TAIL};
 use super::store::Store;
 
 pub struct Writer<W: Write> {
     w: BufWriter<W>,
+    frame: Vec<u8>,
     buf: Vec<u8>,
     pub bytes: u64,
 }
@@ -28,15 +34,17 @@ impl<W: Write> Writer<W> {
         w.write_all(RECORDING_MAGIC)?;
         Ok(Writer {
             w,
+            frame: Vec::new(),
             buf: Vec::new(),
             bytes: 8,
         })
     }
 
     pub fn frame(&mut self, conn: u32, f: &Frame) -> std::io::Result<()> {
+        self.frame.clear();
+        gaptop_wire::encode(&mut self.frame, f);
         self.buf.clear();
-        self.buf.extend_from_slice(&conn.to_le_bytes());
-        gaptop_wire::encode(&mut self.buf, f);
+        recfile::put_record(&mut self.buf, conn, &self.frame);
         self.w.write_all(&self.buf)?;
         self.bytes += self.buf.len() as u64;
         Ok(())
@@ -47,83 +55,230 @@ impl<W: Write> Writer<W> {
     }
 }
 
+/// How many stretches of damaged bytes a note names.
+const SPANS_NAMED: usize = 4;
+
 /// What reading a recording found besides its records.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ReadNote {
     pub frames: u64,
-    /// Set when the file ends inside a record or holds a bad frame: byte offset and why.
+    /// Set when the file ends inside a record or (before GAPTOPR4) holds a bad frame: byte
+    /// offset and why.
     pub cut: Option<(u64, String)>,
+    /// Why the input stopped before its end, when a read failed (a gzip stream cut short).
+    pub stopped: Option<String>,
+    /// Damaged frames skipped (GAPTOPR4): a frame that fails its sum or does not decode, or
+    /// the bytes passed over from a damaged header to the next header that checks out.
+    pub damaged: u64,
+    /// The first [`SPANS_NAMED`] stretches of damaged bytes, `[from, to)`, and how many
+    /// stretches there are in all.
+    pub damaged_at: Vec<(u64, u64)>,
+    pub spans: u64,
+    last_end: u64,
 }
 
-/// Reads a recording's entries in order. Only a missing magic is an error; damage later on
-/// ends the entries and is described in `note`.
+impl ReadNote {
+    fn damage(&mut self, from: u64, to: u64) {
+        self.damaged += 1;
+        let joins = self.spans > 0 && self.last_end == from;
+        self.last_end = to;
+        if joins {
+            if self.spans as usize == self.damaged_at.len() {
+                if let Some(last) = self.damaged_at.last_mut() {
+                    last.1 = to;
+                }
+            }
+            return;
+        }
+        self.spans += 1;
+        if self.damaged_at.len() < SPANS_NAMED {
+            self.damaged_at.push((from, to));
+        }
+    }
+
+    /// One line that says what damage was skipped, if any.
+    pub fn damage_line(&self) -> Option<String> {
+        if self.damaged == 0 {
+            return None;
+        }
+        let spans: Vec<String> = self
+            .damaged_at
+            .iter()
+            .map(|(a, b)| format!("{a}..{b}"))
+            .collect();
+        let more = match self.spans - self.damaged_at.len() as u64 {
+            0 => String::new(),
+            n => format!(" and {n} more"),
+        };
+        Some(format!(
+            "{} damaged frame{} skipped (bytes {}{more})",
+            self.damaged,
+            if self.damaged == 1 { "" } else { "s" },
+            spans.join(", ")
+        ))
+    }
+}
+
+/// One step of reading.
+enum Step {
+    Frame(u32, Frame),
+    End,
+    /// The input ends inside a record (or, before GAPTOPR4, holds a bad frame) at this offset.
+    Cut(u64, String),
+    /// Damaged bytes were passed over, `[from, to)`.
+    Damaged(u64, u64),
+}
+
+/// Reads a recording's entries in order. Only a missing magic is an error; a cut ends the
+/// entries and damage is passed over, both described in `note`.
 pub struct Reader<R: Read> {
-    r: BufReader<R>,
-    offset: u64,
+    w: Window<R>,
+    /// The format's version, by the magic: 1 to 4.
+    pub version: u8,
     decoders: std::collections::HashMap<u32, Decoder>,
+    /// Bytes of frames that failed their sums.
+    failed: u64,
     pub note: ReadNote,
 }
 
+/// Bytes of failed frames checked before the budget grows with the input (see
+/// `Reader::next_checked`).
+const FAILED_BUDGET: u64 = 16 << 20;
+
 impl<R: Read> Reader<R> {
     pub fn new(r: R) -> anyhow::Result<Self> {
-        let mut r = BufReader::with_capacity(1 << 20, r);
-        let mut magic = [0u8; 8];
-        r.read_exact(&mut magic)
-            .map_err(|_| anyhow::anyhow!("not a gaptop recording (too short)"))?;
-        if !gaptop_wire::RECORDING_MAGICS.contains(&&magic) {
-            anyhow::bail!("not a gaptop recording (bad magic)");
+        let mut w = Window::new(r, 0);
+        let magic = w.peek(8);
+        if magic.len() < 8 {
+            anyhow::bail!("not a gaptop recording (too short)");
         }
+        let Some(v) = gaptop_wire::RECORDING_MAGICS
+            .iter()
+            .position(|m| m[..] == *magic)
+        else {
+            anyhow::bail!("not a gaptop recording (bad magic)");
+        };
+        w.skip(8);
         Ok(Reader {
-            r,
-            offset: 8,
+            w,
+            version: v as u8 + 1,
             decoders: Default::default(),
+            failed: 0,
             note: ReadNote::default(),
         })
     }
 
-    /// The next (connection, frame), or None at the end or at the first damage.
+    /// The next (connection, frame), or None at the end or at a cut.
     pub fn next_entry(&mut self) -> anyhow::Result<Option<(u32, Frame)>> {
-        if self.note.cut.is_some() {
-            return Ok(None);
+        while self.note.cut.is_none() {
+            let step = if self.version >= 4 {
+                self.next_checked()
+            } else {
+                self.next_plain()
+            };
+            match step {
+                Step::Frame(conn, f) => {
+                    self.note.frames += 1;
+                    return Ok(Some((conn, f)));
+                }
+                Step::Damaged(from, to) => self.note.damage(from, to),
+                Step::End => {
+                    self.note.stopped = self.w.error.clone();
+                    if let Some(e) = &self.w.error {
+                        self.note.cut = Some((self.w.offset(), format!("input stops: {e}")));
+                    }
+                    return Ok(None);
+                }
+                Step::Cut(at, why) => {
+                    self.note.stopped = self.w.error.clone();
+                    let why = match &self.w.error {
+                        Some(e) => format!("{why}: {e}"),
+                        None => why,
+                    };
+                    self.note.cut = Some((at, why));
+                }
+            }
         }
-        let at = self.offset;
-        let mut head = [0u8; 8];
-        match read_full(&mut self.r, &mut head)? {
-            0 => return Ok(None),
+        Ok(None)
+    }
+
+    /// A record of GAPTOPR1 to 3: no checks, so the first bad frame ends the recording.
+    fn next_plain(&mut self) -> Step {
+        let at = self.w.offset();
+        let head = self.w.peek(8);
+        match head.len() {
+            0 => return Step::End,
             8 => {}
-            _ => return self.cut(at, "file ends inside a record header".into()),
+            _ => return Step::Cut(at, "file ends inside a record header".into()),
         }
         let conn = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
         let len = u32::from_le_bytes([head[4], head[5], head[6], head[7]]) as usize;
         if len == 0 || len > gaptop_wire::MAX_FRAME {
-            return self.cut(at, format!("bad frame length {len}"));
+            return Step::Cut(at, format!("bad frame length {len}"));
         }
-        let mut body = vec![0u8; len];
-        if read_full(&mut self.r, &mut body)? != len {
-            return self.cut(at, "file ends inside a frame".into());
+        let rec = self.w.peek(8 + len);
+        if rec.len() < 8 + len {
+            return Step::Cut(at, "file ends inside a frame".into());
         }
         let d = self.decoders.entry(conn).or_default();
-        d.feed(&head[4..]);
-        d.feed(&body);
+        d.feed(&rec[4..]);
         match d.next_frame() {
             Ok(Some(f)) => {
-                self.offset += 8 + len as u64;
-                self.note.frames += 1;
-                Ok(Some((conn, f)))
+                self.w.skip(8 + len);
+                Step::Frame(conn, f)
             }
             Ok(None) => unreachable!("a whole frame was fed"),
-            Err(e) => self.cut(at, e.to_string()),
+            Err(e) => Step::Cut(at, e.to_string()),
         }
     }
 
-    fn cut(&mut self, at: u64, why: String) -> anyhow::Result<Option<(u32, Frame)>> {
-        self.note.cut = Some((at, why));
-        Ok(None)
+    /// A record of GAPTOPR4: a header or frame that fails its check is passed over to the
+    /// next header that holds; a frame that holds what its tag does not is skipped.
+    fn next_checked(&mut self) -> Step {
+        let at = self.w.offset();
+        let h = self.w.peek(HEAD);
+        if h.is_empty() {
+            return Step::End;
+        }
+        if h.len() < HEAD {
+            return Step::Cut(at, "file ends inside a record header".into());
+        }
+        let conn = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
+        let Some(len) = recfile::header_len(h) else {
+            recfile::resync(&mut self.w);
+            return Step::Damaged(at, self.w.offset());
+        };
+        let n = HEAD + len + TAIL;
+        let r = self.w.peek(n);
+        if r.len() < n {
+            return Step::Cut(at, "file ends inside a frame".into());
+        }
+        if !recfile::frame_ok(r) {
+            // The header may be right and the frame damaged, or the header right by chance
+            // (bytes dropped after it): the next header that checks out is the next record.
+            // Frames that fail cost a CRC of their length each; past a budget that grows with
+            // the input, a failed frame is passed over by its length, so that headers forged
+            // one after another cannot make the work grow with the square of the input.
+            self.failed += n as u64;
+            if self.failed <= FAILED_BUDGET + 2 * at {
+                recfile::resync(&mut self.w);
+                return Step::Damaged(at, self.w.offset());
+            }
+            self.w.skip(n);
+            return Step::Damaged(at, at + n as u64);
+        }
+        // A frame as it was written that does not decode is passed over too.
+        let frame = gaptop_wire::decode_payload(r[HEAD], &r[HEAD + 1..HEAD + len]);
+        self.w.skip(n);
+        match frame {
+            Ok(f) => Step::Frame(conn, f),
+            Err(_) => Step::Damaged(at, at + n as u64),
+        }
     }
 }
 
-/// Reads a recording into `store`. Only a missing magic is an error; damage later on ends the
-/// read and is reported in the note.
+/// Reads a recording into `store`. Only a missing magic is an error; a cut ends the read and
+/// damage is passed over, both reported in the note.
 pub fn read_into(r: impl Read, store: &mut Store) -> anyhow::Result<ReadNote> {
     let note = read_frames(r, store)?;
     store.finish_bulk();
@@ -142,19 +297,6 @@ fn read_frames(r: impl Read, store: &mut Store) -> anyhow::Result<ReadNote> {
     Ok(reader.note)
 }
 
-fn read_full(r: &mut impl Read, buf: &mut [u8]) -> anyhow::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match r.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(n)
-}
-
 pub fn load(path: &Path, budget: usize) -> anyhow::Result<Store> {
     let mut store = Store::new(budget);
     store.source = path
@@ -169,28 +311,71 @@ pub fn load(path: &Path, budget: usize) -> anyhow::Result<Store> {
     Ok(store)
 }
 
+/// Counts the bytes read through it (how far a gzip decoder got in its file).
+struct Counted<R> {
+    r: R,
+    n: std::rc::Rc<std::cell::Cell<u64>>,
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, b: &mut [u8]) -> std::io::Result<usize> {
+        let k = self.r.read(b)?;
+        self.n.set(self.n.get() + k as u64);
+        Ok(k)
+    }
+}
+
 /// Reads one recording file (plain or gzipped) into `store`, which finishes the bulk load
-/// later; a cut in it is kept in the store's skipped counts and said on stderr. Returns the
-/// frames read.
+/// later. A cut and any damage are kept in the store's skipped counts and notes and said on
+/// stderr. Returns the frames read.
 pub fn read_file(path: &Path, store: &mut Store) -> anyhow::Result<u64> {
     let f = std::fs::File::open(path)?;
     // A recording someone gzipped reads as it is.
     let mut head = [0u8; 2];
     let gz = std::fs::File::open(path)?.read(&mut head)? == 2 && head == [0x1f, 0x8b];
+    let inflated = std::rc::Rc::new(std::cell::Cell::new(0));
+    let size = f.metadata().map(|m| m.len()).unwrap_or(0);
     let note = if gz {
-        read_frames(flate2::read::GzDecoder::new(f), store)?
+        let counted = Counted {
+            r: f,
+            n: inflated.clone(),
+        };
+        read_frames(flate2::read::GzDecoder::new(counted), store)?
     } else {
         read_frames(f, store)?
     };
-    if let Some((at, why)) = note.cut {
+    let file = path
+        .file_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if let Some(line) = note.damage_line() {
+        *store
+            .skipped
+            .entry("damaged recording frames".into())
+            .or_insert(0) += note.damaged;
+        crate::say!("gaptop: {}: {line}", path.display());
+        store.notes.push(format!("{file}: {line}"));
+    }
+    if let Some((at, why)) = &note.cut {
         store
             .skipped
             .insert(format!("recording cut at byte {at}: {why}"), 1);
-        eprintln!(
-            "gaptop: {}: recording cut short at byte {at} ({why}); showing the {} frames before it",
-            path.display(),
-            note.frames
-        );
+        let line = match (&note.stopped, gz) {
+            (Some(e), true) => {
+                let read = inflated.get();
+                let how = if read >= size { "is cut" } else { "is damaged" };
+                format!(
+                    "gzip stream {how} at byte {read} of the file ({e}); showing the {} frames inflated before it (recording byte {at})",
+                    note.frames
+                )
+            }
+            _ => format!(
+                "recording cut short at byte {at} ({why}); showing the {} frames before it",
+                note.frames
+            ),
+        };
+        crate::say!("gaptop: {}: {line}", path.display());
+        store.notes.push(format!("{file}: {line}"));
     }
     Ok(note.frames)
 }
@@ -237,7 +422,7 @@ mod tests {
         let mut i = 8;
         while i < full.len() {
             let len = u32::from_le_bytes(full[i + 4..i + 8].try_into().unwrap()) as usize;
-            i += 8 + len;
+            i += HEAD + len + TAIL;
             bounds.push(i);
         }
         let mut last = 0;
@@ -260,6 +445,24 @@ mod tests {
         }
         assert_eq!(last, 20);
         assert!(read_into(&full[..5], &mut Store::default()).is_err());
+    }
+
+    /// Headers that check out, forged every 12 bytes, each claiming a frame of 4 MiB that
+    /// fails its sum: read in time that grows with the input, not with its square.
+    #[test]
+    fn forged_headers_cost_linear_work() {
+        let mut b = RECORDING_MAGIC.to_vec();
+        let mut head = Vec::new();
+        recfile::put_record(&mut head, 1, &[0, 0, 0x40, 0, gaptop_wire::TAG_OPS]);
+        while b.len() < 24 << 20 {
+            b.extend_from_slice(&head[..HEAD]);
+        }
+        let t = std::time::Instant::now();
+        let mut st = Store::default();
+        let note = read_into(&b[..], &mut st).unwrap();
+        assert_eq!(note.frames, 0);
+        assert!(note.damaged > 1);
+        assert!(t.elapsed().as_secs() < 20, "{:?}", t.elapsed());
     }
 
     /// A disk that fills: writes fail after N bytes. The error reaches the caller, and what was

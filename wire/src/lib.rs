@@ -9,12 +9,16 @@
 //! frame   := len:u32  tag:u8  payload[len-1]
 //! stream  := Hello frame, then any frames          -- a collector's
 //!          | Sampler frame, then Name, Stack and Samples frames  -- the viewer's CPU sampler
-//! record  := "GAPTOPR3" (conn:u32 frame)*      -- a recording file
+//! record  := "GAPTOPR4" (conn:u32 len:u32 hsum:u32 tag:u8 payload[len-1] sum:u32)*
+//!                                               -- a recording file
 //! ```
 //!
 //! Recordings are versioned by their magic: `GAPTOPR1` files (no CPU samples) are read as
 //! they always were; `GAPTOPR2` adds the sampler's streams; `GAPTOPR3` the collectors' NVTX
-//! ranges (`Ranges` frames), which a viewer that reads only R1 and R2 would stop at.
+//! ranges (`Ranges` frames), which a viewer that reads only R1 and R2 would stop at. R1 to R3
+//! store `(conn:u32 frame)*`. `GAPTOPR4` checks each frame: `hsum` is the CRC-32 of its
+//! connection and length, `sum` the CRC-32 of its tag and payload, so a reader tells a damaged
+//! frame, skips it and finds the next one (the viewer's `collect::recfile`).
 #![forbid(unsafe_code)]
 
 pub mod control;
@@ -26,9 +30,9 @@ pub const VERSION: u32 = 1;
 /// Magic that opens the Hello payload.
 pub const MAGIC: &[u8; 8] = b"GAPTOPW1";
 /// Magic that opens a recording file written now.
-pub const RECORDING_MAGIC: &[u8; 8] = b"GAPTOPR3";
+pub const RECORDING_MAGIC: &[u8; 8] = b"GAPTOPR4";
 /// Every recording magic this version reads, oldest first.
-pub const RECORDING_MAGICS: [&[u8; 8]; 3] = [b"GAPTOPR1", b"GAPTOPR2", b"GAPTOPR3"];
+pub const RECORDING_MAGICS: [&[u8; 8]; 4] = [b"GAPTOPR1", b"GAPTOPR2", b"GAPTOPR3", b"GAPTOPR4"];
 /// Largest frame accepted; anything longer is a protocol error, not an allocation.
 pub const MAX_FRAME: usize = 8 << 20;
 
