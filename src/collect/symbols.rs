@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use object::{Object, ObjectSymbol, SymbolKind};
+use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 
 /// Function symbols of one module, sorted by address: (address, size, name).
 #[derive(Debug)]
@@ -13,16 +13,34 @@ struct Module {
 }
 
 impl Module {
+    /// The function symbols of the module at `path`: its own tables, and where it has no
+    /// `.symtab` (a stripped binary keeps only its exports in `.dynsym`), those of its
+    /// MiniDebugInfo (`.gnu_debugdata`, an xz-compressed ELF with a `.symtab`) and of a separate
+    /// debug file (by build id under /usr/lib/debug/.build-id, or by `.gnu_debuglink`), which
+    /// hold the same addresses.
     fn load(path: &str) -> Option<Module> {
         let file = std::fs::File::open(path).ok()?;
         let cache = object::ReadCache::new(file);
         let obj = object::File::parse(&cache).ok()?;
-        let mut syms: Vec<(u64, u64, String)> = obj
-            .symbols()
-            .chain(obj.dynamic_symbols())
-            .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
-            .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.to_string())))
-            .collect();
+        let mut syms = Vec::new();
+        text_symbols(&obj, &mut syms);
+        if obj.section_by_name(".symtab").is_none() {
+            if let Some(elf) = obj
+                .section_by_name(".gnu_debugdata")
+                .and_then(|s| s.data().ok())
+                .and_then(unxz)
+            {
+                if let Ok(o) = object::File::parse(&*elf) {
+                    text_symbols(&o, &mut syms);
+                }
+            }
+            if let Some(f) = debug_file(path, &obj).and_then(|p| std::fs::File::open(p).ok()) {
+                let cache = object::ReadCache::new(f);
+                if let Ok(o) = object::File::parse(&cache) {
+                    text_symbols(&o, &mut syms);
+                }
+            }
+        }
         syms.sort_unstable_by(|a, b| {
             (a.0, std::cmp::Reverse(a.1)).cmp(&(b.0, std::cmp::Reverse(b.1)))
         });
@@ -39,6 +57,72 @@ impl Module {
         let (addr, size, name) = self.syms.get(i.checked_sub(1)?)?;
         (off < addr + (*size).max(1)).then_some(name.as_str())
     }
+}
+
+/// Function symbols (address, size, name) of `obj`'s tables.
+fn text_symbols<'d, R: object::ReadRef<'d>>(
+    obj: &object::File<'d, R>,
+    out: &mut Vec<(u64, u64, String)>,
+) {
+    out.extend(
+        obj.symbols()
+            .chain(obj.dynamic_symbols())
+            .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
+            .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.to_string()))),
+    );
+}
+
+/// The largest MiniDebugInfo inflated (it holds symbol tables only: a few MiB at most).
+const MAX_MINI: usize = 256 << 20;
+
+/// An xz stream, inflated (None where it is not one, or is larger than [`MAX_MINI`]).
+fn unxz(data: &[u8]) -> Option<Vec<u8>> {
+    /// A Vec that refuses to grow past [`MAX_MINI`].
+    struct Capped(Vec<u8>);
+    impl std::io::Write for Capped {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            if self.0.len() + b.len() > MAX_MINI {
+                return Err(std::io::Error::other("MiniDebugInfo too large"));
+            }
+            self.0.extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut out = Capped(Vec::new());
+    lzma_rs::xz_decompress(&mut std::io::BufReader::new(data), &mut out).ok()?;
+    Some(out.0)
+}
+
+/// Where the module's separate debug file is, as debuggers look for it: by build id, then by
+/// its `.gnu_debuglink` name beside the module, in the module's `.debug/` folder and under the
+/// debug root (/usr/lib/debug, or `GAPTOP_DEBUG_ROOT`).
+fn debug_file<'d, R: object::ReadRef<'d>>(
+    path: &str,
+    obj: &object::File<'d, R>,
+) -> Option<std::path::PathBuf> {
+    let root = std::env::var_os("GAPTOP_DEBUG_ROOT")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| "/usr/lib/debug".into());
+    let mut tries = Vec::new();
+    if let Ok(Some(id)) = obj.build_id() {
+        if id.len() > 1 {
+            let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+            tries.push(root.join(format!(".build-id/{}/{}.debug", &hex[..2], &hex[2..])));
+        }
+    }
+    if let Ok(Some((name, _crc))) = obj.gnu_debuglink() {
+        let name = String::from_utf8_lossy(name).into_owned();
+        let dir = std::path::Path::new(path).parent()?;
+        tries.push(dir.join(&name));
+        tries.push(dir.join(".debug").join(&name));
+        tries.push(root.join(dir.strip_prefix("/").unwrap_or(dir)).join(&name));
+    }
+    tries
+        .into_iter()
+        .find(|p| p.is_file() && p.to_str() != Some(path))
 }
 
 /// Resolves native frame names, reading each module at most once.
@@ -179,6 +263,68 @@ mod tests {
         assert_eq!(m.lookup(0x201), None);
         assert_eq!(m.lookup(0x30f), Some("next"));
         assert_eq!(m.lookup(0xff), None);
+    }
+
+    /// A stripped program whose function `hidden_work` is in no export: named from its
+    /// MiniDebugInfo, from a debug file found by its debuglink, and otherwise `prog+0x…`.
+    #[test]
+    fn stripped_binaries_are_named_from_their_debug_info_or_not_at_all() {
+        let dir = std::env::temp_dir().join(format!("gaptop-syms-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let sh = |cmd: &str| {
+            std::process::Command::new("sh")
+                .arg("-c")
+                .arg(cmd)
+                .current_dir(&dir)
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        let src = "__attribute__((noinline)) static int hidden_work(int n) { volatile int s = 0; for (int i = 0; i < n; i++) \
+                   s += i * i; return s; }\nint visible(int n) { return hidden_work(n) + 1; }\n\
+                   int main(int c, char **v) { return visible(c) & 1; }\n";
+        std::fs::write(dir.join("p.c"), src).unwrap();
+        if !sh("cc -O1 -g -o full p.c && command -v objcopy && command -v xz && command -v nm") {
+            eprintln!("skipped: needs cc, objcopy, xz and nm");
+            return;
+        }
+        let nm = std::process::Command::new("nm")
+            .arg(dir.join("full"))
+            .output()
+            .unwrap();
+        let nm = String::from_utf8_lossy(&nm.stdout);
+        let addr = nm
+            .lines()
+            .find(|l| l.ends_with(" hidden_work"))
+            .and_then(|l| u64::from_str_radix(l.split(' ').next()?, 16).ok())
+            .expect("hidden_work in the unstripped program");
+        // MiniDebugInfo, as distributions make it: the function symbols, xz'd, in a section.
+        assert!(sh("objcopy --only-keep-debug full dbg && \
+                    objcopy --strip-debug --remove-section .comment dbg mini && \
+                    xz -k mini && strip --strip-all -o mini_prog full && \
+                    objcopy --add-section .gnu_debugdata=mini.xz mini_prog"));
+        // A separate debug file found by its debuglink, beside the program.
+        assert!(sh(
+            "cp dbg link_prog.debug && strip --strip-all -o link_prog full && \
+                    objcopy --add-gnu-debuglink=link_prog.debug link_prog"
+        ));
+        assert!(sh("strip --strip-all -o bare_prog full"));
+        let mut s = Symbolizer::new();
+        let at = |p: &str| dir.join(p).to_string_lossy().into_owned();
+        assert_eq!(
+            s.name(&at("mini_prog"), addr + 4),
+            "hidden_work [mini_prog]"
+        );
+        assert_eq!(
+            s.name(&at("link_prog"), addr + 4),
+            "hidden_work [link_prog]"
+        );
+        // Only exports are left, and none of them holds the address.
+        assert_eq!(
+            s.name(&at("bare_prog"), addr + 4),
+            format!("bare_prog+0x{:x}", addr + 4)
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
