@@ -79,7 +79,7 @@ fn each_thread_s_python_stack_is_read_from_outside() {
     let mut r = Reader::new(pid, layout(&p));
     let (mut main_seen, mut spin_seen) = (0, 0);
     for _ in 0..50 {
-        let stacks = r.stacks();
+        let stacks = r.stacks(|_| true);
         for (tid, raw) in stacks {
             let named: Vec<Option<String>> = raw.iter().map(|&f| r.name(f)).collect();
             let q = quals(&named);

@@ -186,13 +186,14 @@ impl Reader {
         }
     }
 
-    /// Every thread's Python stack now, innermost frame first; threads running no Python
-    /// are left out.
-    pub fn stacks(&mut self) -> Vec<(u32, Vec<RawFrame>)> {
+    /// The Python stack now of every thread `want` accepts (by its native id), innermost
+    /// frame first; threads running no Python are left out.
+    pub fn stacks(&mut self, want: impl Fn(u32) -> bool) -> Vec<(u32, Vec<RawFrame>)> {
         self.list_threads();
         let threads = self.threads.clone();
         threads
             .into_iter()
+            .filter(|&(tid, _)| want(tid))
             .filter_map(|(tid, ts)| {
                 let s = self.walk(ts);
                 (!s.is_empty()).then_some((tid, s))

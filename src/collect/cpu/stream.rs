@@ -40,10 +40,16 @@ const PY_BRACKET_NS: i64 = 50_000_000;
 struct Pythons {
     dir: Option<PathBuf>,
     readers: HashMap<u32, Reader>,
-    /// Processes whose layout was looked for and is not there (yet), or was refused.
     history: History<Vec<RawFrame>>,
     said: bool,
+    /// Threads the last drain had samples of (those on a CPU lately): read every tick; the
+    /// others every [`PY_ALL_EVERY`] ticks, so that a program of many idle threads costs little.
+    active: HashSet<(u32, u32)>,
+    ticks: u64,
 }
+
+/// Every how many ticks the threads without recent samples are read too.
+const PY_ALL_EVERY: u64 = 16;
 
 impl Pythons {
     /// Takes up the layouts of `pids` that have appeared; a bad one is said once.
@@ -51,6 +57,8 @@ impl Pythons {
         let Some(dir) = &self.dir else {
             return;
         };
+        self.readers
+            .retain(|pid, _| std::path::Path::new(&format!("/proc/{pid}")).exists());
         for &pid in pids {
             if self.readers.contains_key(&pid) {
                 continue;
@@ -77,8 +85,11 @@ impl Pythons {
             return;
         }
         let now = now_ns(nix::time::ClockId::CLOCK_REALTIME);
+        self.ticks += 1;
+        let all = self.ticks.is_multiple_of(PY_ALL_EVERY);
+        let active = &self.active;
         for (&pid, r) in self.readers.iter_mut() {
-            for (tid, frames) in r.stacks() {
+            for (tid, frames) in r.stacks(|tid| all || active.contains(&(pid, tid))) {
                 self.history.push(pid, tid, now, frames);
             }
         }
@@ -89,6 +100,7 @@ impl Pythons {
         if self.readers.is_empty() {
             return;
         }
+        self.active = samples.iter().map(|s| (s.pid, s.tid)).collect();
         for s in samples.iter_mut() {
             let Some(r) = self.readers.get_mut(&s.pid) else {
                 continue;
@@ -242,6 +254,8 @@ pub fn run(
         readers: HashMap::new(),
         history: History::default(),
         said: false,
+        active: HashSet::new(),
+        ticks: 0,
     };
     let mut last_poll = Instant::now();
     loop {
