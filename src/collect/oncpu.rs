@@ -201,6 +201,33 @@ pub fn headline(frames: &[(&str, f64)]) -> Option<String> {
 }
 
 impl SiteSamples {
+    /// What `pick` makes of each kept sample's innermost frame it accepts, counted over the
+    /// samples, most first, with each one's share of all the kept samples.
+    pub fn tally(
+        &self,
+        store: &Store,
+        pick: impl Fn(&str) -> Option<String>,
+    ) -> Vec<(String, f64)> {
+        let mut by_stack: HashMap<StackId, usize> = HashMap::new();
+        for &s in &self.stacks {
+            *by_stack.entry(s).or_default() += 1;
+        }
+        let mut counts: HashMap<String, usize> = HashMap::new();
+        for (s, n) in by_stack {
+            let frames = store.stacks.frames(s);
+            if let Some(k) = frames.iter().rev().find_map(|&f| pick(store.names.get(f))) {
+                *counts.entry(k).or_default() += n;
+            }
+        }
+        let all = self.stacks.len().max(1) as f64;
+        let mut v: Vec<(String, f64)> = counts
+            .into_iter()
+            .map(|(k, n)| (k, n as f64 / all))
+            .collect();
+        v.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        v
+    }
+
     /// The share of the samples (of those kept) whose stack holds a frame `pred` accepts.
     pub fn share_holding(&self, store: &Store, pred: impl Fn(&str) -> bool) -> f64 {
         share_of(store, self.stacks.iter().map(|&s| (s, 1)), pred)

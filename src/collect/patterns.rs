@@ -341,10 +341,16 @@ pub fn backward_node(f: &str) -> Option<&str> {
     if let Some(n) = f.strip_prefix("autograd::engine::evaluate_function: ") {
         return Some(n.trim());
     }
-    if let Some(i) = f.find("torch::autograd::generated::") {
-        let rest = &f[i + "torch::autograd::generated::".len()..];
-        let end = rest.find("::").unwrap_or(rest.len());
-        return Some(&rest[..end]);
+    if f.contains("torch::autograd::generated::") || f.contains("Backward") {
+        // A native frame: the first part of its symbol that is a node's name, cut after its
+        // number (`torch::autograd::generated::MulBackward0::apply`,
+        // `SigmoidBackward0_apply_functional [libtorch_cpu.so]`; not `generated::details`).
+        let sym = f.split(" [").next().unwrap_or(f);
+        return sym.split("::").find_map(|part| {
+            let i = part.find("Backward")? + "Backward".len();
+            let digits = part[i..].bytes().take_while(u8::is_ascii_digit).count();
+            node_op(&part[..i + digits])
+        });
     }
     node_op(f)
 }
@@ -410,10 +416,34 @@ fn backward(e: &Evidence) -> Option<Detail> {
                 .iter()
                 .find_map(|f| backward_node(&f.frame).map(str::to_string))
         });
-    let name = match node.as_deref().map(|n| (n, forward_op(n))) {
-        Some((_, Some(op))) => format!("backward of {op}"),
-        Some((n, None)) => format!("backward ({n})"),
-        None => "backward".to_string(),
+    let one = |n: &str| match forward_op(n) {
+        Some(op) => op,
+        None => n.to_string(),
+    };
+    let name = match node.as_deref() {
+        Some(n) if forward_op(n).is_some() => format!("backward of {}", one(n)),
+        Some(n) => format!("backward ({n})"),
+        // No node in most samples: the nodes the samples were in, most first (a live run's
+        // backward launches carry no Python stack, but its CPU samples show the node's apply).
+        None => {
+            let samples = if e.acc.cpu_steady.samples > 0 {
+                &e.acc.cpu_steady
+            } else {
+                &e.acc.cpu
+            };
+            let nodes = samples.tally(e.store, |f| backward_node(f).map(str::to_string));
+            let top: Vec<String> = nodes
+                .iter()
+                .filter(|(_, share)| *share >= 0.05)
+                .take(3)
+                .map(|(n, share)| format!("{} {:.0}%", one(n), 100.0 * share))
+                .collect();
+            if top.is_empty() {
+                "backward".to_string()
+            } else {
+                format!("backward of {} (of the CPU samples)", top.join(", "))
+            }
+        }
     };
     Some(Detail {
         name: Some(name),

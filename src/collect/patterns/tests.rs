@@ -314,6 +314,15 @@ fn forward_ops_from_backward_nodes() {
     );
     assert_eq!(backward_node("aten::mul"), None);
     assert_eq!(backward_node("model.py(3): Backward"), None);
+    // Native frames of a live run's CPU samples, as the H200 showed them.
+    assert_eq!(
+        backward_node("SigmoidBackward0_apply_functional [libtorch_cpu.so]"),
+        Some("SigmoidBackward0")
+    );
+    assert_eq!(
+        backward_node("torch::autograd::generated::details::fn [libtorch_cpu.so]"),
+        None
+    );
 }
 
 #[test]
