@@ -118,7 +118,7 @@ fn head(j: &JsonReport) -> Section {
 }
 
 /// What was launched from where: `launch calls found for 4 of 4 kernels: 4 with a Python call
-/// stack`; a Kineto trace without `with_stack` has CPU op names only, and says so.
+/// stack`; a Kineto trace without `with_stack` has CPU op names only (`aten::mm`), and says so.
 fn coverage(j: &JsonReport) -> String {
     let mut kinds = Vec::new();
     let ops = j.kernels_with_stack - j.kernels_with_python - j.kernels_with_native;
@@ -132,13 +132,9 @@ fn coverage(j: &JsonReport) -> String {
         kinds.push(format!("{} with native frames only", j.kernels_with_native));
     }
     if ops > 0 {
+        // A Kineto trace without `with_stack`, or NVTX ranges of an Nsight Systems export.
         kinds.push(format!(
-            "{ops} with a CPU op name only{}",
-            if j.kernels_with_python == 0 {
-                " (no Python stacks: profile with with_stack=True)"
-            } else {
-                ""
-            }
+            "{ops} with CPU op or range names only, no Python stack"
         ));
     }
     if kinds.is_empty() {
