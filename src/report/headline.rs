@@ -149,7 +149,9 @@ pub fn lines(j: &JsonReport) -> [String; 3] {
         None => format!("Why: {}", what(a)),
     };
     if let Some(c) = crate::collect::advice::cpu_line(a) {
-        second.push_str(&format!(" {}.", short(&c, 110)));
+        let c = short(&c, 110);
+        let stop = if c.ends_with('…') { "" } else { "." };
+        second.push_str(&format!(" {c}{stop}"));
     }
     let others: Vec<String> = j
         .advice
