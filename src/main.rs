@@ -310,6 +310,9 @@ enum Cmd {
         /// How many of the longest gaps to list
         #[arg(long, default_value_t = 100, value_name = "N")]
         top: usize,
+        /// Text: all of it (percentiles, top gaps, the top stacks' frames), not the first 60 lines' worth
+        #[arg(long)]
+        full: bool,
         #[command(flatten)]
         analysis: AnalysisArgs,
     },
@@ -502,6 +505,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             output,
             window,
             top,
+            full,
             analysis,
         } => {
             if let Some(o) = &output {
@@ -531,7 +535,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 "json" => serde_json::to_string_pretty(&j)? + "\n",
                 "folded" => gaptop::report::folded(&store, &summary),
                 "folded-cpu" => gaptop::report::folded_cpu(&store, &summary),
-                _ => gaptop::report::text(&j),
+                _ => gaptop::report::text(&j, full),
             };
             emit(out.as_bytes(), output.as_deref(), false)?;
             Ok(ExitCode::SUCCESS)

@@ -2,10 +2,13 @@
 
 use serde::Serialize;
 
+mod headline;
+mod text;
+
+pub use text::{text, MAX_LINES};
+
 use crate::collect::analysis::{Category, Config, Gap, Reason, Summary, Window};
 use crate::collect::store::{NameId, Ns, StackId, Store};
-use crate::frames::cut as short;
-use crate::units::fmt_ns;
 
 #[derive(Serialize)]
 pub struct JsonBucket {
@@ -71,6 +74,9 @@ pub struct JsonReport {
     pub busy_ns: Ns,
     pub kernel_ns: Ns,
     pub device_idle_ns: Ns,
+    /// The gap time charged to launches on the basis (`basis`): what the shares of advice and
+    /// of the top stacks are of.
+    pub charged_ns: Ns,
     pub idle: std::collections::BTreeMap<&'static str, JsonBucket>,
     /// Ops that started before the work before them on their stream had ended (count, and
     /// by how much in all), when there are any: counted apart from the gaps. HTA counts each
@@ -97,6 +103,11 @@ pub struct JsonReport {
     /// known stack.
     pub kernels_with_launch: u64,
     pub kernels_with_stack: u64,
+    /// Of those with a stack, the ones whose stack holds a Python frame, and those whose stack
+    /// holds native frames and no Python one; the rest name only CPU ops (a Kineto trace
+    /// profiled without `with_stack`: `aten::mm`, `autograd::engine::…`).
+    pub kernels_with_python: u64,
+    pub kernels_with_native: u64,
     /// Each process with kernels in the window: who it is and what arrived from it.
     pub processes: Vec<JsonProcess>,
     /// How the clocks of traces joined as one capture were put together (several traces only).
@@ -119,6 +130,8 @@ pub struct JsonProcess {
     pub kernels: u64,
     pub kernels_with_launch: u64,
     pub kernels_with_stack: u64,
+    pub kernels_with_python: u64,
+    pub kernels_with_native: u64,
     /// Records its collector could not keep, and those CUPTI reported dropped.
     pub dropped: u64,
 }
@@ -127,15 +140,6 @@ pub struct JsonProcess {
 pub struct JsonWindow {
     pub from_ns: Ns,
     pub to_ns: Ns,
-}
-
-/// A count of gaps for a right-aligned column: `12 gaps`, `1 gap ` (the noun's column kept).
-fn gaps_n(n: u64) -> String {
-    format!(
-        "{:<w$}",
-        crate::units::count(n, "gap"),
-        w = n.to_string().len() + 5
-    )
 }
 
 /// Percentiles of a histogram, with its exact maximum (the histogram's own is rounded up to
@@ -208,9 +212,6 @@ pub fn gap_json(store: &Store, g: &Gap, origin: Ns) -> JsonGap {
     }
     j
 }
-
-/// Frames of a top stack the text report prints (innermost ones; JSON has them all).
-const TEXT_STACK_FRAMES: usize = 8;
 
 /// Top stacks by gap time: (frames, gaps, gap_ns).
 pub fn top_stacks(store: &Store, s: &Summary, n: usize) -> Vec<JsonStack> {
@@ -365,6 +366,7 @@ pub fn build_steps(
         busy_ns: s.busy_ns,
         kernel_ns: s.kernel_ns,
         device_idle_ns: s.device_idle_ns,
+        charged_ns: s.charged_ns(),
         idle,
         overlapping: (s.overlapping.count > 0).then_some(JsonBucket {
             count: s.overlapping.count,
@@ -385,6 +387,8 @@ pub fn build_steps(
             .collect(),
         kernels_with_launch: launches.iter().map(|p| p.kernels_with_launch).sum(),
         kernels_with_stack: launches.iter().map(|p| p.kernels_with_stack).sum(),
+        kernels_with_python: launches.iter().map(|p| p.kernels_with_python).sum(),
+        kernels_with_native: launches.iter().map(|p| p.kernels_with_native).sum(),
         processes: launches,
         clocks: store.clocks.clone(),
         dropped: store.dropped,
@@ -396,7 +400,7 @@ pub fn build_steps(
 }
 
 /// Per process with kernels in [lo, hi): its kernels, those whose launch call is known, and
-/// of those the ones with a launch stack.
+/// of those the ones with a launch stack, with Python frames in it, or native frames only.
 fn launch_coverage(store: &Store, lo: Ns, hi: Ns) -> Vec<JsonProcess> {
     let mut per: Vec<JsonProcess> = store
         .procs
@@ -408,9 +412,13 @@ fn launch_coverage(store: &Store, lo: Ns, hi: Ns) -> Vec<JsonProcess> {
             kernels: 0,
             kernels_with_launch: 0,
             kernels_with_stack: 0,
+            kernels_with_python: 0,
+            kernels_with_native: 0,
             dropped: p.stats.collector_dropped + p.stats.cupti_dropped,
         })
         .collect();
+    // What each launch stack holds: (a Python frame, a native frame).
+    let mut kinds: std::collections::HashMap<StackId, (bool, bool)> = Default::default();
     for lane in &store.lanes {
         let i = lane.key.proc as usize;
         let p = &store.procs[i];
@@ -424,312 +432,23 @@ fn launch_coverage(store: &Store, lo: Ns, hi: Ns) -> Vec<JsonProcess> {
             per[i].kernels += 1;
             if let Some(a) = p.api_by_corr(op.corr) {
                 per[i].kernels_with_launch += 1;
-                per[i].kernels_with_stack += (a.stack != 0) as u64;
+                if a.stack == 0 {
+                    continue;
+                }
+                per[i].kernels_with_stack += 1;
+                let (python, native) = *kinds.entry(a.stack).or_insert_with(|| {
+                    let frames = store.stacks.frames(a.stack);
+                    let any = |f: fn(&str) -> bool| frames.iter().any(|&n| f(store.names.get(n)));
+                    (
+                        any(|f| f.contains(".py(")),
+                        any(crate::frames::is_native_frame),
+                    )
+                });
+                per[i].kernels_with_python += python as u64;
+                per[i].kernels_with_native += (native && !python) as u64;
             }
         }
     }
     per.retain(|p| p.kernels > 0);
     per
-}
-
-/// The text form: a concise summary that fits a terminal.
-pub fn text(j: &JsonReport) -> String {
-    use std::fmt::Write;
-    let mut o = String::new();
-    let span = j.window.to_ns - j.window.from_ns;
-    let _ = writeln!(
-        o,
-        "gaptop report: {}  window {} .. {} ({})",
-        j.source,
-        fmt_ns(j.window.from_ns),
-        fmt_ns(j.window.to_ns),
-        fmt_ns(span)
-    );
-    let pctf = |a: Ns, b: Ns| {
-        if b > 0 {
-            100.0 * a as f64 / b as f64
-        } else {
-            0.0
-        }
-    };
-    let _ = writeln!(
-        o,
-        "GPU ops {}  kernels {}  busy {} ({:.1}%)  device idle {} ({:.1}%)",
-        j.gpu_ops,
-        j.kernels,
-        fmt_ns(j.busy_ns),
-        pctf(j.busy_ns, j.busy_ns + j.device_idle_ns),
-        fmt_ns(j.device_idle_ns),
-        pctf(j.device_idle_ns, j.busy_ns + j.device_idle_ns),
-    );
-    if j.kernels_with_launch > 0 {
-        let _ = writeln!(
-            o,
-            "launch calls found for {} of {} kernels, {} with a call stack",
-            j.kernels_with_launch, j.kernels, j.kernels_with_stack
-        );
-    }
-    for n in &j.notes {
-        let _ = writeln!(o, "note: {n}");
-    }
-    if j.processes.len() > 1 || j.processes.iter().any(|p| p.dropped > 0) {
-        let _ = writeln!(o, "\nProcesses");
-        for p in &j.processes {
-            let _ = writeln!(
-                o,
-                "  pid {:<7} {:<8} {:>9} kernels, {} with launch, {} with stack, {} dropped  {}",
-                p.pid,
-                p.rank.map(|r| format!("rank {r}")).unwrap_or_default(),
-                p.kernels,
-                p.kernels_with_launch,
-                p.kernels_with_stack,
-                p.dropped,
-                short(&p.label, 60)
-            );
-        }
-        if let Some(c) = &j.clocks {
-            let _ = writeln!(o, "  clocks: {c}");
-        }
-    }
-    if j.dropped > 0 || j.evicted_ops > 0 {
-        let _ = writeln!(
-            o,
-            "DROPPED records {}  evicted ops {}",
-            j.dropped, j.evicted_ops
-        );
-    }
-    let _ = writeln!(o, "\nIdle per stream (HTA categories)");
-    let total: Ns = j.idle.values().map(|b| b.total_ns).sum();
-    for c in ["host_wait", "kernel_wait", "other"] {
-        let b = &j.idle[c];
-        let _ = writeln!(
-            o,
-            "  {:<12} {:>13}  {:>12}  {:5.1}%",
-            c,
-            gaps_n(b.count),
-            fmt_ns(b.total_ns),
-            pctf(b.total_ns, total)
-        );
-    }
-    let reasons: Vec<String> = j
-        .reasons
-        .iter()
-        .filter(|(_, b)| b.count > 0)
-        .map(|(k, b)| format!("{k} {} ({})", b.count, fmt_ns(b.total_ns)))
-        .collect();
-    let _ = writeln!(o, "  why: {}", reasons.join(", "));
-    if let Some(b) = &j.overlapping {
-        let _ = writeln!(
-            o,
-            "  {:<12} {:>8} ops   {:>12}  started before the work before them on their stream ended (not gaps; HTA counts them as kernel_wait of negative length)",
-            "overlapping",
-            b.count,
-            fmt_ns(b.total_ns)
-        );
-    }
-    let g = &j.gap_percentiles_ns;
-    let k = &j.kernel_percentiles_ns;
-    let _ = writeln!(
-        o,
-        "\nPercentiles     p50        p90        p99        max\n  gap      {:>9}  {:>9}  {:>9}  {:>9}\n  kernel   {:>9}  {:>9}  {:>9}  {:>9}",
-        fmt_ns(g.p50 as Ns),
-        fmt_ns(g.p90 as Ns),
-        fmt_ns(g.p99 as Ns),
-        fmt_ns(g.max as Ns),
-        fmt_ns(k.p50 as Ns),
-        fmt_ns(k.p90 as Ns),
-        fmt_ns(k.p99 as Ns),
-        fmt_ns(k.max as Ns)
-    );
-    if let Some(st) = &j.steps {
-        let _ = writeln!(
-            o,
-            "\nSteps ({}): {}, median {} (p90 {}), GPU busy {} and device idle {} a step (medians)",
-            match &st.name {
-                Some(n) => format!("{} {n:?}", st.source),
-                None => st.source.to_string(),
-            },
-            st.count,
-            fmt_ns(st.median_ns),
-            fmt_ns(st.p90_ns),
-            fmt_ns(st.busy_median_ns),
-            fmt_ns(st.idle_median_ns)
-        );
-    }
-    if !j.advice.is_empty() {
-        let basis = if j.basis == "device" {
-            "device idle"
-        } else {
-            "each stream's own idle"
-        };
-        let how = if j.steps.is_some() {
-            "recurring code by its idle a step first"
-        } else {
-            "by gap time, one-offs aside"
-        };
-        let _ = writeln!(o, "\nWhat to fix ({basis}; {how})");
-        let steady = j.steps.as_ref().map_or(0, |s| s.steady) as u32;
-        for a in &j.advice {
-            let _ = writeln!(
-                o,
-                "  {:>10} {:5.1}%  {:>11}  {}  [{}{}]",
-                fmt_ns(a.gap_ns),
-                100.0 * a.share,
-                gaps_n(a.gaps),
-                a.site,
-                a.verdict.as_str(),
-                a.cause.map(|c| format!(", {c}")).unwrap_or_default()
-            );
-            if let Some(l) = crate::collect::advice::steps_line(a, steady) {
-                let _ = writeln!(o, "      {l}");
-            }
-            if let Some(l) = crate::collect::advice::cpu_line(a) {
-                let _ = writeln!(o, "      {}", short(&l, 120));
-            }
-            let _ = writeln!(o, "      {}", a.text);
-            if a.one_offs > 0 {
-                let why = if j.steps.is_some() {
-                    "outside the steady state or not recurring: warm-up, first calls, loading"
-                } else {
-                    "over 50x the typical gap: a first call's setup, allocation or compilation?"
-                };
-                let _ = writeln!(
-                    o,
-                    "      {} of it in {} one-off gap{} ({why}), which that fix does not remove.",
-                    fmt_ns(a.one_off_ns),
-                    a.one_offs,
-                    if a.one_offs == 1 { "" } else { "s" }
-                );
-            }
-        }
-    }
-    if !j.one_off_gaps.is_empty() {
-        let _ = writeln!(o, "\nOne-offs (outside recurring patterns), longest first");
-        for g in j.one_off_gaps.iter().take(5) {
-            let at = crate::collect::patterns::python_site(&g.frames)
-                .or(g.frames.first().map(String::as_str))
-                .map(|f| short(f, 70))
-                .unwrap_or_default();
-            let _ = writeln!(
-                o,
-                "  {:>10} at {:>10}  {} ({})  before {}  {}",
-                fmt_ns(g.duration_ns),
-                fmt_ns(g.start_ns),
-                g.cause,
-                g.reason,
-                short(&g.next_op, 40),
-                at
-            );
-        }
-    }
-    let _ = writeln!(o, "\nTop stacks by gap time");
-    for s in j.top_stacks.iter().take(8) {
-        let _ = writeln!(
-            o,
-            "  {:>10} {:5.1}%  {:>11}",
-            fmt_ns(s.gap_ns),
-            pctf(s.gap_ns, total),
-            gaps_n(s.gaps)
-        );
-        // The innermost frames, framework plumbing left out as in the UI's tree, so that the
-        // modules that launched show rather than nn.Module's call machinery.
-        let shown: Vec<&String> = s
-            .frames
-            .iter()
-            .filter(|f| !crate::frames::is_plumbing(f))
-            .collect();
-        let n = shown.len();
-        let skip = n.saturating_sub(TEXT_STACK_FRAMES);
-        if skip > 0 {
-            let _ = writeln!(o, "        … {skip} outer frames");
-        }
-        for (i, f) in shown.iter().enumerate().skip(skip) {
-            let _ = writeln!(
-                o,
-                "      {}{}",
-                if i + 1 == n { "└ " } else { "  " },
-                short(f, 100)
-            );
-        }
-    }
-    let _ = writeln!(o, "\nTop gaps");
-    for g in j.top_gaps.iter().take(10) {
-        let _ = writeln!(
-            o,
-            "  {:>10} at {:>10}  gpu{} s{}  {} ({})  before {}",
-            fmt_ns(g.duration_ns),
-            fmt_ns(g.start_ns),
-            g.device,
-            g.stream,
-            g.cause,
-            g.reason,
-            short(&g.next_op, 50)
-        );
-        if let Some(f) = crate::collect::patterns::python_site(&g.frames) {
-            let _ = writeln!(o, "      launched from {}", short(f, 90));
-        }
-        let named = g
-            .cpu_frames
-            .iter()
-            .rev()
-            .find(|f| !crate::frames::is_unnamed_native(f));
-        if let Some(f) = named {
-            match (g.cpu_samples, g.cpu_share, g.on_cpu) {
-                (Some(n), Some(share), Some(on)) => {
-                    let _ = writeln!(
-                        o,
-                        "      CPU during gap: {:.0}% {} ({n} samples, on CPU {:.0}% of the gap)",
-                        100.0 * share,
-                        short(f, 80),
-                        100.0 * on
-                    );
-                }
-                _ => {
-                    let _ = writeln!(o, "      CPU during gap: {}", short(f, 90));
-                }
-            }
-        }
-    }
-    if let Some(c) = &j.comm {
-        let _ = writeln!(
-            o,
-            "\nCommunication: {} collectives over {} ranks ({} NCCL kernels)",
-            c.collectives, c.ranks, c.comm_kernels
-        );
-        for r in &c.per_rank {
-            let _ = writeln!(
-                o,
-                "  rank {:>2} (pid {}): waited {} inside NCCL for later ranks; arrived last {} times, {} late in all",
-                r.rank,
-                r.pid,
-                fmt_ns(r.wait_ns),
-                r.late_count,
-                fmt_ns(r.late_ns)
-            );
-        }
-        for s in c.late_sites.iter().take(3) {
-            // The innermost frame that is the user's code rather than the framework's.
-            let site = s
-                .frames
-                .iter()
-                .rev()
-                .find(|f| !f.starts_with("torch/"))
-                .or(s.frames.last())
-                .map(|f| short(f, 80))
-                .unwrap_or_else(|| "no Python stack (a C++ thread, e.g. DDP's reducer)".into());
-            let _ = writeln!(
-                o,
-                "  late: rank {} {} times ({}) launching from {}",
-                s.rank,
-                s.count,
-                fmt_ns(s.late_ns),
-                site
-            );
-        }
-    }
-    if !j.skipped.is_empty() {
-        let s: Vec<String> = j.skipped.iter().map(|(k, v)| format!("{k}: {v}")).collect();
-        let _ = writeln!(o, "\nSkipped events: {}", s.join(", "));
-    }
-    o
 }

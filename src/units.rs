@@ -38,25 +38,50 @@ pub fn fmt_at(ns: Ns, res: Ns) -> String {
     format!("{sign}{:.digits$}{name}", a / unit)
 }
 
-/// Compact form for axes and narrow cells: at most 6 characters.
+/// Compact form for axes, narrow cells and the report: three significant figures at most
+/// (`447µs`, `4.90ms`, `12.3s`, `15µs`), rounding carried into the next unit (`1.00ms`, not
+/// `1000µs`); over 999 seconds, minutes then hours. At most 6 characters, a sign aside.
 pub fn fmt_short(ns: Ns) -> String {
+    const UNITS: [(f64, &str); 6] = [
+        (1.0, "ns"),
+        (1e3, "µs"),
+        (1e6, "ms"),
+        (1e9, "s"),
+        (60e9, "min"),
+        (3600e9, "h"),
+    ];
     let a = ns.unsigned_abs() as f64;
     let sign = if ns < 0 { "-" } else { "" };
-    let (v, u) = if a < 1e3 {
-        (a, "ns")
-    } else if a < 1e6 {
-        (a / 1e3, "µs")
-    } else if a < 1e9 {
-        (a / 1e6, "ms")
-    } else {
-        (a / 1e9, "s")
+    // Decimals that leave three significant figures of `v` (1 <= v < 1000).
+    let decimals = |v: f64| {
+        if v >= 100.0 {
+            0
+        } else if v >= 10.0 {
+            1
+        } else {
+            2
+        }
     };
-    if v >= 100.0 || v == v.trunc() {
+    let round = |v: f64, d: usize| {
+        let m = 10f64.powi(d as i32);
+        (v * m).round() / m
+    };
+    // The unit that puts `a` under 1000 of it (minutes from 1000 s, hours from 1000 min), or
+    // the next one where rounding makes it 1000 (999.6µs is 1.00ms).
+    let (mut i, mut x) = (0, a);
+    let mut v = round(a, 0);
+    while i + 1 < UNITS.len() && v >= 1000.0 {
+        i += 1;
+        x = a / UNITS[i].0;
+        v = round(x, decimals(x));
+    }
+    let u = UNITS[i].1;
+    // A whole number of its unit reads as one (`15µs`); a rounded one keeps its figures.
+    if x == x.trunc() && v < 1000.0 {
         format!("{sign}{v:.0}{u}")
-    } else if v >= 10.0 {
-        format!("{sign}{v:.1}{u}")
     } else {
-        format!("{sign}{v:.2}{u}")
+        let d = decimals(v);
+        format!("{sign}{v:.d$}{u}")
     }
 }
 
@@ -145,6 +170,29 @@ mod tests {
         assert_eq!(fmt_at(173_824_519, 10_000_000), "173.82ms");
         assert_eq!(fmt_at(2_500_000_000, 1_000), "2.500000s");
         assert_eq!(fmt_short(250_000_000), "250ms");
+    }
+
+    #[test]
+    fn short_form_keeps_three_significant_figures() {
+        for (ns, want) in [
+            (446_882, "447µs"),
+            (4_904_000, "4.90ms"),
+            (12_345_000_000, "12.3s"),
+            (176_080_000, "176ms"),
+            (15_000, "15µs"),
+            (999, "999ns"),
+            (999_600, "1.00ms"),
+            (9_996, "10.0µs"),
+            (99_960_000, "100ms"),
+            (999_999_999, "1.00s"),
+            (-2_500, "-2.50µs"),
+            (0, "0ns"),
+            (61_000_000_000, "61s"),
+            (1_500_000_000_000, "25min"),
+            (100_000_000_000_000, "27.8h"),
+        ] {
+            assert_eq!(fmt_short(ns), want, "{ns}");
+        }
     }
 
     #[test]

@@ -232,7 +232,7 @@ fn zero_length_gaps_count_as_hta_counts_them_and_overlaps_apart() {
     );
     let text = report_text(&[&p]);
     assert!(
-        text.contains("\n  overlapping         1 ops            2µs  started before"),
+        text.contains("\n  overlapping         1 ops       2µs  started before"),
         "{text}"
     );
     // Gaps of length 0 hold no time to charge: the percentiles are of the others.

@@ -1,0 +1,246 @@
+//! The text report's first three lines: what to fix first (its site, why the GPU waited there,
+//! what a fix saves a step and the fix), why, and what else is worth doing with the capture in
+//! a line; and the sentences of the rows below, each fix and each cause said once.
+
+use crate::collect::advice::{Advice, Verdict};
+use crate::frames::cut as short;
+use crate::units::fmt_short as t;
+
+use super::JsonReport;
+
+/// A verdict in a few words.
+pub fn verdict_words(v: Verdict) -> &'static str {
+    match v {
+        Verdict::Busy => "GPU busy",
+        Verdict::LaunchBound => "launch-bound",
+        Verdict::HostWork => "CPU work before launches",
+        Verdict::SlowLaunch => "slow launch calls",
+        Verdict::Sync => "CPU waits for the GPU",
+        Verdict::EventWait => "waits on another stream",
+        Verdict::Graph => "inside CUDA graphs",
+        Verdict::Unknown => "launch call not seen",
+    }
+}
+
+/// A site as a sentence reads it: `Linear.forward (linear.py:134)`; sites that are not a
+/// Python function as they are.
+pub fn site_words(site: &str) -> String {
+    match site.split_once("  ") {
+        Some((f, at)) if !f.is_empty() && !at.is_empty() => format!("{f} ({at})"),
+        _ => site.to_string(),
+    }
+}
+
+/// A site's function alone: `Linear.forward`; of a site without a Python stack, its op
+/// (`(no Python stack) cudaLaunchKernel → gemmk1_kernel` is `gemmk1_kernel`).
+fn function(site: &str) -> &str {
+    if site.starts_with('(') {
+        if let Some((_, op)) = site.rsplit_once(" → ").or_else(|| site.split_once(") ")) {
+            return op;
+        }
+    }
+    site.split_once("  ").map_or(site, |(f, _)| f)
+}
+
+/// What the shares of gap time are of, in words: the title of every column of shares.
+pub fn denominator(j: &JsonReport) -> &'static str {
+    if j.basis == "device" {
+        "device idle"
+    } else {
+        "the streams' idle"
+    }
+}
+
+fn share_pct(j: &JsonReport, ns: i64) -> f64 {
+    100.0 * ns as f64 / j.charged_ns.max(1) as f64
+}
+
+/// A site's sentence without its cause and fix: what its gaps were.
+fn what(a: &Advice) -> &str {
+    let end = a
+        .text
+        .find(" Cause: ")
+        .or_else(|| a.text.find(" Fix: "))
+        .unwrap_or(a.text.len());
+    &a.text[..end]
+}
+
+/// Whether a site's sentence gives a fix (busy sites, other streams' events, graphs and
+/// unseen launches have none).
+fn has_fix(a: &Advice) -> bool {
+    a.text.contains(" Fix: ")
+}
+
+/// What a fix of the site gains: `saves ~5.2ms of a 10.0ms step (52%)`, or without steps its
+/// gap time and share.
+fn gain(j: &JsonReport, a: &Advice) -> String {
+    let median = j.steps.as_ref().map_or(0, |s| s.median_ns);
+    match (a.saving_ns, a.per_step_ns) {
+        (Some(s), _) if s > 0 && median > 0 => format!(
+            "saves ~{} of a {} step ({:.0}%)",
+            t(s),
+            t(median),
+            100.0 * s as f64 / median as f64
+        ),
+        (_, Some(per)) if a.recurring => format!("{} a step, which its fix does not save", t(per)),
+        _ => format!(
+            "{} of idle, {:.0}% of {}{}",
+            t(a.gap_ns),
+            share_pct(j, a.gap_ns),
+            denominator(j),
+            if j.steps.is_some() {
+                ", not in most steps"
+            } else {
+                ""
+            }
+        ),
+    }
+}
+
+/// The three headline lines.
+pub fn lines(j: &JsonReport) -> [String; 3] {
+    let span = j.window.to_ns - j.window.from_ns;
+    let busy = 100.0 * j.busy_ns as f64 / (j.busy_ns + j.device_idle_ns).max(1) as f64;
+    let capture = match &j.steps {
+        Some(s) => format!(
+            "GPU busy {busy:.1}% of {}; {} steps, median {}",
+            t(span),
+            s.count,
+            t(s.median_ns)
+        ),
+        None => format!(
+            "GPU busy {busy:.1}% of {}, device idle {}; no steps found",
+            t(span),
+            t(j.device_idle_ns)
+        ),
+    };
+    let Some(a) = j.advice.first() else {
+        return [
+            "Nothing to fix: no idle time charged to a launch in this window.".into(),
+            format!("Why: {capture}."),
+            format!(
+                "Kernels: {} in {} GPU ops, {} of kernel time.",
+                j.kernels,
+                j.gpu_ops,
+                t(j.kernel_ns)
+            ),
+        ];
+    };
+    let why = match &a.cause_name {
+        Some(c) => format!("{}: {c}", verdict_words(a.verdict)),
+        None => verdict_words(a.verdict).to_string(),
+    };
+    let first = if has_fix(a) {
+        format!(
+            "Fix first: {} — {why}, {}: {}",
+            site_words(&a.site),
+            gain(j, a),
+            a.fix
+        )
+    } else {
+        format!(
+            "Nothing clear to fix: the most idle is at {} — {why}, {}",
+            site_words(&a.site),
+            gain(j, a)
+        )
+    };
+    let mut second = match &a.reason {
+        Some(r) => format!("Why: {r}."),
+        None => format!("Why: {}", what(a)),
+    };
+    if let Some(c) = crate::collect::advice::cpu_line(a) {
+        let c = short(&c, 110);
+        let stop = if c.ends_with('…') { "" } else { "." };
+        second.push_str(&format!(" {c}{stop}"));
+    }
+    let others: Vec<String> = j
+        .advice
+        .iter()
+        .skip(1)
+        .take(3)
+        .map(|b| {
+            let fig = match b.saving_ns {
+                Some(s) if s > 0 => format!("~{} a step", t(s)),
+                _ => format!("{:.0}%", share_pct(j, b.gap_ns)),
+            };
+            format!(
+                "{} {fig} ({})",
+                short(function(&b.site), 40),
+                verdict_words(b.verdict)
+            )
+        })
+        .collect();
+    let third = if others.is_empty() {
+        format!("Then: nothing else. {capture}.")
+    } else {
+        format!("Then: {}. {capture}.", others.join(", "))
+    };
+    [first, second, third]
+}
+
+/// What the report has said already, so that a fix or a cause is given once and then referred
+/// to: `as in the headline`, `as in #2` (a row of What to fix).
+#[derive(Default)]
+pub struct Said {
+    fixes: Vec<(&'static str, String)>,
+    causes: Vec<(String, String)>,
+    texts: Vec<(String, String)>,
+}
+
+impl Said {
+    /// What the headline said about the first site.
+    pub fn after_headline(j: &JsonReport) -> Said {
+        let mut s = Said::default();
+        if let Some(a) = j.advice.first() {
+            if has_fix(a) {
+                s.fixes.push((a.fix, "the headline".into()));
+            }
+            if let (Some(c), Some(_)) = (&a.cause_name, &a.reason) {
+                s.causes.push((c.clone(), "the headline".into()));
+            }
+        }
+        s
+    }
+
+    /// A row's sentence: what its gaps were, its cause and its fix, each of the two given in
+    /// full the first time and referred to after.
+    pub fn sentence(&mut self, a: &Advice, label: &str) -> String {
+        if !has_fix(a) && a.cause_name.is_none() {
+            // A fixed sentence (another stream's event, graphs, unseen launches) or a busy
+            // site's: said once too.
+            if let Some((_, at)) = self.texts.iter().find(|(x, _)| *x == a.text) {
+                return format!("{}: as in {at}.", what_or_verdict(a));
+            }
+            self.texts.push((a.text.clone(), label.into()));
+            return a.text.clone();
+        }
+        let mut out = what(a).to_string();
+        if let Some(c) = &a.cause_name {
+            match self.causes.iter().find(|(x, _)| x == c) {
+                Some((_, at)) => out.push_str(&format!(" Cause: {c}, as in {at}.")),
+                None => {
+                    match &a.reason {
+                        Some(r) => out.push_str(&format!(" Cause: {c}: {r}.")),
+                        None => out.push_str(&format!(" Cause: {c}.")),
+                    }
+                    self.causes.push((c.clone(), label.into()));
+                }
+            }
+        }
+        if has_fix(a) {
+            match self.fixes.iter().find(|(x, _)| *x == a.fix) {
+                Some((_, at)) => out.push_str(&format!(" Fix: as in {at}.")),
+                None => {
+                    out.push_str(&format!(" Fix: {}.", a.fix));
+                    self.fixes.push((a.fix, label.into()));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// A short stand-in for a sentence said before: the verdict's words.
+fn what_or_verdict(a: &Advice) -> &'static str {
+    verdict_words(a.verdict)
+}
