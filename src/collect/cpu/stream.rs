@@ -30,6 +30,8 @@ const POLL: Duration = Duration::from_millis(50);
 const DISCOVER: Duration = Duration::from_millis(500);
 /// How often the Python stacks of the program's threads are read.
 const PY_TICK: Duration = Duration::from_millis(1);
+/// How often a process's Python layout is looked for until it comes.
+const PY_LOOK: Duration = Duration::from_millis(10);
 /// How far in time a native sample may be from the Python stack it takes; or from the reads
 /// before and after it, where those found the same stack.
 const PY_WITHIN_NS: i64 = 2_000_000;
@@ -268,11 +270,18 @@ pub fn run(
             }
             py.discover(&known, &tx);
         }
-        // Between two drains, the Python stacks every tick (nothing to read: one sleep).
+        // Between two drains, the Python stacks every tick; a process whose layout has not
+        // come yet (its collector calibrates once its interpreter runs, or at an attach) is
+        // looked for every [`PY_LOOK`], so that its first samples are not left native.
+        let mut looked = Instant::now();
         while !stopping && last_poll.elapsed() < POLL {
+            if py.dir.is_some() && py.readers.len() < known.len() && looked.elapsed() >= PY_LOOK {
+                looked = Instant::now();
+                py.discover(&known, &tx);
+            }
             py.read();
             std::thread::sleep(if py.readers.is_empty() {
-                POLL.saturating_sub(last_poll.elapsed())
+                PY_LOOK.min(POLL.saturating_sub(last_poll.elapsed()))
             } else {
                 PY_TICK
             });
