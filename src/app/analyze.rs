@@ -314,13 +314,13 @@ impl App {
     }
 
     /// When the panes describe other than the window the timeline shows, what they describe:
-    /// the last window while the one asked for is being analysed (not while following live
+    /// the last window (or data) until the one asked for is analysed (not while following live
     /// data, which moves on all the time), or the part around the cursor of a window of too
     /// many ops.
     pub fn panes_note(&self) -> Option<String> {
         let c = self.cache.as_ref()?;
         let following = self.follow && !self.paused && self.source == super::SourceState::Live;
-        if self.analysis_job.is_some() && !following {
+        if !following && (self.analysis_job.is_some() || c.key != self.analysis_key()) {
             return Some("panes: analysing the window…".to_string());
         }
         let whole = analysis::window_extent(&self.store, Window::new(c.key.lo, c.key.hi));
