@@ -579,11 +579,16 @@ impl App {
         let steps = self.steps_of_capture();
         let mut vm = RateVm {
             // Idle: the time no stream of a device ran anything in the window (summed over the
-            // devices), which the device gaps of the gap list and the tree add up to.
+            // devices), which the device gaps of the gap list and the tree add up to (each
+            // stream's own gaps, on the stream basis, add up to more: it says "device").
             title: format!(
-                " launches/s {:.0} · GPU busy {:.1}%, idle {}{comm}{steps_title} ",
+                " launches/s {:.0} · GPU busy {:.1}%, {}idle {}{comm}{steps_title} ",
                 ops,
                 busy,
+                match self.cfg.basis {
+                    analysis::Basis::Device => "",
+                    analysis::Basis::Stream => "device ",
+                },
                 fmt_short(idle)
             ),
             ..Default::default()
