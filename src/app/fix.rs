@@ -129,9 +129,9 @@ impl App {
         let advice = d.map(|d| &d.advice[..]).unwrap_or(&[]);
         let steady = d.map_or(0, |d| d.steady_steps());
         let focused = self.focus == Focus::Fix;
+        // Every row (↑/↓ reach each one the focus can choose).
         let rows: Vec<FixRow> = advice
             .iter()
-            .take(20)
             .enumerate()
             .map(|(i, a)| FixRow {
                 selected: focused && i == self.fix_sel,

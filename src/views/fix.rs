@@ -116,8 +116,11 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, title: &str, rows: &[FixRow], 
     // the last row shown by as many of its lines as fit.
     let hint_line = room >= 6 || rows.is_empty();
     let for_rows = room - usize::from(hint_line && room > 0);
+    // The rows laid out: those up to the chosen one and a pane's worth after it.
+    let chosen = rows.iter().position(|r| r.chosen).unwrap_or(0);
     let laid: Vec<Vec<Line>> = rows
         .iter()
+        .take(chosen + room + 1)
         .map(|r| {
             let mut l = row_lines(r, w, r.chosen);
             if r.selected {
@@ -130,7 +133,6 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, title: &str, rows: &[FixRow], 
         })
         .collect();
     // The first row shown: the chosen row stays in view, whole.
-    let chosen = rows.iter().position(|r| r.chosen).unwrap_or(0);
     let mut first = 0;
     while first < chosen && laid[first..=chosen].iter().map(Vec::len).sum::<usize>() > for_rows {
         first += 1;
