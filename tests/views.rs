@@ -514,7 +514,8 @@ fn an_outlier_gap_is_called_a_one_off() {
     );
     assert!(verdict.contains("usually host_work: "), "{verdict}");
     assert!(verdict.contains("(2400 gaps here"), "{verdict}");
-    // A steady pass's biggest gap recurs.
+    // A steady pass's biggest gap recurs, in the window's one step (the panes describe the
+    // window: zoomed to a step, what to fix and the verdicts are that step's).
     for _ in 0..5 {
         a.update(Action::NextStep);
     }
@@ -522,6 +523,14 @@ fn an_outlier_gap_is_called_a_one_off() {
     a.update(Action::BiggestGap);
     let screen = render(&mut a, 240, 50);
     assert!(!screen.contains("one-off"), "{screen}");
+    let verdict = screen
+        .lines()
+        .find(|l| l.contains("recurring: in "))
+        .unwrap_or_else(|| panic!("no recurring line in\n{screen}"));
+    assert!(verdict.contains("in 1 of 1 steps, "), "{verdict}");
+    // The whole capture again: the same gap recurs over its 24 steady steps.
+    a.update(Action::ZoomAll);
+    let screen = render(&mut a, 240, 50);
     let verdict = screen
         .lines()
         .find(|l| l.contains("recurring: in "))
@@ -724,7 +733,7 @@ fn details_describe_the_selected_tree_node() {
         "{text}"
     );
     assert!(
-        text.contains("of gap time (") && text.contains("60 gaps, 60 launches"),
+        text.contains("of gap time (") && text.contains(" in 60 gaps, 0ns of kernel time"),
         "{text}"
     );
     assert!(
@@ -732,10 +741,11 @@ fn details_describe_the_selected_tree_node() {
         "{text}"
     );
     assert!(
-        !text.contains("all its launches"),
+        !text.contains("its function, every call path"),
         "a kernel has no verdict of its own"
     );
-    // Two rows up, the function that launched it: its verdict over all its launches.
+    // Two rows up, the function that launched it: its verdict over all its launches, without
+    // a second count (the node has one, the one its row gives).
     let mut s = String::new();
     for _ in 0..2 {
         a.update(Action::Up);
@@ -747,9 +757,12 @@ fn details_describe_the_selected_tree_node() {
         "{text}"
     );
     assert!(
-        text.contains("all its launches: host_work: move CPU work off the launch path"),
+        text.contains(
+            "its function, every call path: host_work: move CPU work off the launch path"
+        ),
         "{text}"
     );
+    assert!(!text.contains("gaps here"), "{text}");
     // Bottom-up, a node below a root reads down to its kernel.
     a.update(Action::Invert);
     assert!(
@@ -939,17 +952,23 @@ fn the_first_screen_says_what_to_fix() {
         .skip_while(|l| !l.contains("What to fix"))
         .collect();
     assert!(pane.len() > 3, "{s}");
+    // What a step of it idles first (the order's key), its share, the code.
     assert!(
-        pane[1].contains("38%") && pane[1].contains("Conv1D.forward  pytorch_utils.py:119"),
+        pane[1].contains("3.07ms/step  38%  Conv1D.forward  pytorch_utils.py:119"),
         "{}",
         pane[1]
     );
+    // Then its verdict, what a fix saves a step, how often, and the fix.
     assert!(
-        pane[1].contains("[host_work 3.07ms/step in 24/24] move CPU"),
+        pane[2].contains("host_work · saves ~3.07ms/step · in 24/24 steps: move CPU"),
         "{}",
-        pane[1]
+        pane[2]
     );
-    assert!(pane[2].contains("NewGELUActivation.forward"), "{}", pane[2]);
+    assert!(
+        pane.iter()
+            .any(|l| l.contains("1.72ms/step  18%  NewGELUActivation.forward")),
+        "{s}"
+    );
     a.update(Action::BiggestGap);
     let s = render(&mut a, 100, 30);
     assert!(
@@ -1227,10 +1246,7 @@ fn a_what_to_fix_row_lists_its_codes_gaps() {
         assert_eq!(gaptop::collect::advice::site_key(&a.store, g), chosen.key);
     }
     let s = render(&mut a, 120, 40);
-    assert!(
-        s.contains(&format!("· under {}", &chosen.site[..15])),
-        "{s}"
-    );
+    assert!(s.contains(&format!(" under {}", &chosen.site[..15])), "{s}");
     // The first of them is selected, and its details show; w brings the rows back.
     assert!(a.selected_gap().is_some_and(|g| listed.contains(&g)));
     assert!(!s.contains("What to fix"), "{s}");
@@ -1249,7 +1265,7 @@ fn a_what_to_fix_row_lists_its_codes_gaps() {
 fn the_steps_strip_shows_a_bar_a_step() {
     let mut a = recording("llama_decode.rec");
     let s = render(&mut a, 120, 40);
-    assert!(s.contains("·  44 steps, median 43.5ms"), "{s}");
+    assert!(s.contains(" · 44 steps, median 43.5ms"), "{s}");
     let strip = s
         .lines()
         .find(|l| l.starts_with("│steps "))
@@ -1437,7 +1453,8 @@ fn a_tree_node_filter_holds_every_gap_of_the_node() {
     let s = render(&mut a, 160, 48);
     assert!(
         s.contains(&format!(
-            "Gaps {want} (top 2000) · under <module>  gpt2.py:"
+            "Gaps {want} · {} under <module>  gpt2.py:",
+            gaptop::units::fmt_short(a.cache.as_ref().unwrap().filtered.as_ref().unwrap().ns)
         )),
         "{s}"
     );
@@ -1753,8 +1770,8 @@ fn the_gap_list_filters_by_text() {
         );
     }
     let s = render(&mut a, 120, 40);
-    assert!(s.contains(" FILTER  /MEMSET▏"), "{s}");
-    assert!(s.contains("· holding \"memset\""), "{s}");
+    assert!(s.contains(" FILTER  \\MEMSET▏"), "{s}");
+    assert!(s.contains(" holding \"memset\" · "), "{s}");
     a.update(Action::SearchNext); // Enter: typing ends, the filter stays
     assert!(a.search.is_none());
     assert_eq!(a.listed_gaps().len(), listed.len());

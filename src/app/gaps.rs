@@ -9,7 +9,8 @@ impl App {
     pub(super) fn apply_sort(&mut self) {
         let sort = self.sort;
         if let Some(c) = &mut self.cache {
-            let lists = std::iter::once(&mut c.gaps).chain(c.filtered.as_mut().map(|f| &mut f.0));
+            let lists =
+                std::iter::once(&mut c.gaps).chain(c.filtered.as_mut().map(|f| &mut f.gaps));
             for gaps in lists {
                 match sort {
                     GapSort::Duration => {
@@ -48,95 +49,12 @@ impl App {
     }
 
     /// The gap list's rows: the window's gaps, or with a filter (a tree node's, a what-to-fix
-    /// row's) only the gaps under it.
+    /// row's, typed text) the window's gaps it holds.
     pub fn listed_gaps(&self) -> Vec<Gap> {
-        let mut v = match (
-            &self.node_filter,
-            self.cache.as_ref().and_then(|c| c.filtered.as_ref()),
-        ) {
-            (Some(_), Some((gaps, _))) => gaps.clone(),
-            (Some((_, keys)), None) => self
-                .gaps()
-                .iter()
-                .filter(|g| keys.contains(&tree_key(g)))
-                .copied()
-                .collect(),
-            (None, _) => self.gaps().to_vec(),
-        };
-        if self.gap_query.is_some() {
-            v.retain(|g| self.gap_holds_query(g));
+        match self.cache.as_ref().and_then(|c| c.filtered.as_ref()) {
+            Some(f) => f.gaps.clone(),
+            None => self.gaps().to_vec(),
         }
-        v
-    }
-
-    /// What the typed search does after each key: filter the gap list, or find in the tree.
-    pub(super) fn searched(&mut self) {
-        if self.search_gaps {
-            self.filter_gaps_by_text();
-        } else {
-            self.find_in_tree();
-        }
-    }
-
-    /// The gap list keeps the gaps that hold the typed text; the first of them is selected.
-    pub(super) fn filter_gaps_by_text(&mut self) {
-        let q = self.search.clone().unwrap_or_default().to_lowercase();
-        self.gap_query = (!q.is_empty()).then_some(q);
-        self.gap_sel = 0;
-        let listed = self.listed_gaps();
-        if let Some(g) = listed.first().copied() {
-            self.select(&g);
-        }
-        self.message = match &self.gap_query {
-            Some(q) => format!(
-                "{} holding {q:?}",
-                crate::units::count(listed.len() as u64, "gap")
-            ),
-            None => "type to filter the gap list (cause, kernel, API, stack)".into(),
-        };
-    }
-
-    /// Enter or Esc while typing a gap filter: the filter stays (Esc again clears it).
-    pub(super) fn end_gap_filter_typing(&mut self) {
-        self.search = None;
-        self.search_gaps = false;
-        if let Some(q) = &self.gap_query {
-            self.message = format!(
-                "gap list: {} holding {q:?} (esc clears)",
-                crate::units::count(self.listed_gaps().len() as u64, "gap")
-            );
-        }
-    }
-
-    /// Whether a gap holds the gap list's text filter (any case) in its cause, the op after it,
-    /// its launching API or a frame of its launch stack.
-    pub fn gap_holds_query(&self, g: &Gap) -> bool {
-        let Some(q) = &self.gap_query else {
-            return true;
-        };
-        let names = &self.store.names;
-        let has = |s: &str| s.to_lowercase().contains(q.as_str());
-        has(super::App::cause_label(g))
-            || has(g.reason.as_str())
-            || has(names.get(g.op_name))
-            || (g.api != 0 && has(names.get(g.api)))
-            || self
-                .store
-                .stacks
-                .frames(g.stack)
-                .iter()
-                .any(|&f| has(names.get(f)))
-    }
-
-    /// How many gaps the filter holds in the window (the list shows the longest of them).
-    pub fn filtered_total(&self) -> Option<u64> {
-        self.node_filter.as_ref()?;
-        Some(
-            match self.cache.as_ref().and_then(|c| c.filtered.as_ref()) {
-                Some((_, n)) => *n,
-                None => self.listed_gaps().len() as u64,
-            },
-        )
     }
 
     pub fn gaps(&self) -> &[Gap] {

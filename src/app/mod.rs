@@ -9,11 +9,15 @@
 //!
 //! - `window`: the visible time window: zoom, pan, follow.
 //! - `gaps`: the gap list and walking gaps.
+//! - `filter`: the gap list's filters (a tree node's sites, typed text) over the whole window.
 //! - `tree`: the call tree's rows, selection and search.
 //! - `view`: the view model the panes draw.
 //! - `layout`: where the panes go on a screen.
 
+pub mod analyze;
 pub mod ending;
+pub mod filter;
+pub mod fix;
 pub mod gaps;
 pub mod keymap;
 pub mod lane;
@@ -37,8 +41,9 @@ use crate::collect::live::LiveEvent;
 use crate::collect::store::{NameId, Ns, StackId, Store};
 use crate::export::{ExportJob, ExportRequest};
 use crate::units::fmt_ns;
+pub use analyze::Cache;
 pub use keymap::{Action, KeyMap};
-pub use view::{Cache, ViewModel};
+pub use view::ViewModel;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Focus {
@@ -177,9 +182,6 @@ pub enum Effect {
 }
 
 pub const MAX_GAPS: usize = 2000;
-/// Most ops the panes analyse per refresh; a wider window is analysed around the cursor so the
-/// UI never stalls (the timeline and the rate pane stay exact at any width).
-pub const ANALYSIS_CAP: usize = 200_000;
 const MIN_WIDTH: Ns = 1_000;
 
 pub struct App {
@@ -232,14 +234,19 @@ pub struct App {
     pub export_job: Option<ExportJob>,
     /// Times the user asked to stop the profiled program (each asks harder).
     pub stop_requests: u32,
-    /// The window's analysis.
+    /// The window's analysis (`app::analyze`): its gaps and call tree.
     pub cache: Option<Cache>,
-    /// The whole capture's steps, verdicts and what to fix (`refresh_diagnosis`), and what it
-    /// was made for (the store's generation and the basis) and when.
+    /// The same analysis's steps, verdicts and what to fix.
     pub diagnosis: Option<Diagnosis>,
-    pub(super) diagnosed: Option<((u64, Basis), Instant)>,
-    /// A diagnosis being made on its own thread (live, big captures), and what for.
-    pub(super) diag_job: Option<(std::sync::mpsc::Receiver<Diagnosis>, (u64, Basis))>,
+    /// The capture's steps, and the data and step rule they were found for.
+    pub capture_steps: Option<analyze::CaptureSteps>,
+    /// An analysis being made on its own thread (a window of many ops), and what for.
+    pub(super) analysis_job: Option<(
+        std::sync::mpsc::Receiver<analyze::Analysed>,
+        analyze::AnalysisKey,
+    )>,
+    /// When the last analysis was taken in, and how long it took.
+    pub(super) last_analysis: Option<(Instant, std::time::Duration)>,
     /// What delimits steps (`--step NAME`), else found automatically.
     pub step_by: Option<String>,
     /// The details pane shows what to fix although a gap is selected (`w`).
@@ -343,8 +350,9 @@ impl App {
             stop_requests: 0,
             cache: None,
             diagnosis: None,
-            diagnosed: None,
-            diag_job: None,
+            capture_steps: None,
+            analysis_job: None,
+            last_analysis: None,
             step_by: None,
             show_fix: false,
             fix_sel: 0,
@@ -623,7 +631,7 @@ impl App {
                 self.details_full = false;
                 if self.gap_query.take().is_some() {
                     self.message = "gap list filter cleared".into();
-                    self.sync_gap_sel();
+                    self.refresh_filter();
                     return;
                 }
                 if self.node_filter.take().is_some() {

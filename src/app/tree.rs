@@ -21,7 +21,7 @@ pub struct TreeRow {
     pub head: String,
     /// The frame, as people read it.
     pub name: String,
-    /// Gaps, launches and kernel time: what a narrow pane cuts.
+    /// Gaps and kernel time: what a narrow pane cuts.
     pub counts: String,
     pub children: Vec<TreeRow>,
 }
@@ -347,10 +347,11 @@ pub(super) fn build_rows(
             id: ids[n],
             head: format!("{:>6} {:>3.0}%  ", fmt_short(node.gap_ns), share),
             name,
+            // The node's gaps (the count its details give) and the kernel time of the ops it
+            // launched.
             counts: format!(
-                "  {} · {} · {} kernel",
+                "  {} · {} kernel",
                 crate::units::count(node.gaps, "gap"),
-                crate::units::count(node.launches, "launch"),
                 fmt_short(node.kernel_ns),
             ),
             children,

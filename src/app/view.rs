@@ -4,65 +4,18 @@
 //! choose the colours.
 
 use std::collections::HashMap;
-use std::time::Instant;
 
 use ratatui::layout::Rect;
 
 use super::layout::{self, Screen, LABEL_W};
-use super::tree::{build_rows, path_ids, tree_share, TreeRow};
-use super::{App, Cause, Focus, GapSort, SourceState, MAX_GAPS};
+use super::tree::tree_share;
+use super::{App, Cache, Cause, Focus, GapSort, SourceState};
 use crate::collect::advice;
-use crate::collect::analysis::Basis;
-use crate::collect::analysis::{self, CallTree, Gap, Summary, Window};
-use crate::collect::comm::CommReport;
+use crate::collect::analysis::{self, Gap};
 use crate::collect::oncpu;
 use crate::collect::store::{NameId, OpKind, FLAG_COMM};
 use crate::frames::{is_native_frame, is_plumbing, is_unnamed_native, pretty_frame, short_kernel};
 use crate::units::{fmt_ns, fmt_short, Ns};
-
-/// Analysis of the current window, recomputed when the window or the data changes.
-pub struct Cache {
-    pub key: (Ns, Ns, Ns, bool, u64, Basis, (bool, bool)),
-    pub summary: Summary,
-    /// Gaps in the window at or over the threshold, longest first (at most `MAX_GAPS`).
-    pub gaps: Vec<Gap>,
-    pub gaps_total: u64,
-    /// The tree as displayed (top-down or inverted).
-    pub tree: CallTree,
-    /// Each node's identifier in the tree widget (by node index) and the way back. Identifiers
-    /// come from the frames on the node's path, so an opened or selected row stays on the same
-    /// frames when the window or the data changes and the tree is rebuilt with other indices.
-    pub tree_ids: Vec<usize>,
-    pub tree_nodes: HashMap<usize, usize>,
-    /// The tree pane's rows.
-    pub rows: Vec<TreeRow>,
-    pub built: Instant,
-    /// The part of the window the panes describe (all of it unless it held too many ops).
-    pub analyzed: (Ns, Ns),
-    /// Communication stalls across ranks in that part (None with fewer than two ranks).
-    pub comm: Option<CommReport>,
-    /// With a tree-node or what-to-fix filter: every gap of the window under it at or over the
-    /// threshold (longest first, at most `MAX_GAPS`), and how many there are.
-    pub filtered: Option<(Vec<Gap>, u64)>,
-}
-
-impl Cache {
-    /// The top-down tree, whichever way the tree is shown.
-    pub fn top_down(&self) -> &CallTree {
-        if self.key.3 {
-            &self.summary.tree
-        } else {
-            &self.tree
-        }
-    }
-}
-
-/// Most ops the whole capture's diagnosis reads (the newest ones): about a second's work.
-pub const DIAGNOSIS_CAP: usize = 1_000_000;
-/// Live, where the diagnosis shares the store with the ingest: about a fifth of a second.
-pub const LIVE_DIAGNOSIS_CAP: usize = 200_000;
-/// Up to this many ops the diagnosis takes a few milliseconds and is made in place.
-pub const SYNC_DIAGNOSIS_OPS: usize = 20_000;
 
 /// What a piece of text is, for its colour.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -173,15 +126,7 @@ pub struct GapListVm {
     pub first: usize,
 }
 
-/// One "what to fix" row: share and time, the code, the verdict and fix.
-#[derive(Clone, Debug, PartialEq)]
-pub struct FixRow {
-    pub head: String,
-    pub site: String,
-    pub tail: String,
-    /// The chosen row, while the rows have the focus.
-    pub selected: bool,
-}
+pub use super::fix::FixRow;
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum DetailsVm {
@@ -195,8 +140,12 @@ pub enum DetailsVm {
     },
     /// The selected call tree node, while the tree has the focus.
     Node(Vec<(Tone, String)>),
-    /// No gap selected: what to fix first, then a hint.
-    Fix { rows: Vec<FixRow>, hint: String },
+    /// No gap selected: what to fix first (its title says in what order), then a hint.
+    Fix {
+        title: String,
+        rows: Vec<FixRow>,
+        hint: String,
+    },
     /// This capture compared with another (`--compare`): a title and lines.
     Compare {
         title: String,
@@ -218,6 +167,8 @@ pub struct StatusVm {
     pub search: Option<String>,
     /// The query filters the gap list (else it searches the tree).
     pub search_gaps: bool,
+    /// The key that started it (`\` filters, `/` searches, as the key map has them).
+    pub prompt: String,
     pub mode: String,
     pub middle: String,
     pub lost: String,
@@ -300,7 +251,6 @@ impl App {
     /// The view model is laid out once a frame, before the draw ([`super::Msg::Resize`]): here
     /// it is only marked stale.
     pub fn refresh(&mut self, force: bool) {
-        self.refresh_diagnosis(force);
         self.refresh_analysis(force);
         self.current = self.derive_selected();
         self.view_stale = true;
@@ -315,200 +265,13 @@ impl App {
         }
     }
 
-    pub(super) fn refresh_analysis(&mut self, force: bool) {
-        let key = (
-            self.lo,
-            self.hi,
-            self.min_gap,
-            self.inverted,
-            self.store.generation,
-            self.cfg.basis,
-            (self.tree_by_function, self.hide_native),
-        );
-        if let Some(c) = &self.cache {
-            if c.key == key && !force {
-                return;
-            }
-            let same_view = c.key.0 == key.0
-                && c.key.1 == key.1
-                && c.key.2 == key.2
-                && c.key.3 == key.3
-                && c.key.5 == key.5
-                && c.key.6 == key.6;
-            if same_view && !force && c.built.elapsed().as_millis() < 250 {
-                return;
-            }
-        }
-        let (alo, ahi) = self.analysis_window();
-        let mut summary = analysis::summarize_top(
-            &self.store,
-            Window::new(alo, ahi),
-            &self.cfg,
-            MAX_GAPS,
-            self.min_gap.max(1),
-        );
-        let gaps = std::mem::take(&mut summary.top_gaps);
-        let total = summary.top_eligible;
-        // The tree as shown: native runs folded, by function or by line (the summary keeps
-        // the shown top-down tree, for the filters' keys).
-        summary.tree = summary.tree.mapped(self.frame_map());
-        let tree = if self.inverted {
-            summary.tree.inverted()
-        } else {
-            std::mem::take(&mut summary.tree)
-        };
-        let tree_ids = path_ids(&tree);
-        let tree_nodes = tree_ids
-            .iter()
-            .enumerate()
-            .map(|(n, &id)| (id, n))
-            .collect();
-        let rows = build_rows(&self.store, &tree, &tree_ids, self.tree_by_function);
-        self.cache = Some(Cache {
-            key,
-            summary,
-            gaps,
-            gaps_total: total,
-            tree,
-            tree_ids,
-            tree_nodes,
-            rows,
-            built: Instant::now(),
-            analyzed: (alo, ahi),
-            comm: {
-                let c = crate::collect::comm::analyze(&self.store, alo, ahi);
-                (c.ranks >= 2).then_some(c)
-            },
-            filtered: None,
-        });
-        self.refresh_filter();
-        self.apply_sort();
-        self.sync_gap_sel();
-    }
-
-    /// The filter's gaps, from the whole window rather than the list's longest ones: a node's
-    /// short gaps are its gaps too.
-    pub(super) fn refresh_filter(&mut self) {
-        let Some(c) = &self.cache else { return };
-        let filtered = self.node_filter.as_ref().map(|(_, keys)| {
-            let mut v = Vec::new();
-            let min = self.min_gap.max(1);
-            analysis::window_gaps(
-                &self.store,
-                Window::new(c.analyzed.0, c.analyzed.1),
-                &self.cfg,
-                |g| {
-                    if g.dur() >= min && keys.contains(&super::tree_key(&g)) {
-                        v.push(g);
-                    }
-                },
-            );
-            let total = v.len() as u64;
-            v.sort_by(|a, b| b.dur().cmp(&a.dur()).then(a.start.cmp(&b.start)));
-            v.truncate(MAX_GAPS);
-            (v, total)
-        });
-        if let Some(c) = &mut self.cache {
-            c.filtered = filtered;
-        }
-        self.apply_sort();
-        self.sync_gap_sel();
-    }
-
-    /// Recomputes the whole capture's diagnosis (steps, what to fix, verdicts) when the data
-    /// or the basis changed: live, at most every two seconds, and on a thread of its own once the
-    /// capture is too big to diagnose between two frames (the thread shares the store, so new
-    /// data waits in the channel meanwhile, as it does for an export's copy). A capture of more
-    /// than [`DIAGNOSIS_CAP`] ops ([`LIVE_DIAGNOSIS_CAP`] live) is diagnosed on its newest part
-    /// of that many.
-    fn refresh_diagnosis(&mut self, force: bool) {
-        if let Some((rx, key)) = &self.diag_job {
-            match rx.try_recv() {
-                Ok(d) => {
-                    self.diagnosed = Some((*key, Instant::now()));
-                    self.diagnosis = Some(d);
-                    self.diag_job = None;
-                }
-                Err(std::sync::mpsc::TryRecvError::Empty) => return,
-                Err(std::sync::mpsc::TryRecvError::Disconnected) => self.diag_job = None,
-            }
-        }
-        let key = (self.store.generation, self.cfg.basis);
-        if let Some((k, at)) = self.diagnosed {
-            let recent = self.is_live() && at.elapsed().as_secs() < 2;
-            if k == key || (k.1 == key.1 && recent && !force) {
-                return;
-            }
-        }
-        let Some((slo, shi)) = self.store.span() else {
-            self.diagnosis = None;
-            return;
-        };
-        let cap = if self.is_live() {
-            LIVE_DIAGNOSIS_CAP
-        } else {
-            DIAGNOSIS_CAP
-        };
-        let lo = self.newest_part(slo, shi, cap);
-        let (cfg, step_by) = (self.cfg, self.step_by.clone());
-        if self.is_live() && self.store.op_count() > SYNC_DIAGNOSIS_OPS {
-            let store = std::sync::Arc::clone(&self.store);
-            let step_by = step_by.clone();
-            let (tx, rx) = std::sync::mpsc::channel();
-            let spawned = std::thread::Builder::new()
-                .name("gaptop-diagnosis".into())
-                .spawn(move || {
-                    let d =
-                        advice::diagnose(&store, Window::new(lo, shi), &cfg, 0, step_by.as_deref());
-                    drop(store);
-                    let _ = tx.send(d);
-                });
-            if spawned.is_ok() {
-                self.diag_job = Some((rx, key));
-                return;
-            }
-        }
-        self.diagnosis = Some(advice::diagnose(
-            &self.store,
-            Window::new(lo, shi),
-            &cfg,
-            0,
-            step_by.as_deref(),
-        ));
-        self.diagnosed = Some((key, Instant::now()));
-    }
-
-    /// The start of the newest part of [lo, hi) that holds at most about `cap` ops.
-    fn newest_part(&self, lo: Ns, hi: Ns, cap: usize) -> Ns {
-        let count = |from: Ns| -> usize {
-            self.store
-                .lanes
-                .iter()
-                .map(|l| l.len() - l.lower_bound(from))
-                .sum()
-        };
-        if count(lo) <= cap {
-            return lo;
-        }
-        let (mut a, mut b) = (lo, hi);
-        while b - a > 1_000 {
-            let m = a + (b - a) / 2;
-            if count(m) > cap {
-                a = m;
-            } else {
-                b = m;
-            }
-        }
-        b
-    }
-
     pub(super) fn build_view(&self) -> ViewModel {
         let (w, h) = self.size;
         let area = Rect::new(0, 0, w, h);
         if layout::too_small(area) {
             return ViewModel::default();
         }
-        let steps = self.diagnosis.as_ref().and_then(|d| d.steps.as_ref());
+        let steps = self.steps_of_capture();
         let ranges_lane = self.store.procs.iter().any(|p| p.has_ranges()) as u16;
         let screen = layout::screen(
             area,
@@ -608,16 +371,22 @@ impl App {
         let mut vm = TimelineVm {
             title: if relative {
                 format!(
-                    " GPU timeline  {} + {}  (ticks from the window start)  {cursor} ",
+                    " GPU timeline  {} + {}  (ticks from the window start)  {cursor} {}",
                     crate::units::fmt_at(self.lo - origin, self.width() / 100),
                     fmt_ns(self.width()),
+                    self.panes_note()
+                        .map(|n| format!("· {n} "))
+                        .unwrap_or_default()
                 )
             } else {
                 format!(
-                    " GPU timeline  {} .. {}  (window {})  {cursor} ",
+                    " GPU timeline  {} .. {}  (window {})  {cursor} {}",
                     self.rel(self.lo),
                     self.rel(self.hi),
-                    fmt_ns(self.width())
+                    fmt_ns(self.width()),
+                    self.panes_note()
+                        .map(|n| format!("· {n} "))
+                        .unwrap_or_default()
                 )
             },
             ..Default::default()
@@ -758,7 +527,7 @@ impl App {
 
     /// Launches per second and busy fraction over the window.
     fn rate_vm(&self, inner: Rect) -> RateVm {
-        let (ops, busy) = self
+        let (ops, busy, idle) = self
             .cache
             .as_ref()
             .map(|c| {
@@ -766,9 +535,13 @@ impl App {
                 let secs = (s.hi - s.lo).max(1) as f64 / 1e9;
                 let devs = self.store.devices().len().max(1) as f64;
                 let span = (s.hi - s.lo).max(1) as f64 * devs;
-                (s.gpu_ops as f64 / secs, 100.0 * s.busy_ns as f64 / span)
+                (
+                    s.gpu_ops as f64 / secs,
+                    100.0 * s.busy_ns as f64 / span,
+                    s.device_idle_ns,
+                )
             })
-            .unwrap_or((0.0, 0.0));
+            .unwrap_or((0.0, 0.0, 0));
         // With several ranks, time inside NCCL spent waiting for a late rank is a stall, not
         // work.
         let comm = self
@@ -780,29 +553,43 @@ impl App {
                 let late = c.per_rank.iter().max_by_key(|r| r.late_ns);
                 match late {
                     Some(l) if l.late_ns > 0 => format!(
-                        "  ·  NCCL wait {} (rank {} late {}x)",
+                        " · NCCL wait {} (rank {} late {}x)",
                         fmt_short(wait),
                         l.rank,
                         l.late_count
                     ),
-                    _ => format!("  ·  NCCL wait {}", fmt_short(wait)),
+                    _ => format!(" · NCCL wait {}", fmt_short(wait)),
                 }
             })
             .unwrap_or_default();
-        let steps = self.diagnosis.as_ref().and_then(|d| d.steps.as_ref());
-        let steps_title = steps
+        // The window's steps (those whole in it) in the title; the strip shows the capture's
+        // steps wherever the window holds them, a step the window cuts too.
+        let steps_title = self
+            .diagnosis
+            .as_ref()
+            .and_then(|d| d.steps.as_ref())
             .map(|st| {
                 format!(
-                    "  ·  {} steps, median {}",
+                    " · {} steps, median {}",
                     st.steps.len(),
                     fmt_short(st.median_ns())
                 )
             })
             .unwrap_or_default();
+        let steps = self.steps_of_capture();
         let mut vm = RateVm {
+            // Idle: the time no stream of a device ran anything in the window (summed over the
+            // devices), which the device gaps of the gap list and the tree add up to (each
+            // stream's own gaps, on the stream basis, add up to more: it says "device").
             title: format!(
-                " launches/s {:.0}  ·  GPU busy {:.1}%{comm}{steps_title} ",
-                ops, busy
+                " launches/s {:.0} · GPU busy {:.1}%, {}idle {}{comm}{steps_title} ",
+                ops,
+                busy,
+                match self.cfg.basis {
+                    analysis::Basis::Device => "",
+                    analysis::Basis::Stream => "device ",
+                },
+                fmt_short(idle)
             ),
             ..Default::default()
         };
@@ -869,42 +656,42 @@ impl App {
     fn gap_list_vm(&self, inner: Rect) -> GapListVm {
         let listed = self.listed_gaps();
         let gaps = &listed[..];
-        let total = match self.filtered_total() {
-            Some(n) => n,
-            None => self.cache.as_ref().map(|c| c.gaps_total).unwrap_or(0),
+        // How many gaps the list holds and their time: every gap of the window at or over the
+        // threshold (the tree's total), or with a filter every gap of the window it holds.
+        let (total, total_ns) = match self.cache.as_ref() {
+            Some(c) => match &c.filtered {
+                Some(f) => (f.count, f.ns),
+                None => (c.gaps_total, c.gap_ns()),
+            },
+            None => (0, 0),
         };
         let title = format!(
-            " Gaps{} {}{} · {} by {} ",
+            " Gaps{} {} · {}{}{} · {}by {} ",
             if self.min_gap > 0 {
                 format!(" ≥{}", fmt_short(self.min_gap))
             } else {
                 String::new()
             },
             total,
+            fmt_short(total_ns),
+            match &self.node_filter {
+                Some((n, _)) => format!(" under {}", crate::frames::cut(n, 32)),
+                None => String::new(),
+            },
+            match &self.gap_query {
+                Some(q) => format!(" holding {:?}", crate::frames::cut(q, 16)),
+                None => String::new(),
+            },
             if (gaps.len() as u64) < total {
-                format!(" (top {})", gaps.len())
+                format!("top {} ", gaps.len())
             } else {
                 String::new()
-            },
-            match &self.node_filter {
-                Some((n, _)) => format!("under {}", crate::frames::cut(n, 32)),
-                None => "all".into(),
             },
             match self.sort {
                 GapSort::Duration => "duration",
                 GapSort::Time => "time",
             }
         );
-        let title = match self.cache.as_ref().map(|c| c.analyzed) {
-            Some((a, b)) if (a, b) != (self.lo, self.hi) => {
-                format!("{title}· {} around cursor ", fmt_short(b - a))
-            }
-            _ => title,
-        };
-        let title = match &self.gap_query {
-            Some(q) => format!("{title}· holding {:?} ", crate::frames::cut(q, 16)),
-            None => title,
-        };
         // Where the selected row is in the list.
         let title = match gaps.iter().position(|g| self.is_selected(g)) {
             Some(i) => format!("{title}· {} of {} ", i + 1, gaps.len()),
@@ -959,9 +746,11 @@ impl App {
         }
     }
 
+    /// The tree's title: which way up, its gap time (every gap of the window at or over the
+    /// threshold: the gap list's total), and what a row says.
     fn tree_title(&self) -> String {
         format!(
-            " Call tree ({}{}): gap, share, frame · gaps, launches, kernel time ",
+            " Call tree ({}{}) · {} · gap, share, frame · gaps, kernel time ",
             if self.inverted {
                 "bottom-up"
             } else {
@@ -971,7 +760,8 @@ impl App {
                 format!(", gaps ≥{}", fmt_short(self.min_gap))
             } else {
                 String::new()
-            }
+            },
+            fmt_short(self.cache.as_ref().map_or(0, |c| c.gap_ns())),
         )
     }
 
@@ -1120,44 +910,6 @@ impl App {
         }
     }
 
-    /// A gap's verdict line: its code's verdict and usual fix, said as a one-off where the gap
-    /// is not part of its code's recurring pattern.
-    fn verdict_line(&self, g: &Gap) -> Option<String> {
-        let d = self.diagnosis.as_ref()?;
-        let a = d.advice_for(&self.store, g)?;
-        let pattern = advice::summary_line(a);
-        let steady = d.steady_steps();
-        if !d.is_one_off(&self.store, g) {
-            return Some(match advice::steps_line(a, steady) {
-                Some(l) => format!("{l}; {pattern}"),
-                None => pattern,
-            });
-        }
-        Some(match &d.steps {
-            Some(st) => {
-                let range = st.steady();
-                let why = match st.step_of(g.start) {
-                    Some(i) if !range.contains(&i) => {
-                        format!("warm-up, step {} of {}", i + 1, st.steps.len())
-                    }
-                    Some(_) => format!(
-                        "its code idles in only {} of {steady} steps",
-                        a.steps_present.unwrap_or(0)
-                    ),
-                    None => "outside the steps".to_string(),
-                };
-                format!("one-off ({why}): not what the usual fix removes; usually {pattern}")
-            }
-            // Without steps: a gap far longer than its code's usual ones.
-            None => format!(
-                "one-off, {}x the typical {} here (first-call setup, allocation or \
-                 compilation?); usually {pattern}",
-                g.dur() / a.typical_gap_ns.max(1),
-                fmt_short(a.typical_gap_ns)
-            ),
-        })
-    }
-
     /// The selected call tree node: its frame in full (the row is cut on a narrow pane), what
     /// is charged to it, and its path to the root.
     fn node_details(&self, c: &Cache, n: usize) -> Vec<(Tone, String)> {
@@ -1170,11 +922,10 @@ impl App {
             (
                 Tone::Plain,
                 format!(
-                    "{} of gap time ({share:.1}%) in {}, {}, {} of kernel time",
-                    fmt_ns(node.gap_ns),
+                    "{} of gap time ({share:.1}%) in {}, {} of kernel time",
+                    fmt_short(node.gap_ns),
                     crate::units::count(node.gaps, "gap"),
-                    crate::units::count(node.launches, "launch"),
-                    fmt_ns(node.kernel_ns)
+                    fmt_short(node.kernel_ns)
                 ),
             ),
         ];
@@ -1208,10 +959,21 @@ impl App {
             .as_ref()
             .map(|d| &d.advice[..])
             .unwrap_or(&[]);
+        // (Its verdict and fix, without the function's own counts: those are over every call
+        // path of the function, and the node has one count, the one above.)
         if let Some(a) = advice::frame_key(frame).and_then(|k| advice.iter().find(|a| a.key == k)) {
+            let cause = a
+                .cause_name
+                .as_ref()
+                .map(|c| format!(" ({c})"))
+                .unwrap_or_default();
             lines.push((
                 Tone::Verdict,
-                format!("all its launches: {}", advice::summary_line(a)),
+                format!(
+                    "its function, every call path: {}{cause}: {}",
+                    a.verdict.as_str(),
+                    a.fix
+                ),
             ));
         }
         lines.push((
@@ -1222,58 +984,10 @@ impl App {
         lines
     }
 
-    /// With no gap selected, what to fix first: the code with the most gap time in the window,
-    /// its share, what kind of waiting it is and the usual fix.
-    fn what_to_fix(&self) -> DetailsVm {
-        let hint = if self.focus == Focus::Fix {
-            "↑/↓ choose, Enter lists that code's gaps, Tab moves on, ? for help."
-        } else {
-            "n/N walks gaps, b picks the biggest, Tab goes to the call tree, ? for help."
-        };
-        let d = self.diagnosis.as_ref();
-        let advice = d.map(|d| &d.advice[..]).unwrap_or(&[]);
-        let steady = d.map_or(0, |d| d.steady_steps());
-        let rows: Vec<FixRow> = advice
-            .iter()
-            .take(20)
-            .enumerate()
-            .map(|(i, a)| {
-                // With steps: how often and how much a step; else the share of the idle.
-                let when = match (a.steps_present, a.per_step_ns) {
-                    (Some(n), Some(per)) if a.recurring => {
-                        format!(" {}/step in {n}/{steady}", fmt_short(per))
-                    }
-                    (Some(_), _) => " one-off".to_string(),
-                    _ => String::new(),
-                };
-                FixRow {
-                    head: format!("{:>4.0}% {:>7}  ", 100.0 * a.share, fmt_short(a.gap_ns)),
-                    site: a.site.clone(),
-                    tail: match &a.cause_name {
-                        Some(c) => format!("  [{}{when}] {c}: {}", a.verdict.as_str(), a.fix),
-                        None => format!("  [{}{when}] {}", a.verdict.as_str(), a.fix),
-                    },
-                    selected: self.focus == Focus::Fix && i == self.fix_sel,
-                }
-            })
-            .collect();
-        match (rows.is_empty(), self.nothing_yet()) {
-            (true, Some(why)) => DetailsVm::Waiting(why),
-            (true, None) => DetailsVm::Fix {
-                rows,
-                hint: format!("No gap selected: {hint}"),
-            },
-            (false, _) => DetailsVm::Fix {
-                rows,
-                hint: hint.to_string(),
-            },
-        }
-    }
-
     /// Why there is nothing to show yet, when no GPU op has arrived at all: the first seconds
     /// of a live run (the program is still importing, or has not touched CUDA), a program that
     /// ended without GPU work, or a source without ops.
-    fn nothing_yet(&self) -> Option<String> {
+    pub(super) fn nothing_yet(&self) -> Option<String> {
         let s = &self.store;
         if s.op_count() > 0 || s.evicted_ops > 0 {
             return None;
@@ -1328,6 +1042,18 @@ impl App {
         StatusVm {
             search: self.search.clone(),
             search_gaps: self.search_gaps,
+            prompt: {
+                let a = if self.search_gaps {
+                    super::Action::FilterGaps
+                } else {
+                    super::Action::Search
+                };
+                // The shortest of its keys.
+                let keys = self.keys.keys_for(a);
+                keys.into_iter()
+                    .min_by_key(|k| k.chars().count())
+                    .unwrap_or_default()
+            },
             mode: format!(" {} ", mode),
             middle: format!(
                 " {} │ {} │ {} ops │ ",

@@ -1,7 +1,8 @@
 //! The visible time window: following live data, zoom, pan, and the part of a wide window the
 //! panes analyse.
 
-use super::{App, ANALYSIS_CAP, MIN_WIDTH};
+use super::analyze::MAX_ANALYSED_OPS;
+use super::{App, MIN_WIDTH};
 use crate::collect::analysis::Gap;
 use crate::collect::store::Ns;
 use crate::units::fmt_ns;
@@ -24,7 +25,7 @@ impl App {
         }
     }
 
-    /// The window, or the part of it around the cursor that holds about [`ANALYSIS_CAP`] ops.
+    /// The window, or the part of it around the cursor that holds about [`MAX_ANALYSED_OPS`] ops.
     pub(super) fn analysis_window(&self) -> (Ns, Ns) {
         let count = |lo: Ns, hi: Ns| -> usize {
             self.store
@@ -34,15 +35,15 @@ impl App {
                 .sum()
         };
         let n = count(self.lo, self.hi);
-        if n <= ANALYSIS_CAP {
+        if n <= MAX_ANALYSED_OPS {
             return (self.lo, self.hi);
         }
-        let mut w = ((self.width() as f64) * ANALYSIS_CAP as f64 / n as f64) as Ns;
+        let mut w = ((self.width() as f64) * MAX_ANALYSED_OPS as f64 / n as f64) as Ns;
         let c = self.cursor.clamp(self.lo, self.hi);
         loop {
             let lo = (c - w / 2).max(self.lo);
             let hi = (lo + w).min(self.hi);
-            if count(lo, hi) <= ANALYSIS_CAP * 5 / 4 || w <= MIN_WIDTH {
+            if count(lo, hi) <= MAX_ANALYSED_OPS * 5 / 4 || w <= MIN_WIDTH {
                 return (lo, hi);
             }
             w /= 2;
@@ -136,7 +137,7 @@ impl App {
 
     /// Zooms to the step after (dir > 0) or before the one at the cursor.
     pub(super) fn step_to(&mut self, dir: i64) {
-        let Some(steps) = self.diagnosis.as_ref().and_then(|d| d.steps.as_ref()) else {
+        let Some(steps) = self.steps_of_capture() else {
             self.message =
                 "no steps found in this capture (--step NAME says what a step is)".into();
             return;
@@ -167,6 +168,11 @@ impl App {
             fmt_ns(st.idle_ns),
             st.launches
         );
+    }
+
+    /// The capture's steps, as last found (`app::analyze`).
+    pub fn steps_of_capture(&self) -> Option<&crate::collect::steps::Steps> {
+        self.capture_steps.as_ref().and_then(|(_, s)| s.as_ref())
     }
 
     /// The whole capture; live, following the newest data again.

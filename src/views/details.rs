@@ -7,9 +7,9 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
 use ratatui::Frame;
 
-use super::{cause_color, focus_style, tone_style};
+use super::{cause_color, tone_style};
 use crate::app::view::{DetailsVm, Tone};
-use crate::app::{App, Focus};
+use crate::app::App;
 use crate::frames::cut;
 
 fn tone_lines(lines: &[(Tone, String)], w: usize) -> Vec<Line<'static>> {
@@ -55,46 +55,7 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App) {
                 inner,
             );
         }
-        DetailsVm::Fix { rows, hint } => {
-            let title = if rows.is_empty() {
-                " Details "
-            } else {
-                " What to fix: the window's gap time by the code that launched it "
-            };
-            let block = Block::default()
-                .borders(Borders::ALL)
-                .title(title)
-                .border_style(focus_style(app, Focus::Fix));
-            let inner = block.inner(area);
-            f.render_widget(block, area);
-            let w = inner.width as usize;
-            // The chosen row stays in view.
-            let room = (inner.height as usize).saturating_sub(1).max(1);
-            let chosen = rows.iter().position(|r| r.selected).unwrap_or(0);
-            let first = (chosen + 1).saturating_sub(room);
-            let mut lines: Vec<Line> = rows
-                .iter()
-                .skip(first)
-                .take(room)
-                .map(|r| {
-                    let head_w = r.head.chars().count();
-                    let site = cut(&r.site, w.saturating_sub(head_w + 12));
-                    let room = w.saturating_sub(head_w + site.chars().count());
-                    let line = Line::from(vec![
-                        Span::styled(r.head.clone(), Style::default().fg(Color::LightGreen)),
-                        Span::styled(site, Style::default().fg(Color::White)),
-                        Span::styled(cut(&r.tail, room), Style::default().fg(Color::Gray)),
-                    ]);
-                    if r.selected {
-                        line.style(Style::default().bg(Color::Indexed(24)))
-                    } else {
-                        line
-                    }
-                })
-                .collect();
-            lines.push(Line::styled(cut(hint, w), tone_style(Tone::Dim)));
-            f.render_widget(Paragraph::new(lines), inner);
-        }
+        DetailsVm::Fix { title, rows, hint } => super::fix::draw(f, area, app, title, rows, hint),
         DetailsVm::Compare { title, lines } => {
             let block = Block::default().borders(Borders::ALL).title(title.as_str());
             let inner = block.inner(area);
@@ -158,10 +119,19 @@ pub fn draw_full(f: &mut Frame, area: Rect, app: &App) {
             ));
             tone(&mut lines, items);
         }
-        DetailsVm::Fix { rows, .. } => lines.extend(
-            rows.iter()
-                .map(|r| Line::raw(format!("{}{}{}", r.head, r.site, r.tail))),
-        ),
+        DetailsVm::Fix { title, rows, .. } => {
+            lines.push(Line::styled(
+                title.trim().to_string(),
+                Style::default().add_modifier(Modifier::BOLD),
+            ));
+            for r in rows {
+                lines.push(Line::raw(format!("{} {}  {}", r.head, r.share, r.site)));
+                lines.push(Line::styled(
+                    format!("    {}: {}", r.verdict, r.fix),
+                    tone_style(Tone::Verdict),
+                ));
+            }
+        }
         DetailsVm::Waiting(why) => lines.push(Line::raw(why.clone())),
     }
     if !app.view.stack.is_empty() {

@@ -16,6 +16,7 @@
 //! ```
 
 mod details;
+mod fix;
 mod gaps;
 mod help;
 mod keybar;

@@ -24,7 +24,7 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App) {
                 Style::default().bg(Color::Magenta).fg(Color::White),
             ),
             Span::styled(
-                format!(" /{q}▏ "),
+                format!(" {}{q}▏ ", vm.prompt),
                 Style::default().add_modifier(Modifier::BOLD),
             ),
             Span::styled(message, Style::default().fg(Color::LightYellow)),

@@ -1,0 +1,420 @@
+//! One analysis of the window for every pane: its gaps (the gap list's longest, the call tree,
+//! the totals), its steps, what to fix in it and the verdicts, made together from one span of
+//! time so that the panes tell one story. The timeline's header, the gap list, the tree, what
+//! to fix, the steps strip and the details all read it.
+//!
+//! A window of many ops is analysed on a thread of its own (the thread shares the store, so
+//! live data waits in its channel meanwhile, as it does for an export's copy); the panes keep
+//! the last analysis until it is done and say that a new one is under way. A window of more
+//! than [`MAX_ANALYSED_OPS`] ops is analysed around the cursor, and every pane says so.
+//!
+//! The capture's steps are found over the whole capture (the steps strip and `<`/`>` use them);
+//! the window's steps are those of them that lie in the window, and what to fix counts its
+//! per-step figures over those.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::mpsc::TryRecvError;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::tree::{build_rows, path_ids, TreeRow};
+use super::{App, MAX_GAPS};
+use crate::collect::advice::{self, Advice, Diagnosis};
+use crate::collect::analysis::{self, CallTree, Config, Gap, Summary, Window};
+use crate::collect::comm::CommReport;
+use crate::collect::steps::{self, Steps};
+use crate::collect::store::Store;
+use crate::units::Ns;
+
+/// Most ops one analysis reads: a wider window is analysed around the cursor (a few seconds of
+/// work, on a thread of its own).
+pub const MAX_ANALYSED_OPS: usize = 2_000_000;
+/// Up to this much work (ops in the window, and in the capture when its steps must be found
+/// again) an analysis is made in place, between two frames.
+pub const SYNC_ANALYSIS_OPS: usize = 50_000;
+
+/// What an analysis is of: the window, the threshold, the gaps' basis, how steps are found,
+/// and the data.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AnalysisKey {
+    pub lo: Ns,
+    pub hi: Ns,
+    pub min: Ns,
+    pub cfg: Config,
+    pub step_by: Option<String>,
+    pub generation: u64,
+}
+
+/// The capture's steps (None: none found), and the data generation and step rule they were
+/// found for.
+pub type CaptureSteps = ((u64, Option<String>), Option<Steps>);
+
+/// How the call tree is shown: inverted, by function, native frames hidden.
+pub type DisplayKey = (bool, bool, bool);
+
+/// What an analysis found.
+pub struct Analysed {
+    pub key: AnalysisKey,
+    /// The part of the window analysed (all of it unless it held too many ops).
+    pub span: (Ns, Ns),
+    pub summary: Summary,
+    /// The capture's steps, found for the key's data and step rule.
+    pub capture_steps: Option<Steps>,
+    /// Those of them in the span.
+    pub steps: Option<Steps>,
+    pub advice: Vec<Advice>,
+    pub comm: Option<CommReport>,
+    pub took: Duration,
+}
+
+/// The window's analysis as the panes use it.
+pub struct Cache {
+    pub key: AnalysisKey,
+    pub display: DisplayKey,
+    /// The summary of the analysed span (its tree and longest gaps moved out, below).
+    pub summary: Summary,
+    /// Gaps in the span at or over the threshold, longest first (at most `MAX_GAPS`).
+    pub gaps: Vec<Gap>,
+    /// How many such gaps there are.
+    pub gaps_total: u64,
+    /// The call tree as analysed (top-down, every frame), and as shown: frames mapped (by
+    /// function, native frames folded) top-down, then the displayed tree (top-down or
+    /// inverted).
+    pub raw_tree: CallTree,
+    pub top: CallTree,
+    pub tree: CallTree,
+    /// Each node's identifier in the tree widget (by node index) and the way back. Identifiers
+    /// come from the frames on the node's path, so an opened or selected row stays on the same
+    /// frames when the window or the data changes and the tree is rebuilt with other indices.
+    pub tree_ids: Vec<usize>,
+    pub tree_nodes: HashMap<usize, usize>,
+    /// The tree pane's rows.
+    pub rows: Vec<TreeRow>,
+    pub built: Instant,
+    /// The part of the window the panes describe (all of it unless it held too many ops).
+    pub analyzed: (Ns, Ns),
+    /// Communication stalls across ranks in that part (None with fewer than two ranks).
+    pub comm: Option<CommReport>,
+    /// With a filter (a tree node's, a what-to-fix row's, typed text): every gap of the
+    /// window it holds at or over the threshold (`app::filter`).
+    pub filtered: Option<super::filter::Filtered>,
+}
+
+impl Cache {
+    /// The top-down tree (its frames as shown), whichever way the tree is shown.
+    pub fn top_down(&self) -> &CallTree {
+        &self.top
+    }
+
+    /// The gap time the tree holds: every gap of the span at or over the threshold.
+    pub fn gap_ns(&self) -> Ns {
+        self.top.nodes[0].gap_ns
+    }
+}
+
+/// The steps of `all` that lie in `[lo, hi)` whole; None without any.
+pub fn steps_within(all: &Steps, lo: Ns, hi: Ns) -> Option<Steps> {
+    let a = all.steps.partition_point(|s| s.start < lo);
+    let inside: Vec<_> = all.steps[a..]
+        .iter()
+        .take_while(|s| s.end <= hi)
+        .copied()
+        .collect();
+    (!inside.is_empty()).then(|| Steps {
+        source: all.source.clone(),
+        steps: inside,
+        devices: all.devices,
+    })
+}
+
+/// Analyses `span` of the store for `key`: its gaps, each placed in the capture's steps that
+/// lie in it (found again unless `known` has them), and what to fix.
+pub fn analyse(
+    store: &Store,
+    key: AnalysisKey,
+    span: (Ns, Ns),
+    known: Option<Option<Steps>>,
+) -> Analysed {
+    let t = Instant::now();
+    let (lo, hi) = analysis::window_extent(store, Window::new(span.0, span.1));
+    let mut capture = known;
+    let (summary, steps) = {
+        let step_by = key.step_by.as_deref();
+        let capture = &mut capture;
+        let find = move || {
+            let all = capture.get_or_insert_with(|| steps::find(store, Ns::MIN, Ns::MAX, step_by));
+            all.as_ref()
+                .and_then(|all| steps_within(all, lo, hi))
+                .map(Cow::Owned)
+        };
+        analysis::summarize_finding(
+            store,
+            Window::new(lo, hi),
+            &key.cfg,
+            MAX_GAPS,
+            key.min,
+            find,
+        )
+    };
+    let capture_steps =
+        capture.unwrap_or_else(|| steps::find(store, Ns::MIN, Ns::MAX, key.step_by.as_deref()));
+    let advice = advice::advise(store, &summary, usize::MAX);
+    let comm = {
+        let c = crate::collect::comm::analyze(store, lo, hi);
+        (c.ranks >= 2).then_some(c)
+    };
+    Analysed {
+        key,
+        span: (lo, hi),
+        summary,
+        capture_steps,
+        steps: steps.map(Cow::into_owned),
+        advice,
+        comm,
+        took: t.elapsed(),
+    }
+}
+
+impl App {
+    /// What the window's analysis is of now.
+    pub(super) fn analysis_key(&self) -> AnalysisKey {
+        AnalysisKey {
+            lo: self.lo,
+            hi: self.hi,
+            min: self.min_gap.max(1),
+            cfg: self.cfg,
+            step_by: self.step_by.clone(),
+            generation: self.store.generation,
+        }
+    }
+
+    fn display_key(&self) -> DisplayKey {
+        (self.inverted, self.tree_by_function, self.hide_native)
+    }
+
+    /// Analyses the window again when it, the threshold, the basis or the data changed: in
+    /// place when that is quick, else on a thread of its own. New data alone (a live run) is
+    /// analysed at most four times a second, and a slow analysis at most once in as long again
+    /// as it took, so that the ingest has the store as much as the analysis does.
+    pub(super) fn refresh_analysis(&mut self, force: bool) {
+        self.poll_analysis();
+        let key = self.analysis_key();
+        if self.cache.as_ref().is_some_and(|c| c.key == key) {
+            if self
+                .cache
+                .as_ref()
+                .is_some_and(|c| c.display != self.display_key())
+            {
+                self.rebuild_display();
+            }
+            return;
+        }
+        if self.analysis_job.is_some() {
+            // One at a time: the next starts once this one is in.
+            return;
+        }
+        let asked = self.cache.as_ref().is_none_or(|c| {
+            let k = &c.key;
+            let following = self.follow && !self.paused;
+            k.min != key.min
+                || k.cfg != key.cfg
+                || k.step_by != key.step_by
+                || ((k.lo, k.hi) != (key.lo, key.hi) && !following)
+        });
+        if !force && !asked {
+            if let Some((at, took)) = self.last_analysis {
+                if at.elapsed() < took.max(Duration::from_millis(250)) {
+                    return;
+                }
+            }
+        }
+        let span = self.analysis_window();
+        let steps_key = (key.generation, key.step_by.clone());
+        let known = self
+            .capture_steps
+            .as_ref()
+            .filter(|(k, _)| *k == steps_key)
+            .map(|(_, s)| s.clone());
+        let ops_in = |lo: Ns, hi: Ns| -> usize {
+            self.store
+                .lanes
+                .iter()
+                .map(|l| l.lower_bound(hi) - l.lower_bound(lo))
+                .sum()
+        };
+        let work = ops_in(span.0, span.1)
+            + if known.is_none() {
+                self.store.op_count()
+            } else {
+                0
+            };
+        if work > SYNC_ANALYSIS_OPS {
+            let store = Arc::clone(&self.store);
+            let (tx, rx) = std::sync::mpsc::channel();
+            let job_key = key.clone();
+            let spawned = std::thread::Builder::new()
+                .name("gaptop-analysis".into())
+                .spawn(move || {
+                    let a = analyse(&store, job_key, span, known);
+                    // The store is free again before the result is seen.
+                    drop(store);
+                    let _ = tx.send(a);
+                });
+            match spawned {
+                Ok(_) => {
+                    self.analysis_job = Some((rx, key));
+                    return;
+                }
+                Err(_) => {
+                    // No thread: in place, as a small window is.
+                    let known = self
+                        .capture_steps
+                        .as_ref()
+                        .filter(|(k, _)| *k == steps_key)
+                        .map(|(_, s)| s.clone());
+                    let a = analyse(&self.store, key, span, known);
+                    self.apply_analysis(a);
+                    return;
+                }
+            }
+        }
+        let a = analyse(&self.store, key, span, known);
+        self.apply_analysis(a);
+    }
+
+    /// Takes in an analysis its thread has finished.
+    fn poll_analysis(&mut self) {
+        let Some((rx, _)) = &self.analysis_job else {
+            return;
+        };
+        match rx.try_recv() {
+            Ok(a) => {
+                self.analysis_job = None;
+                self.apply_analysis(a);
+            }
+            Err(TryRecvError::Empty) => {}
+            Err(TryRecvError::Disconnected) => self.analysis_job = None,
+        }
+    }
+
+    /// Waits for the analysis under way, if any, and takes it in (benchmarks and tests).
+    pub fn settle(&mut self) {
+        if let Some((rx, _)) = self.analysis_job.take() {
+            if let Ok(a) = rx.recv() {
+                self.apply_analysis(a);
+            }
+        }
+        self.refresh(false);
+    }
+
+    /// Whether an analysis is under way, and of what window.
+    pub fn analysing(&self) -> Option<(Ns, Ns)> {
+        self.analysis_job.as_ref().map(|(_, k)| (k.lo, k.hi))
+    }
+
+    /// When the panes describe other than the window the timeline shows, what they describe:
+    /// the last window (or data) until the one asked for is analysed (not while following live
+    /// data, which moves on all the time), or the part around the cursor of a window of too
+    /// many ops.
+    pub fn panes_note(&self) -> Option<String> {
+        let c = self.cache.as_ref()?;
+        let following = self.follow && !self.paused && self.source == super::SourceState::Live;
+        if !following && (self.analysis_job.is_some() || c.key != self.analysis_key()) {
+            return Some("panes: analysing the window…".to_string());
+        }
+        let whole = analysis::window_extent(&self.store, Window::new(c.key.lo, c.key.hi));
+        (c.analyzed != whole).then(|| {
+            format!(
+                "panes: the {} around the cursor",
+                crate::units::fmt_short(c.analyzed.1 - c.analyzed.0)
+            )
+        })
+    }
+
+    /// Makes an analysis what the panes show: the window's steps and what to fix, its gaps
+    /// and its call tree.
+    fn apply_analysis(&mut self, a: Analysed) {
+        self.last_analysis = Some((Instant::now(), a.took));
+        self.capture_steps = Some(((a.key.generation, a.key.step_by.clone()), a.capture_steps));
+        let mut summary = a.summary;
+        let gaps = std::mem::take(&mut summary.top_gaps);
+        let raw_tree = std::mem::take(&mut summary.tree);
+        self.diagnosis = Some(Diagnosis {
+            steps: a.steps,
+            summary: summary.clone(),
+            advice: a.advice,
+        });
+        self.cache = Some(Cache {
+            key: a.key,
+            display: self.display_key(),
+            gaps_total: summary.top_eligible,
+            summary,
+            gaps,
+            raw_tree,
+            top: CallTree::default(),
+            tree: CallTree::default(),
+            tree_ids: Vec::new(),
+            tree_nodes: HashMap::new(),
+            rows: Vec::new(),
+            built: Instant::now(),
+            analyzed: a.span,
+            comm: a.comm,
+            filtered: None,
+        });
+        self.rebuild_display();
+        self.refresh_filter();
+    }
+
+    /// The call tree as shown (native runs folded, by function or by line, top-down or
+    /// inverted) from the tree as analysed, and its rows.
+    fn rebuild_display(&mut self) {
+        let display = self.display_key();
+        let Some(c) = &self.cache else { return };
+        let top = c.raw_tree.mapped(self.frame_map());
+        let tree = if self.inverted {
+            top.inverted()
+        } else {
+            top.clone()
+        };
+        let tree_ids = path_ids(&tree);
+        let tree_nodes = tree_ids
+            .iter()
+            .enumerate()
+            .map(|(n, &id)| (id, n))
+            .collect();
+        let rows = build_rows(&self.store, &tree, &tree_ids, self.tree_by_function);
+        if let Some(c) = &mut self.cache {
+            c.display = display;
+            c.top = top;
+            c.tree = tree;
+            c.tree_ids = tree_ids;
+            c.tree_nodes = tree_nodes;
+            c.rows = rows;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collect::steps::{Step, StepSource};
+
+    #[test]
+    fn the_windows_steps_are_those_whole_in_it() {
+        let step = |start, end| Step {
+            start,
+            end,
+            ..Default::default()
+        };
+        let all = Steps {
+            source: StepSource::Auto,
+            steps: vec![step(0, 10), step(10, 20), step(20, 30), step(30, 40)],
+            devices: 1,
+        };
+        let w = steps_within(&all, 5, 30).unwrap();
+        assert_eq!(w.steps, vec![step(10, 20), step(20, 30)]);
+        assert_eq!(steps_within(&all, 0, 40).unwrap().steps.len(), 4);
+        assert!(steps_within(&all, 12, 18).is_none(), "none whole inside");
+    }
+}
