@@ -224,22 +224,32 @@ fn attach_mid_run_detach_and_attach_again() {
     assert!(err.contains("detached; pid"), "{err}");
     let a = report(&p.target, &p.dir.join("a.rec"));
     assert_complete(&a, &err);
-    // What the CPU did during the gaps names the script's Python functions (the collector
-    // wrote its frame layout beside the attaching viewer's socket), where samples were taken.
-    let cpu: Vec<String> = a["advice"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|x| x["cpu"]["frames"].as_array())
-        .flatten()
-        .filter_map(|f| f["frame"].as_str().map(str::to_string))
-        .collect();
-    eprintln!("CPU frames during the gaps: {cpu:?}");
-    if !cpu.is_empty() {
-        assert!(
-            cpu.iter().any(|f| f.contains("fakegpu.py(")),
-            "no frame of the script in {cpu:?}"
-        );
+    // The CPU samples name the script's Python functions (the collector wrote its frame
+    // layout beside the attaching viewer's socket), where samples were taken: the samples of
+    // the script's main thread that hold one of its frames. On a loaded machine the viewer's
+    // reads can fall behind (and the script sleeps most of the time), so some are asked for,
+    // not all of them.
+    let st = gaptop::collect::load_path(&p.dir.join("a.rec"), usize::MAX).unwrap();
+    let (mut all, mut named) = (0usize, 0usize);
+    for pr in &st.procs {
+        for (&tid, samples) in &pr.samples {
+            if tid != p.pid {
+                continue;
+            }
+            for smp in samples {
+                all += 1;
+                named += st
+                    .stacks
+                    .frames(smp.stack)
+                    .iter()
+                    .any(|&f| st.names.get(f).contains("fakegpu.py("))
+                    as usize;
+            }
+        }
+    }
+    eprintln!("{named} of {all} samples of the main thread name the script");
+    if all >= 5 {
+        assert!(named >= 1, "{named} of {all} samples name the script");
     }
     // Back to dormant: the fake says CUPTI was finalized, at an API exit.
     p.wait_cupti((0, 0));

@@ -186,6 +186,11 @@ impl Reader {
         }
     }
 
+    /// How many threads the interpreter had when last listed.
+    pub fn threads(&self) -> usize {
+        self.threads.len()
+    }
+
     /// The Python stack now of every thread `want` accepts (by its native id), innermost
     /// frame first; threads running no Python are left out.
     pub fn stacks(&mut self, want: impl Fn(u32) -> bool) -> Vec<(u32, Vec<RawFrame>)> {

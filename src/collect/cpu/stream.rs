@@ -44,14 +44,18 @@ struct Pythons {
     readers: HashMap<u32, Reader>,
     history: History<Vec<RawFrame>>,
     said: bool,
-    /// Threads the last drain had samples of (those on a CPU lately): read every tick; the
-    /// others every [`PY_ALL_EVERY`] ticks, so that a program of many idle threads costs little.
+    /// Threads the last drain had samples of (those on a CPU lately): in a process of more
+    /// than [`PY_ALL_UP_TO`] Python threads, the others are read every [`PY_ALL_EVERY`] ticks
+    /// only. A thread that works in bursts (a launching thread between its waits) needs every
+    /// tick's read, so every thread is read at each tick where there are few.
     active: HashSet<(u32, u32)>,
     ticks: u64,
 }
 
-/// Every how many ticks the threads without recent samples are read too.
+/// Every how many ticks a large process's threads without recent samples are read too.
 const PY_ALL_EVERY: u64 = 16;
+/// Processes of up to this many Python threads have all of them read at every tick.
+const PY_ALL_UP_TO: usize = 16;
 
 impl Pythons {
     /// Takes up the layouts of `pids` that have appeared; a bad one is said once.
@@ -91,7 +95,8 @@ impl Pythons {
         let all = self.ticks.is_multiple_of(PY_ALL_EVERY);
         let active = &self.active;
         for (&pid, r) in self.readers.iter_mut() {
-            for (tid, frames) in r.stacks(|tid| all || active.contains(&(pid, tid))) {
+            let few = r.threads() <= PY_ALL_UP_TO;
+            for (tid, frames) in r.stacks(|tid| few || all || active.contains(&(pid, tid))) {
                 self.history.push(pid, tid, now, frames);
             }
         }
