@@ -11,7 +11,7 @@ mod tmux;
 
 use gaptop::app::{Action, App, Focus, SourceState};
 use gaptop::collect::load_path;
-use support::render;
+use support::{pane, render};
 use tmux::Session;
 
 /// A duration as `units::fmt_short` writes it (`17.9s`, `522ms`, `85µs`, `0ns`), in ns.
@@ -159,22 +159,6 @@ fn recording(name: &str) -> App {
     let mut a = App::new(load_path(&p, usize::MAX).unwrap(), SourceState::File);
     a.refresh(true);
     a
-}
-
-/// One pane of a rendered screen.
-fn pane(screen: &str, r: ratatui::layout::Rect) -> String {
-    screen
-        .lines()
-        .skip(r.y as usize)
-        .take(r.height as usize)
-        .map(|l| {
-            l.chars()
-                .skip(r.x as usize)
-                .take(r.width as usize)
-                .collect::<String>()
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 /// What to fix on GPT-2 at both sizes: its title says the order, each row's first line what a

@@ -229,17 +229,7 @@ fn a_hung_up_terminal_ends_gaptop() {
         30,
     );
     s.wait_for("Call tree");
-    let shell = Command::new("tmux")
-        .args(["display-message", "-p", "-t", &s.name, "#{pane_pid}"])
-        .output()
-        .unwrap();
-    let shell = String::from_utf8_lossy(&shell.stdout).trim().to_string();
-    let pid = Command::new("pgrep")
-        .args(["-P", &shell, "gaptop"])
-        .output()
-        .unwrap();
-    let pid = String::from_utf8_lossy(&pid.stdout).trim().to_string();
-    assert!(!pid.is_empty());
+    let pid = s.gaptop_pid();
     Command::new("tmux")
         .args(["kill-session", "-t", &s.name])
         .status()

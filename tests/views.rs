@@ -32,7 +32,7 @@ fn press(a: &mut App, action: Action) {
     gaptop::app::term::perform(a, fx, &mut gaptop::app::term::Feed::None);
 }
 
-use support::render;
+use support::{pane, render};
 
 #[test]
 fn snapshot_main_screen_80x24() {
@@ -1159,22 +1159,6 @@ fn the_status_line_says_when_live_data_waits_for_an_export() {
     }
     assert!(a.message.starts_with("exported "), "{}", a.message);
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// The part of a rendered screen inside `r`.
-fn pane(screen: &str, r: ratatui::layout::Rect) -> String {
-    screen
-        .lines()
-        .skip(r.y as usize)
-        .take(r.height as usize)
-        .map(|l| {
-            l.chars()
-                .skip(r.x as usize)
-                .take(r.width as usize)
-                .collect::<String>()
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 /// Each pane on its own, at 120x40, from GPT-2's recording: the first screen's what-to-fix,

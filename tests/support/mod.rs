@@ -111,6 +111,22 @@ pub fn report_json(path: &Path, extra: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&report_out(path, "json", extra)).unwrap()
 }
 
+/// The part of a rendered screen inside `r`.
+pub fn pane(screen: &str, r: ratatui::layout::Rect) -> String {
+    screen
+        .lines()
+        .skip(r.y as usize)
+        .take(r.height as usize)
+        .map(|l| {
+            l.chars()
+                .skip(r.x as usize)
+                .take(r.width as usize)
+                .collect::<String>()
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// The UI drawn on a `w`×`h` TestBackend, as text.
 pub fn render(a: &mut gaptop::app::App, w: u16, h: u16) -> String {
     let mut t = ratatui::Terminal::new(ratatui::backend::TestBackend::new(w, h)).unwrap();
