@@ -4,6 +4,8 @@
 
 mod support;
 
+use support::advice;
+
 use std::process::Command;
 
 use serde_json::Value;
@@ -19,15 +21,6 @@ fn text(name: &str) -> String {
         .output()
         .unwrap();
     String::from_utf8(out.stdout).unwrap()
-}
-
-fn advice<'a>(j: &'a Value, site: &str) -> &'a Value {
-    j["advice"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|a| a["site"].as_str().unwrap().starts_with(site))
-        .unwrap_or_else(|| panic!("{site} not advised: {}", j["advice"]))
 }
 
 /// cuDNN's SDPA builds and compiles an execution plan for every new sequence length: 49 ms a

@@ -511,12 +511,7 @@ fn stackless_gaps_are_told_apart_by_api_and_kernel() {
 fn advice_counts_one_off_gaps_apart() {
     let p = support::asset("gpt2.rec");
     let j = report_json(&p, &[]);
-    let conv = j["advice"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|a| a["site"].as_str().unwrap().starts_with("Conv1D.forward"))
-        .expect("Conv1D.forward advised");
+    let conv = support::advice(&j, "Conv1D.forward");
     assert_eq!(conv["verdict"], "host_work");
     assert!(
         conv["text"]
@@ -560,12 +555,7 @@ fn advice_counts_one_off_gaps_apart() {
 fn each_verdict_and_its_text_give_the_figure_it_went_by() {
     let p = support::asset("gpt2.rec");
     let j = report_json(&p, &[]);
-    let conv = j["advice"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|a| a["site"].as_str().unwrap().starts_with("Conv1D.forward"))
-        .unwrap();
+    let conv = support::advice(&j, "Conv1D.forward");
     assert!(conv["typical_gap_ns"].as_i64().unwrap() < 50_000, "{conv}");
     assert!(conv["verdict_gap_ns"].as_i64().unwrap() >= 50_000, "{conv}");
     assert_eq!(conv["verdict"], "host_work");

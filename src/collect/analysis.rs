@@ -923,6 +923,16 @@ impl LeafAcc {
         self.cpu_spans.merge(&o.cpu_spans);
     }
 
+    /// The CPU samples that say what the site does every step: its steady gaps' where there
+    /// are any (a warm-up's imports, in one long one-off gap, would outweigh them), else all.
+    pub fn steady_cpu(&self) -> &super::oncpu::SiteSamples {
+        if self.cpu_steady.samples > 0 {
+            &self.cpu_steady
+        } else {
+            &self.cpu
+        }
+    }
+
     /// Remembers an op the gaps were charged to (the first [`SITE_OPS`] distinct ones).
     pub fn note_op(&mut self, op: NameId) {
         if self.ops.len() < SITE_OPS && !self.ops.contains(&op) {

@@ -175,15 +175,9 @@ impl Evidence<'_> {
     }
 
     /// The CPU during the gaps (samples, else spans) holds a frame `pred` accepts: the steady
-    /// steps' samples where there are any (a warm-up's imports, in one long one-off gap, would
-    /// outweigh what every step does), else all of them.
+    /// steps' samples where there are any, else all of them (`LeafAcc::steady_cpu`).
     fn in_cpu(&self, pred: impl Fn(&str) -> bool + Copy) -> bool {
-        let samples = if self.acc.cpu_steady.samples > 0 {
-            &self.acc.cpu_steady
-        } else {
-            &self.acc.cpu
-        };
-        samples.share_holding(self.store, pred) >= HOLDS
+        self.acc.steady_cpu().share_holding(self.store, pred) >= HOLDS
             || self.acc.cpu_spans.share_holding(self.store, pred) >= HOLDS
     }
 
@@ -426,12 +420,10 @@ fn backward(e: &Evidence) -> Option<Detail> {
         // No node in most samples: the nodes the samples were in, most first (a live run's
         // backward launches carry no Python stack, but its CPU samples show the node's apply).
         None => {
-            let samples = if e.acc.cpu_steady.samples > 0 {
-                &e.acc.cpu_steady
-            } else {
-                &e.acc.cpu
-            };
-            let nodes = samples.tally(e.store, |f| backward_node(f).map(str::to_string));
+            let nodes = e
+                .acc
+                .steady_cpu()
+                .tally(e.store, |f| backward_node(f).map(str::to_string));
             let top: Vec<String> = nodes
                 .iter()
                 .filter(|(_, share)| *share >= 0.05)

@@ -106,6 +106,16 @@ pub fn per_rank(comm: &serde_json::Value) -> Vec<(i64, i64, u64, i64)> {
         .collect()
 }
 
+/// The report's advice for the site whose name starts with `site`.
+pub fn advice<'a>(j: &'a serde_json::Value, site: &str) -> &'a serde_json::Value {
+    j["advice"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["site"].as_str().unwrap().starts_with(site))
+        .unwrap_or_else(|| panic!("{site} not advised: {}", j["advice"]))
+}
+
 /// `gaptop report --format json EXTRA... PATH`, which must succeed.
 pub fn report_json(path: &Path, extra: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&report_out(path, "json", extra)).unwrap()
