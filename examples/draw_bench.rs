@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use gaptop::app::{Action, App, SourceState};
-use gaptop::collect::store::{ApiCall, ApiKind, GpuOp, LaneKey, OpKind, Store};
+use gaptop::collect::model::store::{ApiCall, ApiKind, GpuOp, LaneKey, OpKind, Store};
 use gaptop_wire as w;
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
@@ -151,7 +151,7 @@ fn main() {
         w::encode_hello(&mut h, &w::Hello::new(1, -1, "bench"));
         let f = gaptop_wire::Decoder::new();
         drop(f);
-        let _ = tx.send(gaptop::collect::live::LiveEvent::Frames(
+        let _ = tx.send(gaptop::collect::sources::live::LiveEvent::Frames(
             1,
             vec![
                 w::Frame::Hello(w::Hello::new(1, -1, "bench")),
@@ -186,7 +186,7 @@ fn main() {
                 .collect();
             sent += k;
             if tx
-                .send(gaptop::collect::live::LiveEvent::Frames(
+                .send(gaptop::collect::sources::live::LiveEvent::Frames(
                     1,
                     vec![w::Frame::Ops(ops)],
                 ))

@@ -283,8 +283,8 @@ fn rows(bin: &Path, dir: &Path, mut sizes: Vec<u64>) {
 /// Heap bytes a live store keeps for `ops` GPU ops and their launch calls, fed as a
 /// collector sends them (a batch of calls, then their ops) through `Ingest`.
 fn live_bytes(ops: u64) -> (isize, u64) {
-    use gaptop::collect::ingest::Ingest;
-    use gaptop::collect::store::Store;
+    use gaptop::collect::model::store::Store;
+    use gaptop::collect::sources::ingest::Ingest;
     let before = heap();
     let mut store = Store::new(usize::MAX);
     let mut ingest = Ingest::new();
@@ -337,7 +337,7 @@ fn live_bytes(ops: u64) -> (isize, u64) {
 
 /// Issue 18's target: `ops` GPU ops each with its launch call.
 fn pairs(bin: &Path, dir: &Path, ops: u64) {
-    use gaptop::collect::analysis::{Config, Window};
+    use gaptop::collect::analysis::gaps::{Config, Window};
     let path = dir.join(format!("gaptop-bench-pairs-{ops}.json"));
     let bytes = generate_pairs(&path, ops).expect("generate");
     let repeat: usize = std::env::var("REPEAT")
@@ -357,7 +357,7 @@ fn pairs(bin: &Path, dir: &Path, ops: u64) {
     // In this process: the load alone, the analysis alone, and what the store keeps.
     let before = heap();
     let t = Instant::now();
-    let store = gaptop::collect::load_path(&path, usize::MAX).expect("load");
+    let store = gaptop::collect::sources::load_path(&path, usize::MAX).expect("load");
     let load_s = t.elapsed().as_secs_f64();
     let loaded = heap() - before;
     let t = Instant::now();

@@ -21,10 +21,10 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use crate::collect::advice::{self, Diagnosis};
-use crate::collect::analysis::{Config, Window};
-use crate::collect::steps::{quantile, StepsJson};
-use crate::collect::store::{NameId, Ns, Store};
+use crate::collect::analysis::advice::{self, Diagnosis};
+use crate::collect::analysis::gaps::{Config, Window};
+use crate::collect::analysis::steps::{quantile, StepsJson};
+use crate::collect::model::store::{NameId, Ns, Store};
 use crate::frames::short_kernel;
 use crate::units::fmt_short;
 
@@ -129,7 +129,7 @@ impl Side<'_> {
     }
 
     /// The median of a step's figure over the steady steps (0 without steps).
-    fn median(&self, f: impl Fn(&crate::collect::steps::Step) -> Ns) -> Ns {
+    fn median(&self, f: impl Fn(&crate::collect::analysis::steps::Step) -> Ns) -> Ns {
         self.d.steps.as_ref().map_or(0, |st| {
             quantile(st.steps[st.steady()].iter().map(f).collect(), 0.5)
         })
@@ -158,7 +158,7 @@ impl Side<'_> {
     /// the ops launched in them, as HTA counts an iteration's kernels, wherever the GPU ran
     /// them; steps found on the GPU hold the ops that start in them.
     fn ops(&self, per_step: bool) -> HashMap<NameId, (f64, f64)> {
-        use crate::collect::steps::StepSource;
+        use crate::collect::analysis::steps::StepSource;
         let steady = self.steady();
         let by_launch = self.d.steps.as_ref().is_some_and(|st| {
             matches!(
@@ -199,7 +199,7 @@ impl Side<'_> {
 }
 
 /// Compares two captures, each over its whole span, on `cfg`'s basis, with steps found by
-/// `step_by` (see `collect::steps::find`) or as the report finds them.
+/// `step_by` (see `collect::analysis::steps::find`) or as the report finds them.
 pub fn diff(a: &Store, b: &Store, cfg: &Config, step_by: Option<&str>) -> DiffJson {
     let side = |store| Side {
         store,

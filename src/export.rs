@@ -12,8 +12,8 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
-use crate::collect::analysis::{self, Config, Window};
-use crate::collect::store::{ApiCall, Ns, OpKind, Store};
+use crate::collect::analysis::gaps::{self, Config, Window};
+use crate::collect::model::store::{ApiCall, Ns, OpKind, Store};
 
 /// Microseconds with exactly three decimals, so nanoseconds survive the round trip.
 fn us(ns: Ns) -> Box<RawValue> {
@@ -241,7 +241,7 @@ fn write_copy(
             }
         }
         let mut gaps = Vec::new();
-        analysis::lane_gaps(store, li, Window::new(lo, hi), cfg, |g| gaps.push(g));
+        gaps::lane_gaps(store, li, Window::new(lo, hi), cfg, |g| gaps.push(g));
         for g in gaps {
             // The launch stack and call; the op after the gap is named short here (its event
             // on the GPU track has the full name), since long template names repeated on
@@ -280,8 +280,8 @@ fn write_copy(
     // re-opened export needs to say what the CPU did during a gap.
     // NVTX ranges and user annotations go as user annotations (spans that are ranges too, as
     // a torch.profiler trace's annotations are, once), so that the re-opened export has them.
-    // Backward ops keep their forward ops (`collect::fwdbwd`) by a sequence number each.
-    let mut seq: std::collections::HashMap<crate::collect::store::StackId, Value> =
+    // Backward ops keep their forward ops (`collect::sources::fwdbwd`) by a sequence number each.
+    let mut seq: std::collections::HashMap<crate::collect::model::store::StackId, Value> =
         Default::default();
     let mut fwd: Vec<_> = store.forward_of.iter().collect();
     fwd.sort_unstable();
@@ -544,14 +544,14 @@ pub fn start(req: ExportRequest) -> anyhow::Result<ExportJob> {
 
 /// The CPU-side ranges of a process that overlap `[lo, hi)`, by thread, extent and name.
 fn window_ranges(
-    proc: &crate::collect::store::Process,
+    proc: &crate::collect::model::store::Process,
     lo: Ns,
     hi: Ns,
-) -> std::collections::HashSet<(u32, Ns, Ns, crate::collect::store::NameId)> {
+) -> std::collections::HashSet<(u32, Ns, Ns, crate::collect::model::store::NameId)> {
     proc.ranges
         .iter()
         .flat_map(|(&tid, v)| {
-            crate::collect::store::Process::overlapping(v, lo, hi)
+            crate::collect::model::store::Process::overlapping(v, lo, hi)
                 .map(move |(_, r)| (tid, r.start, r.end, r.name))
         })
         .collect()

@@ -3,7 +3,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use gaptop::collect::analysis::{Basis, Config, Window};
+use gaptop::collect::analysis::gaps::{Basis, Config, Window};
 use gaptop::units::{parse_bytes, parse_time};
 
 #[derive(Parser)]
@@ -33,13 +33,13 @@ struct CollectArgs {
 }
 
 impl CollectArgs {
-    fn options(self) -> gaptop::collect::live::Options {
-        gaptop::collect::live::Options {
+    fn options(self) -> gaptop::collect::sources::live::Options {
+        gaptop::collect::sources::live::Options {
             native: self.native,
             samples: if self.no_cpu_samples {
                 None
             } else {
-                gaptop::collect::cpu::stream::config_from_env()
+                gaptop::collect::sources::cpu::stream::config_from_env()
             },
         }
     }
@@ -72,11 +72,11 @@ struct SampleArgs {
 }
 
 impl SampleArgs {
-    fn config(self) -> Option<gaptop::collect::cpu::SamplerConfig> {
+    fn config(self) -> Option<gaptop::collect::sources::cpu::SamplerConfig> {
         if self.no_cpu_samples {
             None
         } else {
-            gaptop::collect::cpu::stream::config_from_env()
+            gaptop::collect::sources::cpu::stream::config_from_env()
         }
     }
 }
@@ -96,7 +96,7 @@ impl WindowArgs {
     /// the start of the capture it came from), checked against the capture's extent
     /// `[start, end)` in the same offsets: a window past the end, before the start or ending
     /// before it starts is an error, not an empty answer.
-    fn check(&self, store: &gaptop::collect::store::Store) -> anyhow::Result<(i64, i64)> {
+    fn check(&self, store: &gaptop::collect::model::store::Store) -> anyhow::Result<(i64, i64)> {
         use gaptop::units::fmt_ns;
         let (slo, shi) = store.span().unwrap_or((0, 0));
         let (start, end) = (slo - store.origin(), shi - store.origin());
@@ -434,7 +434,7 @@ fn parse_speed(s: &str) -> Result<f64, String> {
 }
 
 fn ui_app(
-    store: gaptop::collect::store::Store,
+    store: gaptop::collect::model::store::Store,
     source: gaptop::app::SourceState,
     ui: &UiArgs,
 ) -> anyhow::Result<gaptop::app::App> {
@@ -477,8 +477,8 @@ fn emit(bytes: &[u8], output: Option<&std::path::Path>, binary: bool) -> anyhow:
 }
 
 /// A capture to compare: loaded, with GPU ops.
-fn load_captured(p: &std::path::Path) -> anyhow::Result<gaptop::collect::store::Store> {
-    let s = gaptop::collect::load_path(p, usize::MAX)?;
+fn load_captured(p: &std::path::Path) -> anyhow::Result<gaptop::collect::model::store::Store> {
+    let s = gaptop::collect::sources::load_path(p, usize::MAX)?;
     anyhow::ensure!(s.span().is_some(), "{}: no GPU ops", p.display());
     Ok(s)
 }
@@ -511,7 +511,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if let Some(o) = &output {
                 gaptop::files::refuse_input(o, &files)?;
             }
-            let store = gaptop::collect::load_paths(&files, usize::MAX)?;
+            let store = gaptop::collect::sources::load_paths(&files, usize::MAX)?;
             window
                 .check(&store)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", shown(&files)))?;
@@ -571,7 +571,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         } => {
             use gaptop::app::{term, SourceState};
             term::need_terminal("demo")?;
-            let mut store = gaptop::collect::store::Store::new(1 << 30);
+            let mut store = gaptop::collect::model::store::Store::new(1 << 30);
             store.source = "demo (gpt2.rec)".into();
             let mut app = ui_app(store, SourceState::Live, &ui)?;
             // Nothing runs in the demo: no output pane.
@@ -602,7 +602,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             ui,
         } => {
             use gaptop::app::{term, SourceState};
-            let store = gaptop::collect::load_paths(&files, usize::MAX)?;
+            let store = gaptop::collect::sources::load_paths(&files, usize::MAX)?;
             let (from, to) = window
                 .check(&store)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", shown(&files)))?;
@@ -633,7 +633,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             collect,
             cmd,
             ..
-        } => Err(gaptop::collect::live::exec_dormant(
+        } => Err(gaptop::collect::sources::live::exec_dormant(
             &cmd,
             job.as_deref(),
             collect.native,
@@ -653,8 +653,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 log.unwrap_or_else(|| PathBuf::from(format!("gaptop-{}.log", std::process::id())));
             let stop = term::stop_flag()?;
             let tap = metrics.tap()?;
-            let l = gaptop::collect::live::launch(&cmd, Some(&log), &collect.options())?;
-            let mut store = gaptop::collect::store::Store::new(memory);
+            let l = gaptop::collect::sources::live::launch(&cmd, Some(&log), &collect.options())?;
+            let mut store = gaptop::collect::model::store::Store::new(memory);
             store.source = cmd.join(" ");
             let mut app = ui_app(store, SourceState::Live, &ui)?;
             app.message = format!("program output: {}", log.display());
@@ -673,7 +673,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             output,
         } => {
             gaptop::files::refuse_input(&output, &files)?;
-            let store = gaptop::collect::load_paths(&files, usize::MAX)?;
+            let store = gaptop::collect::sources::load_paths(&files, usize::MAX)?;
             if store.span().is_none() {
                 anyhow::bail!("{}: no GPU ops", shown(&files));
             }
@@ -699,12 +699,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Cmd::Attach { target: None, .. } => {
             let mut refused = Vec::new();
-            let found = gaptop::collect::attach::list(&mut refused);
+            let found = gaptop::collect::sources::attach::list(&mut refused);
             for r in &refused {
                 gaptop::say!("gaptop: {r}");
             }
             if found.is_empty() {
-                let dirs: Vec<String> = gaptop::collect::attach::control_dirs()
+                let dirs: Vec<String> = gaptop::collect::sources::attach::control_dirs()
                     .iter()
                     .map(|d| d.display().to_string())
                     .collect();
@@ -715,7 +715,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 );
                 return Ok(ExitCode::from(1));
             }
-            print!("{}", gaptop::collect::attach::table(&found));
+            print!("{}", gaptop::collect::sources::attach::table(&found));
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Attach {
@@ -726,13 +726,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             metrics,
         } => {
             use gaptop::app::{term, SourceState};
-            use gaptop::collect::attach;
+            use gaptop::collect::sources::attach;
             term::need_terminal("attach")?;
             let d = attach::find(&target)?;
             let stop = term::stop_flag()?;
             let tap = metrics.tap()?;
             let a = attach::attach(&d, &attach::who("attach"), samples.config())?;
-            let mut store = gaptop::collect::store::Store::new(memory);
+            let mut store = gaptop::collect::model::store::Store::new(memory);
             store.source = format!("pid {} ({})", d.pid, d.label);
             let mut app = ui_app(store, SourceState::Live, &ui)?;
             app.message = format!("attached to pid {}; q detaches, the program runs on", d.pid);
@@ -786,7 +786,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::from(code.clamp(0, 255) as u8))
         }
         Cmd::Env { shell, job } => {
-            let (env, warning) = gaptop::collect::live::dormant_env_for_elsewhere(job.as_deref())?;
+            let (env, warning) =
+                gaptop::collect::sources::live::dormant_env_for_elsewhere(job.as_deref())?;
             if let Some(w) = warning {
                 gaptop::say!("gaptop: {w}");
             }

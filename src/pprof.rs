@@ -32,8 +32,8 @@
 use std::collections::HashMap;
 use std::io::Write;
 
-use crate::collect::analysis::{self, Category, Config, Reason, Window};
-use crate::collect::store::{NameId, Ns, StackId, Store};
+use crate::collect::analysis::gaps::{self, Category, Config, Reason, Window};
+use crate::collect::model::store::{NameId, Ns, StackId, Store};
 
 /// The messages of pprof's `profile.proto` (github.com/google/pprof, proto/profile.proto),
 /// with its field numbers.
@@ -313,7 +313,7 @@ pub fn profile(store: &Store, w: Window, cfg: &Config) -> Profile {
     };
     // Values by sample: idle, gaps, CPU samples.
     let mut values: HashMap<Key, [i64; 3]> = HashMap::new();
-    analysis::charged_gaps(store, w, cfg, |g| {
+    gaps::charged_gaps(store, w, cfg, |g| {
         let lane = &store.lanes[g.lane];
         let key = Key {
             stack: g.stack,
@@ -327,7 +327,7 @@ pub fn profile(store: &Store, w: Window, cfg: &Config) -> Profile {
         };
         let d = g.dur();
         let samples = if store.cpu_samples > 0 {
-            crate::collect::oncpu::gap_samples(store, &g)
+            crate::collect::analysis::oncpu::gap_samples(store, &g)
         } else {
             Vec::new()
         };
@@ -405,8 +405,8 @@ pub fn profile(store: &Store, w: Window, cfg: &Config) -> Profile {
     let lo = w.lo().max(span_lo);
     let hi = w.hi().min(span_hi).max(lo);
     let basis = match cfg.basis {
-        analysis::Basis::Device => "device idle (no stream of the device running anything)",
-        analysis::Basis::Stream => "each stream's own idle (HTA's)",
+        gaps::Basis::Device => "device idle (no stream of the device running anything)",
+        gaps::Basis::Stream => "each stream's own idle (HTA's)",
     };
     let comment = vec![
         t.string(&format!(
@@ -572,7 +572,7 @@ pub fn decode(bytes: &[u8]) -> anyhow::Result<Profile> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::collect::store::{ApiCall, ApiKind, CpuSample, GpuOp, LaneKey, OpKind};
+    use crate::collect::model::store::{ApiCall, ApiKind, CpuSample, GpuOp, LaneKey, OpKind};
 
     /// Three kernels on one stream, with gaps of 100 and 30 ns; the second launched from
     /// `Model.forward` under `<module>`, with three CPU samples of its thread in its gap (two
@@ -661,7 +661,7 @@ mod tests {
         // Heaviest first: the 100 ns gap shared among its three samples (the first taking the
         // remainder), the gap itself counted on its launch; the 30 ns gap, whose stack differs
         // only in a plumbing frame, on the same launch path.
-        let marker = crate::collect::store::CPU_MARKER;
+        let marker = crate::collect::model::store::CPU_MARKER;
         assert_eq!(
             got,
             [

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use gaptop_wire::Frame;
 
-use crate::collect::live::{self, LiveEvent};
-use crate::collect::recording::Writer;
+use crate::collect::sources::live::{self, LiveEvent};
+use crate::collect::sources::recording::Writer;
 use crate::files::{left_as_it_was, Output};
 
 #[derive(Default, Debug)]
@@ -24,7 +24,7 @@ pub struct Totals {
     pub dropped: u64,
     pub errors: Vec<String>,
     /// Native frames are named before they are written, so the recording reads anywhere.
-    pub symbols: crate::collect::symbols::Symbolizer,
+    pub symbols: crate::collect::sources::symbols::Symbolizer,
     /// Lag reports from the collectors, in ms.
     pub lags: Vec<u64>,
 }
@@ -41,7 +41,7 @@ pub fn record_event<W: std::io::Write>(
         LiveEvent::Frames(conn, frames) => {
             for mut f in frames {
                 if let Frame::Name { text, .. } = &mut f {
-                    if crate::collect::symbols::is_native(text) {
+                    if crate::collect::sources::symbols::is_native(text) {
                         *text = t.symbols.resolve(text);
                     }
                 }
@@ -265,7 +265,7 @@ pub fn capture(
     target: &str,
     out: &Path,
     duration: Duration,
-    samples: Option<crate::collect::cpu::SamplerConfig>,
+    samples: Option<crate::collect::sources::cpu::SamplerConfig>,
 ) -> anyhow::Result<i32> {
     capture_to(target, out, duration, samples)
         .map_err(|e| anyhow::anyhow!("{e:#}; {}", left_as_it_was(out)))
@@ -275,9 +275,9 @@ fn capture_to(
     target: &str,
     out: &Path,
     duration: Duration,
-    samples: Option<crate::collect::cpu::SamplerConfig>,
+    samples: Option<crate::collect::sources::cpu::SamplerConfig>,
 ) -> anyhow::Result<i32> {
-    use crate::collect::attach;
+    use crate::collect::sources::attach;
     let d = attach::find(target)?;
     let (file, mut w, signalled) = open_trapped(out)?;
     let mut a = attach::attach(&d, &attach::who("capture"), samples)?;
@@ -316,8 +316,7 @@ fn capture_to(
     while let Ok(ev) =
         a.rx.recv_timeout(until.saturating_duration_since(Instant::now()))
     {
-        let closed =
-            matches!(ev, LiveEvent::Closed(c, _) if c != crate::collect::cpu::stream::SAMPLER_CONN);
+        let closed = matches!(ev, LiveEvent::Closed(c, _) if c != crate::collect::sources::cpu::stream::SAMPLER_CONN);
         record_event(&mut w, &mut t, &mut drops, ev)?;
         if closed {
             break;
@@ -372,8 +371,8 @@ mod tests {
         let ok = std::process::ExitStatus::from_raw(0);
         assert_eq!((ended_badly(ok), exit_code(ok)), (None, 0));
     }
-    use crate::collect::recording::read_into;
-    use crate::collect::store::Store;
+    use crate::collect::model::store::Store;
+    use crate::collect::sources::recording::read_into;
 
     /// Native frames are named before they are written, so a recording opened on another
     /// machine does not need the libraries; lag reports are collected for the summary.

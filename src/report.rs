@@ -7,8 +7,8 @@ mod text;
 
 pub use text::{text, MAX_LINES};
 
-use crate::collect::analysis::{Category, Config, Gap, Reason, Summary, Window};
-use crate::collect::store::{NameId, Ns, StackId, Store};
+use crate::collect::analysis::gaps::{Category, Config, Gap, Reason, Summary, Window};
+use crate::collect::model::store::{NameId, Ns, StackId, Store};
 
 #[derive(Serialize)]
 pub struct JsonBucket {
@@ -63,7 +63,7 @@ pub struct JsonReport {
     pub source: String,
     /// What the source said about itself: its format's version, the tables it lacked and what
     /// that costs (an Nsight Systems export); then the records dropped because their times
-    /// cannot be right (`collect::plausible`), a line per cause.
+    /// cannot be right (`collect::model::plausible`), a line per cause.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
     /// Absolute time of the capture start on the source's clock; all other times are relative.
@@ -91,10 +91,10 @@ pub struct JsonReport {
     pub basis: &'static str,
     /// The program's iterations, when they could be found.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub steps: Option<crate::collect::steps::StepsJson>,
+    pub steps: Option<crate::collect::analysis::steps::StepsJson>,
     /// The code to fix first, with why the GPU waited there, what a fix saves a step and the
     /// usual fix: recurring sites by their idle a step first (with steps).
-    pub advice: Vec<crate::collect::advice::Advice>,
+    pub advice: Vec<crate::collect::analysis::advice::Advice>,
     /// The longest gaps outside recurring patterns (warm-up, first calls, loading), apart.
     pub one_off_gaps: Vec<JsonGap>,
     pub top_stacks: Vec<JsonStack>,
@@ -118,7 +118,7 @@ pub struct JsonReport {
     pub skipped: std::collections::BTreeMap<String, u64>,
     /// Communication stalls across ranks (present when two or more processes ran NCCL kernels).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub comm: Option<crate::collect::comm::CommReport>,
+    pub comm: Option<crate::collect::analysis::comm::CommReport>,
 }
 
 #[derive(Serialize)]
@@ -196,7 +196,7 @@ pub fn gap_json(store: &Store, g: &Gap, origin: Ns) -> JsonGap {
         cpu_share: None,
         on_cpu: None,
     };
-    if let Some(d) = crate::collect::oncpu::during(store, g) {
+    if let Some(d) = crate::collect::analysis::oncpu::during(store, g) {
         if j.cpu_frames.is_empty() {
             // Outermost first, as the other frame lists.
             j.cpu_frames = d
@@ -291,7 +291,7 @@ pub fn build(store: &Store, w: Window, cfg: &Config, top: usize) -> (Summary, Js
 }
 
 /// [`build`], with the steps found by `step_by` (a span, Python function or op name; see
-/// `collect::steps::find`) rather than automatically.
+/// `collect::analysis::steps::find`) rather than automatically.
 pub fn build_steps(
     store: &Store,
     w: Window,
@@ -308,11 +308,11 @@ pub fn build_steps(
     // needs no diagnosis is found on a second thread meanwhile.
     let (d, (launches, comm)) = std::thread::scope(|scope| {
         let side = scope.spawn(|| {
-            let (lo, hi) = crate::collect::analysis::window_extent(store, abs);
-            let c = crate::collect::comm::analyze(store, lo, hi);
+            let (lo, hi) = crate::collect::analysis::gaps::window_extent(store, abs);
+            let c = crate::collect::analysis::comm::analyze(store, lo, hi);
             (launch_coverage(store, lo, hi), (c.ranks >= 2).then_some(c))
         });
-        let d = crate::collect::advice::diagnose(store, abs, cfg, top.max(200), step_by);
+        let d = crate::collect::analysis::advice::diagnose(store, abs, cfg, top.max(200), step_by);
         (d, side.join().expect("report thread"))
     });
     let one_off_gaps: Vec<JsonGap> = d
@@ -426,7 +426,7 @@ fn launch_coverage(store: &Store, lo: Ns, hi: Ns) -> Vec<JsonProcess> {
             if op.start >= hi {
                 break;
             }
-            if op.kind != crate::collect::store::OpKind::Kernel {
+            if op.kind != crate::collect::model::store::OpKind::Kernel {
                 continue;
             }
             per[i].kernels += 1;

@@ -10,10 +10,10 @@ mod support;
 use std::io::Write;
 use std::process::Command;
 
-use gaptop::collect::analysis::{Config, Window};
-use gaptop::collect::recfile::{HEAD, TAIL};
-use gaptop::collect::recording::{read_into, ReadNote, Reader, Writer};
-use gaptop::collect::store::Store;
+use gaptop::collect::analysis::gaps::{Config, Window};
+use gaptop::collect::model::store::Store;
+use gaptop::collect::sources::recfile::{HEAD, TAIL};
+use gaptop::collect::sources::recording::{read_into, ReadNote, Reader, Writer};
 use serde_json::Value;
 
 use support::{bin, fixture, root, tempdir};

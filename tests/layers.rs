@@ -110,7 +110,7 @@ fn modules_depend_in_one_direction() {
 #[test]
 fn the_check_catches_an_upward_import() {
     // What the issue asks the test to catch: `use crate::app` added under collect.
-    let text = "use crate::collect::store::Store;\nuse crate::app::App;\n";
+    let text = "use crate::collect::model::store::Store;\nuse crate::app::App;\n";
     assert_eq!(
         violations("collect", "src/collect/x.rs", text),
         vec!["src/collect/x.rs:2: collect uses crate::app"]

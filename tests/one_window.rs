@@ -10,7 +10,7 @@ mod support;
 mod tmux;
 
 use gaptop::app::{Action, App, Focus, SourceState};
-use gaptop::collect::load_path;
+use gaptop::collect::sources::load_path;
 use support::{pane, render};
 use tmux::Session;
 
@@ -284,11 +284,11 @@ fn the_gap_filter_holds_every_gap_of_the_window() {
         },
     );
     let mut a = App::new(
-        gaptop::collect::store::Store::new(1 << 30),
+        gaptop::collect::model::store::Store::new(1 << 30),
         SourceState::Live,
     );
     while let Ok(ev) = rx.recv() {
-        let end = matches!(ev, gaptop::collect::live::LiveEvent::Exited(_));
+        let end = matches!(ev, gaptop::collect::sources::live::LiveEvent::Exited(_));
         a.update(gaptop::app::Msg::Source(ev));
         if end {
             break;

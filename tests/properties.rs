@@ -1,8 +1,8 @@
 //! Properties of the gap analysis on random stores: time is conserved, gaps are counted once,
 //! the categories partition them, the call tree adds up, and arrival order does not matter.
 
-use gaptop::collect::analysis::{self, Basis, Config, Window};
-use gaptop::collect::store::{ApiCall, ApiKind, GpuOp, LaneKey, OpKind, Store};
+use gaptop::collect::analysis::gaps::{self, Basis, Config, Window};
+use gaptop::collect::model::store::{ApiCall, ApiKind, GpuOp, LaneKey, OpKind, Store};
 use proptest::prelude::*;
 
 /// (stream, gap before, duration, launch offset before the op, stack choice) per op.
@@ -93,22 +93,22 @@ proptest! {
             let mut lane_gaps = 0;
             let mut seen = std::collections::HashSet::new();
             let mut twice = false;
-            analysis::lane_gaps(&st, lane, Window::all(), &cfg, |g| {
+            gaps::lane_gaps(&st, lane, Window::all(), &cfg, |g| {
                 lane_gaps += g.dur();
                 gap_count += 1;
                 gap_ns += g.dur();
                 twice |= !seen.insert(g.next);
             });
             prop_assert!(!twice, "a gap was charged twice to one op in lane {}", lane);
-            analysis::lane_between(&st, lane, Window::all(), &cfg, |b| match b {
-                analysis::Between::Gap(g) if g.dur() == 0 => zero += 1,
-                analysis::Between::Gap(_) => {}
-                analysis::Between::Overlap { .. } => panic!("streams here never overlap"),
+            gaps::lane_between(&st, lane, Window::all(), &cfg, |b| match b {
+                gaps::Between::Gap(g) if g.dur() == 0 => zero += 1,
+                gaps::Between::Gap(_) => {}
+                gaps::Between::Overlap { .. } => panic!("streams here never overlap"),
             });
             let busy = l.busy_in(l.op(0).start, l.max_end());
             prop_assert_eq!(lane_gaps + busy, span, "lane {}", lane);
         }
-        let s = analysis::summarize(&st, Window::all(), &cfg, 10);
+        let s = gaps::summarize(&st, Window::all(), &cfg, 10);
         let cats: u64 = s.idle.iter().map(|b| b.count).sum();
         let cat_ns: i64 = s.idle.iter().map(|b| b.total_ns).sum();
         prop_assert_eq!(cats, gap_count + zero);
@@ -123,7 +123,7 @@ proptest! {
         let inv = s.tree.inverted();
         prop_assert_eq!(inv.nodes[0].gap_ns, gap_ns);
         // Advice over every launching function partitions the gaps too.
-        let advice = gaptop::collect::advice::advise(&st, &s, usize::MAX);
+        let advice = gaptop::collect::analysis::advice::advise(&st, &s, usize::MAX);
         prop_assert_eq!(advice.iter().map(|a| a.gaps).sum::<u64>(), gap_count);
         prop_assert_eq!(advice.iter().map(|a| a.gap_ns).sum::<i64>(), gap_ns);
         // Per device: idle + busy = the span, for each device.
@@ -132,7 +132,7 @@ proptest! {
 
         // Device gaps (the default): the idle between a device's first and last op, each
         // interval charged once, never longer than the stream gap of the op it is charged to.
-        let d = analysis::summarize(&st, Window::all(), &Config::default(), 10);
+        let d = gaps::summarize(&st, Window::all(), &Config::default(), 10);
         let mut inner_idle = d.device_idle_ns;
         for (_, lanes) in st.devices() {
             let busy: Vec<usize> = lanes.into_iter().filter(|&l| !st.lanes[l].is_empty()).collect();
@@ -147,12 +147,12 @@ proptest! {
         prop_assert_eq!(d.charged_ns(), inner_idle);
         prop_assert_eq!(d.tree.nodes[0].gap_ns, inner_idle);
         prop_assert_eq!(d.idle, s.idle, "the HTA breakdown does not depend on the basis");
-        let dev_advice = gaptop::collect::advice::advise(&st, &d, usize::MAX);
+        let dev_advice = gaptop::collect::analysis::advice::advise(&st, &d, usize::MAX);
         prop_assert_eq!(dev_advice.iter().map(|a| a.gap_ns).sum::<i64>(), inner_idle);
         let shares: f64 = dev_advice.iter().map(|a| a.share).sum();
         prop_assert!(shares <= 1.0 + 1e-9, "shares add up to {}", shares);
         for g in d.top_gaps.iter().filter(|g| g.next > 0) {
-            let stream = analysis::classify(&st, g.lane, g.next - 1, g.next, &cfg);
+            let stream = gaps::classify(&st, g.lane, g.next - 1, g.next, &cfg);
             prop_assert!(stream.is_some_and(|sg| sg.dur() >= g.dur()), "{:?}", g);
         }
     }
@@ -167,8 +167,8 @@ proptest! {
             x ^= x << 13; x ^= x >> 7; x ^= x << 17;
             shuffled.swap(i, (x % (i as u64 + 1)) as usize);
         }
-        let a = analysis::summarize(&build(&spec, &sorted, 1), Window::all(), &Config::default(), 50);
-        let b = analysis::summarize(&build(&spec, &shuffled, batch), Window::all(), &Config::default(), 50);
+        let a = gaps::summarize(&build(&spec, &sorted, 1), Window::all(), &Config::default(), 50);
+        let b = gaps::summarize(&build(&spec, &shuffled, batch), Window::all(), &Config::default(), 50);
         prop_assert_eq!(a.idle, b.idle);
         prop_assert_eq!(a.busy_ns, b.busy_ns);
         prop_assert_eq!(a.device_idle_ns, b.device_idle_ns);

@@ -274,11 +274,16 @@ fn durations_have_three_significant_figures_at_most() {
 /// The step median is the one the UI shows: the same steps, in the same figures.
 #[test]
 fn the_step_median_reads_as_the_ui_shows_it() {
-    use gaptop::collect::analysis::{Config, Window};
+    use gaptop::collect::analysis::gaps::{Config, Window};
     for p in [asset("llama_decode.rec"), kineto("shape_planning.json.gz")] {
-        let store = gaptop::collect::load_path(&p, usize::MAX).unwrap();
-        let d =
-            gaptop::collect::advice::diagnose(&store, Window::all(), &Config::default(), 10, None);
+        let store = gaptop::collect::sources::load_path(&p, usize::MAX).unwrap();
+        let d = gaptop::collect::analysis::advice::diagnose(
+            &store,
+            Window::all(),
+            &Config::default(),
+            10,
+            None,
+        );
         let ui = fmt_short(d.steps.as_ref().unwrap().median_ns());
         let t = text(&p, &[]);
         assert!(t.contains(&format!(", median {ui} (p90 ")), "{ui} in\n{t}");

@@ -3,8 +3,10 @@
 
 use std::path::Path;
 
-use gaptop::collect::steps::{self, StepSource, Steps};
-use gaptop::collect::store::{ApiCall, ApiKind, GpuOp, LaneKey, Ns, OpKind, Span, StackId, Store};
+use gaptop::collect::analysis::steps::{self, StepSource, Steps};
+use gaptop::collect::model::store::{
+    ApiCall, ApiKind, GpuOp, LaneKey, Ns, OpKind, Span, StackId, Store,
+};
 
 /// Builds a one-process, one-stream store: ops one after another, each launched shortly
 /// before it starts from a given stack.
@@ -581,7 +583,7 @@ fn root() -> &'static Path {
 }
 
 fn load(p: &str) -> Store {
-    gaptop::collect::load_path(&root().join(p), usize::MAX).unwrap()
+    gaptop::collect::sources::load_path(&root().join(p), usize::MAX).unwrap()
 }
 
 /// The hand-made fixture: one call of `forward` (with `attn` and `mlp` in it), 6 ops; not a

@@ -2,7 +2,7 @@
 //! the behaviour of actions, on the hand-made multi-stream fixture.
 
 use gaptop::app::{Action, App, Focus, SourceState};
-use gaptop::collect::load_path;
+use gaptop::collect::sources::load_path;
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 
@@ -13,7 +13,7 @@ mod support;
 fn app() -> App {
     let p = support::fixture("multi_stream.json");
     let mut a = App::new(load_path(&p, usize::MAX).unwrap(), SourceState::File);
-    a.cfg.basis = gaptop::collect::analysis::Basis::Stream;
+    a.cfg.basis = gaptop::collect::analysis::gaps::Basis::Stream;
     a.refresh(true);
     a
 }
@@ -426,7 +426,7 @@ fn details_split_python_and_native_frames() {
 /// keep their busy block but take the gap's colour.
 #[test]
 fn a_big_gap_inside_a_busy_cell_is_not_dropped() {
-    use gaptop::collect::store::{ApiCall, ApiKind, GpuOp, LaneKey, OpKind, Store};
+    use gaptop::collect::model::store::{ApiCall, ApiKind, GpuOp, LaneKey, OpKind, Store};
     let mut st = Store::new(usize::MAX);
     let p = st.add_process(1, -1, "t");
     let k = st.names.intern("k");
@@ -1013,7 +1013,7 @@ fn a_reopened_window_counts_its_own_ops() {
     let (lo, _) = st.span().unwrap();
     let (wlo, whi) = (lo + 100_000_000, lo + 110_000_000);
     let f = support::tempdir("window-ops").join("window.json");
-    let cfg = gaptop::collect::analysis::Config::default();
+    let cfg = gaptop::collect::analysis::gaps::Config::default();
     let n = gaptop::export::write_file(&st, wlo, whi, &cfg, &f).unwrap();
     let mut a = App::new(load_path(&f, usize::MAX).unwrap(), SourceState::File);
     a.refresh(true);
@@ -1040,7 +1040,7 @@ fn a_reopened_window_counts_its_own_ops() {
 /// known: no collector connected, one connected, or the program ended first.
 #[test]
 fn an_empty_live_capture_says_what_it_is_waiting_for() {
-    use gaptop::collect::store::Store;
+    use gaptop::collect::model::store::Store;
     let shown = |store: Store, source: SourceState| {
         let mut a = App::new(store, source);
         a.refresh(true);
@@ -1073,9 +1073,12 @@ fn an_empty_live_capture_says_what_it_is_waiting_for() {
 /// is applied, all of it, once the export lets go; the UI keeps drawing meanwhile.
 #[test]
 fn live_data_waits_for_an_export_copying_the_store_and_is_not_lost() {
-    use gaptop::collect::live::LiveEvent;
+    use gaptop::collect::sources::live::LiveEvent;
     use gaptop_wire::{Frame, Hello, Op, OP_KERNEL};
-    let mut a = App::new(gaptop::collect::store::Store::default(), SourceState::Live);
+    let mut a = App::new(
+        gaptop::collect::model::store::Store::default(),
+        SourceState::Live,
+    );
     let (tx, rx) = std::sync::mpsc::channel();
     let op = |i: u64| Op {
         start: 1_000 * i,
@@ -1227,7 +1230,10 @@ fn a_what_to_fix_row_lists_its_codes_gaps() {
         a.message
     );
     for g in &listed {
-        assert_eq!(gaptop::collect::advice::site_key(&a.store, g), chosen.key);
+        assert_eq!(
+            gaptop::collect::analysis::advice::site_key(&a.store, g),
+            chosen.key
+        );
     }
     let s = render(&mut a, 120, 40);
     assert!(s.contains(&format!(" under {}", &chosen.site[..15])), "{s}");

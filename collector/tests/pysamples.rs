@@ -13,9 +13,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gaptop::collect::cpu::python::{Layout, Reader};
-use gaptop::collect::cpu::{stream, SamplerConfig};
-use gaptop::collect::live::LiveEvent;
+use gaptop::collect::sources::cpu::python::{Layout, Reader};
+use gaptop::collect::sources::cpu::{stream, SamplerConfig};
+use gaptop::collect::sources::live::LiveEvent;
 use gaptop_wire::Frame;
 
 struct Program {

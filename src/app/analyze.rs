@@ -20,11 +20,11 @@ use std::time::{Duration, Instant};
 
 use super::tree::{build_rows, path_ids, TreeRow};
 use super::{App, MAX_GAPS};
-use crate::collect::advice::{self, Advice, Diagnosis};
-use crate::collect::analysis::{self, CallTree, Config, Gap, Summary, Window};
-use crate::collect::comm::CommReport;
-use crate::collect::steps::{self, Steps};
-use crate::collect::store::Store;
+use crate::collect::analysis::advice::{self, Advice, Diagnosis};
+use crate::collect::analysis::comm::CommReport;
+use crate::collect::analysis::gaps::{self, CallTree, Config, Gap, Summary, Window};
+use crate::collect::analysis::steps::{self, Steps};
+use crate::collect::model::store::Store;
 use crate::units::Ns;
 
 /// Most ops one analysis reads: a wider window is analysed around the cursor (a few seconds of
@@ -137,7 +137,7 @@ pub fn analyse(
     known: Option<Option<Steps>>,
 ) -> Analysed {
     let t = Instant::now();
-    let (lo, hi) = analysis::window_extent(store, Window::new(span.0, span.1));
+    let (lo, hi) = gaps::window_extent(store, Window::new(span.0, span.1));
     let mut capture = known;
     let (summary, steps) = {
         let step_by = key.step_by.as_deref();
@@ -148,7 +148,7 @@ pub fn analyse(
                 .and_then(|all| steps_within(all, lo, hi))
                 .map(Cow::Owned)
         };
-        analysis::summarize_finding(
+        gaps::summarize_finding(
             store,
             Window::new(lo, hi),
             &key.cfg,
@@ -161,7 +161,7 @@ pub fn analyse(
         capture.unwrap_or_else(|| steps::find(store, Ns::MIN, Ns::MAX, key.step_by.as_deref()));
     let advice = advice::advise(store, &summary, usize::MAX);
     let comm = {
-        let c = crate::collect::comm::analyze(store, lo, hi);
+        let c = crate::collect::analysis::comm::analyze(store, lo, hi);
         (c.ranks >= 2).then_some(c)
     };
     Analysed {
@@ -323,7 +323,7 @@ impl App {
         if !following && (self.analysis_job.is_some() || c.key != self.analysis_key()) {
             return Some("panes: analysing the window…".to_string());
         }
-        let whole = analysis::window_extent(&self.store, Window::new(c.key.lo, c.key.hi));
+        let whole = gaps::window_extent(&self.store, Window::new(c.key.lo, c.key.hi));
         (c.analyzed != whole).then(|| {
             format!(
                 "panes: the {} around the cursor",
@@ -398,7 +398,7 @@ impl App {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::collect::steps::{Step, StepSource};
+    use crate::collect::analysis::steps::{Step, StepSource};
 
     #[test]
     fn the_windows_steps_are_those_whole_in_it() {

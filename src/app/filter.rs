@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use super::{tree_key, App, GapKey, MAX_GAPS};
-use crate::collect::analysis::{self, Gap, Window};
+use crate::collect::analysis::gaps::{self, Gap, Window};
 use crate::units::fmt_short;
 
 /// The window's gaps a filter holds at or over the threshold.
@@ -40,7 +40,7 @@ impl App {
         let mut holds: HashMap<GapKey, bool> = HashMap::new();
         let mut f = Filtered::default();
         let longest_first = |a: &Gap, b: &Gap| b.dur().cmp(&a.dur()).then(a.start.cmp(&b.start));
-        analysis::window_gaps(
+        gaps::window_gaps(
             &self.store,
             Window::new(c.analyzed.0, c.analyzed.1),
             &self.cfg,

@@ -5,8 +5,8 @@
 
 use super::view::DetailsVm;
 use super::{App, Focus};
-use crate::collect::advice::{self, Advice};
-use crate::collect::analysis::Gap;
+use crate::collect::analysis::advice::{self, Advice};
+use crate::collect::analysis::gaps::Gap;
 use crate::units::fmt_short;
 
 /// One "what to fix" row.

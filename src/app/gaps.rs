@@ -2,7 +2,7 @@
 //! biggest gap, and the tree-node filter that limits the walk.
 
 use super::{tree_key, App, GapSort, SelGap};
-use crate::collect::analysis::{self, Gap};
+use crate::collect::analysis::gaps::{self, Gap};
 use crate::units::{fmt_ns, Ns};
 
 impl App {
@@ -69,7 +69,7 @@ impl App {
         if next >= lane.len() || lane.op(next).start != s.end {
             return None;
         }
-        let mut g = analysis::gap_ending_at(&self.store, s.lane, next, &self.cfg)?;
+        let mut g = gaps::gap_ending_at(&self.store, s.lane, next, &self.cfg)?;
         g.start = s.start.max(g.start);
         Some(g)
     }
@@ -115,7 +115,7 @@ impl App {
             .iter()
             .flat_map(|c| c.top_down().leaves().map(|(k, _)| k))
             .filter(|&(stack, api, op)| {
-                crate::collect::advice::site_key_of(&self.store, stack, api, op) == a.key
+                crate::collect::analysis::advice::site_key_of(&self.store, stack, api, op) == a.key
             })
             .collect();
         self.node_filter = Some((a.site.clone(), keys));
@@ -234,7 +234,7 @@ impl App {
             };
             while (1..ops.len()).contains(&i) && scanned < 5_000_000 {
                 scanned += 1;
-                if let Some(g) = analysis::gap_ending_at(&self.store, lane, i, &self.cfg) {
+                if let Some(g) = gaps::gap_ending_at(&self.store, lane, i, &self.cfg) {
                     let ok = if dir > 0 {
                         g.start > from
                     } else {

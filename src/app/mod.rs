@@ -34,11 +34,11 @@ use std::time::Instant;
 
 use tui_tree_widget::TreeState;
 
-use crate::collect::advice::Diagnosis;
-use crate::collect::analysis::{Basis, Category, Config, Gap, Reason};
-use crate::collect::ingest::Ingest;
-use crate::collect::live::LiveEvent;
-use crate::collect::store::{NameId, Ns, StackId, Store};
+use crate::collect::analysis::advice::Diagnosis;
+use crate::collect::analysis::gaps::{Basis, Category, Config, Gap, Reason};
+use crate::collect::model::store::{NameId, Ns, StackId, Store};
+use crate::collect::sources::ingest::Ingest;
+use crate::collect::sources::live::LiveEvent;
 use crate::export::{ExportJob, ExportRequest};
 use crate::units::fmt_ns;
 pub use analyze::Cache;

@@ -11,8 +11,8 @@ use ratatui::backend::Backend;
 use ratatui::Terminal;
 
 use super::{Action, App, Effect, MouseKind, Msg, SourceState};
-use crate::collect::attach::Attachment;
-use crate::collect::live::{Launch, LiveEvent};
+use crate::collect::sources::attach::Attachment;
+use crate::collect::sources::live::{Launch, LiveEvent};
 use gaptop_wire::Frame;
 
 pub use super::ending::{exit_status, stop_flag};
@@ -221,7 +221,9 @@ where
             Feed::Demo(rx) => dirty |= drain(app, rx, Duration::from_millis(30)),
             Feed::Attached(a) => {
                 dirty |= drain(app, &a.rx, Duration::from_millis(30));
-                if app.source == SourceState::Live && !crate::collect::attach::alive(a.target.pid) {
+                if app.source == SourceState::Live
+                    && !crate::collect::sources::attach::alive(a.target.pid)
+                {
                     app.update(Msg::ProgramEnded(format!("pid {} ended", a.target.pid)));
                     dirty = true;
                 }
@@ -230,7 +232,7 @@ where
                 dirty |= drain(app, &l.rx, Duration::from_millis(30));
                 if app.source == SourceState::Live {
                     if let Ok(Some(st)) = l.child.try_wait() {
-                        let how = crate::collect::live::how_it_ended(st);
+                        let how = crate::collect::sources::live::how_it_ended(st);
                         app.update(Msg::ProgramEnded(how));
                         dirty = true;
                     }
@@ -400,7 +402,7 @@ pub fn run_with(
         // Quit, or killed, or hung up: either way the program runs on, dormant again.
         let pid = a.target.pid;
         match a.detach() {
-            Ok(()) if crate::collect::attach::alive(pid) => {
+            Ok(()) if crate::collect::sources::attach::alive(pid) => {
                 crate::say!("gaptop: detached; pid {pid} runs on, dormant")
             }
             Ok(()) => {}
@@ -548,7 +550,7 @@ fn first_op_start(f: &Frame) -> Option<u64> {
 pub fn demo_feed(bytes: &'static [u8], opts: DemoOptions) -> Receiver<LiveEvent> {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let Ok(mut r) = crate::collect::recording::Reader::new(bytes) else {
+        let Ok(mut r) = crate::collect::sources::recording::Reader::new(bytes) else {
             return;
         };
         let mut frames = Vec::new();
@@ -570,9 +572,9 @@ pub fn demo_feed(bytes: &'static [u8], opts: DemoOptions) -> Receiver<LiveEvent>
         }
         // Laps after the first replay the steady steps, from the first one on, each lap
         // starting a step's length after the last one ended.
-        let mut store = crate::collect::store::Store::new(usize::MAX);
-        let _ = crate::collect::recording::read_into(bytes, &mut store);
-        let steps = crate::collect::steps::find(&store, lo as i64, hi as i64, None);
+        let mut store = crate::collect::model::store::Store::new(usize::MAX);
+        let _ = crate::collect::sources::recording::read_into(bytes, &mut store);
+        let steps = crate::collect::analysis::steps::find(&store, lo as i64, hi as i64, None);
         let (from, end) = match &steps {
             Some(s) if !s.steady().is_empty() => {
                 let first = s.steps[s.steady().start].start.max(0) as u64;
@@ -628,9 +630,10 @@ mod tests {
     /// ops, and say the definitions and the goodbye only once.
     #[test]
     fn demo_laps_read_as_one_longer_run() {
-        let mut r =
-            crate::collect::recording::Reader::new(&include_bytes!("../../assets/gpt2.rec")[..])
-                .unwrap();
+        let mut r = crate::collect::sources::recording::Reader::new(
+            &include_bytes!("../../assets/gpt2.rec")[..],
+        )
+        .unwrap();
         let mut frames = Vec::new();
         while let Some(e) = r.next_entry().unwrap() {
             frames.push(e);

@@ -7,8 +7,8 @@ use std::collections::HashSet;
 use tui_tree_widget::TreeState;
 
 use super::{App, Cache, Focus, GapKey};
-use crate::collect::analysis::{CallTree, Gap};
-use crate::collect::store::{NameId, Store};
+use crate::collect::analysis::gaps::{CallTree, Gap};
+use crate::collect::model::store::{NameId, Store};
 use crate::frames::{is_plumbing, pretty_frame};
 use crate::units::fmt_short;
 

@@ -10,10 +10,10 @@ use ratatui::layout::Rect;
 use super::layout::{self, Screen, LABEL_W};
 use super::tree::tree_share;
 use super::{App, Cache, Cause, Focus, GapSort, SourceState};
-use crate::collect::advice;
-use crate::collect::analysis::{self, Gap};
-use crate::collect::oncpu;
-use crate::collect::store::{NameId, OpKind, FLAG_COMM};
+use crate::collect::analysis::advice;
+use crate::collect::analysis::gaps::{self, Gap};
+use crate::collect::analysis::oncpu;
+use crate::collect::model::store::{NameId, OpKind, FLAG_COMM};
 use crate::frames::{is_native_frame, is_plumbing, is_unnamed_native, pretty_frame, short_kernel};
 use crate::units::{fmt_ns, fmt_short, Ns};
 
@@ -474,7 +474,7 @@ impl App {
                 } else {
                     let next = l.lower_bound(mid);
                     let gap = (next > 0 && next < l.len())
-                        .then(|| analysis::classify(&self.store, lane, next - 1, next, &self.cfg))
+                        .then(|| gaps::classify(&self.store, lane, next - 1, next, &self.cfg))
                         .flatten();
                     match gap {
                         Some(g) if g.dur() >= self.min_gap => {
@@ -586,8 +586,8 @@ impl App {
                 ops,
                 busy,
                 match self.cfg.basis {
-                    analysis::Basis::Device => "",
-                    analysis::Basis::Stream => "device ",
+                    gaps::Basis::Device => "",
+                    gaps::Basis::Stream => "device ",
                 },
                 fmt_short(idle)
             ),
@@ -597,7 +597,7 @@ impl App {
             return vm;
         }
         let n = (inner.width - LABEL_W) as usize;
-        let bins = analysis::rate_bins(&self.store, self.lo, self.hi, n);
+        let bins = gaps::rate_bins(&self.store, self.lo, self.hi, n);
         let most = bins.iter().map(|b| b.ops).max().unwrap_or(0).max(1) as f64;
         vm.launches = bins
             .iter()
@@ -643,7 +643,7 @@ impl App {
     fn launch_site(&self, g: &Gap) -> String {
         let frames = self.store.stacks.frames(g.stack);
         let names: Vec<&str> = frames.iter().map(|&f| self.store.names.get(f)).collect();
-        if let Some(f) = crate::collect::patterns::python_site(&names) {
+        if let Some(f) = crate::collect::analysis::patterns::python_site(&names) {
             return f.to_string();
         }
         frames
@@ -860,7 +860,7 @@ impl App {
                 .map(|&(f, share)| (self.store.names.get(f), share))
                 .filter(|(f, _)| !is_plumbing(f) && !is_unnamed_native(f))
                 .collect();
-            match crate::collect::oncpu::headline(&shared) {
+            match crate::collect::analysis::oncpu::headline(&shared) {
                 Some(line) => format!(
                     "CPU during gap: {line} ({} samples), on CPU {:.0}% of the gap",
                     d.samples,

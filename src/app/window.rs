@@ -3,8 +3,8 @@
 
 use super::analyze::MAX_ANALYSED_OPS;
 use super::{App, MIN_WIDTH};
-use crate::collect::analysis::Gap;
-use crate::collect::store::Ns;
+use crate::collect::analysis::gaps::Gap;
+use crate::collect::model::store::Ns;
 use crate::units::fmt_ns;
 
 impl App {
@@ -171,7 +171,7 @@ impl App {
     }
 
     /// The capture's steps, as last found (`app::analyze`).
-    pub fn steps_of_capture(&self) -> Option<&crate::collect::steps::Steps> {
+    pub fn steps_of_capture(&self) -> Option<&crate::collect::analysis::steps::Steps> {
         self.capture_steps.as_ref().and_then(|(_, s)| s.as_ref())
     }
 

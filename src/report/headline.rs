@@ -2,7 +2,7 @@
 //! what a fix saves a step and the fix), why, and what else is worth doing with the capture in
 //! a line; and the sentences of the rows below, each fix and each cause said once.
 
-use crate::collect::advice::{Advice, Verdict};
+use crate::collect::analysis::advice::{Advice, Verdict};
 use crate::frames::cut as short;
 use crate::units::fmt_short as t;
 
@@ -148,7 +148,7 @@ pub fn lines(j: &JsonReport) -> [String; 3] {
         Some(r) => format!("Why: {r}."),
         None => format!("Why: {}", what(a)),
     };
-    if let Some(c) = crate::collect::advice::cpu_line(a) {
+    if let Some(c) = crate::collect::analysis::advice::cpu_line(a) {
         let c = short(&c, 110);
         let stop = if c.ends_with('…') { "" } else { "." };
         second.push_str(&format!(" {c}{stop}"));

@@ -303,13 +303,16 @@ fn what_to_fix(j: &JsonReport) -> Section {
                 crate::units::count(a.one_offs, "one-off gap")
             )
         });
-        match (crate::collect::advice::steps_line(a, steady), one_off) {
+        match (
+            crate::collect::analysis::advice::steps_line(a, steady),
+            one_off,
+        ) {
             (Some(l), Some(o)) => s.line(format!("      {l}; {o}")),
             (Some(l), None) => s.line(format!("      {l}")),
             (None, Some(o)) => s.line(format!("      {o}")),
             (None, None) => {}
         }
-        if let Some(l) = crate::collect::advice::cpu_line(a) {
+        if let Some(l) = crate::collect::analysis::advice::cpu_line(a) {
             s.line(format!("      {}", short(&l, 120)));
         }
         s.line(format!("      {}", said.sentence(a, &label)));
@@ -324,7 +327,7 @@ fn one_offs(j: &JsonReport, n: usize) -> Section {
     }
     s.line("One-offs (outside recurring patterns), longest first");
     for g in j.one_off_gaps.iter().take(n) {
-        let at = crate::collect::patterns::python_site(&g.frames)
+        let at = crate::collect::analysis::patterns::python_site(&g.frames)
             .or(g.frames.first().map(String::as_str))
             .map(|f| short(f, 70))
             .unwrap_or_default();
@@ -357,7 +360,7 @@ fn launched_from(s: &JsonStack) -> String {
         .map(String::as_str)
         .filter(|f| !crate::frames::is_plumbing(f))
         .collect();
-    if let Some(f) = crate::collect::patterns::python_site(&shown) {
+    if let Some(f) = crate::collect::analysis::patterns::python_site(&shown) {
         return crate::frames::pretty_frame(f);
     }
     let above = &s.frames[..s.frames.len().saturating_sub(1)];
@@ -448,7 +451,7 @@ fn top_gap(s: &mut Section, g: &JsonGap) {
         g.reason,
         short(&g.next_op, 50)
     ));
-    if let Some(f) = crate::collect::patterns::python_site(&g.frames) {
+    if let Some(f) = crate::collect::analysis::patterns::python_site(&g.frames) {
         s.line(format!("      launched from {}", short(f, 90)));
     }
     let named = g

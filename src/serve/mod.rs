@@ -16,10 +16,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context;
 
-use crate::collect::attach::{self, Attachment, Dormant};
-use crate::collect::ingest::Ingest;
-use crate::collect::live::LiveEvent;
-use crate::collect::store::Store;
+use crate::collect::model::store::Store;
+use crate::collect::sources::attach::{self, Attachment, Dormant};
+use crate::collect::sources::ingest::Ingest;
+use crate::collect::sources::live::LiveEvent;
 use metrics::Metrics;
 
 /// `--metrics ADDR` on `run` and `attach`: the same metrics from the UI's live store, a
@@ -240,7 +240,7 @@ pub fn run(target: Target, cfg: &Config) -> anyhow::Result<i32> {
                 if let Some(st) = c.try_wait()? {
                     crate::say!(
                         "gaptop serve: the command ended: {}",
-                        crate::collect::live::how_it_ended(st)
+                        crate::collect::sources::live::how_it_ended(st)
                     );
                     return Ok(st.code().unwrap_or(1));
                 }
@@ -269,7 +269,7 @@ pub fn run(target: Target, cfg: &Config) -> anyhow::Result<i32> {
 
 /// Starts `cmd` with a dormant collector, its output on ours.
 fn spawn_dormant(cmd: &[String]) -> anyhow::Result<Child> {
-    let mut c = crate::collect::live::dormant_command(cmd, None, false)?;
+    let mut c = crate::collect::sources::live::dormant_command(cmd, None, false)?;
     c.stdin(Stdio::null());
     c.spawn()
         .with_context(|| format!("cannot start {}", cmd[0]))

@@ -19,7 +19,7 @@ use gaptop_wire::{Decoder, Frame, RECORDING_MAGIC};
 
 use super::ingest::Ingest;
 use super::recfile::{self, Window, HEAD, TAIL};
-use super::store::Store;
+use crate::collect::model::store::Store;
 
 pub struct Writer<W: Write> {
     w: BufWriter<W>,

@@ -256,7 +256,7 @@ impl Space {
     }
 
     /// The module path and the address as its file states it (the offset the collector sends
-    /// and [`crate::collect::symbols::Symbolizer::name`] takes); `?` and the address itself
+    /// and [`crate::collect::sources::symbols::Symbolizer::name`] takes); `?` and the address itself
     /// for code that is in no module.
     pub fn locate(&self, addr: u64) -> (&str, u64) {
         match self.code_at(addr).map(|i| &self.code[i]) {

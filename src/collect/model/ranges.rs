@@ -385,7 +385,7 @@ pub fn is_step_name(family: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::collect::store::ApiKind;
+    use crate::collect::model::store::ApiKind;
 
     fn r(start: Ns, end: Ns, name: NameId) -> Range {
         Range::new(start, end, name, 0)

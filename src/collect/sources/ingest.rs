@@ -8,9 +8,9 @@ use std::collections::HashMap;
 use gaptop_wire::{Frame, OP_MEMCPY, OP_MEMSET};
 
 use super::kineto::is_comm_kernel;
-use super::plausible::{wire_ns, Track, What};
-use super::ranges::Range;
-use super::store::{
+use crate::collect::model::plausible::{wire_ns, Track, What};
+use crate::collect::model::ranges::Range;
+use crate::collect::model::store::{
     ApiCall, ApiKind, CpuSample, GpuOp, LaneKey, NameId, Ns, OpKind, StackId, Store, FLAG_COMM,
 };
 
@@ -22,7 +22,7 @@ struct Conn {
     names: HashMap<u32, NameId>,
     stacks: HashMap<u32, StackId>,
     comm: HashMap<u32, bool>,
-    /// The plausible span of the connection's times (`collect::plausible`).
+    /// The plausible span of the connection's times (`collect::model::plausible`).
     track: Track,
 }
 
@@ -31,7 +31,7 @@ struct Conn {
 fn frame_times(what: What, records: impl Iterator<Item = (u64, u64)>) -> Vec<Ns> {
     records
         .map(|(s, e)| (wire_ns(s), wire_ns(e)))
-        .filter(|&(s, e)| super::plausible::shape(what, s, e).is_none())
+        .filter(|&(s, e)| crate::collect::model::plausible::shape(what, s, e).is_none())
         .map(|(s, e)| Track::time_of(what, s, e))
         .collect()
 }

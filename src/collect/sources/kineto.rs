@@ -5,7 +5,7 @@
 //! gives each API call its call stack. Traces of Kineto before mid-2021 spell the categories
 //! `Kernel`, `Memcpy`, `Memset`, `Runtime` and `Operator`, name a GPU op's thread `stream N`
 //! and give an operator's Python stack as its `Call stack` argument; they read alike.
-//! User annotations are also ranges (`collect::ranges`), and `gpu_user_annotation`s GPU-side
+//! User annotations are also ranges (`collect::model::ranges`), and `gpu_user_annotation`s GPU-side
 //! ones. Everything else is counted as skipped.
 //!
 //! One builder may read several traces (the ranks of a run): each file's calls and ops make a
@@ -19,9 +19,9 @@ use std::io::{BufReader, Read};
 use std::path::Path;
 
 use super::jsonscan::Scanner;
-use super::plausible::{self, What};
-use super::ranges::Range;
-use super::store::{
+use crate::collect::model::plausible::{self, What};
+use crate::collect::model::ranges::Range;
+use crate::collect::model::store::{
     ApiCall, ApiKind, GpuOp, LaneKey, NameId, Ns, OpKind, Span, StackId, Store, FLAG_COMM,
 };
 
@@ -52,7 +52,7 @@ struct RawArgs<'a> {
     /// The profiled process of a GPU op (gaptop's exports, which may hold several).
     process: Option<&'a [u8]>,
     /// An operator's autograd `Sequence number`, and `Fwd thread id` (nonzero on the ops
-    /// that run a backward node): `collect::fwdbwd`.
+    /// that run a backward node): `collect::sources::fwdbwd`.
     seq: Option<&'a [u8]>,
     fwd_tid: Option<&'a [u8]>,
 }
@@ -413,7 +413,7 @@ impl Builder {
         }
     }
 
-    /// Drops the file's records whose times cannot be right (`collect::plausible`), judged
+    /// Drops the file's records whose times cannot be right (`collect::model::plausible`), judged
     /// against the bulk of its ops', calls' and spans' starts.
     fn drop_implausible(&mut self, procs: &std::ops::Range<u32>) {
         let mut keys: Vec<(u32, u32)> = self

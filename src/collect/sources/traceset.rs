@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 
 use super::kineto::{file_label, open_maybe_gz, rank_in_name, Builder, Header};
-use super::store::{NameId, Ns, Store, FLAG_COMM};
+use crate::collect::model::store::{NameId, Ns, Store, FLAG_COMM};
 use crate::units::fmt_ns;
 
 /// How far apart the ends of one collective may lie on two ranks whose clocks agree.

@@ -20,8 +20,8 @@
 
 use serde::Serialize;
 
-use crate::collect::analysis::{LeafAcc, Reason};
-use crate::collect::store::Ns;
+use crate::collect::analysis::gaps::{LeafAcc, Reason};
+use crate::collect::model::store::Ns;
 use crate::units::fmt_short;
 
 /// Typical gaps below this are launch overhead; at or above it, host work.
@@ -242,7 +242,7 @@ pub fn verdict(a: &LeafAcc, busy_frac: f64) -> Verdict {
 }
 
 /// A site's sentence: what its gaps were, by its verdict, with the verdict's figure; the cause
-/// a pattern names (`collect::patterns`) and why; and the fix.
+/// a pattern names (`collect::analysis::patterns`) and why; and the fix.
 pub fn text(
     v: Verdict,
     a: &LeafAcc,

@@ -1,4 +1,4 @@
-//! What the CPU did during a gap: the CPU samples (`collect::cpu`, taken from outside the
+//! What the CPU did during a gap: the CPU samples (`collect::sources::cpu`, taken from outside the
 //! program) of the thread that launched the op ending the gap, taken while the GPU waited.
 //!
 //! What a set of samples (one gap's, or all of a site's gaps') has in common is the frames that
@@ -11,8 +11,8 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use super::analysis::Gap;
-use super::store::{NameId, Ns, StackId, Store};
+use super::gaps::Gap;
+use crate::collect::model::store::{NameId, Ns, StackId, Store};
 
 /// The samples taken during a gap, on the thread that launched the op ending it.
 pub fn gap_samples(store: &Store, g: &Gap) -> Vec<StackId> {

@@ -34,9 +34,9 @@ use std::ops::Range;
 use rustc_hash::FxHashMap as HashMap;
 use serde::Serialize;
 
-use super::analysis::device_idle;
-use super::ranges::{family, is_step_name, Range as NvtxRange};
-use super::store::{NameId, Ns, Process, StackId, Store};
+use super::gaps::device_idle;
+use crate::collect::model::ranges::{family, is_step_name, Range as NvtxRange};
+use crate::collect::model::store::{NameId, Ns, Process, StackId, Store};
 use crate::frames::short_kernel;
 
 /// Where a capture's steps came from.

@@ -36,7 +36,7 @@ use perf_event::Clock;
 use self::clock::TimeBase;
 use self::perf::Failure;
 use self::unwind::{Elves, Space};
-use crate::collect::symbols::Symbolizer;
+use crate::collect::sources::symbols::Symbolizer;
 
 /// How often and how deep threads are sampled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

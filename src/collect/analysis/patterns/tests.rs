@@ -2,9 +2,9 @@
 //! spans of the launching thread during the gaps, and the ops' names.
 
 use super::*;
-use crate::collect::advice::{self, diagnose, Advice};
-use crate::collect::analysis::{Config, Window};
-use crate::collect::store::{ApiCall, ApiKind, CpuSample, GpuOp, LaneKey, OpKind, Span};
+use crate::collect::analysis::advice::{self, diagnose, Advice};
+use crate::collect::analysis::gaps::{Config, Window};
+use crate::collect::model::store::{ApiCall, ApiKind, CpuSample, GpuOp, LaneKey, OpKind, Span};
 
 const US: Ns = 1_000;
 
@@ -464,7 +464,7 @@ fn the_profilers_own_frames_are_never_a_site() {
 
 #[test]
 fn every_pattern_is_documented() {
-    let doc = include_str!("../../../docs/patterns.md");
+    let doc = include_str!("../../../../docs/patterns.md");
     for p in &PATTERNS {
         assert!(doc.contains(&format!("`{}`", p.id)), "{} not in docs", p.id);
         assert!(!p.fix.is_empty() && !p.reason.is_empty() && !p.verdicts.is_empty());

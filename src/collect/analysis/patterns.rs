@@ -2,11 +2,11 @@
 //! the fix for that cause, with its reason in a line. This table is the one place the
 //! patterns are kept; `docs/patterns.md` lists them for users.
 //!
-//! The evidence of a site (the code advice charges gaps to, `collect::advice`):
+//! The evidence of a site (the code advice charges gaps to, `collect::analysis::advice`):
 //! - its *launch stacks*: the frames of the calls that launched the ops after its gaps (Python
 //!   frames, native frames, a trace's CPU ops), each weighted by the gap time charged to it;
 //! - its *CPU during the gaps*: the CPU samples of the launching thread taken during the gaps
-//!   (`collect::oncpu`), or, in a trace without samples, the spans that thread was in at each
+//!   (`collect::analysis::oncpu`), or, in a trace without samples, the spans that thread was in at each
 //!   gap's middle, weighted by the gap's time;
 //! - the *ops* its gaps were charged to.
 //!
@@ -24,13 +24,13 @@
 //! | `backward` | launches under a backward op of a trace (`autograd::engine::evaluate_function: MulBackward0`, `MulBackward0`), or without Python frames under autograd's engine (`Engine::thread_main`, `Engine::evaluate_function`, `torch::autograd::generated::…`) in the launch stacks or the CPU | host work, launch-bound |
 //!
 //! The backward pattern names the forward op from the node (`MulBackward0` → `mul`) and,
-//! where the trace links the node to its forward op (`collect::fwdbwd`), the forward op's
+//! where the trace links the node to its forward op (`collect::sources::fwdbwd`), the forward op's
 //! code. Profiler frames (`torch/profiler/`, `torch/autograd/profiler.py`, gaptop's own) are
 //! never a site: [`is_profiler_frame`].
 
-use crate::collect::advice::Verdict;
-use crate::collect::analysis::{LeafAcc, Site};
-use crate::collect::store::{NameId, Ns, StackId, Store};
+use crate::collect::analysis::advice::Verdict;
+use crate::collect::analysis::gaps::{LeafAcc, Site};
+use crate::collect::model::store::{NameId, Ns, StackId, Store};
 
 /// One pattern of the table.
 pub struct Pattern {
@@ -261,7 +261,7 @@ fn collective(e: &Evidence) -> Option<Detail> {
     let ops: Vec<&str> = e.ops().collect();
     let comm = ops
         .iter()
-        .filter(|o| crate::collect::kineto::is_comm_kernel(o))
+        .filter(|o| crate::collect::sources::kineto::is_comm_kernel(o))
         .count();
     let by_ops = !ops.is_empty() && 2 * comm >= ops.len();
     (by_ops || e.in_launches(is_comm_frame)).then(Detail::default)

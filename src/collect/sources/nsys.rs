@@ -58,9 +58,9 @@ use rusqlite::{types::ValueRef, Connection, OpenFlags, Row};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use super::kineto::is_comm_kernel;
-use super::plausible::{self, Bulk, Verdict, What};
 use super::pybacktrace;
-use super::store::{
+use crate::collect::model::plausible::{self, Bulk, Verdict, What};
+use crate::collect::model::store::{
     ApiCall, ApiKind, CpuSample, GpuOp, LaneKey, NameId, Ns, OpKind, Span, StackId, Store,
     FLAG_COMM, MAX_TS,
 };
@@ -469,7 +469,7 @@ struct Import {
     /// correlation id of its own for a call that says where the node was captured.
     replayed: Vec<Replayed>,
     /// Where the bulk of the export's times lie, once its ops and calls are read
-    /// (`collect::plausible`).
+    /// (`collect::model::plausible`).
     bulk: Option<Bulk>,
 }
 
@@ -510,7 +510,7 @@ impl Import {
         self.store.notes.push(s);
     }
 
-    /// What `collect::plausible`'s rule says of a record: by its shape alone until the
+    /// What `collect::model::plausible`'s rule says of a record: by its shape alone until the
     /// export's bulk is known.
     fn verdict(&self, what: What, start: Ns, end: Ns) -> Option<Verdict> {
         match &self.bulk {
@@ -1347,7 +1347,9 @@ impl Import {
             raw.sort_unstable_by_key(|r| (r.start, std::cmp::Reverse(r.end), r.name));
             let nvtx = raw
                 .iter()
-                .map(|r| super::ranges::Range::new(r.start, r.end, r.name, r.domain))
+                .map(|r| {
+                    crate::collect::model::ranges::Range::new(r.start, r.end, r.name, r.domain)
+                })
                 .collect();
             self.store.procs[proc as usize].set_ranges(tid, nvtx);
             let mut spans: Vec<Span> = Vec::with_capacity(raw.len());

@@ -5,7 +5,7 @@
 //! and report reads it. Ops in a lane stay sorted by start time so a time window is two binary
 //! searches, and the lane keeps its cumulative busy time every 32 ops, so the busy time of any
 //! range is a subtraction: drawing costs grow with the screen, not with the trace. Ops are
-//! packed in 24 bytes (`collect::lane`) and calls in 32 (`collect::calls`), found by
+//! packed in 24 bytes (`collect::model::lane`) and calls in 32 (`collect::model::calls`), found by
 //! correlation id without a hash map; both are read as `GpuOp` and `ApiCall` values.
 //!
 //! Memory is bounded by a budget: when the estimate passes it, the oldest ops and API calls leave
@@ -254,7 +254,7 @@ pub struct Process {
     pub pid: u32,
     pub rank: i32,
     pub label: String,
-    /// The calls in the order stored, found by correlation id (`collect::calls`).
+    /// The calls in the order stored, found by correlation id (`collect::model::calls`).
     calls: super::calls::Calls,
     /// Sync and wait calls sorted by end (they explain gaps).
     pub blocking: Vec<ApiCall>,
@@ -272,7 +272,7 @@ pub struct Process {
     /// The process is known from CPU samples only (no collector has said hello for it yet).
     pub from_samples: bool,
     /// NVTX ranges (and traces' user annotations) per thread, sorted by start
-    /// (`collect::ranges`: live sources add them with `Store::add_ranges`, traces with
+    /// (`collect::model::ranges`: live sources add them with `Store::add_ranges`, traces with
     /// `Process::set_ranges`), and GPU-side ones per (device, stream).
     pub ranges: HashMap<u32, Vec<super::ranges::Range>>,
     pub gpu_ranges: HashMap<(u32, u32), Vec<super::ranges::Range>>,
@@ -422,8 +422,8 @@ fn span_stack_at(spans: &HashMap<u32, Vec<Span>>, tid: u32, t: Ns) -> StackId {
     0
 }
 
-/// Bytes the store charges per op and per API call: what each is packed in (`collect::lane`,
-/// `collect::calls`; their indexes add under a byte).
+/// Bytes the store charges per op and per API call: what each is packed in (`collect::model::lane`,
+/// `collect::model::calls`; their indexes add under a byte).
 pub const OP_BYTES: usize = 24;
 pub const API_BYTES: usize = 32;
 
@@ -442,7 +442,7 @@ pub struct Store {
     pub dropped: u64,
     /// Events a source skipped as unknown or irrelevant, by reason.
     pub skipped: std::collections::BTreeMap<String, u64>,
-    /// Records dropped because their times cannot be right (`collect::plausible`), with an
+    /// Records dropped because their times cannot be right (`collect::model::plausible`), with an
     /// example of each cause (also counted in `skipped`).
     pub dropped_times: super::plausible::Drops,
     /// Total ops ever added.
@@ -473,7 +473,7 @@ pub struct Store {
     /// and what it lacked and what that costs (an Nsight Systems export without call chains).
     pub notes: Vec<String>,
     /// A backward op's span stack to the stack of the forward op that made its autograd node
-    /// (Kineto's sequence numbers; `collect::fwdbwd`).
+    /// (Kineto's sequence numbers; `collect::sources::fwdbwd`).
     pub forward_of: HashMap<StackId, StackId>,
 }
 

@@ -1,17 +1,17 @@
 //! What to fix: the gap time of a window grouped by the code that launched it (the innermost
 //! Python frame, else the innermost frame; never the profiler's own, see [`site_of`]), with a
-//! verdict on why the GPU waited there (`collect::verdict`), the cause a pattern of its
-//! evidence names (`collect::patterns`), what a fix would save a step, and the fix: the
+//! verdict on why the GPU waited there (`collect::analysis::verdict`), the cause a pattern of its
+//! evidence names (`collect::analysis::patterns`), what a fix would save a step, and the fix: the
 //! pattern's, else the usual remedy for the verdict in the framework the code runs on.
 //!
-//! With steps (the program's iterations, `collect::steps`), a site whose gaps occur in at least
+//! With steps (the program's iterations, `collect::analysis::steps`), a site whose gaps occur in at least
 //! half of the steady steps is *recurring* and ranked by its idle a step; gaps outside the
 //! steady state or of sites that do not recur are *one-offs*, counted apart and never ranked
 //! above a recurring site. Without steps, a gap of a millisecond or more and 50 times its
 //! site's typical gap stands out as a one-off.
 //!
 //! The saving a step (`saving_ns`) is the median over the steady steps of what the usual fix
-//! removes from the site's gaps in that step: each gap less [`analysis::GRAPH_GAP_NS`] (the spacing that
+//! removes from the site's gaps in that step: each gap less [`gaps::GRAPH_GAP_NS`] (the spacing that
 //! stays between kernels replayed from a CUDA graph) for `launch_bound`; all of it for
 //! `host_work`, `sync` and `slow_launch`; nothing for `busy`, `event_wait`, `graph` and
 //! `unknown`, and nothing for sites that do not recur.
@@ -20,13 +20,13 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use crate::collect::analysis::{self, Config, Gap, LeafAcc, Site, Summary, Window};
-use crate::collect::oncpu::JsonCpu;
-use crate::collect::patterns;
-use crate::collect::steps::{self, Steps};
-use crate::collect::store::{NameId, Ns, StackId, Store};
-use crate::collect::verdict::{self as vd, GapFigure};
-pub use crate::collect::verdict::{fix, Framework, Verdict, HOST_WORK_NS};
+use crate::collect::analysis::gaps::{self, Config, Gap, LeafAcc, Site, Summary, Window};
+use crate::collect::analysis::oncpu::JsonCpu;
+use crate::collect::analysis::patterns;
+use crate::collect::analysis::steps::{self, Steps};
+use crate::collect::analysis::verdict::{self as vd, GapFigure};
+pub use crate::collect::analysis::verdict::{fix, Framework, Verdict, HOST_WORK_NS};
+use crate::collect::model::store::{NameId, Ns, StackId, Store};
 use crate::units::fmt_short;
 
 #[derive(Clone, Debug, Serialize)]
@@ -66,7 +66,7 @@ pub struct Advice {
     /// What the launching threads did during the gaps, where the program was sampled.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu: Option<JsonCpu>,
-    /// The cause a pattern of its evidence names (`collect::patterns`: its id, its name in
+    /// The cause a pattern of its evidence names (`collect::analysis::patterns`: its id, its name in
     /// words and why its fix), when one matches.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cause: Option<&'static str>,
@@ -182,7 +182,7 @@ pub fn cpu_line(a: &Advice) -> Option<String> {
         .collect();
     Some(format!(
         "CPU during its gaps: {} ({} samples, on CPU {:.0}% of the gaps)",
-        crate::collect::oncpu::headline(&frames)?,
+        crate::collect::analysis::oncpu::headline(&frames)?,
         c.samples,
         100.0 * c.on_cpu
     ))
@@ -513,7 +513,7 @@ pub fn diagnose(
 ) -> Diagnosis {
     // The steps are found beside the ops' part of the summary.
     let find = || steps::find(store, w.lo(), w.hi(), step_by).map(std::borrow::Cow::Owned);
-    let (summary, steps) = analysis::summarize_finding(store, w, cfg, top, 0, find);
+    let (summary, steps) = gaps::summarize_finding(store, w, cfg, top, 0, find);
     let steps = steps.map(std::borrow::Cow::into_owned);
     let advice = advise(store, &summary, usize::MAX);
     Diagnosis {
@@ -526,7 +526,7 @@ pub fn diagnose(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::collect::analysis::Reason;
+    use crate::collect::analysis::gaps::Reason;
 
     #[test]
     fn one_off_time_is_split_from_the_typical_gaps() {

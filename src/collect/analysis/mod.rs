@@ -1,0 +1,11 @@
+//! The analysis: what the model's records mean. The gaps between a lane's ops and why the GPU
+//! waited in each, the program's steps, the sites that launched the waiting work and what to
+//! fix there, what the CPU did meanwhile, and the stalls between ranks.
+
+pub mod advice;
+pub mod comm;
+pub mod gaps;
+pub mod oncpu;
+pub mod patterns;
+pub mod steps;
+pub mod verdict;
