@@ -111,7 +111,7 @@ pub fn site_of(store: &Store, stack: StackId) -> NameId {
                 let s = store.names.get(*f);
                 s.contains(".py(") || patterns::is_comm_frame(s)
             };
-            let node = |f: &&NameId| patterns::backward_node(name(f)).is_some();
+            let node = |f: &&NameId| crate::frames::backward_node(name(f)).is_some();
             (!frames.iter().any(other))
                 .then(|| frames.iter().rev().find(node))
                 .flatten()

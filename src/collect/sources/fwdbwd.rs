@@ -77,8 +77,8 @@ impl Links {
                 continue;
             };
             let name = |s: StackId| store.names.get(store.stacks.node(s).frame);
-            let want = crate::collect::analysis::patterns::backward_node(name(stack))
-                .and_then(crate::collect::analysis::patterns::forward_op);
+            let want =
+                crate::frames::backward_node(name(stack)).and_then(crate::frames::forward_op);
             let latest = |keep: &dyn Fn(&Fwd) -> bool| {
                 cands
                     .iter()

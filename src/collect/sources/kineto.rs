@@ -26,6 +26,7 @@ use crate::collect::model::records::{
     ApiCall, ApiKind, GpuOp, LaneKey, NameId, Ns, OpKind, Span, StackId, FLAG_COMM,
 };
 use crate::collect::model::store::Store;
+use crate::frames::is_comm_kernel;
 
 /// The fields of one event that gaptop reads, borrowed from the event's bytes. Values are
 /// kept as raw JSON text; strings are decoded only when read.
@@ -854,14 +855,6 @@ fn user_annotations(raw: &[RawSpan]) -> Vec<Range> {
         .collect()
 }
 
-/// NCCL and other collective kernels are communication, not compute.
-pub fn is_comm_kernel(name: &str) -> bool {
-    name.starts_with("ncclKernel")
-        || name.starts_with("ncclDevKernel")
-        || name.contains("nccl")
-        || name.starts_with("cross_device_reduce")
-}
-
 /// Opens a file, gunzipping when it starts with the gzip magic.
 pub fn open_maybe_gz(path: &Path) -> anyhow::Result<Box<dyn Read + Send>> {
     let mut r = open_plain_or_gz(path)?;
@@ -1329,15 +1322,5 @@ mod tests {
         assert_eq!(stream_of_tid(Some(b"\"stream 7\"")), Some(7));
         assert_eq!(stream_of_tid(Some(b"\"stream 7 user\"")), None);
         assert_eq!(stream_of_tid(Some(b"7")), None);
-    }
-
-    #[test]
-    fn comm_kernels() {
-        assert!(is_comm_kernel(
-            "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
-        ));
-        assert!(!is_comm_kernel(
-            "void at::native::vectorized_elementwise_kernel"
-        ));
     }
 }

@@ -58,7 +58,6 @@ use anyhow::{anyhow, bail};
 use rusqlite::{types::ValueRef, Connection, OpenFlags, Row};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
-use super::kineto::is_comm_kernel;
 use super::pybacktrace;
 use crate::collect::model::plausible::{self, Bulk, Verdict, What};
 use crate::collect::model::records::{
@@ -66,6 +65,7 @@ use crate::collect::model::records::{
     MAX_TS,
 };
 use crate::collect::model::store::Store;
+use crate::frames::is_comm_kernel;
 
 /// The first bytes of every SQLite database.
 pub const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
