@@ -25,7 +25,7 @@ use crate::collect::analysis::oncpu::JsonCpu;
 use crate::collect::analysis::patterns;
 use crate::collect::analysis::steps::{self, Steps};
 use crate::collect::analysis::verdict::{self as vd, GapFigure};
-pub use crate::collect::analysis::verdict::{fix, Framework, Verdict, HOST_WORK_NS};
+use crate::collect::analysis::verdict::{fix, Framework, Verdict};
 use crate::collect::model::records::{NameId, Ns, StackId};
 use crate::collect::model::store::Store;
 use crate::units::fmt_short;
