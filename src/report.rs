@@ -7,7 +7,8 @@ mod text;
 
 pub use text::{text, MAX_LINES};
 
-use crate::collect::analysis::gaps::{Category, Config, Gap, Reason, Summary, Window};
+use crate::collect::analysis::gaps::{Category, Config, Gap, Reason, Window};
+use crate::collect::analysis::summary::Summary;
 use crate::collect::model::records::{NameId, Ns, StackId};
 use crate::collect::model::store::Store;
 

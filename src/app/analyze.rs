@@ -12,6 +12,7 @@
 //! the window's steps are those of them that lie in the window, and what to fix counts its
 //! per-step figures over those.
 
+use crate::collect::analysis::summary;
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::mpsc::TryRecvError;
@@ -22,8 +23,10 @@ use super::tree::{build_rows, path_ids, TreeRow};
 use super::{App, MAX_GAPS};
 use crate::collect::analysis::advice::{self, Advice, Diagnosis};
 use crate::collect::analysis::comm::CommReport;
-use crate::collect::analysis::gaps::{self, CallTree, Config, Gap, Summary, Window};
+use crate::collect::analysis::gaps::{self, Config, Gap, Window};
 use crate::collect::analysis::steps::{self, Steps};
+use crate::collect::analysis::summary::Summary;
+use crate::collect::analysis::tree::CallTree;
 use crate::collect::model::store::Store;
 use crate::units::Ns;
 
@@ -148,7 +151,7 @@ pub fn analyse(
                 .and_then(|all| steps_within(all, lo, hi))
                 .map(Cow::Owned)
         };
-        gaps::summarize_finding(
+        summary::summarize_finding(
             store,
             Window::new(lo, hi),
             &key.cfg,

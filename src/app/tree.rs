@@ -7,7 +7,8 @@ use std::collections::HashSet;
 use tui_tree_widget::TreeState;
 
 use super::{App, Cache, Focus, GapKey};
-use crate::collect::analysis::gaps::{CallTree, Gap};
+use crate::collect::analysis::gaps::Gap;
+use crate::collect::analysis::tree::CallTree;
 use crate::collect::model::records::NameId;
 use crate::collect::model::store::Store;
 use crate::frames::{is_plumbing, pretty_frame};

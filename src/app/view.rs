@@ -3,6 +3,7 @@
 //! piece of text here says what it is (a [`Tone`], a [`Cause`], a kind of cell), and the views
 //! choose the colours.
 
+use crate::collect::analysis::rate;
 use std::collections::HashMap;
 
 use ratatui::layout::Rect;
@@ -597,7 +598,7 @@ impl App {
             return vm;
         }
         let n = (inner.width - LABEL_W) as usize;
-        let bins = gaps::rate_bins(&self.store, self.lo, self.hi, n);
+        let bins = rate::rate_bins(&self.store, self.lo, self.hi, n);
         let most = bins.iter().map(|b| b.ops).max().unwrap_or(0).max(1) as f64;
         vm.launches = bins
             .iter()

@@ -336,7 +336,7 @@ impl Metrics {
     }
 
     fn add_sites(&self, store: &Store, w: Window, cfg: &Config) {
-        let s = crate::collect::analysis::gaps::summarize(store, w, cfg, 0);
+        let s = crate::collect::analysis::summary::summarize(store, w, cfg, 0);
         let folded = crate::report::folded(store, &s);
         let mut sites = self.sites.lock().unwrap_or_else(|e| e.into_inner());
         for line in folded.lines() {

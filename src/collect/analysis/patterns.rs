@@ -28,7 +28,7 @@
 //! code. Profiler frames (`torch/profiler/`, `torch/autograd/profiler.py`, gaptop's own) are
 //! never a site: [`is_profiler_frame`].
 
-use crate::collect::analysis::gaps::{LeafAcc, Site};
+use crate::collect::analysis::site::{LeafAcc, Site};
 use crate::collect::analysis::verdict::Verdict;
 use crate::collect::model::records::{NameId, Ns, StackId};
 use crate::collect::model::store::Store;

@@ -20,7 +20,8 @@
 
 use serde::Serialize;
 
-use crate::collect::analysis::gaps::{LeafAcc, Reason};
+use crate::collect::analysis::gaps::Reason;
+use crate::collect::analysis::site::LeafAcc;
 use crate::collect::model::records::Ns;
 use crate::units::fmt_short;
 
