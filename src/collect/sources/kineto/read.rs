@@ -4,12 +4,20 @@
 
 use std::io::Read;
 use std::path::Path;
+use std::sync::mpsc::{sync_channel, Receiver};
 
 use super::builder::Builder;
 use super::files::{file_label, open_maybe_gz, rank_in_name, Header, MAX_BASE_NS};
 use super::members::{spans, Spans};
 use crate::collect::model::store::Store;
 use crate::collect::sources::jsonscan::Scanner;
+
+/// Bytes of events a batch holds before it is handed on: few, so that what the reading holds
+/// at once is a few hundred KiB (an event longer than this makes a batch of its own).
+const BATCH_BYTES: usize = 256 << 10;
+/// Batches in flight at most: one each being split, scanned and read, and one waiting. The
+/// splitter reuses those the reader gives back, and waits for one when all are out.
+const BATCHES: usize = 4;
 
 /// A run of whole events copied out of the splitter's buffer: bytes, each event's range and
 /// offset in the trace, and where its members lie when the splitter read them.
@@ -22,10 +30,46 @@ struct Batch {
 impl Batch {
     fn new() -> Batch {
         Batch {
-            bytes: Vec::with_capacity(2 << 20),
+            bytes: Vec::with_capacity(BATCH_BYTES),
             events: Vec::new(),
             spans: Vec::new(),
         }
+    }
+
+    /// Whether `ev` would take the batch past [`BATCH_BYTES`]: it is handed on first.
+    fn full_for(&self, ev: &[u8]) -> bool {
+        !self.events.is_empty() && self.bytes.len() + ev.len() > BATCH_BYTES
+    }
+
+    /// Empties the batch for the splitter to fill again (what a long event grew it to is let
+    /// go).
+    fn clear(&mut self) {
+        if self.bytes.capacity() > 2 * BATCH_BYTES {
+            self.bytes = Vec::with_capacity(BATCH_BYTES);
+        }
+        self.bytes.clear();
+        self.events.clear();
+        self.spans.clear();
+    }
+}
+
+/// The splitter's empty batches: new ones up to [`BATCHES`], then those the reader gave back.
+struct Pool {
+    made: usize,
+    back: Receiver<Batch>,
+}
+
+impl Pool {
+    /// An empty batch; None once the reader stopped.
+    fn take(&mut self) -> Option<Batch> {
+        if let Ok(b) = self.back.try_recv() {
+            return Some(b);
+        }
+        if self.made < BATCHES {
+            self.made += 1;
+            return Some(Batch::new());
+        }
+        self.back.recv().ok()
     }
 }
 
@@ -38,29 +82,36 @@ enum Piece {
 impl Builder {
     /// Reads one trace into the current file, returning its header. One thread splits the
     /// JSON into events, a second finds each event's members, and this one reads them into
-    /// the store: the three parts of the work overlap.
+    /// the store: the three parts of the work overlap, and hand each other at most
+    /// [`BATCHES`] batches of events, which go round.
     pub fn read(&mut self, r: impl Read + Send) -> anyhow::Result<Header> {
-        let (tx, split) = std::sync::mpsc::sync_channel::<Result<Piece, String>>(2);
-        let (read, rx) = std::sync::mpsc::sync_channel::<Result<Piece, String>>(2);
+        let (tx, split) = sync_channel::<Result<Piece, String>>(2);
+        let (read, rx) = sync_channel::<Result<Piece, String>>(2);
+        let (give, back) = sync_channel::<Batch>(BATCHES);
         let parsed: Result<Header, String> = std::thread::scope(|scope| {
             scope.spawn(move || {
-                let mut batch = Batch::new();
+                let mut pool = Pool { made: 0, back };
+                let mut batch = pool.take();
                 let mut header = Header::default();
                 let res = Scanner::new(r).for_each_event_and_member(
                     |ev, at| {
-                        let s = batch.bytes.len();
-                        batch.bytes.extend_from_slice(ev);
-                        batch.events.push((s, batch.bytes.len(), at));
-                        if batch.bytes.len() >= 2 << 20 {
-                            let full = std::mem::replace(&mut batch, Batch::new());
-                            tx.send(Ok(Piece::Events(full)))
-                                .map_err(|_| "stopped".to_string())?;
+                        let stopped = || "stopped".to_string();
+                        let mut b = batch.take().ok_or_else(stopped)?;
+                        if b.full_for(ev) {
+                            tx.send(Ok(Piece::Events(b))).map_err(|_| stopped())?;
+                            b = pool.take().ok_or_else(stopped)?;
                         }
+                        let s = b.bytes.len();
+                        b.bytes.extend_from_slice(ev);
+                        b.events.push((s, b.bytes.len(), at));
+                        batch = Some(b);
                         Ok(())
                     },
                     |k, v| header.member(k, v),
                 );
-                let _ = tx.send(Ok(Piece::Events(batch)));
+                if let Some(b) = batch {
+                    let _ = tx.send(Ok(Piece::Events(b)));
+                }
                 let _ = tx.send(match res {
                     Ok(_) => Ok(Piece::Header(header)),
                     Err(e) => Err(e.to_string()),
@@ -70,11 +121,12 @@ impl Builder {
             scope.spawn(move || {
                 for mut msg in split {
                     if let Ok(Piece::Events(b)) = &mut msg {
-                        b.spans = b
-                            .events
-                            .iter()
-                            .map(|&(s, e, _)| spans(&b.bytes[s..e]))
-                            .collect();
+                        let Batch {
+                            bytes,
+                            events,
+                            spans: found,
+                        } = b;
+                        found.extend(events.iter().map(|&(s, e, _)| spans(&bytes[s..e])));
                     }
                     if read.send(msg).is_err() {
                         break;
@@ -84,7 +136,7 @@ impl Builder {
             let mut header = Header::default();
             for msg in rx {
                 match msg? {
-                    Piece::Events(batch) => {
+                    Piece::Events(mut batch) => {
                         for (i, &(s, e, at)) in batch.events.iter().enumerate() {
                             let ev = &batch.bytes[s..e];
                             match batch.spans.get(i).copied().flatten() {
@@ -93,6 +145,8 @@ impl Builder {
                             }
                             .map_err(|m| format!("event at byte {at}: {m}"))?;
                         }
+                        batch.clear();
+                        let _ = give.try_send(batch);
                     }
                     Piece::Header(h) => header = h,
                 }
