@@ -174,9 +174,7 @@ impl Calls {
 
     /// Sorts the calls by (start, id) and indexes them afresh.
     pub fn reindex(&mut self) {
-        self.calls
-            .make_contiguous()
-            .sort_by_key(|a| (a.start, a.corr));
+        self.calls.sort_by_key(|a| (a.start, a.corr));
         self.calls.shrink_to_fit();
         self.top = 0;
         self.tops.clear();

@@ -204,6 +204,49 @@ impl<T: Copy> Chunked<T> {
         }
     }
 
+    /// Sorts the entries by `key`, stably, where they are: entries already in order cost one
+    /// pass; others are sorted as their keys (each with its place, so equal keys keep their
+    /// order) and moved along the permutation's cycles, so the entries are never held twice.
+    pub fn sort_by_key<K: Ord>(&mut self, mut key: impl FnMut(&T) -> K) {
+        let mut prev: Option<K> = None;
+        let sorted = self.iter().all(|x| {
+            let k = key(x);
+            let ok = prev.as_ref().is_none_or(|p| *p <= k);
+            prev = Some(k);
+            ok
+        });
+        if sorted {
+            return;
+        }
+        if u32::try_from(self.len).is_err() {
+            return self.make_contiguous().sort_by_key(key);
+        }
+        let mut keys: Vec<(K, u32)> = self
+            .iter()
+            .enumerate()
+            .map(|(i, x)| (key(x), i as u32))
+            .collect();
+        keys.sort_unstable();
+        // `keys[j].1`: the place of the entry that goes to place j, until it is there.
+        for start in 0..self.len {
+            if keys[start].1 as usize == start {
+                continue;
+            }
+            let first = self[start];
+            let mut j = start;
+            loop {
+                let k = keys[j].1 as usize;
+                keys[j].1 = j as u32;
+                if k == start {
+                    self[j] = first;
+                    break;
+                }
+                self[j] = self[k];
+                j = k;
+            }
+        }
+    }
+
     /// Keeps only the entries for which `keep` holds, in their order (as one chunk).
     pub fn retain(&mut self, keep: impl FnMut(&T) -> bool) {
         self.make_contiguous();
@@ -353,6 +396,32 @@ mod tests {
                     sorted.partition_point(|&v| v < t)
                 );
             }
+        }
+    }
+
+    /// Sorting where the entries are is a stable sort, over chunks and a front taken from.
+    #[test]
+    fn sorts_in_place_as_a_stable_sort() {
+        let mut x = 7u32;
+        for n in [0usize, 1, 2, 9, 4096, 4097, 3 * 4096 + 17] {
+            let mut c: Chunked<(u32, u32)> = Chunked::default();
+            for i in 0..n as u32 + 5 {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                // Few distinct keys: many ties, whose order must stay.
+                c.push_back((x % 97, i));
+            }
+            for _ in 0..5 {
+                c.pop_front();
+            }
+            let mut want: Vec<(u32, u32)> = c.iter().copied().collect();
+            want.sort_by_key(|e| e.0);
+            c.sort_by_key(|e| e.0);
+            assert!(c.iter().eq(want.iter()), "{n} entries");
+            // Sorted already: nothing moves.
+            c.sort_by_key(|e| e.0);
+            assert!(c.iter().eq(want.iter()));
         }
     }
 }

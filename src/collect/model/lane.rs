@@ -359,30 +359,16 @@ impl Lane {
     /// Sorts the ops by (start, end, correlation), gives back unused room and recomputes
     /// every mark from 0.
     pub(crate) fn finish_bulk(&mut self) {
-        let key = |p: &Packed| (p.start, self.end_of(p), p.corr);
-        let sorted = {
-            let mut it = self.ops.iter().map(key);
-            let mut prev = it.next();
-            it.all(|k| {
-                let ok = prev.is_none_or(|p| p <= k);
-                prev = Some(k);
-                ok
-            })
+        let wide = std::mem::take(&mut self.wide);
+        let end = |p: &Packed| {
+            if p.meta & WIDE == 0 {
+                p.start.wrapping_add(p.dur as Ns)
+            } else {
+                p.start.wrapping_add(wide.get(p.dur).dur)
+            }
         };
-        if !sorted {
-            let wide = std::mem::take(&mut self.wide);
-            let end = |p: &Packed| {
-                if p.meta & WIDE == 0 {
-                    p.start.wrapping_add(p.dur as Ns)
-                } else {
-                    p.start.wrapping_add(wide.get(p.dur).dur)
-                }
-            };
-            self.ops
-                .make_contiguous()
-                .sort_by_key(|p| (p.start, end(p), p.corr));
-            self.wide = wide;
-        }
+        self.ops.sort_by_key(|p| (p.start, end(p), p.corr));
+        self.wide = wide;
         self.ops.shrink_to_fit();
         self.remark_from(0, true);
     }
