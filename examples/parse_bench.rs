@@ -7,15 +7,23 @@
 //! `--pairs N` (issue 18's import target) generates N GPU ops each with its launch call, two
 //! events an op (a `cudaLaunchKernel` runtime event and a kernel event with Kineto's argument
 //! set, one event a line, no flow events), times `gaptop report` on it in a child (best and
-//! median of `REPEAT` runs, default 3), and measures in this process the heap the store keeps
-//! per GPU op with its launch call: loaded from that file, and live (the same ops and calls
-//! as wire records through `Ingest`, the path the live socket takes).
+//! median of `REPEAT` runs, default 3, each child's own peak RSS), and measures in this
+//! process the heap the store keeps per GPU op with its launch call: loaded from that file,
+//! and live (the same ops and calls as wire records through `Ingest`, the path the live
+//! socket takes), and the peak of the load itself (RSS above where it began).
 //!
 //! cargo run --release --example parse_bench -- --pairs 1000000
 //!
+//! `--short` makes the `--pairs` trace's argument sets short (a kernel's `device`, `stream` and
+//! `correlation`, a call's `correlation`): fewer bytes an op, the same ops. `OLD=PATH` also
+//! runs the gaptop binary at PATH on the same trace, interleaved with this build's runs, and
+//! prints both (issue 32: side by side in one run).
+//!
+//! `--pairs-file PATH` measures a `--pairs` trace already written (`--generate`) instead.
+//!
 //! With no arguments it does both: rows of 1M and 10M events, then `--pairs 1000000`.
-//! `--generate N PATH` only writes the `--pairs` trace of N ops to PATH (bench/same_reports.sh
-//! reports on one).
+//! `--generate N PATH` only writes the `--pairs` trace of N ops to PATH (with `--short` before
+//! it, the short one; bench/same_reports.sh reports on one).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::Write;
@@ -148,16 +156,25 @@ fn generate(path: &Path, n: u64) -> std::io::Result<u64> {
 }
 
 /// Writes a trace of `ops` GPU ops each with its launch call: two events an op, one a line
-/// (the densest layout of Kineto's events: no spaces), no flow events.
-fn generate_pairs(path: &Path, ops: u64) -> std::io::Result<u64> {
+/// (the densest layout of Kineto's events: no spaces), no flow events. `short`: the argument
+/// sets only what gaptop reads of them (a kernel's device, stream and correlation id, a
+/// call's correlation id), about 390 bytes an op against 690.
+fn generate_pairs(path: &Path, ops: u64, short: bool) -> std::io::Result<u64> {
     let mut f = trace_file(path)?;
     for op in gen_ops().take(ops as usize) {
         let GenOp {
             corr, api, k0, kd, ..
         } = op;
         let sep = if corr == 1 { "" } else { ",\n" };
-        writeln!(f, "{sep}{{\"ph\":\"X\",\"cat\":\"cuda_runtime\",\"name\":\"cudaLaunchKernel\",\"pid\":1871,\"tid\":1871,\"ts\":{},\"dur\":{},\"args\":{{\"External id\":{corr},\"cbid\":211,\"correlation\":{corr}}}}},", us(api), us(API_NS))?;
-        write!(f, "{{\"ph\":\"X\",\"cat\":\"kernel\",\"name\":\"{}\",\"pid\":0,\"tid\":7,\"ts\":{},\"dur\":{},\"args\":{{\"External id\":{corr},\"queued\":0,\"device\":0,\"context\":1,\"stream\":7,\"correlation\":{corr},\"registers per thread\":44,\"shared memory\":0,\"blocks per SM\":0.007576,\"warps per SM\":0.060606,\"grid\":[1,1,1],\"block\":[256,1,1],\"est. achieved occupancy %\":0}}}}", NAMES[op.name], us(k0), us(kd))?;
+        let (api, k0, kd, dur) = (us(api), us(k0), us(kd), us(API_NS));
+        let name = NAMES[op.name];
+        if short {
+            writeln!(f, "{sep}{{\"ph\":\"X\",\"cat\":\"cuda_runtime\",\"name\":\"cudaLaunchKernel\",\"pid\":1871,\"tid\":1871,\"ts\":{api},\"dur\":{dur},\"args\":{{\"correlation\":{corr}}}}},")?;
+            write!(f, "{{\"ph\":\"X\",\"cat\":\"kernel\",\"name\":\"{name}\",\"pid\":0,\"tid\":7,\"ts\":{k0},\"dur\":{kd},\"args\":{{\"device\":0,\"stream\":7,\"correlation\":{corr}}}}}")?;
+            continue;
+        }
+        writeln!(f, "{sep}{{\"ph\":\"X\",\"cat\":\"cuda_runtime\",\"name\":\"cudaLaunchKernel\",\"pid\":1871,\"tid\":1871,\"ts\":{api},\"dur\":{dur},\"args\":{{\"External id\":{corr},\"cbid\":211,\"correlation\":{corr}}}}},")?;
+        write!(f, "{{\"ph\":\"X\",\"cat\":\"kernel\",\"name\":\"{name}\",\"pid\":0,\"tid\":7,\"ts\":{k0},\"dur\":{kd},\"args\":{{\"External id\":{corr},\"queued\":0,\"device\":0,\"context\":1,\"stream\":7,\"correlation\":{corr},\"registers per thread\":44,\"shared memory\":0,\"blocks per SM\":0.007576,\"warps per SM\":0.060606,\"grid\":[1,1,1],\"block\":[256,1,1],\"est. achieved occupancy %\":0}}}}")?;
     }
     end_trace(path, f)
 }
@@ -176,11 +193,7 @@ fn max_rss_children_kib() -> i64 {
 /// Runs `gaptop report` on a trace in a child; its time and its JSON report.
 fn time_report(bin: &Path, path: &Path) -> (f64, serde_json::Value) {
     let t = Instant::now();
-    let out = Command::new(bin)
-        .args(["report", "--format", "json", "--top", "10"])
-        .arg(path)
-        .output()
-        .unwrap();
+    let out = report_command(bin, path).output().unwrap();
     let secs = t.elapsed().as_secs_f64();
     assert!(
         out.status.success(),
@@ -188,6 +201,38 @@ fn time_report(bin: &Path, path: &Path) -> (f64, serde_json::Value) {
         String::from_utf8_lossy(&out.stderr)
     );
     (secs, serde_json::from_slice(&out.stdout).unwrap())
+}
+
+fn report_command(bin: &Path, path: &Path) -> Command {
+    let mut c = Command::new(bin);
+    c.args(["report", "--format", "json", "--top", "10"])
+        .arg(path);
+    c
+}
+
+/// One run of `gaptop report` in a child of its own: its time, its own peak RSS (KiB) and
+/// its JSON report. The run is made by a copy of this program (`--child`), whose children's
+/// peak is that one child's.
+fn measured_report(bin: &Path, path: &Path) -> (f64, i64, serde_json::Value) {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .arg("--child")
+        .args([bin, path])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let (first, json) = text.split_once('\n').unwrap_or((&text, ""));
+    let mut f = first.split(' ');
+    let mut next = || f.next().and_then(|v| v.parse::<f64>().ok());
+    let (Some(secs), Some(kib)) = (next(), next()) else {
+        panic!("{}{}", text, String::from_utf8_lossy(&out.stderr));
+    };
+    (secs, kib as i64, serde_json::from_str(json).unwrap())
+}
+
+/// `--child BIN PATH`: runs the report, then prints its time and peak RSS, then the report.
+fn child(bin: &Path, path: &Path) {
+    let (secs, j) = time_report(bin, path);
+    println!("{secs} {}\n{j}", max_rss_children_kib());
 }
 
 fn hta_available() -> bool {
@@ -335,78 +380,121 @@ fn live_bytes(ops: u64) -> (isize, u64) {
     (kept, n)
 }
 
-/// Issue 18's target: `ops` GPU ops each with its launch call.
-fn pairs(bin: &Path, dir: &Path, ops: u64) {
+/// The kB a `/proc/self/status` line gives (0 where it cannot be read).
+fn status_kib(key: &str) -> i64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Issue 18's target: `ops` GPU ops each with its launch call (`short`: short argument
+/// sets), or the `--pairs` trace at `given`. With `OLD` set, that binary's runs are made
+/// between this build's, on the same file.
+fn pairs(bin: &Path, dir: &Path, ops: u64, short: bool, given: Option<PathBuf>) {
     use gaptop::collect::analysis::gaps::{Config, Window};
-    let path = dir.join(format!("gaptop-bench-pairs-{ops}.json"));
-    let bytes = generate_pairs(&path, ops).expect("generate");
+    let made = given.is_none();
+    let path = given.unwrap_or_else(|| {
+        let kind = if short { "short-pairs" } else { "pairs" };
+        let path = dir.join(format!("gaptop-bench-{kind}-{ops}.json"));
+        generate_pairs(&path, ops, short).expect("generate");
+        path
+    });
+    let bytes = std::fs::metadata(&path).expect("the trace").len();
     let repeat: usize = std::env::var("REPEAT")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(3)
         .max(1);
-    let mut times: Vec<f64> = Vec::new();
+    let mut bins = vec![("this build".to_string(), bin.to_path_buf())];
+    if let Some(old) = std::env::var_os("OLD") {
+        bins.push(("OLD".to_string(), PathBuf::from(old)));
+    }
+    // Each binary's runs: (s, peak KiB), interleaved.
+    let mut runs: Vec<Vec<(f64, i64)>> = vec![Vec::new(); bins.len()];
     let mut reported = serde_json::Value::Null;
     for _ in 0..repeat {
-        let (secs, j) = time_report(bin, &path);
-        times.push(secs);
-        reported = j["gpu_ops"].clone();
+        for (i, (_, b)) in bins.iter().enumerate() {
+            let (secs, kib, j) = measured_report(b, &path);
+            runs[i].push((secs, kib));
+            reported = j["gpu_ops"].clone();
+        }
     }
-    times.sort_by(f64::total_cmp);
-    let (best, median) = (times[0], times[times.len() / 2]);
+    let ops = reported.as_u64().unwrap_or(ops);
+    let mb = bytes as f64 / 1e6;
+    println!(
+        "{} GPU ops with their launches, {} events, {mb:.0} MB{}:",
+        ops,
+        2 * ops,
+        if short { " (short argument sets)" } else { "" }
+    );
+    println!(
+        "  {:<12} {:<24} {:>7} {:>7} {:>7} {:>7} {:>9} {:>9}",
+        "binary", "runs, s", "best s", "MB/s", "med s", "Mops/s", "peak MiB", "peak B/op"
+    );
+    for ((name, _), r) in bins.iter().zip(&runs) {
+        let each: Vec<String> = r.iter().map(|(s, _)| format!("{s:.2}")).collect();
+        let mut times: Vec<f64> = r.iter().map(|x| x.0).collect();
+        times.sort_by(f64::total_cmp);
+        let (best, median) = (times[0], times[times.len() / 2]);
+        let peak = r.iter().map(|x| x.1).max().unwrap_or(0);
+        println!(
+            "  {:<12} {:<24} {:>7.2} {:>7.0} {:>7.2} {:>7.2} {:>9.1} {:>9.1}",
+            name,
+            each.join(" "),
+            best,
+            mb / best,
+            median,
+            ops as f64 / best / 1e6,
+            peak as f64 / 1024.0,
+            peak as f64 * 1024.0 / ops as f64,
+        );
+    }
     // In this process: the load alone, the analysis alone, and what the store keeps.
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+    let rss = status_kib("VmRSS:");
     let before = heap();
     let t = Instant::now();
     let store = gaptop::collect::sources::load_path(&path, usize::MAX).expect("load");
     let load_s = t.elapsed().as_secs_f64();
     let loaded = heap() - before;
+    let load_peak = (status_kib("VmHWM:") - rss) * 1024;
     let t = Instant::now();
     let report = gaptop::report::build(&store, Window::all(), &Config::default(), 10);
     let analysis_s = t.elapsed().as_secs_f64();
     let stored = store.total_ops;
     drop((report, store));
     let (live, live_ops) = live_bytes(ops);
-    let mb = bytes as f64 / 1e6;
     println!(
-        "{:>9} {:>8} {:>6} {:>7} {:>7} {:>7} {:>8} {:>7} {:>8} {:>9} {:>9}",
-        "GPU ops",
-        "events",
-        "MB",
-        "best s",
-        "MB/s",
-        "med s",
-        "Mops/s",
-        "load s",
-        "analyse",
-        "B/op load",
-        "B/op live"
+        "  {:>7} {:>9} {:>10} {:>10} {:>10}",
+        "load s", "analyse s", "B/op load", "B/op peak", "B/op live"
     );
     println!(
-        "{:>9} {:>8} {:>6.0} {:>7.2} {:>7.0} {:>7.2} {:>8.2} {:>7.2} {:>8.2} {:>9.1} {:>9.1}",
-        ops,
-        2 * ops,
-        mb,
-        best,
-        mb / best,
-        median,
-        ops as f64 / best / 1e6,
+        "  {:>7.2} {:>9.2} {:>10.1} {:>10.1} {:>10.1}",
         load_s,
         analysis_s,
         loaded as f64 / stored as f64,
+        load_peak as f64 / stored as f64,
         live as f64 / live_ops as f64,
     );
     println!(
-        "(`gaptop report` best and median of {repeat} runs in a child, {reported} GPU ops reported; load and analysis timed in this process; B/op: heap kept per GPU op with its launch call)"
+        "(`gaptop report`: {repeat} runs each in a child, {reported} GPU ops reported, peak: the child's own; load and analysis timed in this process; B/op load and live: heap kept per GPU op with its launch call; B/op peak: the load's peak RSS above where it began)"
     );
-    if std::env::var_os("KEEP").is_none() {
+    if made && std::env::var_os("KEEP").is_none() {
         let _ = std::fs::remove_file(&path);
     }
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--child") && args.len() == 3 {
+        return child(Path::new(&args[1]), Path::new(&args[2]));
+    }
     let mut sizes: Vec<u64> = Vec::new();
     let mut pair_ops: Option<u64> = None;
+    let mut given: Option<PathBuf> = None;
+    let mut short = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         if a == "--generate" {
@@ -415,11 +503,16 @@ fn main() {
                 .and_then(|v| v.parse().ok())
                 .expect("--generate N PATH");
             let path = PathBuf::from(it.next().expect("--generate N PATH"));
-            generate_pairs(&path, n).expect("generate");
+            generate_pairs(&path, n, short).expect("generate");
             return;
         }
-        if a == "--pairs" {
+        if a == "--short" {
+            short = true;
+        } else if a == "--pairs" {
             pair_ops = Some(it.next().and_then(|v| v.parse().ok()).expect("--pairs N"));
+        } else if a == "--pairs-file" {
+            given = Some(PathBuf::from(it.next().expect("--pairs-file PATH")));
+            pair_ops.get_or_insert(0);
         } else if let Ok(n) = a.parse() {
             sizes.push(n);
         }
@@ -441,6 +534,6 @@ fn main() {
         rows(&bin, &dir, sizes);
     }
     if let Some(n) = pair_ops {
-        pairs(&bin, &dir, n);
+        pairs(&bin, &dir, n, short, given);
     }
 }
