@@ -25,7 +25,7 @@
 //! - `pyframes`, `native`: the Python frames (calibration, raw reads) and native frames;
 //! - `activity`, `records`: CUPTI's activity buffers, and their records decoded;
 //! - `sender`: the sender thread, the only socket I/O;
-//! - `state`: the `Collector`, its parts, locks and limits;
+//! - `state`: the `Collector`, its parts and locks; `limits`: what it holds at most;
 //! - `switches`: the environment switches; `diag`: GAPTOP_VERBOSE's reports;
 //! - `selftest`: hooks that drive the stack walk without a GPU.
 
@@ -46,6 +46,7 @@ mod callbacks;
 mod control;
 mod cupti;
 mod diag;
+mod limits;
 mod native;
 mod pyframes;
 mod pyremote;

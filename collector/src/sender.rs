@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 use gaptop_wire as w;
 
 use crate::cupti;
+use crate::limits::{SEND_PERIOD, THREAD_CAP};
 use crate::setup::{close, go_quiet};
-use crate::state::{Batch, Collector, SEND_PERIOD, THREAD_CAP};
+use crate::state::{Batch, Collector};
 
 /// Writes all of `b` to the socket `fd`; false when the viewer is gone.
 pub(crate) fn send_all(fd: c_int, mut b: &[u8]) -> bool {

@@ -7,9 +7,10 @@ use std::ffi::{c_int, c_void};
 
 use gaptop_wire as w;
 
+use crate::limits::{MAX_DEPTH, MAX_STACKS, NATIVE_REWALK};
 use crate::native::{native_name, walk_native, Module};
 use crate::pyframes::{frame_lasti, rd, read_str, LAYOUT};
-use crate::state::{Collector, MAX_DEPTH, MAX_STACKS, NATIVE_REWALK};
+use crate::state::Collector;
 
 /// The interned stacks and frames. Behind `Collector::stacks`, taken in API callbacks: only on
 /// a miss in the thread's own cache of recent stacks, or with native frames; `names.defs` is

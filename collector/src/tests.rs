@@ -10,11 +10,12 @@ use gaptop_wire as w;
 
 use crate::activity::{enqueue, release_buffer};
 use crate::callbacks::{append_api, OpenCall, OpenCalls};
+use crate::limits::{BUF_SIZE, POOL_KEEP, QUEUE_CAP};
 use crate::records::{decode_record, decode_records, Decoded, Decodedbuf};
 use crate::selftest::decoder_after_hello;
 use crate::sender::{compose, frame_records};
 use crate::setup::plan_call;
-use crate::state::{Batch, Collector, Parts, Queue, BUF_SIZE, POOL_KEEP, QUEUE_CAP, SYNC_NAMES};
+use crate::state::{Batch, Collector, Parts, Queue, SYNC_NAMES};
 use crate::switches::Switches;
 
 fn decoded_op(d: Option<Decoded>) -> w::Op {
@@ -562,8 +563,9 @@ fn replayed_buffers_over_a_full_queue_are_counted_not_lost() {
 /// counted; a marker's strings are fixed up in dumps.
 #[test]
 fn marker_records_pair_into_ranges() {
+    use crate::limits::MAX_OPEN_RANGES;
     use crate::records::string_fields;
-    use crate::state::{OpenRange, MAX_OPEN_RANGES};
+    use crate::state::OpenRange;
     type M = cu::CUpti_ActivityMarker2;
     let c = Collector::new(Parts::offline(500));
     let mut names = HashMap::new();
