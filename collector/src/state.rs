@@ -22,9 +22,8 @@ use gaptop_wire as w;
 
 use crate::cupti::Subscriber;
 use crate::limits::POOL_KEEP;
-use crate::native::NativeMap;
+use crate::native::{Module, NativeMap};
 use crate::session::Session;
-use crate::stacks::StackCache;
 use crate::switches::Switches;
 
 // ------------------------------------------------------------------ parts
@@ -162,6 +161,25 @@ pub(crate) struct Markers {
     pub(crate) names: HashMap<Box<[u8]>, u32>,
     /// The name of ranges past MAX_RANGE_NAMES (0 until needed).
     pub(crate) overflow: u32,
+}
+
+/// The interned stacks and frames. Behind `Collector::stacks`, taken in API callbacks: only on
+/// a miss in the thread's own cache of recent stacks, or with native frames; `names.defs` is
+/// taken inside it for new stacks and frames.
+#[derive(Default)]
+pub(crate) struct StackCache {
+    pub(crate) by_hash: HashMap<u64, u32>,
+    pub(crate) nodes: HashMap<(u32, u32), u32>,
+    pub(crate) frames: HashMap<(usize, i32), u32>,
+    pub(crate) native: HashMap<usize, u32>,
+    /// Native walks remembered per (Python stack, call site): the stack id they gave and how
+    /// often the memo was used since the last walk.
+    pub(crate) native_memo: HashMap<u64, (u32, u32)>,
+    /// Loaded modules as last read, for naming native frames.
+    pub(crate) modules: Vec<Module>,
+    pub(crate) next_stack: u32,
+    /// Launches that got no stack because the tables were full.
+    pub(crate) full: u64,
 }
 
 /// What waits for the sender thread, and how it is woken and waited for.
