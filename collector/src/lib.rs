@@ -18,8 +18,8 @@
 //! Modules:
 //! - `cupti`: the safe CUPTI layer, the only code that calls libcupti, and its rules;
 //! - `setup`: `start`, the switches applied, `go_quiet`, `at_exit`;
-//! - `session`, `control`: a dormant collector's attach state machine, and the control socket
-//!   its own thread serves;
+//! - `dormant`, `control`, `session`: a dormant collector's attach state machine, the control
+//!   socket its own thread serves, and what the threads share about attaching;
 //! - `callbacks`: the API callbacks (the hot path) and switching them on and off;
 //! - `stacks`: launch stacks walked and interned;
 //! - `pyframes`, `native`: the Python frames (calibration, raw reads) and native frames;
@@ -46,6 +46,7 @@ mod callbacks;
 mod control;
 mod cupti;
 mod diag;
+mod dormant;
 mod limits;
 mod native;
 mod pyframes;

@@ -31,7 +31,7 @@ pub(crate) fn send_all(fd: c_int, mut b: &[u8]) -> bool {
 
 /// The viewer did not take a send. Collecting from the start: collection stops for good
 /// (`go_quiet`). Attached: the connection is closed and the control thread turns collection
-/// off (`session`), to wait for the next attach. Returns whether `fd` was closed.
+/// off (`dormant`), to wait for the next attach. Returns whether `fd` was closed.
 fn viewer_gone(c: &Collector, fd: c_int) -> bool {
     match &c.session {
         None => {

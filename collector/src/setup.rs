@@ -19,6 +19,7 @@ use crate::diag;
 use crate::native::native_map;
 use crate::pyframes::{calibrate, sym, FnPending};
 use crate::sender::{send_all, sender};
+use crate::session::Session;
 use crate::state::{CallNames, Collector, Names, Parts, SYNC_NAMES};
 use crate::switches::{CuptiAttr, Switches};
 use crate::{CB_NOOP, COLLECTOR, EPOCH, FORKED};
@@ -386,10 +387,10 @@ pub(crate) fn register_handlers(c: &Collector) {
 /// the collector whole and sets `COLLECTOR`; then enables activity, starts the sender (and
 /// the diagnostics' thread), and registers the exit and fork handlers. An error is said once
 /// by `InitializeInjection`, and collection stays off. With GAPTOP_DORMANT=1 the collector
-/// starts dormant instead (`session::start_dormant`).
+/// starts dormant instead (`start_dormant`).
 pub(crate) fn start() -> Result<(), String> {
     if std::env::var("GAPTOP_DORMANT").is_ok_and(|v| v == "1") {
-        return crate::session::start_dormant();
+        return start_dormant();
     }
     let path =
         std::env::var("GAPTOP_SOCKET").map_err(|_| "GAPTOP_SOCKET is not set".to_string())?;
@@ -449,14 +450,59 @@ pub(crate) fn start() -> Result<(), String> {
     Ok(())
 }
 
+/// Starts a dormant collector: the control socket, the collector (collecting nothing, no
+/// CUPTI call made), its sender and control threads and handlers. An error is said once by
+/// `InitializeInjection`, and the program runs without gaptop.
+pub(crate) fn start_dormant() -> Result<(), String> {
+    // Loads libcupti without calling it: a missing one is said now, not at the first attach.
+    if !crate::cupti::is_present() {
+        return Err("libcupti was not found (put its folder on LD_LIBRARY_PATH)".into());
+    }
+    let sw = Switches::from_env();
+    let (listener, socket) = crate::control::listen(&sw)?;
+    let native = sw.native.then(native_map);
+    let dump = open_dump(&sw);
+    let finalize = sw.detach_finalize;
+    let c = Collector::new(Parts {
+        fd: -1,
+        sw,
+        native,
+        subscriber: None,
+        names: Names::starting_at(1),
+        calls: None,
+        zeroed: false,
+        dump,
+        session: Some(Session::new(socket.clone(), finalize)),
+    });
+    if COLLECTOR.set(c).is_err() {
+        let _ = std::fs::remove_file(&socket);
+        return Err("initialized twice".into());
+    }
+    let c = COLLECTOR.get().expect("just set");
+    start_sender(c)?;
+    std::thread::Builder::new()
+        .name("gaptop-control".into())
+        .spawn(move || crate::control::serve(c, listener))
+        .map_err(|e| format!("cannot start the control thread: {e}"))?;
+    register_handlers(c);
+    if c.sw.verbose {
+        say!(
+            "dormant: `gaptop attach {}` turns collection on (control socket {})",
+            std::process::id(),
+            socket.display()
+        );
+    }
+    Ok(())
+}
+
 /// Stops collecting for good: callbacks off, activity off. The program runs on untouched.
 /// Called from the sender, from set-up, and from inside CUPTI's completion callback (a
 /// panic there), never with a collector lock held; it only switches things off, never
-/// flushes. A dormant collector's control thread does the switching instead (`session`), and
+/// flushes. A dormant collector's control thread does the switching instead (`dormant`), and
 /// refuses further attaches.
 pub(crate) fn go_quiet(c: &Collector, why: &str) {
     if let Some(s) = &c.session {
-        s.stop_for_good(c, why);
+        s.stop_for_good(&c.active, why);
         return;
     }
     // AcqRel swap: exactly one caller says why and switches off; the callbacks' and
