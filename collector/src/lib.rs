@@ -23,6 +23,7 @@
 //! - `callbacks`: the API callbacks (the hot path) and switching them on and off;
 //! - `stacks`: launch stacks walked and interned;
 //! - `pyframes`, `native`: the Python frames (calibration, raw reads) and native frames;
+//! - `pycalib`: the calibration's pending call; `pyremote`: the layout for the CPU sampler;
 //! - `activity`, `records`: CUPTI's activity buffers, and their records decoded;
 //! - `sender`: the sender thread, the only socket I/O;
 //! - `state`: the `Collector`, its parts and locks; `limits`: what it holds at most;
@@ -49,6 +50,7 @@ mod diag;
 mod dormant;
 mod limits;
 mod native;
+mod pycalib;
 mod pyframes;
 mod pyremote;
 mod records;

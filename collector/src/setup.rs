@@ -17,7 +17,7 @@ use crate::callbacks::{duty_cycle, on_api, set_callbacks};
 use crate::cupti::{self, Activity, AttrValue, Attribute, Domain, Subscriber};
 use crate::diag;
 use crate::native::native_map;
-use crate::pyframes::{calibrate, sym, FnPending};
+use crate::pycalib::schedule_calibration;
 use crate::sender::{send_all, sender};
 use crate::session::Session;
 use crate::state::{CallNames, Collector, Names, Parts, SYNC_NAMES};
@@ -286,23 +286,6 @@ pub(crate) fn start_sender(c: &'static Collector) -> Result<(), String> {
         .spawn(move || sender(c))
         .map_err(|e| format!("cannot start the sender thread: {e}"))?;
     Ok(())
-}
-
-/// Calibrates the Python frame layout from inside the interpreter, when it next runs.
-fn schedule_calibration() {
-    type FnInit = unsafe extern "C" fn() -> c_int;
-    // SAFETY: both symbols are taken at their C API declarations' types; both may be called
-    // from any thread without the GIL. `calibrate` then runs as a pending call, with the GIL
-    // held and Python code running, as its contract asks.
-    unsafe {
-        let init: Option<FnInit> = sym(c"Py_IsInitialized");
-        let pending: Option<FnPending> = sym(c"Py_AddPendingCall");
-        if let (Some(init), Some(pending)) = (init, pending) {
-            if init() != 0 {
-                pending(calibrate, std::ptr::null_mut());
-            }
-        }
-    }
 }
 
 /// The process's command line, as the viewer labels it.
