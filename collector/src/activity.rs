@@ -7,9 +7,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use gaptop_wire as w;
 
 use crate::cupti::{self, Context, Records};
+use crate::lifetime::go_quiet;
 use crate::limits::{BUF_SIZE, MAX_BUFFERS, POOL_KEEP, QUEUE_CAP};
 use crate::records::{decode_records, string_fields, Decodedbuf};
-use crate::setup::go_quiet;
 use crate::state::{Batch, Collector, Queue};
 use crate::{COLLECTOR, FORKED};
 

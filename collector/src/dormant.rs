@@ -37,13 +37,14 @@ use std::time::{Duration, Instant};
 
 use crate::callbacks::{on_api, set_callbacks};
 use crate::cupti::{self, Activity};
+use crate::enable::{
+    call_names, enable_activities, enable_calls, enable_kinds, plan_calls, set_buffer_attrs,
+    Followed,
+};
 use crate::sender::send_all;
 use crate::session::{DONE, DUE, FAILED, IDLE, RUNNING};
-use crate::setup::{
-    call_names, close, connect, enable_activities, enable_calls, enable_kinds, hello, plan_calls,
-    set_buffer_attrs, Followed,
-};
 use crate::state::Collector;
+use crate::viewer::{close, connect, hello};
 use crate::EPOCH;
 
 /// How long a detach waits for the sender to send the rest and close.

@@ -17,7 +17,8 @@
 //!
 //! Modules:
 //! - `cupti`: the safe CUPTI layer, the only code that calls libcupti, and its rules;
-//! - `setup`: `start`, the switches applied, `go_quiet`, `at_exit`;
+//! - `setup`: `start` and `start_dormant`; `enable`: what is switched on in CUPTI, by the
+//!   switches; `lifetime`: `go_quiet`, `at_exit` and the handlers; `viewer`: its socket;
 //! - `dormant`, `control`, `session`: a dormant collector's attach state machine, the control
 //!   socket its own thread serves, and what the threads share about attaching;
 //! - `callbacks`: the API callbacks (the hot path) and switching them on and off;
@@ -48,6 +49,8 @@ mod control;
 mod cupti;
 mod diag;
 mod dormant;
+mod enable;
+mod lifetime;
 mod limits;
 mod native;
 mod pycalib;
@@ -63,6 +66,7 @@ mod state;
 mod switches;
 #[cfg(test)]
 mod tests;
+mod viewer;
 
 /// The collector, set once by `setup::start`; until then every callback returns at once.
 static COLLECTOR: OnceLock<state::Collector> = OnceLock::new();
@@ -85,7 +89,7 @@ pub extern "C" fn InitializeInjection() -> c_int {
         Ok(Err(e)) => {
             say!("{e}; not collecting, the program runs unchanged");
             if let Some(c) = COLLECTOR.get() {
-                setup::go_quiet(c, "setup failed");
+                lifetime::go_quiet(c, "setup failed");
             }
             1
         }

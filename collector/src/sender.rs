@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 use gaptop_wire as w;
 
 use crate::cupti;
+use crate::lifetime::go_quiet;
 use crate::limits::{SEND_PERIOD, THREAD_CAP};
-use crate::setup::{close, go_quiet};
 use crate::state::{Batch, Collector};
+use crate::viewer::close;
 
 /// Writes all of `b` to the socket `fd`; false when the viewer is gone.
 pub(crate) fn send_all(fd: c_int, mut b: &[u8]) -> bool {

@@ -10,11 +10,11 @@ use gaptop_wire as w;
 
 use crate::activity::{enqueue, release_buffer};
 use crate::callbacks::{append_api, OpenCall, OpenCalls};
+use crate::enable::plan_call;
 use crate::limits::{BUF_SIZE, POOL_KEEP, QUEUE_CAP};
 use crate::records::{decode_record, decode_records, Decoded, Decodedbuf};
 use crate::selftest::decoder_after_hello;
 use crate::sender::{compose, frame_records};
-use crate::setup::plan_call;
 use crate::state::{Batch, Collector, Parts, Queue, SYNC_NAMES};
 use crate::switches::Switches;
 
