@@ -30,6 +30,11 @@
 //! - `state`: the `Collector`, its parts and locks; `limits`: what it holds at most;
 //! - `switches`: the environment switches; `diag`: GAPTOP_VERBOSE's reports;
 //! - `selftest`: hooks that drive the stack walk without a GPU.
+//!
+//! They import one another one way only, with no circles: the starts (`setup`) at the top, then
+//! the control thread and the attach machine, what is enabled, the sender, callbacks and
+//! activity buffers, `lifetime`, then `state` and its parts (`session`, `native`), and `cupti`,
+//! `switches` and `limits` at the bottom. What many modules share sits below all of them.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
