@@ -25,8 +25,9 @@ use crate::collect::analysis::oncpu::JsonCpu;
 use crate::collect::analysis::patterns;
 use crate::collect::analysis::steps::{self, Steps};
 use crate::collect::analysis::verdict::{self as vd, GapFigure};
-pub use crate::collect::analysis::verdict::{fix, Framework, Verdict, HOST_WORK_NS};
-use crate::collect::model::store::{NameId, Ns, StackId, Store};
+use crate::collect::analysis::verdict::{fix, Framework, Verdict};
+use crate::collect::model::records::{NameId, Ns, StackId};
+use crate::collect::model::store::Store;
 use crate::units::fmt_short;
 
 #[derive(Clone, Debug, Serialize)]
@@ -110,7 +111,7 @@ pub fn site_of(store: &Store, stack: StackId) -> NameId {
                 let s = store.names.get(*f);
                 s.contains(".py(") || patterns::is_comm_frame(s)
             };
-            let node = |f: &&NameId| patterns::backward_node(name(f)).is_some();
+            let node = |f: &&NameId| crate::frames::backward_node(name(f)).is_some();
             (!frames.iter().any(other))
                 .then(|| frames.iter().rev().find(node))
                 .flatten()
