@@ -8,7 +8,8 @@ mod text;
 pub use text::{text, MAX_LINES};
 
 use crate::collect::analysis::gaps::{Category, Config, Gap, Reason, Summary, Window};
-use crate::collect::model::store::{NameId, Ns, StackId, Store};
+use crate::collect::model::records::{NameId, Ns, StackId};
+use crate::collect::model::store::Store;
 
 #[derive(Serialize)]
 pub struct JsonBucket {
@@ -426,7 +427,7 @@ fn launch_coverage(store: &Store, lo: Ns, hi: Ns) -> Vec<JsonProcess> {
             if op.start >= hi {
                 break;
             }
-            if op.kind != crate::collect::model::store::OpKind::Kernel {
+            if op.kind != crate::collect::model::records::OpKind::Kernel {
                 continue;
             }
             per[i].kernels += 1;

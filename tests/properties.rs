@@ -2,7 +2,8 @@
 //! the categories partition them, the call tree adds up, and arrival order does not matter.
 
 use gaptop::collect::analysis::gaps::{self, Basis, Config, Window};
-use gaptop::collect::model::store::{ApiCall, ApiKind, GpuOp, LaneKey, OpKind, Store};
+use gaptop::collect::model::records::{ApiCall, ApiKind, GpuOp, LaneKey, OpKind};
+use gaptop::collect::model::store::Store;
 use proptest::prelude::*;
 
 /// (stream, gap before, duration, launch offset before the op, stack choice) per op.

@@ -36,7 +36,8 @@ use tui_tree_widget::TreeState;
 
 use crate::collect::analysis::advice::Diagnosis;
 use crate::collect::analysis::gaps::{Basis, Category, Config, Gap, Reason};
-use crate::collect::model::store::{NameId, Ns, StackId, Store};
+use crate::collect::model::records::{NameId, Ns, StackId};
+use crate::collect::model::store::Store;
 use crate::collect::sources::ingest::Ingest;
 use crate::collect::sources::live::LiveEvent;
 use crate::export::{ExportJob, ExportRequest};

@@ -8,7 +8,8 @@ use tui_tree_widget::TreeState;
 
 use super::{App, Cache, Focus, GapKey};
 use crate::collect::analysis::gaps::{CallTree, Gap};
-use crate::collect::model::store::{NameId, Store};
+use crate::collect::model::records::NameId;
+use crate::collect::model::store::Store;
 use crate::frames::{is_plumbing, pretty_frame};
 use crate::units::fmt_short;
 

@@ -13,7 +13,7 @@ use super::{App, Cache, Cause, Focus, GapSort, SourceState};
 use crate::collect::analysis::advice;
 use crate::collect::analysis::gaps::{self, Gap};
 use crate::collect::analysis::oncpu;
-use crate::collect::model::store::{NameId, OpKind, FLAG_COMM};
+use crate::collect::model::records::{NameId, OpKind, FLAG_COMM};
 use crate::frames::{is_native_frame, is_plumbing, is_unnamed_native, pretty_frame, short_kernel};
 use crate::units::{fmt_ns, fmt_short, Ns};
 

@@ -26,7 +26,8 @@ use crate::collect::analysis::patterns;
 use crate::collect::analysis::steps::{self, Steps};
 use crate::collect::analysis::verdict::{self as vd, GapFigure};
 pub use crate::collect::analysis::verdict::{fix, Framework, Verdict, HOST_WORK_NS};
-use crate::collect::model::store::{NameId, Ns, StackId, Store};
+use crate::collect::model::records::{NameId, Ns, StackId};
+use crate::collect::model::store::Store;
 use crate::units::fmt_short;
 
 #[derive(Clone, Debug, Serialize)]

@@ -14,7 +14,8 @@ use rustc_hash::FxHashMap as HashMap;
 use serde::Serialize;
 
 use super::steps::Steps;
-use crate::collect::model::store::{ApiKind, GpuOp, NameId, Ns, StackId, Store};
+use crate::collect::model::records::{ApiKind, GpuOp, NameId, Ns, StackId};
+use crate::collect::model::store::Store;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
 #[serde(rename_all = "snake_case")]
@@ -1341,14 +1342,14 @@ fn summarize_lanes(
                 continue;
             }
             s.gpu_ops += 1;
-            if op.kind == crate::collect::model::store::OpKind::Kernel {
+            if op.kind == crate::collect::model::records::OpKind::Kernel {
                 s.kernels += 1;
                 s.kernel_ns += clip;
                 let _ = s.kernel_hist.record(op.dur().max(1) as u64);
                 s.kernel_max_ns = s.kernel_max_ns.max(op.dur());
             }
             let api = proc.api_by_corr(op.corr);
-            let kernel_clip = if op.kind == crate::collect::model::store::OpKind::Kernel {
+            let kernel_clip = if op.kind == crate::collect::model::records::OpKind::Kernel {
                 clip
             } else {
                 0
@@ -1464,7 +1465,7 @@ pub fn rate_bins(store: &Store, lo: Ns, hi: Ns, n: usize) -> Vec<RateBin> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::collect::model::store::{ApiCall, GpuOp, LaneKey, OpKind};
+    use crate::collect::model::records::{ApiCall, GpuOp, LaneKey, OpKind};
 
     /// Two kernels with a gap of 100 between them, the second launched at 101 after a sync of
     /// the same thread that ran from `sync_from` to 100.

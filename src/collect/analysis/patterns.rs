@@ -30,7 +30,8 @@
 
 use crate::collect::analysis::advice::Verdict;
 use crate::collect::analysis::gaps::{LeafAcc, Site};
-use crate::collect::model::store::{NameId, Ns, StackId, Store};
+use crate::collect::model::records::{NameId, Ns, StackId};
+use crate::collect::model::store::Store;
 
 /// One pattern of the table.
 pub struct Pattern {

@@ -35,8 +35,10 @@ use rustc_hash::FxHashMap as HashMap;
 use serde::Serialize;
 
 use super::gaps::device_idle;
+use crate::collect::model::process::Process;
 use crate::collect::model::ranges::{family, is_step_name, Range as NvtxRange};
-use crate::collect::model::store::{NameId, Ns, Process, StackId, Store};
+use crate::collect::model::records::{NameId, Ns, StackId};
+use crate::collect::model::store::Store;
 use crate::frames::short_kernel;
 
 /// Where a capture's steps came from.

@@ -13,7 +13,8 @@
 
 use std::collections::HashMap;
 
-use crate::collect::model::store::{Ns, StackId, Store};
+use crate::collect::model::records::{Ns, StackId};
+use crate::collect::model::store::Store;
 
 /// The sequence-number arguments of a span: its number, and whether it runs a backward node.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

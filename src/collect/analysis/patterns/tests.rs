@@ -4,7 +4,7 @@
 use super::*;
 use crate::collect::analysis::advice::{self, diagnose, Advice};
 use crate::collect::analysis::gaps::{Config, Window};
-use crate::collect::model::store::{ApiCall, ApiKind, CpuSample, GpuOp, LaneKey, OpKind, Span};
+use crate::collect::model::records::{ApiCall, ApiKind, CpuSample, GpuOp, LaneKey, OpKind, Span};
 
 const US: Ns = 1_000;
 

@@ -8,8 +8,9 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use super::db::{corr_of, tid_of};
 use super::import::Import;
+use crate::collect::model::dropped;
 use crate::collect::model::plausible::{self, What};
-use crate::collect::model::store::{ApiCall, ApiKind, Ns};
+use crate::collect::model::records::{ApiCall, ApiKind, Ns};
 
 /// `ENUM_NSYS_EVENT_CLASS` values of CUDA backtrace rows (older exports: a second row for a
 /// call, carrying its chain).
@@ -31,12 +32,12 @@ impl Import {
     pub(super) fn judge_times(&mut self, calls: &mut Vec<RawCall>) {
         let procs = 0..self.store.procs.len() as u32;
         let starts = calls.iter().map(|c| c.call.start);
-        self.bulk = plausible::file_bulk(&self.store, &procs, starts, calls.len());
+        self.bulk = dropped::file_bulk(&self.store, &procs, starts, calls.len());
         let Some(bulk) = self.bulk else {
             return;
         };
-        plausible::drop_ops_and_calls(&mut self.store, &procs, &bulk);
-        plausible::retain(&mut self.store, calls, What::ApiCall, &bulk, |c| {
+        dropped::drop_ops_and_calls(&mut self.store, &procs, &bulk);
+        dropped::retain(&mut self.store, calls, What::ApiCall, &bulk, |c| {
             (c.call.start, c.call.end, c.call.name)
         });
     }

@@ -9,7 +9,7 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use super::db::int;
 use super::import::Import;
-use crate::collect::model::store::NameId;
+use crate::collect::model::records::NameId;
 
 /// A frame of `CUDA_CALLCHAINS`: its symbol's and module's strings.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]

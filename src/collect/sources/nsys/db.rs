@@ -10,7 +10,8 @@ use anyhow::{anyhow, bail};
 use rusqlite::{Connection, OpenFlags, Row};
 use rustc_hash::FxHashSet as HashSet;
 
-use crate::collect::model::store::{NameId, Store};
+use crate::collect::model::records::NameId;
+use crate::collect::model::store::Store;
 
 /// The export's tables and their columns, as the database says.
 pub(super) struct Db {

@@ -7,7 +7,7 @@
 use super::db::corr_of;
 use super::import::Import;
 use crate::collect::model::plausible::{self, What};
-use crate::collect::model::store::{GpuOp, LaneKey, NameId, OpKind, FLAG_COMM};
+use crate::collect::model::records::{GpuOp, LaneKey, NameId, OpKind, FLAG_COMM};
 use crate::collect::sources::kineto::is_comm_kernel;
 
 impl Import {

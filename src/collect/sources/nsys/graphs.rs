@@ -10,7 +10,7 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use super::calls::CLASS_BACKTRACE;
 use super::db::{corr_of, proc_key, tid_of};
 use super::import::{Import, Replayed};
-use crate::collect::model::store::{ApiCall, Ns, StackId};
+use crate::collect::model::records::{ApiCall, Ns, StackId};
 
 /// Correlation ids from here up are gaptop's own (CUPTI's count up from 1 in a process).
 const OWN_CORR: u32 = 0xC000_0000;

@@ -9,7 +9,8 @@ use rustc_hash::FxHashMap as HashMap;
 
 use super::db::{int, pid_of, proc_key, text, Db, Strings};
 use crate::collect::model::plausible::{self, Bulk, Verdict, What};
-use crate::collect::model::store::{Ns, Store};
+use crate::collect::model::records::Ns;
+use crate::collect::model::store::Store;
 
 /// One reading of an export: the database, the store it fills, and what the tables read so far
 /// tell the ones read after.

@@ -14,7 +14,8 @@ use super::db::{Db, Strings};
 use super::graphs::captured_calls;
 use super::import::Import;
 use super::python::{python_of_calls, sampled_threads, PyTrace};
-use crate::collect::model::store::{ApiCall, Store};
+use crate::collect::model::records::ApiCall;
+use crate::collect::model::store::Store;
 
 /// The tables gaptop reads, and what a report without each lacks.
 const EXPECTED: [(&str, &str); 7] = [

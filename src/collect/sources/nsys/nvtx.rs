@@ -10,7 +10,7 @@ use super::db::{int, proc_key, text, tid_of};
 use super::import::Import;
 use super::pybacktrace;
 use crate::collect::model::plausible::What;
-use crate::collect::model::store::{NameId, Ns, Span, StackId};
+use crate::collect::model::records::{NameId, Ns, Span, StackId};
 
 /// `ENUM_NSYS_EVENT_TYPE` values of NVTX ranges and marks (the other NVTX events, a domain's
 /// creation or a thread's name, are passed over).

@@ -14,7 +14,7 @@ use super::db::{int, proc_key, text, tid_of};
 use super::import::Import;
 use super::nvtx::NVTX_MARK;
 use super::pybacktrace;
-use crate::collect::model::store::{NameId, Ns, MAX_TS};
+use crate::collect::model::records::{NameId, Ns, MAX_TS};
 
 /// A Python backtrace read: the thread and time it was taken at, whether by periodic sampling
 /// (else inside a CUDA call), and its frames, outermost first.

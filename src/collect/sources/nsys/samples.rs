@@ -10,7 +10,7 @@ use super::db::{proc_key, tid_of};
 use super::import::Import;
 use super::python::PyTrace;
 use crate::collect::model::plausible::What;
-use crate::collect::model::store::{CpuSample, Ns};
+use crate::collect::model::records::{CpuSample, Ns};
 
 impl Import {
     /// The CPU samples of `--sample=process-tree` (`COMPOSITE_EVENTS`, their user-mode stacks in
