@@ -10,8 +10,7 @@ use ratatui::widgets::{Block, Borders, Paragraph};
 use ratatui::Frame;
 
 use super::style::{focus_style, tone_style};
-use crate::app::fix::FixRow;
-use crate::app::view::Tone;
+use crate::app::view::{FixRow, Tone};
 use crate::app::{App, Focus};
 use crate::frames::cut;
 
