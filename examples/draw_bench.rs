@@ -6,7 +6,8 @@
 use std::time::{Duration, Instant};
 
 use gaptop::app::{Action, App, SourceState};
-use gaptop::collect::model::store::{ApiCall, ApiKind, GpuOp, LaneKey, OpKind, Store};
+use gaptop::collect::model::records::{ApiCall, ApiKind, GpuOp, LaneKey, OpKind};
+use gaptop::collect::model::store::Store;
 use gaptop_wire as w;
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;

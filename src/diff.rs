@@ -24,7 +24,8 @@ use serde::Serialize;
 use crate::collect::analysis::advice::{self, Diagnosis};
 use crate::collect::analysis::gaps::{Config, Window};
 use crate::collect::analysis::steps::{quantile, StepsJson};
-use crate::collect::model::store::{NameId, Ns, Store};
+use crate::collect::model::records::{NameId, Ns};
+use crate::collect::model::store::Store;
 use crate::frames::short_kernel;
 use crate::units::fmt_short;
 

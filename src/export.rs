@@ -13,7 +13,8 @@ use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use crate::collect::analysis::gaps::{self, Config, Window};
-use crate::collect::model::store::{ApiCall, Ns, OpKind, Store};
+use crate::collect::model::records::{ApiCall, Ns, OpKind};
+use crate::collect::model::store::Store;
 
 /// Microseconds with exactly three decimals, so nanoseconds survive the round trip.
 fn us(ns: Ns) -> Box<RawValue> {
@@ -281,7 +282,7 @@ fn write_copy(
     // NVTX ranges and user annotations go as user annotations (spans that are ranges too, as
     // a torch.profiler trace's annotations are, once), so that the re-opened export has them.
     // Backward ops keep their forward ops (`collect::sources::fwdbwd`) by a sequence number each.
-    let mut seq: std::collections::HashMap<crate::collect::model::store::StackId, Value> =
+    let mut seq: std::collections::HashMap<crate::collect::model::records::StackId, Value> =
         Default::default();
     let mut fwd: Vec<_> = store.forward_of.iter().collect();
     fwd.sort_unstable();
@@ -544,14 +545,14 @@ pub fn start(req: ExportRequest) -> anyhow::Result<ExportJob> {
 
 /// The CPU-side ranges of a process that overlap `[lo, hi)`, by thread, extent and name.
 fn window_ranges(
-    proc: &crate::collect::model::store::Process,
+    proc: &crate::collect::model::process::Process,
     lo: Ns,
     hi: Ns,
-) -> std::collections::HashSet<(u32, Ns, Ns, crate::collect::model::store::NameId)> {
+) -> std::collections::HashSet<(u32, Ns, Ns, crate::collect::model::records::NameId)> {
     proc.ranges
         .iter()
         .flat_map(|(&tid, v)| {
-            crate::collect::model::store::Process::overlapping(v, lo, hi)
+            crate::collect::model::process::Process::overlapping(v, lo, hi)
                 .map(move |(_, r)| (tid, r.start, r.end, r.name))
         })
         .collect()

@@ -25,6 +25,15 @@ pub fn python_parts(f: &str) -> Option<(&str, u32, &str)> {
     Some((path, line, qual))
 }
 
+/// Splits a Python frame `path/file.py(12): Class.method` into its path and its function (the
+/// line is not read: any text in its parentheses).
+pub fn split_python_frame(frame: &str) -> Option<(&str, &str)> {
+    let i = frame.rfind("): ")?;
+    let loc = &frame[..i];
+    let path = &loc[..loc.rfind('(')?];
+    Some((path, &frame[i + 3..]))
+}
+
 /// The parts of a named native frame `symbol [libfoo.so]`: its symbol and library.
 pub fn native_parts(f: &str) -> Option<(&str, &str)> {
     let (sym, lib) = f.strip_suffix(']')?.rsplit_once(" [")?;
@@ -152,6 +161,64 @@ pub fn cut(s: &str, n: usize) -> String {
     }
 }
 
+/// NCCL and other collective kernels are communication, not compute.
+pub fn is_comm_kernel(name: &str) -> bool {
+    name.starts_with("ncclKernel")
+        || name.starts_with("ncclDevKernel")
+        || name.contains("nccl")
+        || name.starts_with("cross_device_reduce")
+}
+
+/// `MulBackward0` for a frame that is a backward node's op, its `apply` or its engine's call.
+pub fn backward_node(f: &str) -> Option<&str> {
+    if let Some(n) = f.strip_prefix("autograd::engine::evaluate_function: ") {
+        return Some(n.trim());
+    }
+    if f.contains("torch::autograd::generated::") || f.contains("Backward") {
+        // A native frame: the first part of its symbol that is a node's name, cut after its
+        // number (`torch::autograd::generated::MulBackward0::apply`,
+        // `SigmoidBackward0_apply_functional [libtorch_cpu.so]`; not `generated::details`).
+        let sym = f.split(" [").next().unwrap_or(f);
+        return sym.split("::").find_map(|part| {
+            let i = part.find("Backward")? + "Backward".len();
+            let digits = part[i..].bytes().take_while(u8::is_ascii_digit).count();
+            node_op(&part[..i + digits])
+        });
+    }
+    node_op(f)
+}
+
+/// A node's own op in a trace: one word ending in `Backward` and a number, or `Backward`.
+pub fn node_op(f: &str) -> Option<&str> {
+    let w = f.trim_end_matches(|c: char| c.is_ascii_digit());
+    (w.ends_with("Backward")
+        && w.len() > "Backward".len()
+        && f.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+    .then_some(f)
+}
+
+/// The forward op a backward node runs the derivative of: `MulBackward0` → `mul`,
+/// `NativeLayerNormBackward0` → `native_layer_norm`, `MaxPool2DWithIndicesBackward` →
+/// `max_pool2d_with_indices`; None for nodes of no op (`AccumulateGrad`).
+pub fn forward_op(node: &str) -> Option<String> {
+    let node = node.rsplit("::").next().unwrap_or(node);
+    let w = node.trim_end_matches(|c: char| c.is_ascii_digit());
+    let camel = w.strip_suffix("Backward").filter(|c| !c.is_empty())?;
+    let chars: Vec<char> = camel.chars().collect();
+    let mut out = String::new();
+    for (i, &c) in chars.iter().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            let prev = chars[i - 1];
+            let next_lower = chars.get(i + 1).is_some_and(|n| n.is_ascii_lowercase());
+            if prev.is_ascii_lowercase() || (prev.is_ascii_uppercase() && next_lower) {
+                out.push('_');
+            }
+        }
+        out.push(c.to_ascii_lowercase());
+    }
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,5 +281,15 @@ mod tests {
             short_kernel("ampere_sgemm_128x64_tn"),
             "ampere_sgemm_128x64_tn"
         );
+    }
+
+    #[test]
+    fn comm_kernels() {
+        assert!(is_comm_kernel(
+            "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+        ));
+        assert!(!is_comm_kernel(
+            "void at::native::vectorized_elementwise_kernel"
+        ));
     }
 }

@@ -33,7 +33,8 @@ use std::collections::HashMap;
 use std::io::Write;
 
 use crate::collect::analysis::gaps::{self, Category, Config, Reason, Window};
-use crate::collect::model::store::{NameId, Ns, StackId, Store};
+use crate::collect::model::records::{NameId, Ns, StackId};
+use crate::collect::model::store::Store;
 
 /// The messages of pprof's `profile.proto` (github.com/google/pprof, proto/profile.proto),
 /// with its field numbers.
@@ -572,7 +573,7 @@ pub fn decode(bytes: &[u8]) -> anyhow::Result<Profile> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::collect::model::store::{ApiCall, ApiKind, CpuSample, GpuOp, LaneKey, OpKind};
+    use crate::collect::model::records::{ApiCall, ApiKind, CpuSample, GpuOp, LaneKey, OpKind};
 
     /// Three kernels on one stream, with gaps of 100 and 30 ns; the second launched from
     /// `Model.forward` under `<module>`, with three CPU samples of its thread in its gap (two
@@ -661,7 +662,7 @@ mod tests {
         // Heaviest first: the 100 ns gap shared among its three samples (the first taking the
         // remainder), the gap itself counted on its launch; the 30 ns gap, whose stack differs
         // only in a plumbing frame, on the same launch path.
-        let marker = crate::collect::model::store::CPU_MARKER;
+        let marker = crate::collect::model::records::CPU_MARKER;
         assert_eq!(
             got,
             [

@@ -7,8 +7,10 @@ mod text;
 pub use json::{JsonBucket, JsonGap, JsonProcess, JsonReport, JsonStack, JsonWindow, Percentiles};
 pub use text::{text, MAX_LINES};
 
-use crate::collect::analysis::gaps::{Category, Config, Gap, Reason, Summary, Window};
-use crate::collect::model::store::{NameId, Ns, StackId, Store};
+use crate::collect::analysis::gaps::{Category, Config, Gap, Reason, Window};
+use crate::collect::analysis::summary::Summary;
+use crate::collect::model::records::{NameId, Ns, StackId};
+use crate::collect::model::store::Store;
 
 /// Percentiles of a histogram, with its exact maximum (the histogram's own is rounded up to
 /// its precision, and would read above the longest gap listed).
@@ -294,7 +296,7 @@ fn launch_coverage(store: &Store, lo: Ns, hi: Ns) -> Vec<JsonProcess> {
             if op.start >= hi {
                 break;
             }
-            if op.kind != crate::collect::model::store::OpKind::Kernel {
+            if op.kind != crate::collect::model::records::OpKind::Kernel {
                 continue;
             }
             per[i].kernels += 1;

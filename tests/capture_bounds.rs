@@ -10,7 +10,8 @@ use std::process::Command;
 
 use gaptop::collect::analysis::steps;
 use gaptop::collect::model::ranges::Range;
-use gaptop::collect::model::store::{GpuOp, LaneKey, Ns, OpKind, Store};
+use gaptop::collect::model::records::{GpuOp, LaneKey, Ns, OpKind};
+use gaptop::collect::model::store::Store;
 use gaptop::collect::sources::recording::Writer;
 use gaptop_wire as w;
 use serde_json::{json, Value};

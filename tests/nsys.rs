@@ -965,13 +965,13 @@ fn real_saxpy_export_has_native_stacks_under_nvtx_and_nvtx_steps() {
     let lane = &st.lanes[0];
     assert_eq!(
         lane.iter()
-            .filter(|o| o.kind == gaptop::collect::model::store::OpKind::Kernel)
+            .filter(|o| o.kind == gaptop::collect::model::records::OpKind::Kernel)
             .count(),
         5
     );
     for op in lane
         .iter()
-        .filter(|o| o.kind == gaptop::collect::model::store::OpKind::Kernel)
+        .filter(|o| o.kind == gaptop::collect::model::records::OpKind::Kernel)
     {
         let a = proc.api_by_corr(op.corr).unwrap();
         assert_eq!(st.names.get(a.name), "cudaLaunchKernel_v7000");

@@ -8,7 +8,7 @@ use std::io::Read;
 use std::process::Command;
 
 use gaptop::collect::analysis::steps::{self, StepSource};
-use gaptop::collect::model::store::Ns;
+use gaptop::collect::model::records::Ns;
 use gaptop::collect::sources::recording::Writer;
 use gaptop_wire as w;
 use serde_json::Value;

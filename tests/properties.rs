@@ -2,7 +2,9 @@
 //! the categories partition them, the call tree adds up, and arrival order does not matter.
 
 use gaptop::collect::analysis::gaps::{self, Basis, Config, Window};
-use gaptop::collect::model::store::{ApiCall, ApiKind, GpuOp, LaneKey, OpKind, Store};
+use gaptop::collect::analysis::summary;
+use gaptop::collect::model::records::{ApiCall, ApiKind, GpuOp, LaneKey, OpKind};
+use gaptop::collect::model::store::Store;
 use proptest::prelude::*;
 
 /// (stream, gap before, duration, launch offset before the op, stack choice) per op.
@@ -108,7 +110,7 @@ proptest! {
             let busy = l.busy_in(l.op(0).start, l.max_end());
             prop_assert_eq!(lane_gaps + busy, span, "lane {}", lane);
         }
-        let s = gaps::summarize(&st, Window::all(), &cfg, 10);
+        let s = summary::summarize(&st, Window::all(), &cfg, 10);
         let cats: u64 = s.idle.iter().map(|b| b.count).sum();
         let cat_ns: i64 = s.idle.iter().map(|b| b.total_ns).sum();
         prop_assert_eq!(cats, gap_count + zero);
@@ -132,7 +134,7 @@ proptest! {
 
         // Device gaps (the default): the idle between a device's first and last op, each
         // interval charged once, never longer than the stream gap of the op it is charged to.
-        let d = gaps::summarize(&st, Window::all(), &Config::default(), 10);
+        let d = summary::summarize(&st, Window::all(), &Config::default(), 10);
         let mut inner_idle = d.device_idle_ns;
         for (_, lanes) in st.devices() {
             let busy: Vec<usize> = lanes.into_iter().filter(|&l| !st.lanes[l].is_empty()).collect();
@@ -167,8 +169,8 @@ proptest! {
             x ^= x << 13; x ^= x >> 7; x ^= x << 17;
             shuffled.swap(i, (x % (i as u64 + 1)) as usize);
         }
-        let a = gaps::summarize(&build(&spec, &sorted, 1), Window::all(), &Config::default(), 50);
-        let b = gaps::summarize(&build(&spec, &shuffled, batch), Window::all(), &Config::default(), 50);
+        let a = summary::summarize(&build(&spec, &sorted, 1), Window::all(), &Config::default(), 50);
+        let b = summary::summarize(&build(&spec, &shuffled, batch), Window::all(), &Config::default(), 50);
         prop_assert_eq!(a.idle, b.idle);
         prop_assert_eq!(a.busy_ns, b.busy_ns);
         prop_assert_eq!(a.device_idle_ns, b.device_idle_ns);

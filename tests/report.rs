@@ -304,7 +304,7 @@ fn nccl_kernels_are_marked_as_communication() {
     let store =
         gaptop::collect::sources::kineto::load_reader(&doc[..], "nccl", usize::MAX).unwrap();
     let ops: Vec<u8> = store.lanes[0].iter().map(|o| o.flags).collect();
-    assert_eq!(ops, vec![gaptop::collect::model::store::FLAG_COMM, 0]);
+    assert_eq!(ops, vec![gaptop::collect::model::records::FLAG_COMM, 0]);
 }
 
 /// A recording of a 2-GPU data-parallel run on an H200 pair (bench/workloads/ddp.py), where

@@ -4,9 +4,10 @@
 use std::path::Path;
 
 use gaptop::collect::analysis::steps::{self, StepSource, Steps};
-use gaptop::collect::model::store::{
-    ApiCall, ApiKind, GpuOp, LaneKey, Ns, OpKind, Span, StackId, Store,
+use gaptop::collect::model::records::{
+    ApiCall, ApiKind, GpuOp, LaneKey, Ns, OpKind, Span, StackId,
 };
+use gaptop::collect::model::store::Store;
 
 /// Builds a one-process, one-stream store: ops one after another, each launched shortly
 /// before it starts from a given stack.

@@ -426,7 +426,8 @@ fn details_split_python_and_native_frames() {
 /// keep their busy block but take the gap's colour.
 #[test]
 fn a_big_gap_inside_a_busy_cell_is_not_dropped() {
-    use gaptop::collect::model::store::{ApiCall, ApiKind, GpuOp, LaneKey, OpKind, Store};
+    use gaptop::collect::model::records::{ApiCall, ApiKind, GpuOp, LaneKey, OpKind};
+    use gaptop::collect::model::store::Store;
     let mut st = Store::new(usize::MAX);
     let p = st.add_process(1, -1, "t");
     let k = st.names.intern("k");

@@ -22,8 +22,10 @@ use super::cache::{Analysed, AnalysisKey, Cache, DisplayKey};
 use super::state::{App, SourceState, MAX_GAPS};
 use super::tree::{build_rows, path_ids};
 use crate::collect::analysis::advice::{self, Diagnosis};
-use crate::collect::analysis::gaps::{self, CallTree, Window};
+use crate::collect::analysis::gaps::{self, Window};
 use crate::collect::analysis::steps::{self, Steps};
+use crate::collect::analysis::summary;
+use crate::collect::analysis::tree::CallTree;
 use crate::collect::model::store::Store;
 use crate::units::Ns;
 
@@ -69,7 +71,7 @@ pub fn analyse(
                 .and_then(|all| steps_within(all, lo, hi))
                 .map(Cow::Owned)
         };
-        gaps::summarize_finding(
+        summary::summarize_finding(
             store,
             Window::new(lo, hi),
             &key.cfg,

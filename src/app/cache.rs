@@ -9,8 +9,10 @@ use std::time::{Duration, Instant};
 use super::tree::TreeRow;
 use crate::collect::analysis::advice::Advice;
 use crate::collect::analysis::comm::CommReport;
-use crate::collect::analysis::gaps::{CallTree, Config, Gap, Summary};
+use crate::collect::analysis::gaps::{Config, Gap};
 use crate::collect::analysis::steps::Steps;
+use crate::collect::analysis::summary::Summary;
+use crate::collect::analysis::tree::CallTree;
 use crate::units::Ns;
 
 /// What an analysis is of: the window, the threshold, the gaps' basis, how steps are found,

@@ -9,8 +9,10 @@
 //! lane order) that has ranges. A process with GPU-side ranges only (a trace's
 //! `gpu_user_annotation`s) shows those of its stream with the most.
 
+use crate::collect::model::process::Process;
 use crate::collect::model::ranges::Range;
-use crate::collect::model::store::{Ns, Process, Store};
+use crate::collect::model::records::Ns;
+use crate::collect::model::store::Store;
 
 /// One run of cells showing the same range.
 #[derive(Clone, Debug, PartialEq, Eq)]

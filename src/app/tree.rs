@@ -3,7 +3,7 @@
 //! frames when the tree is rebuilt. Made from a call tree alone; selection, search, inversion
 //! and the node filter that `n`/`N` walk are the `App`'s (`tree_nav`).
 
-use crate::collect::analysis::gaps::CallTree;
+use crate::collect::analysis::tree::CallTree;
 use crate::collect::model::store::Store;
 use crate::frames::{is_plumbing, pretty_frame};
 use crate::units::fmt_short;

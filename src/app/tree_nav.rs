@@ -10,7 +10,7 @@ use super::cache::Cache;
 use super::state::{App, Focus, GapKey};
 use super::tree::TreeRow;
 use crate::collect::analysis::gaps::Gap;
-use crate::collect::model::store::NameId;
+use crate::collect::model::records::NameId;
 use crate::frames::{is_plumbing, pretty_frame};
 
 impl App {

@@ -4,7 +4,7 @@
 use super::analyze::MAX_ANALYSED_OPS;
 use super::state::{App, MIN_WIDTH};
 use crate::collect::analysis::gaps::Gap;
-use crate::collect::model::store::Ns;
+use crate::collect::model::records::Ns;
 use crate::units::fmt_ns;
 
 impl App {

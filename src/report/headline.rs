@@ -2,7 +2,8 @@
 //! what a fix saves a step and the fix), why, and what else is worth doing with the capture in
 //! a line; and the sentences of the rows below, each fix and each cause said once.
 
-use crate::collect::analysis::advice::{Advice, Verdict};
+use crate::collect::analysis::advice::Advice;
+use crate::collect::analysis::verdict::Verdict;
 use crate::frames::cut as short;
 use crate::units::fmt_short as t;
 

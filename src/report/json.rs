@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use crate::collect::model::store::Ns;
+use crate::collect::model::records::Ns;
 
 #[derive(Serialize)]
 pub struct JsonBucket {

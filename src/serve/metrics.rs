@@ -23,7 +23,8 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::collect::analysis::gaps::{device_gaps, device_idle, Basis, Category, Config, Window};
-use crate::collect::model::store::{OpKind, Store};
+use crate::collect::model::records::OpKind;
+use crate::collect::model::store::Store;
 use crate::units::Ns;
 
 /// A GPU as the DCGM exporter labels it: `gpu`, and its `UUID` where it can be known
@@ -335,7 +336,7 @@ impl Metrics {
     }
 
     fn add_sites(&self, store: &Store, w: Window, cfg: &Config) {
-        let s = crate::collect::analysis::gaps::summarize(store, w, cfg, 0);
+        let s = crate::collect::analysis::summary::summarize(store, w, cfg, 0);
         let folded = crate::report::folded(store, &s);
         let mut sites = self.sites.lock().unwrap_or_else(|e| e.into_inner());
         for line in folded.lines() {

@@ -8,7 +8,7 @@ use super::model::{StatusVm, ViewModel};
 use crate::app::keymap::Action;
 use crate::app::layout;
 use crate::app::state::{App, Focus, SourceState};
-use crate::collect::model::store::NameId;
+use crate::collect::model::records::NameId;
 use crate::frames::pretty_frame;
 use crate::units::fmt_short;
 

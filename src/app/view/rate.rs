@@ -6,7 +6,7 @@ use ratatui::layout::Rect;
 use super::model::{RateVm, StepCell};
 use crate::app::layout::LABEL_W;
 use crate::app::state::App;
-use crate::collect::analysis::gaps;
+use crate::collect::analysis::{gaps, rate};
 use crate::units::{fmt_short, Ns};
 
 /// Eighths of a one-row sparkline cell for a fraction of its full height: the nearest eighth,
@@ -91,7 +91,7 @@ impl App {
             return vm;
         }
         let n = (inner.width - LABEL_W) as usize;
-        let bins = gaps::rate_bins(&self.store, self.lo, self.hi, n);
+        let bins = rate::rate_bins(&self.store, self.lo, self.hi, n);
         let most = bins.iter().map(|b| b.ops).max().unwrap_or(0).max(1) as f64;
         vm.launches = bins
             .iter()

@@ -10,7 +10,7 @@ use crate::app::cause::Cause;
 use crate::app::layout::LABEL_W;
 use crate::app::state::App;
 use crate::collect::analysis::gaps;
-use crate::collect::model::store::{OpKind, FLAG_COMM};
+use crate::collect::model::records::{OpKind, FLAG_COMM};
 use crate::units::{fmt_ns, fmt_short};
 
 impl App {

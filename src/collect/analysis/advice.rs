@@ -16,17 +16,21 @@
 //! `host_work`, `sync` and `slow_launch`; nothing for `busy`, `event_wait`, `graph` and
 //! `unknown`, and nothing for sites that do not recur.
 
+use crate::collect::analysis::summary;
 use std::collections::HashMap;
 
 use serde::Serialize;
 
-use crate::collect::analysis::gaps::{self, Config, Gap, LeafAcc, Site, Summary, Window};
+use crate::collect::analysis::gaps::{Config, Gap, Window};
 use crate::collect::analysis::oncpu::JsonCpu;
 use crate::collect::analysis::patterns;
+use crate::collect::analysis::site::{LeafAcc, Site};
 use crate::collect::analysis::steps::{self, Steps};
+use crate::collect::analysis::summary::Summary;
 use crate::collect::analysis::verdict::{self as vd, GapFigure};
-pub use crate::collect::analysis::verdict::{fix, Framework, Verdict, HOST_WORK_NS};
-use crate::collect::model::store::{NameId, Ns, StackId, Store};
+use crate::collect::analysis::verdict::{fix, Framework, Verdict};
+use crate::collect::model::records::{NameId, Ns, StackId};
+use crate::collect::model::store::Store;
 use crate::units::fmt_short;
 
 #[derive(Clone, Debug, Serialize)]
@@ -110,7 +114,7 @@ pub fn site_of(store: &Store, stack: StackId) -> NameId {
                 let s = store.names.get(*f);
                 s.contains(".py(") || patterns::is_comm_frame(s)
             };
-            let node = |f: &&NameId| patterns::backward_node(name(f)).is_some();
+            let node = |f: &&NameId| crate::frames::backward_node(name(f)).is_some();
             (!frames.iter().any(other))
                 .then(|| frames.iter().rev().find(node))
                 .flatten()
@@ -513,7 +517,7 @@ pub fn diagnose(
 ) -> Diagnosis {
     // The steps are found beside the ops' part of the summary.
     let find = || steps::find(store, w.lo(), w.hi(), step_by).map(std::borrow::Cow::Owned);
-    let (summary, steps) = gaps::summarize_finding(store, w, cfg, top, 0, find);
+    let (summary, steps) = summary::summarize_finding(store, w, cfg, top, 0, find);
     let steps = steps.map(std::borrow::Cow::into_owned);
     let advice = advise(store, &summary, usize::MAX);
     Diagnosis {

@@ -11,7 +11,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::collect::model::store::{Ns, StackId, Store, FLAG_COMM};
+use crate::collect::model::records::{Ns, StackId, FLAG_COMM};
+use crate::collect::model::store::Store;
 
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
 pub struct RankStall {
@@ -127,7 +128,7 @@ pub fn analyze(store: &Store, lo: Ns, hi: Ns) -> CommReport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::collect::model::store::{ApiCall, ApiKind, GpuOp, LaneKey, OpKind};
+    use crate::collect::model::records::{ApiCall, ApiKind, GpuOp, LaneKey, OpKind};
 
     /// Two ranks, three all-reduces; rank 1 arrives 5 µs late at the first two (launched from
     /// `late_allreduce`), rank 0 arrives 1 µs late at the third.

@@ -12,7 +12,8 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use super::gaps::Gap;
-use crate::collect::model::store::{NameId, Ns, StackId, Store};
+use crate::collect::model::records::{NameId, Ns, StackId};
+use crate::collect::model::store::Store;
 
 /// The samples taken during a gap, on the thread that launched the op ending it.
 pub fn gap_samples(store: &Store, g: &Gap) -> Vec<StackId> {

@@ -28,9 +28,11 @@
 //! code. Profiler frames (`torch/profiler/`, `torch/autograd/profiler.py`, gaptop's own) are
 //! never a site: [`is_profiler_frame`].
 
-use crate::collect::analysis::advice::Verdict;
-use crate::collect::analysis::gaps::{LeafAcc, Site};
-use crate::collect::model::store::{NameId, Ns, StackId, Store};
+use crate::collect::analysis::site::{LeafAcc, Site};
+use crate::collect::analysis::verdict::Verdict;
+use crate::collect::model::records::{NameId, Ns, StackId};
+use crate::collect::model::store::Store;
+use crate::frames::{backward_node, forward_op, node_op};
 
 /// One pattern of the table.
 pub struct Pattern {
@@ -261,7 +263,7 @@ fn collective(e: &Evidence) -> Option<Detail> {
     let ops: Vec<&str> = e.ops().collect();
     let comm = ops
         .iter()
-        .filter(|o| crate::collect::sources::kineto::is_comm_kernel(o))
+        .filter(|o| crate::frames::is_comm_kernel(o))
         .count();
     let by_ops = !ops.is_empty() && 2 * comm >= ops.len();
     (by_ops || e.in_launches(is_comm_frame)).then(Detail::default)
@@ -328,56 +330,6 @@ fn is_engine_frame(f: &str) -> bool {
         || f.contains("autograd::engine::evaluate_function")
         || f.contains("torch::autograd::generated::")
         || f.contains("PythonEngine::thread_init")
-}
-
-/// `MulBackward0` for a frame that is a backward node's op, its `apply` or its engine's call.
-pub fn backward_node(f: &str) -> Option<&str> {
-    if let Some(n) = f.strip_prefix("autograd::engine::evaluate_function: ") {
-        return Some(n.trim());
-    }
-    if f.contains("torch::autograd::generated::") || f.contains("Backward") {
-        // A native frame: the first part of its symbol that is a node's name, cut after its
-        // number (`torch::autograd::generated::MulBackward0::apply`,
-        // `SigmoidBackward0_apply_functional [libtorch_cpu.so]`; not `generated::details`).
-        let sym = f.split(" [").next().unwrap_or(f);
-        return sym.split("::").find_map(|part| {
-            let i = part.find("Backward")? + "Backward".len();
-            let digits = part[i..].bytes().take_while(u8::is_ascii_digit).count();
-            node_op(&part[..i + digits])
-        });
-    }
-    node_op(f)
-}
-
-/// A node's own op in a trace: one word ending in `Backward` and a number, or `Backward`.
-fn node_op(f: &str) -> Option<&str> {
-    let w = f.trim_end_matches(|c: char| c.is_ascii_digit());
-    (w.ends_with("Backward")
-        && w.len() > "Backward".len()
-        && f.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
-    .then_some(f)
-}
-
-/// The forward op a backward node runs the derivative of: `MulBackward0` → `mul`,
-/// `NativeLayerNormBackward0` → `native_layer_norm`, `MaxPool2DWithIndicesBackward` →
-/// `max_pool2d_with_indices`; None for nodes of no op (`AccumulateGrad`).
-pub fn forward_op(node: &str) -> Option<String> {
-    let node = node.rsplit("::").next().unwrap_or(node);
-    let w = node.trim_end_matches(|c: char| c.is_ascii_digit());
-    let camel = w.strip_suffix("Backward").filter(|c| !c.is_empty())?;
-    let chars: Vec<char> = camel.chars().collect();
-    let mut out = String::new();
-    for (i, &c) in chars.iter().enumerate() {
-        if c.is_ascii_uppercase() && i > 0 {
-            let prev = chars[i - 1];
-            let next_lower = chars.get(i + 1).is_some_and(|n| n.is_ascii_lowercase());
-            if prev.is_ascii_lowercase() || (prev.is_ascii_uppercase() && next_lower) {
-                out.push('_');
-            }
-        }
-        out.push(c.to_ascii_lowercase());
-    }
-    Some(out)
 }
 
 fn backward(e: &Evidence) -> Option<Detail> {

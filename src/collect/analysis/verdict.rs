@@ -20,8 +20,9 @@
 
 use serde::Serialize;
 
-use crate::collect::analysis::gaps::{LeafAcc, Reason};
-use crate::collect::model::store::Ns;
+use crate::collect::analysis::gaps::Reason;
+use crate::collect::analysis::site::LeafAcc;
+use crate::collect::model::records::Ns;
 use crate::units::fmt_short;
 
 /// Typical gaps below this are launch overhead; at or above it, host work.

@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 use rustc_hash::FxHashMap as HashMap;
 
 use super::chunked::{Chunked, Escapes};
-use super::store::{ApiCall, ApiKind, NameId, Ns, StackId};
+use super::records::{ApiCall, ApiKind, NameId, Ns, StackId};
 
 /// Calls per block of the correlation index.
 const BLOCK: u64 = 32;

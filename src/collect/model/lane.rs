@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use std::ops::{Bound, RangeBounds};
 
 use super::chunked::{Chunked, Escapes};
-use super::store::{GpuOp, LaneKey, NameId, Ns, OpKind, FLAG_COMM};
+use super::records::{GpuOp, LaneKey, NameId, Ns, OpKind, FLAG_COMM};
 
 /// Ops per busy mark.
 const MARK_EVERY: u64 = 32;

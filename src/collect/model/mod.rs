@@ -4,7 +4,12 @@
 
 pub(crate) mod calls;
 pub(crate) mod chunked;
+pub mod dropped;
+pub mod graft;
 pub mod lane;
 pub mod plausible;
+pub mod process;
 pub mod ranges;
+pub mod records;
+pub mod stacks;
 pub mod store;

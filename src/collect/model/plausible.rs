@@ -34,9 +34,8 @@
 //! report's notes, stderr and the UI's status line show.
 
 use std::collections::BTreeMap;
-use std::ops::Range;
 
-use super::store::{NameId, Ns, Store, MAX_OP_NS, MAX_TS};
+use super::records::{Ns, MAX_OP_NS, MAX_TS};
 use crate::units::{count, fmt_ns};
 
 /// Nothing within this of the bulk of a clock's times is implausible (an hour).
@@ -256,75 +255,6 @@ impl Track {
     }
 }
 
-/// The bulk of a file's times loading in bulk: the starts of the GPU ops and API calls of
-/// processes `procs`, and `more` (`more_len` times: its CPU spans', say).
-pub fn file_bulk(
-    store: &Store,
-    procs: &Range<u32>,
-    more: impl Iterator<Item = Ns>,
-    more_len: usize,
-) -> Option<Bulk> {
-    let lanes = || store.lanes.iter().filter(|l| procs.contains(&l.key.proc));
-    let procs_of = || store.procs[procs.start as usize..procs.end as usize].iter();
-    let total = lanes().map(|l| l.len()).sum::<usize>()
-        + procs_of().map(|p| p.api_count()).sum::<usize>()
-        + more_len;
-    let mut t = Times::new(total);
-    for l in lanes() {
-        (0..l.len()).for_each(|i| t.push(l.start_of(i)));
-    }
-    for p in procs_of() {
-        p.apis().for_each(|a| t.push(a.start));
-    }
-    more.for_each(|x| t.push(x));
-    t.bulk()
-}
-
-/// Drops the GPU ops and API calls of processes `procs` (a file's, loading in bulk) that the
-/// rule finds implausible against `bulk`.
-pub fn drop_ops_and_calls(store: &mut Store, procs: &Range<u32>, bulk: &Bulk) {
-    for lane in 0..store.lanes.len() {
-        if !procs.contains(&store.lanes[lane].key.proc) {
-            continue;
-        }
-        let gone = store.retain_ops(lane, |o| bulk.judge(What::GpuOp, o.start, o.end).is_none());
-        for o in gone {
-            if let Some(v) = bulk.judge(What::GpuOp, o.start, o.end) {
-                store.drop_implausible(What::GpuOp, v, o.name);
-            }
-        }
-    }
-    for p in procs.clone() {
-        let gone = store.retain_calls(p, |a| bulk.judge(What::ApiCall, a.start, a.end).is_none());
-        for a in gone {
-            if let Some(v) = bulk.judge(What::ApiCall, a.start, a.end) {
-                store.drop_implausible(What::ApiCall, v, a.name);
-            }
-        }
-    }
-}
-
-/// Keeps the records of `v` the rule finds plausible against `bulk` (`times` gives a
-/// record's start, end and name), dropping the others.
-pub fn retain<T>(
-    store: &mut Store,
-    v: &mut Vec<T>,
-    what: What,
-    bulk: &Bulk,
-    times: impl Fn(&T) -> (Ns, Ns, NameId),
-) {
-    v.retain(|x| {
-        let (start, end, name) = times(x);
-        match bulk.judge(what, start, end) {
-            None => true,
-            Some(verdict) => {
-                store.drop_implausible(what, verdict, name);
-                false
-            }
-        }
-    });
-}
-
 /// The records dropped as implausible: per kind and cause, how many and the first one's
 /// description.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -334,6 +264,25 @@ pub struct Drops {
 }
 
 impl Drops {
+    /// Counts a drop of `what` for `why`; true when it is the first of its kind and cause
+    /// (whose example [`Drops::set_example`] then keeps).
+    pub(super) fn count(&mut self, what: What, why: Why) -> bool {
+        self.total += 1;
+        let e = self
+            .by
+            .entry((what, why))
+            .or_insert_with(|| (0, String::new()));
+        e.0 += 1;
+        e.0 == 1
+    }
+
+    /// The example shown for `what` dropped for `why`.
+    pub(super) fn set_example(&mut self, what: What, why: Why, example: String) {
+        if let Some(e) = self.by.get_mut(&(what, why)) {
+            e.1 = example;
+        }
+    }
+
     /// Records dropped so far.
     pub fn total(&self) -> u64 {
         self.total
@@ -359,7 +308,7 @@ impl Drops {
 }
 
 /// The skipped count's key of a kind and cause.
-fn skip_key(what: What, why: Why) -> String {
+pub(super) fn skip_key(what: What, why: Why) -> String {
     let n = what.noun();
     match why {
         Why::Far => format!("{n} with an implausible time"),
@@ -383,55 +332,10 @@ pub fn fmt_far(ns: Ns) -> String {
     }
 }
 
-impl Store {
-    /// Drops a record the rule finds implausible: counts it in `skipped`, and keeps the first
-    /// of its kind and cause as the warning's example (`name` is what it was called, if
-    /// anything).
-    pub fn drop_implausible(&mut self, what: What, v: Verdict, name: NameId) {
-        *self.skipped.entry(skip_key(what, v.why)).or_insert(0) += 1;
-        let d = &mut self.dropped_times;
-        d.total += 1;
-        let e =
-            d.by.entry((what, v.why))
-                .or_insert_with(|| (0, String::new()));
-        e.0 += 1;
-        if e.0 > 1 {
-            return;
-        }
-        let named = match self.names.get(name) {
-            "" => String::new(),
-            n => format!("`{n}` "),
-        };
-        let example = match v.why {
-            Why::Far if v.off == 0 => format!("{named}at {} ns, past the clock's end", v.at),
-            Why::Far => format!(
-                "{named}at {} ns, {} {} the rest of the capture",
-                v.at,
-                fmt_far(v.off),
-                if v.off < 0 { "before" } else { "after" }
-            ),
-            Why::EndBeforeStart => {
-                format!("{named}ending {} before its start", fmt_far(v.off))
-            }
-            Why::TooLong => format!("{named}lasting {}", fmt_far(v.off)),
-        };
-        if let Some(e) = self.dropped_times.by.get_mut(&(what, v.why)) {
-            e.1 = example;
-        }
-    }
-
-    /// What the source said about itself, then what it dropped as implausible: the report's
-    /// notes.
-    pub fn notes_and_drops(&self) -> Vec<String> {
-        let mut v = self.notes.clone();
-        v.extend(self.dropped_times.lines());
-        v
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::collect::model::store::Store;
 
     const S: Ns = 1_000_000_000;
 

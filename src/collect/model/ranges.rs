@@ -19,7 +19,7 @@ use std::cmp::Reverse;
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
-use super::store::{ApiCall, NameId, Ns, Process, StackId, StackTable, Store};
+use super::records::{ApiCall, NameId, Ns};
 
 /// One range of a thread (or, in `gpu_ranges`, of a stream).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,14 +51,14 @@ pub const MAX_THREAD_RANGES: usize = 1 << 20;
 
 /// Ranges sort by start, the longer first, so that an enclosing range comes before those it
 /// encloses.
-fn key(r: &Range) -> (Ns, Reverse<Ns>) {
+pub(super) fn key(r: &Range) -> (Ns, Reverse<Ns>) {
     (r.start, Reverse(r.end))
 }
 
 /// Indices of the ranges of `v` open at `v[i].start` (or at `t` when `i == v.len()`), outermost
 /// first, found by walking back from `i`: nothing before an outermost range that has closed by
 /// then can still be open.
-fn open_before(v: &[Range], i: usize, t: Ns) -> Vec<usize> {
+pub(super) fn open_before(v: &[Range], i: usize, t: Ns) -> Vec<usize> {
     let mut open = Vec::new();
     for j in (0..i).rev() {
         if v[j].end > t {
@@ -73,7 +73,7 @@ fn open_before(v: &[Range], i: usize, t: Ns) -> Vec<usize> {
 }
 
 /// Sets the depths of `v[from..]` (`v` sorted; those before `from` already nested).
-fn nest_from(v: &mut [Range], from: usize) {
+pub(super) fn nest_from(v: &mut [Range], from: usize) {
     if from >= v.len() {
         return;
     }
@@ -87,7 +87,7 @@ fn nest_from(v: &mut [Range], from: usize) {
 }
 
 /// Sorts and nests a thread's ranges.
-fn nested(mut v: Vec<Range>) -> Vec<Range> {
+pub(super) fn nested(mut v: Vec<Range>) -> Vec<Range> {
     v.sort_by_key(key);
     nest_from(&mut v, 0);
     v
@@ -100,10 +100,10 @@ fn nested(mut v: Vec<Range>) -> Vec<Range> {
 /// known range).
 #[derive(Clone, Debug, Default)]
 pub struct RangeFrames {
-    calls: HashMap<u32, Vec<u64>>,
-    frame_of: HashMap<NameId, NameId>,
-    names: HashSet<NameId>,
-    last_end: HashMap<u32, Ns>,
+    pub(super) calls: HashMap<u32, Vec<u64>>,
+    pub(super) frame_of: HashMap<NameId, NameId>,
+    pub(super) names: HashSet<NameId>,
+    pub(super) last_end: HashMap<u32, Ns>,
 }
 
 impl RangeFrames {
@@ -116,233 +116,6 @@ impl RangeFrames {
             let i = v.partition_point(|&s| start_of(s) <= a.start);
             v.insert(i, seq);
         }
-    }
-}
-
-/// Stack rewriting with memos: a stack without its range frames, and a chain of range frames
-/// with a stack under it.
-struct Grafter<'a> {
-    stacks: &'a mut StackTable,
-    names: &'a HashSet<NameId>,
-    frame_of: &'a HashMap<NameId, NameId>,
-    bare: HashMap<StackId, StackId>,
-    grafted: HashMap<(StackId, StackId), StackId>,
-}
-
-impl Grafter<'_> {
-    /// `stack` with its leading range frames taken off.
-    fn bare(&mut self, stack: StackId) -> StackId {
-        if let Some(&b) = self.bare.get(&stack) {
-            return b;
-        }
-        let frames = self.stacks.frames(stack);
-        let k = frames.iter().take_while(|f| self.names.contains(f)).count();
-        let b = if k == 0 {
-            stack
-        } else {
-            self.stacks.intern_path(0, frames[k..].iter().copied())
-        };
-        self.bare.insert(stack, b);
-        b
-    }
-
-    /// The call stack `stack` under the chain of range frames `chain`.
-    fn graft(&mut self, chain: StackId, stack: StackId) -> StackId {
-        let bare = self.bare(stack);
-        if chain == 0 {
-            return bare;
-        }
-        if let Some(&g) = self.grafted.get(&(chain, bare)) {
-            return g;
-        }
-        let frames = self.stacks.frames(bare);
-        let g = self.stacks.intern_path(chain, frames);
-        self.grafted.insert((chain, bare), g);
-        g
-    }
-
-    /// The chain of frames of these ranges, outermost first.
-    fn chain<'r>(&mut self, ranges: impl Iterator<Item = &'r Range>) -> StackId {
-        ranges.fold(0, |p, r| {
-            let f = self.frame_of.get(&r.name).copied().unwrap_or(r.name);
-            self.stacks.intern(p, f)
-        })
-    }
-}
-
-impl Process {
-    /// Thread `tid`'s ranges, sorted by start.
-    pub fn ranges_of(&self, tid: u32) -> &[Range] {
-        self.ranges.get(&tid).map_or(&[], |v| v.as_slice())
-    }
-
-    /// Sets thread `tid`'s ranges from a trace (stacks are left alone: the trace's spans hold
-    /// the ranges already).
-    pub fn set_ranges(&mut self, tid: u32, v: Vec<Range>) {
-        if !v.is_empty() {
-            self.ranges.insert(tid, nested(v));
-        }
-    }
-
-    /// Sets the GPU-side ranges of stream `stream` of device `device` (Kineto's
-    /// `gpu_user_annotation`).
-    pub fn set_gpu_ranges(&mut self, device: u32, stream: u32, v: Vec<Range>) {
-        if !v.is_empty() {
-            self.gpu_ranges.insert((device, stream), nested(v));
-        }
-    }
-
-    /// The ranges of `v` that overlap `[lo, hi)`, in order, with their indices in `v`.
-    pub fn overlapping(v: &[Range], lo: Ns, hi: Ns) -> impl Iterator<Item = (usize, &Range)> {
-        let a = v.partition_point(|r| r.start < lo);
-        let b = v.partition_point(|r| r.start < hi).max(a);
-        let open = open_before(v, a, lo);
-        open.into_iter()
-            .chain(a..b)
-            .map(move |j| (j, &v[j]))
-            .filter(move |(_, r)| r.end > lo)
-    }
-
-    /// The ranges of thread `tid` open at `t` (start ≤ t < end), outermost first.
-    pub fn ranges_at(&self, tid: u32, t: Ns) -> Vec<&Range> {
-        let v = self.ranges_of(tid);
-        let i = v.partition_point(|r| r.start <= t);
-        open_before(v, i, t).into_iter().map(|j| &v[j]).collect()
-    }
-
-    /// Whether the process has ranges of any thread or stream.
-    pub fn has_ranges(&self) -> bool {
-        !self.ranges.is_empty() || !self.gpu_ranges.is_empty()
-    }
-}
-
-impl Store {
-    /// Adds ranges of thread `tid` of process `proc` from a live source or a recording, and
-    /// puts the ranges enclosing each of the thread's calls as the outermost frames of its
-    /// stack (replacing the range frames it had: an outer range closes after the inner ones).
-    /// Calls that arrive after a range that encloses them get theirs from
-    /// [`Store::with_range_frames`].
-    pub fn add_ranges(&mut self, proc: u32, tid: u32, mut new: Vec<Range>) {
-        if new.is_empty() {
-            return;
-        }
-        new.sort_by_key(key);
-        let (lo, hi) = (
-            new[0].start,
-            new.iter().map(|r| r.end).max().unwrap_or(Ns::MIN),
-        );
-        let Store {
-            names: interner,
-            stacks,
-            procs,
-            evicted_ranges,
-            ..
-        } = self;
-        let p = &mut procs[proc as usize];
-        if p.range_frames.is_none() {
-            p.range_frames = Some(p.index_calls());
-        }
-        let v = p.ranges.entry(tid).or_default();
-        let from = v.partition_point(|r| key(r) <= key(&new[0]));
-        let names: Vec<NameId> = new.iter().map(|r| r.name).collect();
-        if from == v.len() {
-            v.extend(new);
-        } else {
-            v.extend(new);
-            v[from..].sort_by_key(key);
-        }
-        nest_from(v, from);
-        if v.len() > MAX_THREAD_RANGES {
-            let n = v.len() / 4;
-            v.drain(..n);
-            *evicted_ranges += n as u64;
-        }
-        let mut frames = p.range_frames.take().unwrap_or_default();
-        for n in names {
-            if let std::collections::hash_map::Entry::Vacant(e) = frames.frame_of.entry(n) {
-                let fam = family(interner.get(n)).into_owned();
-                let f = interner.intern(&fam);
-                e.insert(f);
-                frames.names.insert(f);
-            }
-        }
-        let last = frames.last_end.entry(tid).or_insert(Ns::MIN);
-        *last = (*last).max(hi);
-        // The thread's ranges are taken out while its calls change, and put back.
-        let v = p.ranges.remove(&tid).unwrap_or_default();
-        // The thread's call index is taken out too, less the calls evicted since.
-        let mut seqs = frames.calls.remove(&tid).unwrap_or_default();
-        let gone = seqs
-            .iter()
-            .take_while(|&&q| p.call_by_seq(q).is_none())
-            .count();
-        seqs.drain(..gone);
-        let (first, last) = {
-            let start_of = |s: u64| p.call_by_seq(s).map_or(Ns::MIN, |a| a.start);
-            (
-                seqs.partition_point(|&s| start_of(s) < lo),
-                seqs.partition_point(|&s| start_of(s) < hi),
-            )
-        };
-        let mut g = Grafter {
-            stacks,
-            names: &frames.names,
-            frame_of: &frames.frame_of,
-            bare: HashMap::default(),
-            grafted: HashMap::default(),
-        };
-        // The enclosed calls, in start order, with the ranges open at each (a sweep).
-        let mut next = v.partition_point(|r| r.start <= lo);
-        let mut open = open_before(&v, next, lo);
-        let mut chain = None;
-        for &seq in &seqs[first..last.max(first)] {
-            let Some(call) = p.call_by_seq(seq) else {
-                continue;
-            };
-            let t = call.start;
-            while next < v.len() && v[next].start <= t {
-                open.push(next);
-                next += 1;
-                chain = None;
-            }
-            let before = open.len();
-            open.retain(|&j| v[j].end > t);
-            if open.len() != before {
-                chain = None;
-            }
-            let c = *chain.get_or_insert_with(|| g.chain(open.iter().map(|&j| &v[j])));
-            p.set_call_stack(seq, g.graft(c, call.stack));
-        }
-        p.ranges.insert(tid, v);
-        frames.calls.insert(tid, seqs);
-        p.range_frames = Some(frames);
-        self.generation += 1;
-    }
-
-    /// The stack a call of thread `tid` starting at `t` gets in a process whose ranges are
-    /// frames (`add_ranges`): the ranges known to enclose it, then `stack`. Most calls arrive
-    /// before any range enclosing them has closed and keep their stack here.
-    pub fn with_range_frames(&mut self, proc: u32, tid: u32, t: Ns, stack: StackId) -> StackId {
-        let p = &self.procs[proc as usize];
-        let Some(frames) = &p.range_frames else {
-            return stack;
-        };
-        if frames.last_end.get(&tid).is_none_or(|&e| t >= e) {
-            return stack;
-        }
-        let chain: Vec<Range> = p.ranges_at(tid, t).into_iter().copied().collect();
-        if chain.is_empty() {
-            return stack;
-        }
-        let mut g = Grafter {
-            stacks: &mut self.stacks,
-            names: &frames.names,
-            frame_of: &frames.frame_of,
-            bare: HashMap::default(),
-            grafted: HashMap::default(),
-        };
-        let c = g.chain(chain.iter());
-        g.graft(c, stack)
     }
 }
 
@@ -385,7 +158,9 @@ pub fn is_step_name(family: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::collect::model::store::ApiKind;
+    use crate::collect::model::process::Process;
+    use crate::collect::model::records::ApiKind;
+    use crate::collect::model::store::Store;
 
     fn r(start: Ns, end: Ns, name: NameId) -> Range {
         Range::new(start, end, name, 0)

@@ -13,7 +13,8 @@
 
 use std::collections::HashMap;
 
-use crate::collect::model::store::{Ns, StackId, Store};
+use crate::collect::model::records::{Ns, StackId};
+use crate::collect::model::store::Store;
 
 /// The sequence-number arguments of a span: its number, and whether it runs a backward node.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -76,8 +77,8 @@ impl Links {
                 continue;
             };
             let name = |s: StackId| store.names.get(store.stacks.node(s).frame);
-            let want = crate::collect::analysis::patterns::backward_node(name(stack))
-                .and_then(crate::collect::analysis::patterns::forward_op);
+            let want =
+                crate::frames::backward_node(name(stack)).and_then(crate::frames::forward_op);
             let latest = |keep: &dyn Fn(&Fwd) -> bool| {
                 cands
                     .iter()

@@ -7,12 +7,13 @@ use std::collections::HashMap;
 
 use gaptop_wire::{Frame, OP_MEMCPY, OP_MEMSET};
 
-use super::kineto::is_comm_kernel;
 use crate::collect::model::plausible::{wire_ns, Track, What};
 use crate::collect::model::ranges::Range;
-use crate::collect::model::store::{
-    ApiCall, ApiKind, CpuSample, GpuOp, LaneKey, NameId, Ns, OpKind, StackId, Store, FLAG_COMM,
+use crate::collect::model::records::{
+    ApiCall, ApiKind, CpuSample, GpuOp, LaneKey, NameId, Ns, OpKind, StackId, FLAG_COMM,
 };
+use crate::collect::model::store::Store;
+use crate::frames::is_comm_kernel;
 
 #[derive(Default)]
 struct Conn {

@@ -13,6 +13,7 @@
 //! are put on the absolute clock its `baseTimeNanoseconds` gives (newer Kineto writes times
 //! relative to it).
 
+use crate::collect::model::dropped;
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::{BufReader, Read};
@@ -21,9 +22,11 @@ use std::path::Path;
 use super::jsonscan::Scanner;
 use crate::collect::model::plausible::{self, What};
 use crate::collect::model::ranges::Range;
-use crate::collect::model::store::{
-    ApiCall, ApiKind, GpuOp, LaneKey, NameId, Ns, OpKind, Span, StackId, Store, FLAG_COMM,
+use crate::collect::model::records::{
+    ApiCall, ApiKind, GpuOp, LaneKey, NameId, Ns, OpKind, Span, StackId, FLAG_COMM,
 };
+use crate::collect::model::store::Store;
+use crate::frames::is_comm_kernel;
 
 /// The fields of one event that gaptop reads, borrowed from the event's bytes. Values are
 /// kept as raw JSON text; strings are decoded only when read.
@@ -427,14 +430,14 @@ impl Builder {
             .iter()
             .flat_map(|k| self.spans[k].iter().map(|s| s.start));
         let n = keys.iter().map(|k| self.spans[k].len()).sum();
-        let Some(bulk) = plausible::file_bulk(&self.store, procs, spans, n) else {
+        let Some(bulk) = dropped::file_bulk(&self.store, procs, spans, n) else {
             return;
         };
-        plausible::drop_ops_and_calls(&mut self.store, procs, &bulk);
+        dropped::drop_ops_and_calls(&mut self.store, procs, &bulk);
         let st = &mut self.store;
         for k in &keys {
             let v = self.spans.get_mut(k).expect("a key of the map");
-            plausible::retain(st, v, What::CpuSpan, &bulk, |s| (s.start, s.end, s.name));
+            dropped::retain(st, v, What::CpuSpan, &bulk, |s| (s.start, s.end, s.name));
         }
         let mut keys: Vec<(u32, u32, u32)> = self
             .gpu_annotations
@@ -445,7 +448,7 @@ impl Builder {
         keys.sort_unstable();
         for k in &keys {
             let v = self.gpu_annotations.get_mut(k).expect("a key of the map");
-            plausible::retain(st, v, What::Range, &bulk, |r| (r.start, r.end, r.name));
+            dropped::retain(st, v, What::Range, &bulk, |r| (r.start, r.end, r.name));
         }
     }
 
@@ -850,14 +853,6 @@ fn user_annotations(raw: &[RawSpan]) -> Vec<Range> {
         .filter(|r| r.rank == 1)
         .map(|r| Range::new(r.start, r.end, r.name, 0))
         .collect()
-}
-
-/// NCCL and other collective kernels are communication, not compute.
-pub fn is_comm_kernel(name: &str) -> bool {
-    name.starts_with("ncclKernel")
-        || name.starts_with("ncclDevKernel")
-        || name.contains("nccl")
-        || name.starts_with("cross_device_reduce")
 }
 
 /// Opens a file, gunzipping when it starts with the gzip magic.
@@ -1327,15 +1322,5 @@ mod tests {
         assert_eq!(stream_of_tid(Some(b"\"stream 7\"")), Some(7));
         assert_eq!(stream_of_tid(Some(b"\"stream 7 user\"")), None);
         assert_eq!(stream_of_tid(Some(b"7")), None);
-    }
-
-    #[test]
-    fn comm_kernels() {
-        assert!(is_comm_kernel(
-            "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
-        ));
-        assert!(!is_comm_kernel(
-            "void at::native::vectorized_elementwise_kernel"
-        ));
     }
 }

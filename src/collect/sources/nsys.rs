@@ -49,6 +49,7 @@
 //! The report's notes (`Store::notes`) say the version read and every table it lacked with what
 //! that costs; anything unreadable is an error that names the table and the column.
 
+use crate::collect::model::dropped;
 use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -57,13 +58,14 @@ use anyhow::{anyhow, bail};
 use rusqlite::{types::ValueRef, Connection, OpenFlags, Row};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
-use super::kineto::is_comm_kernel;
 use super::pybacktrace;
 use crate::collect::model::plausible::{self, Bulk, Verdict, What};
-use crate::collect::model::store::{
-    ApiCall, ApiKind, CpuSample, GpuOp, LaneKey, NameId, Ns, OpKind, Span, StackId, Store,
-    FLAG_COMM, MAX_TS,
+use crate::collect::model::records::{
+    ApiCall, ApiKind, CpuSample, GpuOp, LaneKey, NameId, Ns, OpKind, Span, StackId, FLAG_COMM,
+    MAX_TS,
 };
+use crate::collect::model::store::Store;
+use crate::frames::is_comm_kernel;
 
 /// The first bytes of every SQLite database.
 pub const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
@@ -524,12 +526,12 @@ impl Import {
     fn judge_times(&mut self, calls: &mut Vec<RawCall>) {
         let procs = 0..self.store.procs.len() as u32;
         let starts = calls.iter().map(|c| c.call.start);
-        self.bulk = plausible::file_bulk(&self.store, &procs, starts, calls.len());
+        self.bulk = dropped::file_bulk(&self.store, &procs, starts, calls.len());
         let Some(bulk) = self.bulk else {
             return;
         };
-        plausible::drop_ops_and_calls(&mut self.store, &procs, &bulk);
-        plausible::retain(&mut self.store, calls, What::ApiCall, &bulk, |c| {
+        dropped::drop_ops_and_calls(&mut self.store, &procs, &bulk);
+        dropped::retain(&mut self.store, calls, What::ApiCall, &bulk, |c| {
             (c.call.start, c.call.end, c.call.name)
         });
     }

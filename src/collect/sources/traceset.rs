@@ -16,7 +16,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 
 use super::kineto::{file_label, open_maybe_gz, rank_in_name, Builder, Header};
-use crate::collect::model::store::{NameId, Ns, Store, FLAG_COMM};
+use crate::collect::model::records::{NameId, Ns, FLAG_COMM};
+use crate::collect::model::store::Store;
 use crate::units::fmt_ns;
 
 /// How far apart the ends of one collective may lie on two ranks whose clocks agree.

@@ -4,7 +4,8 @@
 use super::*;
 use crate::collect::analysis::advice::{self, diagnose, Advice};
 use crate::collect::analysis::gaps::{Config, Window};
-use crate::collect::model::store::{ApiCall, ApiKind, CpuSample, GpuOp, LaneKey, OpKind, Span};
+use crate::collect::analysis::verdict;
+use crate::collect::model::records::{ApiCall, ApiKind, CpuSample, GpuOp, LaneKey, OpKind, Span};
 
 const US: Ns = 1_000;
 
@@ -154,7 +155,7 @@ fn assert_no_cause(a: &Advice) {
     assert_eq!(a.cause, None, "{a:?}");
     assert_eq!(
         a.fix,
-        advice::fix(a.verdict, a.framework),
+        verdict::fix(a.verdict, a.framework),
         "the verdict's usual fix"
     );
     assert!(serde_json::to_value(a).unwrap().get("cause").is_none());
