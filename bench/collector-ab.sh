@@ -7,7 +7,8 @@
 #
 #   collector-ab.sh A.so B.so       (from the carried folder: gaptop and the workloads beside it)
 #
-# Writes under $OUT/ab/: each build's reports and logs, and times.tsv (workload, build, rep, s).
+# Writes under $OUT/ab/: each build's reports and logs, and times.tsv (workload, build, rep,
+# start and end). ONLY_TIMES=1 runs the interleaved timing alone.
 set -u
 cd "$(dirname "$0")"
 export PYTHONUNBUFFERED=1
@@ -16,6 +17,7 @@ A=$(realpath "$1"); B=$(realpath "$2")
 O=${OUT:-/tmp/out}/ab; mkdir -p "$O"
 nvidia-smi -L; python3 -c 'import sys; print(sys.version)'
 for name in A B; do
+  [ -n "${ONLY_TIMES:-}" ] && break
   so=$A; [ $name = B ] && so=$B
   export GAPTOP_COLLECTOR=$so
   echo "== $name: $(sha256sum "$so" | cut -c1-16)"
@@ -42,7 +44,7 @@ for name in A B; do
   unset GAPTOP_CONTROL_DIR
 done
 # Overhead, interleaved: bare, A, B in turn.
-printf 'workload\tbuild\trep\ts\n' > "$O/times.tsv"
+printf 'workload\tbuild\trep\tt0\tt1\n' > "$O/times.tsv"
 for rep in $(seq ${REPS:-5}); do
   for name in bare A B; do
     t0=$(date +%s.%N)
@@ -52,7 +54,7 @@ for rep in $(seq ${REPS:-5}); do
       B) GAPTOP_COLLECTOR=$B $G record -o /tmp/ab.rec -- python3 launchbound.py 3000 > /dev/null 2>&1 ;;
     esac
     t1=$(date +%s.%N)
-    printf 'launchbound\t%s\t%s\t%s\n' $name $rep "$(echo "$t1 - $t0" | bc)" >> "$O/times.tsv"
+    printf 'launchbound\t%s\t%s\t%s\t%s\n' $name $rep "$t0" "$t1" >> "$O/times.tsv"
   done
 done
 python3 - "$O/times.tsv" <<'EOF'
@@ -60,7 +62,7 @@ import csv, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1]), delimiter='\t'))
 by = {}
 for r in rows:
-    by.setdefault(r['build'], []).append(float(r['s']))
+    by.setdefault(r['build'], []).append(float(r['t1']) - float(r['t0']))
 bare = statistics.median(by['bare'])
 for b in ('bare', 'A', 'B'):
     m = statistics.median(by[b])
