@@ -25,6 +25,15 @@ pub fn python_parts(f: &str) -> Option<(&str, u32, &str)> {
     Some((path, line, qual))
 }
 
+/// Splits a Python frame `path/file.py(12): Class.method` into its path and its function (the
+/// line is not read: any text in its parentheses).
+pub fn split_python_frame(frame: &str) -> Option<(&str, &str)> {
+    let i = frame.rfind("): ")?;
+    let loc = &frame[..i];
+    let path = &loc[..loc.rfind('(')?];
+    Some((path, &frame[i + 3..]))
+}
+
 /// The parts of a named native frame `symbol [libfoo.so]`: its symbol and library.
 pub fn native_parts(f: &str) -> Option<(&str, &str)> {
     let (sym, lib) = f.strip_suffix(']')?.rsplit_once(" [")?;

@@ -15,6 +15,8 @@
 //! - [`app`]: the terminal UI's model (state, messages, one `update`, the view model) and its
 //!   terminal loop.
 //! - [`views`]: render functions that lay out and colour the view model.
+//! - [`cli`]: the command line: its arguments and each command's handler (the binary only
+//!   calls [`cli::main`]).
 #![forbid(unsafe_code)]
 
 /// `eprintln!` that never panics: a terminal that hung up (ssh dropped) fails every write to
@@ -33,6 +35,7 @@ macro_rules! say {
 }
 
 pub mod app;
+pub mod cli;
 pub mod collect;
 pub mod diff;
 pub mod export;

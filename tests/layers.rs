@@ -1,6 +1,6 @@
 //! The viewer's modules depend on each other in one direction only (ARCHITECTURE.md):
 //!
-//! `units`, `frames`, `text`, `files` ← `collect` ← `report`, `pprof`, `diff` ← `export`, `record`, `serve` ← `app` ← `views`
+//! `units`, `frames`, `text`, `files` ← `collect` ← `report`, `pprof`, `diff` ← `export`, `record`, `serve` ← `app` ← `views` ← `cli`
 //!
 //! Every `crate::…` path in a module must name a module of its own layer or one below it.
 
@@ -15,6 +15,7 @@ fn layer(module: &str) -> Option<u8> {
         "export" | "record" | "serve" => 3,
         "app" => 4,
         "views" => 5,
+        "cli" => 6,
         _ => return None,
     })
 }

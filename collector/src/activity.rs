@@ -7,9 +7,10 @@ use std::sync::atomic::Ordering::Relaxed;
 use gaptop_wire as w;
 
 use crate::cupti::{self, Context, Records};
+use crate::lifetime::go_quiet;
+use crate::limits::{BUF_SIZE, MAX_BUFFERS, POOL_KEEP, QUEUE_CAP};
 use crate::records::{decode_records, string_fields, Decodedbuf};
-use crate::setup::go_quiet;
-use crate::state::{Batch, Collector, Queue, BUF_SIZE, MAX_BUFFERS, POOL_KEEP, QUEUE_CAP};
+use crate::state::{Batch, Collector, Queue};
 use crate::{COLLECTOR, FORKED};
 
 /// CUPTI asks for an activity buffer, on whichever thread needs one: a launching thread too,

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use gaptop_wire as w;
 
 use crate::cupti::{self, ApiCall, CallbackId, Domain, RawDomain};
-use crate::state::{Collector, MAX_DEPTH, MAX_NATIVE, RECENT_STACKS, THREAD_CAP};
+use crate::limits::{MAX_DEPTH, MAX_NATIVE, RECENT_STACKS, THREAD_CAP};
+use crate::state::Collector;
 use crate::{CB_NOOP, COLLECTOR, EPOCH, FORKED};
 
 /// An API call whose entry callback ran and whose exit has not yet.

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use gaptop_wire::control::{self as ctl, Reply, Request};
 
-use crate::session::{self, CuptiState};
+use crate::dormant::{self, CuptiState};
 use crate::state::Collector;
 use crate::switches::Switches;
 use crate::FORKED;
@@ -134,9 +134,9 @@ pub(crate) fn serve(c: &'static Collector, l: UnixListener) {
         let mut fds = vec![l.as_raw_fd()];
         fds.extend(attached.as_ref().map(|a| a.conn.as_raw_fd()));
         let ready = wait_readable(&fds);
-        session::settle(c, &mut st, false);
-        if session::take_lost(c) {
-            session::detach(c, &mut st);
+        dormant::settle(c, &mut st, false);
+        if dormant::take_lost(c) {
+            dormant::detach(c, &mut st);
             attached = None;
         }
         if ready.get(1) == Some(&true) {
@@ -144,10 +144,10 @@ pub(crate) fn serve(c: &'static Collector, l: UnixListener) {
                 match read_line(&mut a.conn).map(|l| Request::parse(&l)) {
                     // A detach asked for, or the viewer gone: either way, off.
                     Some(Ok(Request::Detach)) => {
-                        session::detach(c, &mut st);
+                        dormant::detach(c, &mut st);
                         reply(&mut a.conn, &Reply::Ok);
                     }
-                    None => session::detach(c, &mut st),
+                    None => dormant::detach(c, &mut st),
                     Some(Ok(Request::Status)) => {
                         reply(
                             &mut a.conn,
@@ -207,7 +207,7 @@ fn answer(
         Ok(Request::Detach) => {
             // From another shell: the attached viewer (stuck, say) is let go.
             if attached.take().is_some() {
-                session::detach(c, st);
+                dormant::detach(c, st);
             }
             reply(&mut conn, &Reply::Ok);
         }
@@ -215,7 +215,7 @@ fn answer(
             let who = attached.as_ref().map(|a| a.who.clone()).unwrap_or_default();
             reply(&mut conn, &Reply::Busy(who));
         }
-        Ok(Request::Attach { socket, who }) => match session::attach(c, st, &socket) {
+        Ok(Request::Attach { socket, who }) => match dormant::attach(c, st, &socket) {
             Ok(()) => {
                 reply(&mut conn, &Reply::Ok);
                 *attached = Some(Attached { conn, who });

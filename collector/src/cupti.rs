@@ -215,7 +215,7 @@ impl Subscriber {
 /// and activity kind ends, and the program runs on as if CUPTI had never been loaded; any
 /// later CUPTI call attaches it again. CUPTI asks for it to be called at the exit site of a
 /// CUDA API callback, once activity is off and its buffers flushed: `callbacks::on_api` calls
-/// it there, at most once per detach (see `session`). The subscriber it ended must be dropped
+/// it there, at most once per detach (see `dormant`). The subscriber it ended must be dropped
 /// with `Subscriber::finalized`.
 pub(crate) fn finalize() -> Result<()> {
     // SAFETY: takes no arguments; its preconditions (activity off, buffers flushed, called

@@ -17,17 +17,24 @@
 //!
 //! Modules:
 //! - `cupti`: the safe CUPTI layer, the only code that calls libcupti, and its rules;
-//! - `setup`: `start`, the switches applied, `go_quiet`, `at_exit`;
-//! - `session`, `control`: a dormant collector's attach state machine, and the control socket
-//!   its own thread serves;
+//! - `setup`: `start` and `start_dormant`; `enable`: what is switched on in CUPTI, by the
+//!   switches; `lifetime`: `go_quiet`, `at_exit` and the handlers; `viewer`: its socket;
+//! - `dormant`, `control`, `session`: a dormant collector's attach state machine, the control
+//!   socket its own thread serves, and what the threads share about attaching;
 //! - `callbacks`: the API callbacks (the hot path) and switching them on and off;
 //! - `stacks`: launch stacks walked and interned;
 //! - `pyframes`, `native`: the Python frames (calibration, raw reads) and native frames;
+//! - `pycalib`: the calibration's pending call; `pyremote`: the layout for the CPU sampler;
 //! - `activity`, `records`: CUPTI's activity buffers, and their records decoded;
 //! - `sender`: the sender thread, the only socket I/O;
-//! - `state`: the `Collector`, its parts, locks and limits;
+//! - `state`: the `Collector`, its parts and locks; `limits`: what it holds at most;
 //! - `switches`: the environment switches; `diag`: GAPTOP_VERBOSE's reports;
 //! - `selftest`: hooks that drive the stack walk without a GPU.
+//!
+//! They import one another one way only, with no circles: the starts (`setup`) at the top, then
+//! the control thread and the attach machine, what is enabled, the sender, callbacks and
+//! activity buffers, `lifetime`, then `state` and its parts (`session`, `native`), and `cupti`,
+//! `switches` and `limits` at the bottom. What many modules share sits below all of them.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
@@ -46,7 +53,12 @@ mod callbacks;
 mod control;
 mod cupti;
 mod diag;
+mod dormant;
+mod enable;
+mod lifetime;
+mod limits;
 mod native;
+mod pycalib;
 mod pyframes;
 mod pyremote;
 mod records;
@@ -59,6 +71,7 @@ mod state;
 mod switches;
 #[cfg(test)]
 mod tests;
+mod viewer;
 
 /// The collector, set once by `setup::start`; until then every callback returns at once.
 static COLLECTOR: OnceLock<state::Collector> = OnceLock::new();
@@ -81,7 +94,7 @@ pub extern "C" fn InitializeInjection() -> c_int {
         Ok(Err(e)) => {
             say!("{e}; not collecting, the program runs unchanged");
             if let Some(c) = COLLECTOR.get() {
-                setup::go_quiet(c, "setup failed");
+                lifetime::go_quiet(c, "setup failed");
             }
             1
         }

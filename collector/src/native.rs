@@ -3,7 +3,7 @@
 
 use std::ffi::{c_int, c_void, CStr};
 
-use crate::state::MAX_NATIVE;
+use crate::limits::MAX_NATIVE;
 
 // The walk uses the unwinder the process already has (libgcc's, which finds unwind tables
 // through glibc without a global lock), stops at the Python interpreter, and skips the frames of

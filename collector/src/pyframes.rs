@@ -1,6 +1,7 @@
 //! Python frames without the GIL: a one-time calibration (as a CPython pending call) finds
 //! the interpreter's structure offsets, after which the launching thread's frames are read
-//! directly.
+//! directly. The pending call itself, which sets `LAYOUT` from what is found here, is
+//! `pycalib`'s.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::OnceLock;
@@ -104,48 +105,6 @@ pub(crate) fn checked_read(addr: usize) -> Option<usize> {
 pub(crate) unsafe fn rd(addr: usize) -> usize {
     // SAFETY: the contract above.
     unsafe { std::ptr::read(addr as *const usize) }
-}
-
-/// Calibration, run by CPython as a pending call: the GIL is held and Python code is running.
-///
-/// # Safety
-/// Call with the GIL held, from a thread running Python code.
-pub(crate) unsafe extern "C" fn calibrate(_: *mut c_void) -> c_int {
-    // SAFETY: the GIL is held and Python code is running (the contract above).
-    let r = std::panic::catch_unwind(|| unsafe { calibrate_inner() });
-    match r {
-        Ok(Ok(l)) => {
-            let _ = LAYOUT.set(l);
-            // SAFETY: still inside the pending call: the GIL is held, Python code running.
-            let _ = std::panic::catch_unwind(|| unsafe { crate::pyremote::publish(&l) });
-            if std::env::var_os("GAPTOP_VERBOSE").is_some() {
-                say!(
-                    "python frames: tstate+{} {} code@{} prev@{} file@{} qual@{} lines {}",
-                    l.ts_off,
-                    match l.indirect {
-                        Some(o) => format!("via cframe+{o}"),
-                        None => "direct".into(),
-                    },
-                    l.code_off,
-                    l.prev_off,
-                    l.filename_off,
-                    l.qualname_off,
-                    match l.lines {
-                        Lines::Api(_) => "by PyUnstable_InterpreterFrame_GetLasti".to_string(),
-                        Lines::Pointer {
-                            frame_off,
-                            code_off,
-                        } => format!("by instr@{frame_off} - code+{code_off}"),
-                        Lines::Index { frame_off } => format!("by lasti@{frame_off}"),
-                        Lines::Unknown => "unknown (functions' first lines)".to_string(),
-                    }
-                );
-            }
-        }
-        Ok(Err(e)) => say!("python stacks unavailable: {e}"),
-        Err(_) => say!("python stacks unavailable: calibration failed"),
-    }
-    0
 }
 
 /// Finds the frame layout from the running frame and its caller.

@@ -8,7 +8,8 @@ use std::ffi::{c_char, CStr};
 use cudarc::cupti::sys as cu;
 use gaptop_wire as w;
 
-use crate::state::{Collector, Markers, OpenRange, MAX_OPEN_RANGES, MAX_RANGE_NAMES};
+use crate::limits::{MAX_OPEN_RANGES, MAX_RANGE_NAMES};
+use crate::state::{Collector, Markers, OpenRange};
 
 /// One CUPTI activity record as gaptop keeps it.
 #[derive(Debug, PartialEq)]

@@ -11,7 +11,8 @@ use std::sync::OnceLock;
 use gaptop_wire as w;
 
 use crate::native::native_map;
-use crate::pyframes::{calibrate, LAYOUT};
+use crate::pycalib::calibrate;
+use crate::pyframes::LAYOUT;
 use crate::state::{Collector, Parts};
 
 static SELFTEST: OnceLock<Collector> = OnceLock::new();

@@ -8,8 +8,10 @@ use std::time::{Duration, Instant};
 use gaptop_wire as w;
 
 use crate::cupti;
-use crate::setup::{close, go_quiet};
-use crate::state::{Batch, Collector, SEND_PERIOD, THREAD_CAP};
+use crate::lifetime::go_quiet;
+use crate::limits::{SEND_PERIOD, THREAD_CAP};
+use crate::state::{Batch, Collector};
+use crate::viewer::close;
 
 /// Writes all of `b` to the socket `fd`; false when the viewer is gone.
 pub(crate) fn send_all(fd: c_int, mut b: &[u8]) -> bool {
@@ -30,7 +32,7 @@ pub(crate) fn send_all(fd: c_int, mut b: &[u8]) -> bool {
 
 /// The viewer did not take a send. Collecting from the start: collection stops for good
 /// (`go_quiet`). Attached: the connection is closed and the control thread turns collection
-/// off (`session`), to wait for the next attach. Returns whether `fd` was closed.
+/// off (`dormant`), to wait for the next attach. Returns whether `fd` was closed.
 fn viewer_gone(c: &Collector, fd: c_int) -> bool {
     match &c.session {
         None => {

@@ -1,34 +1,16 @@
 //! Launch stacks: the launching thread's Python frames (and native frames with `--native`),
 //! walked at each launch and interned, so that each distinct stack is named once and a launch
-//! carries only its id.
+//! carries only its id. The table they are interned in (`StackCache`) is a part of the
+//! `Collector`, defined with the others in `state`; this module is the walk and the interning.
 
-use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 
 use gaptop_wire as w;
 
-use crate::native::{native_name, walk_native, Module};
+use crate::limits::{MAX_DEPTH, MAX_STACKS, NATIVE_REWALK};
+use crate::native::{native_name, walk_native};
 use crate::pyframes::{frame_lasti, rd, read_str, LAYOUT};
-use crate::state::{Collector, MAX_DEPTH, MAX_STACKS, NATIVE_REWALK};
-
-/// The interned stacks and frames. Behind `Collector::stacks`, taken in API callbacks: only on
-/// a miss in the thread's own cache of recent stacks, or with native frames; `names.defs` is
-/// taken inside it for new stacks and frames.
-#[derive(Default)]
-pub(crate) struct StackCache {
-    pub(crate) by_hash: HashMap<u64, u32>,
-    nodes: HashMap<(u32, u32), u32>,
-    frames: HashMap<(usize, i32), u32>,
-    native: HashMap<usize, u32>,
-    /// Native walks remembered per (Python stack, call site): the stack id they gave and how
-    /// often the memo was used since the last walk.
-    native_memo: HashMap<u64, (u32, u32)>,
-    /// Loaded modules as last read, for naming native frames.
-    modules: Vec<Module>,
-    pub(crate) next_stack: u32,
-    /// Launches that got no stack because the tables were full.
-    pub(crate) full: u64,
-}
+use crate::state::{Collector, StackCache};
 
 /// Spreads a walk hash's high bits into its low ones (the walk's multiply-xor mixing leaves
 /// the low bits depending only on the inputs' low bits).

@@ -1,5 +1,5 @@
 //! The collector's shared state: one `Collector`, built whole by `setup::start` (or offline for
-//! the self-tests and unit tests), and the limits it keeps.
+//! the self-tests and unit tests), and its parts. The limits it keeps are in `limits`.
 //!
 //! Locks, and what nests in what (no other nesting exists; `defs` is always innermost):
 //! - `stacks` -> `names.defs` (a new stack names its frames), taken in API callbacks;
@@ -16,57 +16,15 @@ use std::collections::{HashMap, VecDeque};
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use gaptop_wire as w;
 
 use crate::cupti::Subscriber;
-use crate::native::NativeMap;
+use crate::limits::POOL_KEEP;
+use crate::native::{Module, NativeMap};
 use crate::session::Session;
-use crate::stacks::StackCache;
 use crate::switches::Switches;
-
-// ------------------------------------------------------------------ limits
-
-/// Bytes of API records a thread may hold before the sender takes them (then records drop).
-/// Each thread's buffer is allocated once at this size and never grows inside a callback.
-pub(crate) const THREAD_CAP: usize = 2 << 20;
-/// Bytes of encoded GPU records waiting for the sender (then batches drop).
-pub(crate) const QUEUE_CAP: usize = 128 << 20;
-/// CUPTI activity buffer size and the most buffers outstanding at once.
-pub(crate) const BUF_SIZE: usize = 4 << 20;
-pub(crate) const MAX_BUFFERS: usize = 48;
-/// Completed activity buffers kept for reuse instead of being freed (their pages stay mapped,
-/// so CUPTI does not fault in fresh ones on the launching thread).
-pub(crate) const POOL_KEEP: usize = 8;
-pub(crate) const MAX_DEPTH: usize = 96;
-/// Native frames kept per launch (between the interpreter, or the thread's base, and CUDA).
-pub(crate) const MAX_NATIVE: usize = 48;
-/// A launch from a known (Python stack, kernel) pair reuses the native frames of the last
-/// walk for that pair, and walks again every this many launches.
-pub(crate) const NATIVE_REWALK: u32 = 64;
-/// Distinct stacks and frames interned before new ones are no longer named (launches then
-/// carry no stack, and are counted).
-pub(crate) const MAX_STACKS: u32 = 1 << 20;
-/// Slots in each thread's cache of recent stacks (a power of two): a transformer layer's
-/// launches come from a few dozen distinct stacks.
-pub(crate) const RECENT_STACKS: usize = 256;
-/// NVTX ranges open at once (started, not yet ended) that the decoder remembers; past it a
-/// range's start is dropped and counted.
-pub(crate) const MAX_OPEN_RANGES: usize = 1 << 16;
-/// Distinct NVTX messages named; past it ranges share one name saying so.
-pub(crate) const MAX_RANGE_NAMES: usize = 1 << 16;
-pub(crate) const SEND_PERIOD: Duration = Duration::from_millis(100);
-pub(crate) const FLUSH_PERIOD: Duration = Duration::from_millis(200);
-
-/// Names of CUPTI's synchronization types, in `CUpti_ActivitySynchronizationType` order.
-pub(crate) const SYNC_NAMES: [&str; 5] = [
-    "Synchronize",
-    "Event synchronize",
-    "Stream wait event",
-    "Stream synchronize",
-    "Context synchronize",
-];
 
 // ------------------------------------------------------------------ parts
 
@@ -115,6 +73,15 @@ impl Names {
         std::mem::take(&mut *self.defs.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
+
+/// Names of CUPTI's synchronization types, in `CUpti_ActivitySynchronizationType` order.
+pub(crate) const SYNC_NAMES: [&str; 5] = [
+    "Synchronize",
+    "Event synchronize",
+    "Stream wait event",
+    "Stream synchronize",
+    "Context synchronize",
+];
 
 /// Name ids given at start (or, dormant, at the first attach), fixed afterwards: the API calls
 /// gaptop follows, copies, memsets and synchronizations.
@@ -194,6 +161,25 @@ pub(crate) struct Markers {
     pub(crate) names: HashMap<Box<[u8]>, u32>,
     /// The name of ranges past MAX_RANGE_NAMES (0 until needed).
     pub(crate) overflow: u32,
+}
+
+/// The interned stacks and frames. Behind `Collector::stacks`, taken in API callbacks: only on
+/// a miss in the thread's own cache of recent stacks, or with native frames; `names.defs` is
+/// taken inside it for new stacks and frames.
+#[derive(Default)]
+pub(crate) struct StackCache {
+    pub(crate) by_hash: HashMap<u64, u32>,
+    pub(crate) nodes: HashMap<(u32, u32), u32>,
+    pub(crate) frames: HashMap<(usize, i32), u32>,
+    pub(crate) native: HashMap<usize, u32>,
+    /// Native walks remembered per (Python stack, call site): the stack id they gave and how
+    /// often the memo was used since the last walk.
+    pub(crate) native_memo: HashMap<u64, (u32, u32)>,
+    /// Loaded modules as last read, for naming native frames.
+    pub(crate) modules: Vec<Module>,
+    pub(crate) next_stack: u32,
+    /// Launches that got no stack because the tables were full.
+    pub(crate) full: u64,
 }
 
 /// What waits for the sender thread, and how it is woken and waited for.

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::state::FLUSH_PERIOD;
+use crate::limits::FLUSH_PERIOD;
 
 /// How a flag reads: on unless set to "0".
 fn on(get: &impl Fn(&str) -> Option<String>, key: &str) -> bool {
@@ -218,7 +218,7 @@ mod tests {
     use std::time::Duration;
 
     use super::{cupti_attrs, duty_windows, CuptiAttr, Switches};
-    use crate::state::FLUSH_PERIOD;
+    use crate::limits::FLUSH_PERIOD;
 
     fn with(pairs: &[(&str, &str)]) -> Switches {
         let m: HashMap<String, String> = pairs

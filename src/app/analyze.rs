@@ -12,20 +12,19 @@
 //! the window's steps are those of them that lie in the window, and what to fix counts its
 //! per-step figures over those.
 
-use crate::collect::analysis::summary;
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::mpsc::TryRecvError;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::tree::{build_rows, path_ids, TreeRow};
-use super::{App, MAX_GAPS};
-use crate::collect::analysis::advice::{self, Advice, Diagnosis};
-use crate::collect::analysis::comm::CommReport;
-use crate::collect::analysis::gaps::{self, Config, Gap, Window};
+use super::cache::{Analysed, AnalysisKey, Cache, DisplayKey};
+use super::state::{App, SourceState, MAX_GAPS};
+use super::tree::{build_rows, path_ids};
+use crate::collect::analysis::advice::{self, Diagnosis};
+use crate::collect::analysis::gaps::{self, Window};
 use crate::collect::analysis::steps::{self, Steps};
-use crate::collect::analysis::summary::Summary;
+use crate::collect::analysis::summary;
 use crate::collect::analysis::tree::CallTree;
 use crate::collect::model::store::Store;
 use crate::units::Ns;
@@ -36,85 +35,6 @@ pub const MAX_ANALYSED_OPS: usize = 2_000_000;
 /// Up to this much work (ops in the window, and in the capture when its steps must be found
 /// again) an analysis is made in place, between two frames.
 pub const SYNC_ANALYSIS_OPS: usize = 50_000;
-
-/// What an analysis is of: the window, the threshold, the gaps' basis, how steps are found,
-/// and the data.
-#[derive(Clone, Debug, PartialEq)]
-pub struct AnalysisKey {
-    pub lo: Ns,
-    pub hi: Ns,
-    pub min: Ns,
-    pub cfg: Config,
-    pub step_by: Option<String>,
-    pub generation: u64,
-}
-
-/// The capture's steps (None: none found), and the data generation and step rule they were
-/// found for.
-pub type CaptureSteps = ((u64, Option<String>), Option<Steps>);
-
-/// How the call tree is shown: inverted, by function, native frames hidden.
-pub type DisplayKey = (bool, bool, bool);
-
-/// What an analysis found.
-pub struct Analysed {
-    pub key: AnalysisKey,
-    /// The part of the window analysed (all of it unless it held too many ops).
-    pub span: (Ns, Ns),
-    pub summary: Summary,
-    /// The capture's steps, found for the key's data and step rule.
-    pub capture_steps: Option<Steps>,
-    /// Those of them in the span.
-    pub steps: Option<Steps>,
-    pub advice: Vec<Advice>,
-    pub comm: Option<CommReport>,
-    pub took: Duration,
-}
-
-/// The window's analysis as the panes use it.
-pub struct Cache {
-    pub key: AnalysisKey,
-    pub display: DisplayKey,
-    /// The summary of the analysed span (its tree and longest gaps moved out, below).
-    pub summary: Summary,
-    /// Gaps in the span at or over the threshold, longest first (at most `MAX_GAPS`).
-    pub gaps: Vec<Gap>,
-    /// How many such gaps there are.
-    pub gaps_total: u64,
-    /// The call tree as analysed (top-down, every frame), and as shown: frames mapped (by
-    /// function, native frames folded) top-down, then the displayed tree (top-down or
-    /// inverted).
-    pub raw_tree: CallTree,
-    pub top: CallTree,
-    pub tree: CallTree,
-    /// Each node's identifier in the tree widget (by node index) and the way back. Identifiers
-    /// come from the frames on the node's path, so an opened or selected row stays on the same
-    /// frames when the window or the data changes and the tree is rebuilt with other indices.
-    pub tree_ids: Vec<usize>,
-    pub tree_nodes: HashMap<usize, usize>,
-    /// The tree pane's rows.
-    pub rows: Vec<TreeRow>,
-    pub built: Instant,
-    /// The part of the window the panes describe (all of it unless it held too many ops).
-    pub analyzed: (Ns, Ns),
-    /// Communication stalls across ranks in that part (None with fewer than two ranks).
-    pub comm: Option<CommReport>,
-    /// With a filter (a tree node's, a what-to-fix row's, typed text): every gap of the
-    /// window it holds at or over the threshold (`app::filter`).
-    pub filtered: Option<super::filter::Filtered>,
-}
-
-impl Cache {
-    /// The top-down tree (its frames as shown), whichever way the tree is shown.
-    pub fn top_down(&self) -> &CallTree {
-        &self.top
-    }
-
-    /// The gap time the tree holds: every gap of the span at or over the threshold.
-    pub fn gap_ns(&self) -> Ns {
-        self.top.nodes[0].gap_ns
-    }
-}
 
 /// The steps of `all` that lie in `[lo, hi)` whole; None without any.
 pub fn steps_within(all: &Steps, lo: Ns, hi: Ns) -> Option<Steps> {
@@ -322,7 +242,7 @@ impl App {
     /// many ops.
     pub fn panes_note(&self) -> Option<String> {
         let c = self.cache.as_ref()?;
-        let following = self.follow && !self.paused && self.source == super::SourceState::Live;
+        let following = self.follow && !self.paused && self.source == SourceState::Live;
         if !following && (self.analysis_job.is_some() || c.key != self.analysis_key()) {
             return Some("panes: analysing the window…".to_string());
         }

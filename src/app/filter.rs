@@ -5,19 +5,10 @@
 
 use std::collections::HashMap;
 
-use super::{tree_key, App, GapKey, MAX_GAPS};
+use super::cache::Filtered;
+use super::state::{tree_key, App, GapKey, MAX_GAPS};
 use crate::collect::analysis::gaps::{self, Gap, Window};
 use crate::units::fmt_short;
-
-/// The window's gaps a filter holds at or over the threshold.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Filtered {
-    /// The longest of them, longest first (at most `MAX_GAPS`; sorted as the list is).
-    pub gaps: Vec<Gap>,
-    /// How many there are, and their time.
-    pub count: u64,
-    pub ns: i64,
-}
 
 impl App {
     /// Finds the filters' gaps in the window the panes describe (none without a filter).
@@ -135,7 +126,7 @@ impl App {
         let Some(q) = &self.gap_query else {
             return true;
         };
-        super::App::cause_label(g).contains(q.as_str()) || g.reason.as_str().contains(q.as_str())
+        App::cause_label(g).contains(q.as_str()) || g.reason.as_str().contains(q.as_str())
     }
 
     /// Whether the op's name, the launching API or a frame of the launch stack holds the text

@@ -3,31 +3,11 @@
 //! order's key), its share of the idle and the code, then its verdict, the cause a pattern
 //! names, what a fix saves a step, and the fix.
 
-use super::view::DetailsVm;
-use super::{App, Focus};
+use super::state::{App, Focus};
+use super::view::model::{DetailsVm, FixRow};
 use crate::collect::analysis::advice::{self, Advice};
 use crate::collect::analysis::gaps::Gap;
 use crate::units::fmt_short;
-
-/// One "what to fix" row.
-#[derive(Clone, Debug, PartialEq)]
-pub struct FixRow {
-    /// What the rows are ordered by: the code's idle a step (`3.31ms/step`) where it recurs
-    /// in the steps, else its gap time.
-    pub head: String,
-    /// Its share of the window's gap time: ` 33%`.
-    pub share: String,
-    /// The code.
-    pub site: String,
-    /// The verdict, the cause where a pattern names it, what a fix saves a step and how often
-    /// it idles: `host_work (input-bound) · saves ~3.31ms/step · in 676/676 steps`.
-    pub verdict: String,
-    /// The fix.
-    pub fix: String,
-    /// The chosen row (the first while the rows do not have the focus).
-    pub selected: bool,
-    pub chosen: bool,
-}
 
 /// The title: what the rows are, in what order.
 pub fn title(steps: bool) -> &'static str {

@@ -1,7 +1,7 @@
 //! The gap list and walking gaps: selection, sorting, `n`/`N` over the whole store, the
 //! biggest gap, and the tree-node filter that limits the walk.
 
-use super::{tree_key, App, GapSort, SelGap};
+use super::state::{tree_key, App, Focus, GapSort, SelGap};
 use crate::collect::analysis::gaps::{self, Gap};
 use crate::units::{fmt_ns, Ns};
 
@@ -83,8 +83,8 @@ impl App {
         self.current = self.derive_selected();
         self.show_fix = false;
         self.show_compare = false;
-        if self.focus == super::Focus::Fix {
-            self.focus = super::Focus::Gaps;
+        if self.focus == Focus::Fix {
+            self.focus = Focus::Gaps;
         }
         self.cursor = g.start + g.dur() / 2;
         // Looking at a gap holds the window: following would move the cursor off it and,
@@ -126,7 +126,7 @@ impl App {
             crate::units::count(count, "gap"),
             a.site
         );
-        self.focus = super::Focus::Gaps;
+        self.focus = Focus::Gaps;
         self.gap_sel = 0;
         if let Some(g) = self.listed_gaps().first().copied() {
             self.select(&g);

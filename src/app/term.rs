@@ -10,7 +10,9 @@ use crossterm::event::{self, Event, KeyEventKind, MouseEventKind};
 use ratatui::backend::Backend;
 use ratatui::Terminal;
 
-use super::{Action, App, Effect, MouseKind, Msg, SourceState};
+use super::keymap::Action;
+use super::msg::{Effect, MouseKind, Msg};
+use super::state::{App, SourceState};
 use crate::collect::sources::attach::Attachment;
 use crate::collect::sources::live::{Launch, LiveEvent};
 use gaptop_wire::Frame;

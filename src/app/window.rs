@@ -2,7 +2,7 @@
 //! panes analyse.
 
 use super::analyze::MAX_ANALYSED_OPS;
-use super::{App, MIN_WIDTH};
+use super::state::{App, MIN_WIDTH};
 use crate::collect::analysis::gaps::Gap;
 use crate::collect::model::records::Ns;
 use crate::units::fmt_ns;

@@ -7,7 +7,7 @@ use crate::collect::analysis::verdict::Verdict;
 use crate::frames::cut as short;
 use crate::units::fmt_short as t;
 
-use super::JsonReport;
+use super::json::JsonReport;
 
 /// A verdict in a few words.
 pub fn verdict_words(v: Verdict) -> &'static str {

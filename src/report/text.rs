@@ -5,7 +5,7 @@
 //! figure, the gap time charged to launches (`charged_ns`), which the titles name.
 
 use super::headline::{self, denominator, Said};
-use super::{JsonGap, JsonReport, JsonStack};
+use super::json::{JsonGap, JsonReport, JsonStack};
 use crate::frames::cut as short;
 use crate::units::fmt_short as t;
 

@@ -7,7 +7,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
 use ratatui::Frame;
 
-use super::{cause_color, tone_style};
+use super::style::{cause_color, tone_style};
 use crate::app::view::{DetailsVm, Tone};
 use crate::app::App;
 use crate::frames::cut;

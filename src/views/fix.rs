@@ -9,9 +9,8 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph};
 use ratatui::Frame;
 
-use super::{focus_style, tone_style};
-use crate::app::fix::FixRow;
-use crate::app::view::Tone;
+use super::style::{focus_style, tone_style};
+use crate::app::view::{FixRow, Tone};
 use crate::app::{App, Focus};
 use crate::frames::cut;
 

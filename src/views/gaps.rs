@@ -6,7 +6,7 @@ use ratatui::text::Line;
 use ratatui::widgets::{Block, Borders, Paragraph};
 use ratatui::Frame;
 
-use super::{cause_color, focus_style};
+use super::style::{cause_color, focus_style};
 use crate::app::{App, Focus};
 use crate::frames::cut;
 

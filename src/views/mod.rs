@@ -23,55 +23,17 @@ mod keybar;
 mod output;
 mod rate;
 mod status;
+mod style;
 mod timeline;
 mod tree;
 
 use ratatui::backend::Backend;
-use ratatui::style::{Color, Modifier, Style};
 use ratatui::widgets::{Paragraph, Wrap};
 use ratatui::{Frame, Terminal};
 use tui_tree_widget::TreeState;
 
 use crate::app::layout::{self, MIN_H, MIN_W};
-use crate::app::view::Tone;
-use crate::app::{App, Cause, Drawn, Focus, HitAreas, Msg};
-
-/// A gap's colour by its cause.
-fn cause_color(c: Cause) -> Color {
-    match c {
-        Cause::Sync => Color::Red,
-        Cause::EventWait => Color::Magenta,
-        Cause::Graph => Color::Blue,
-        Cause::HostWait => Color::Yellow,
-        Cause::KernelWait => Color::Cyan,
-        Cause::Other => Color::Gray,
-    }
-}
-
-/// The style of a piece of text by what it is.
-fn tone_style(t: Tone) -> Style {
-    match t {
-        Tone::Plain => Style::default(),
-        Tone::Bold => Style::default().add_modifier(Modifier::BOLD),
-        Tone::Dim => Style::default().fg(Color::DarkGray),
-        Tone::Stack => Style::default().fg(Color::LightYellow),
-        Tone::Verdict => Style::default().fg(Color::LightGreen),
-        Tone::Native => Style::default().fg(Color::LightCyan),
-        Tone::Cpu => Style::default().fg(Color::LightMagenta),
-        Tone::Better => Style::default().fg(Color::LightGreen),
-        Tone::Worse => Style::default().fg(Color::LightRed),
-    }
-}
-
-fn focus_style(app: &App, f: Focus) -> Style {
-    if app.focus == f {
-        Style::default()
-            .fg(Color::LightCyan)
-            .add_modifier(Modifier::BOLD)
-    } else {
-        Style::default().fg(Color::DarkGray)
-    }
-}
+use crate::app::{App, Drawn, HitAreas, Msg};
 
 /// Draws the whole screen from the view model, which must have been built for this frame's
 /// size (`app::term::render` sees to it), and returns where the mouse can point. The tree

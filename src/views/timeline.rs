@@ -6,7 +6,7 @@ use ratatui::style::{Color, Modifier, Style};
 use ratatui::widgets::{Block, Borders};
 use ratatui::Frame;
 
-use super::{cause_color, focus_style};
+use super::style::{cause_color, focus_style};
 use crate::app::lane::RangeRow;
 use crate::app::layout::LABEL_W;
 use crate::app::view::{Cell, CellKind, OpTone};

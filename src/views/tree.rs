@@ -9,7 +9,7 @@ use ratatui::widgets::{Block, Borders};
 use ratatui::Frame;
 use tui_tree_widget::{Tree, TreeItem, TreeState};
 
-use super::focus_style;
+use super::style::focus_style;
 use crate::app::tree::TreeRow;
 use crate::app::{App, Focus};
 

@@ -6,13 +6,11 @@
 pub mod attach;
 pub mod cpu;
 pub mod fwdbwd;
-pub mod inflate;
 pub mod ingest;
 pub mod jsonscan;
 pub mod kineto;
 pub mod live;
 pub mod nsys;
-pub mod pybacktrace;
 pub mod recfile;
 pub mod recording;
 pub mod sniff;

@@ -35,27 +35,9 @@ use perf_event::Clock;
 
 use self::clock::TimeBase;
 use self::perf::Failure;
+pub use self::perf::SamplerConfig;
 use self::unwind::{Elves, Space};
 use crate::collect::sources::symbols::Symbolizer;
-
-/// How often and how deep threads are sampled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SamplerConfig {
-    /// CPU time of a thread between two of its samples, in µs (1000: 1 kHz while it runs).
-    pub period_us: u64,
-    /// Bytes of user stack copied with each sample, from the stack pointer up (a multiple of
-    /// 8 below 64 KiB). Frames beyond the copy are cut off; try 32768 where deep stacks are.
-    pub stack_bytes: u32,
-}
-
-impl Default for SamplerConfig {
-    fn default() -> Self {
-        SamplerConfig {
-            period_us: 1000,
-            stack_bytes: 16384,
-        }
-    }
-}
 
 /// One sample of one thread.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,8 +9,6 @@ use perf_event::data::Record;
 use perf_event::events::Software;
 use perf_event::{Builder, Clock, SampleFlag};
 
-use super::SamplerConfig;
-
 /// `sample_regs_user`: bits of `enum perf_event_x86_regs` (arch/x86/include/uapi/asm/
 /// perf_regs.h): BP = 6, SP = 7, IP = 8. A sample holds the registers in the order of their
 /// bits: BP, SP, IP.
@@ -24,6 +22,25 @@ pub(crate) struct RawSample<'a> {
     pub sp: u64,
     pub bp: u64,
     pub stack: &'a [u8],
+}
+
+/// How often and how deep threads are sampled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SamplerConfig {
+    /// CPU time of a thread between two of its samples, in µs (1000: 1 kHz while it runs).
+    pub period_us: u64,
+    /// Bytes of user stack copied with each sample, from the stack pointer up (a multiple of
+    /// 8 below 64 KiB). Frames beyond the copy are cut off; try 32768 where deep stacks are.
+    pub stack_bytes: u32,
+}
+
+impl Default for SamplerConfig {
+    fn default() -> Self {
+        SamplerConfig {
+            period_us: 1000,
+            stack_bytes: 16384,
+        }
+    }
 }
 
 /// The stack copy's size as the kernel takes it: a multiple of 8, under 64 KiB (a record's

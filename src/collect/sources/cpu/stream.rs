@@ -19,7 +19,7 @@ use gaptop_wire::{Frame, Sample};
 use super::clock::now_ns;
 use super::python::{self, History, RawFrame, Reader};
 use super::{CpuSample, Sampler, SamplerConfig};
-use crate::collect::sources::live::LiveEvent;
+use crate::collect::sources::live::event::LiveEvent;
 
 /// The connection id of the sampler's stream (collectors' connections count up from 1).
 pub const SAMPLER_CONN: u32 = u32::MAX;

@@ -15,20 +15,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use gaptop_wire::{Decoder, Frame};
+use gaptop_wire::Decoder;
 
-pub enum LiveEvent {
-    /// Decoded frames from one connection.
-    Frames(u32, Vec<Frame>),
-    /// A connection ended; `Some` says why when it was a protocol error.
-    Closed(u32, Option<String>),
-    /// A line the child wrote on stdout or stderr (when captured).
-    Output(String),
-    /// The child exited with this description.
-    Exited(String),
-    /// Something to say once about the capture (CPU sampling refused, say).
-    Notice(String),
-}
+pub use event::LiveEvent;
+
+pub mod event;
 
 /// A private directory holding the socket, removed on drop.
 pub struct SocketDir {

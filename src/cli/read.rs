@@ -1,0 +1,145 @@
+//! The commands that read captures and write what they find, without the UI: `report`,
+//! `diff` and `export`, and how they name their inputs, load a capture to compare and write
+//! their output.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use super::options::{AnalysisArgs, WindowArgs};
+use crate::collect::analysis::gaps::{Config, Window};
+
+/// `gaptop report`.
+pub(super) fn report(
+    files: Vec<PathBuf>,
+    format: String,
+    output: Option<PathBuf>,
+    window: WindowArgs,
+    top: usize,
+    full: bool,
+    analysis: AnalysisArgs,
+) -> anyhow::Result<ExitCode> {
+    if let Some(o) = &output {
+        crate::files::refuse_input(o, &files)?;
+    }
+    let store = crate::collect::sources::load_paths(&files, usize::MAX)?;
+    window
+        .check(&store)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", shown(&files)))?;
+    let cfg = Config {
+        kernel_wait_ns: analysis.kernel_wait,
+        basis: analysis.basis(),
+        cpu_tree: format == "folded-cpu",
+    };
+    let w = Window {
+        from: window.from,
+        to: window.to,
+    };
+    if format == "pprof" {
+        let p = crate::pprof::profile(&store, w, &cfg);
+        emit(&crate::pprof::encode(&p), output.as_deref(), true)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let (summary, j) = crate::report::build_steps(&store, w, &cfg, top, analysis.step.as_deref());
+    let out = match format.as_str() {
+        "json" => serde_json::to_string_pretty(&j)? + "\n",
+        "folded" => crate::report::folded(&store, &summary),
+        "folded-cpu" => crate::report::folded_cpu(&store, &summary),
+        _ => crate::report::text(&j, full),
+    };
+    emit(out.as_bytes(), output.as_deref(), false)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `gaptop diff`.
+pub(super) fn diff(
+    a: PathBuf,
+    b: PathBuf,
+    format: String,
+    output: Option<PathBuf>,
+    analysis: AnalysisArgs,
+) -> anyhow::Result<ExitCode> {
+    if let Some(o) = &output {
+        crate::files::refuse_input(o, &[a.clone(), b.clone()])?;
+    }
+    let (sa, sb) = (load_captured(&a)?, load_captured(&b)?);
+    let cfg = Config {
+        basis: analysis.basis(),
+        ..Config::default()
+    };
+    let d = crate::diff::diff(&sa, &sb, &cfg, analysis.step.as_deref());
+    let out = match format.as_str() {
+        "json" => serde_json::to_string_pretty(&d)? + "\n",
+        _ => crate::diff::text(&d, crate::diff::width(output.as_deref())),
+    };
+    emit(out.as_bytes(), output.as_deref(), false)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `gaptop export`.
+pub(super) fn export(
+    files: Vec<PathBuf>,
+    window: WindowArgs,
+    output: PathBuf,
+) -> anyhow::Result<ExitCode> {
+    crate::files::refuse_input(&output, &files)?;
+    let store = crate::collect::sources::load_paths(&files, usize::MAX)?;
+    if store.span().is_none() {
+        anyhow::bail!("{}: no GPU ops", shown(&files));
+    }
+    let (from, to) = window
+        .check(&store)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", shown(&files)))?;
+    let (from, to) = (store.origin() + from, store.origin() + to);
+    let n = crate::export::write_file(&store, from, to, &Config::default(), &output)?;
+    let spans = if n.spans > 0 {
+        format!(", {} CPU spans", n.spans)
+    } else {
+        String::new()
+    };
+    crate::say!(
+        "gaptop: wrote {} ops, {} launches, {} syncs and waits{spans}, {} gaps -> {}",
+        n.ops,
+        n.launches,
+        n.blocking,
+        n.gaps,
+        output.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The inputs as an error names them.
+pub(super) fn shown(files: &[PathBuf]) -> String {
+    let v: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+    v.join(" ")
+}
+
+/// Writes what a command made to `output`, or to stdout (a binary format not to a terminal;
+/// a reader that went away, as `| head` does, ends it quietly).
+pub(super) fn emit(
+    bytes: &[u8],
+    output: Option<&std::path::Path>,
+    binary: bool,
+) -> anyhow::Result<()> {
+    use std::io::{IsTerminal, Write};
+    if let Some(p) = output {
+        return crate::files::Output::write_all(p, bytes);
+    }
+    let out = std::io::stdout();
+    if binary && out.is_terminal() {
+        anyhow::bail!("the profile is binary: write it with -o FILE or redirect stdout to a file");
+    }
+    let mut out = out.lock();
+    match out.write_all(bytes).and_then(|_| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => r.map_err(|e| anyhow::anyhow!("cannot write to stdout: {e}")),
+    }
+}
+
+/// A capture to compare: loaded, with GPU ops.
+pub(super) fn load_captured(
+    p: &std::path::Path,
+) -> anyhow::Result<crate::collect::model::store::Store> {
+    let s = crate::collect::sources::load_path(p, usize::MAX)?;
+    anyhow::ensure!(s.span().is_some(), "{}: no GPU ops", p.display());
+    Ok(s)
+}

@@ -1,0 +1,152 @@
+//! The commands that open the UI: `demo`, `open`, `run` (live) and `attach` to a dormant
+//! program, each making the [`App`](crate::app::App) from the UI's settings and handing it to
+//! the terminal loop with its feed.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use super::options::{CollectArgs, MetricsArgs, SampleArgs, UiArgs, WindowArgs};
+use super::read::{load_captured, shown};
+
+/// The embedded sample: a recording of GPT-2 small at batch 1 taken on an H200.
+const DEMO: &[u8] = include_bytes!("../../assets/gpt2.rec");
+
+fn ui_app(
+    store: crate::collect::model::store::Store,
+    source: crate::app::SourceState,
+    ui: &UiArgs,
+) -> anyhow::Result<crate::app::App> {
+    let mut app = crate::app::App::new(store, source);
+    app.export_dir = ui.export_dir.clone();
+    app.cfg.basis = ui.analysis.basis();
+    app.cfg.kernel_wait_ns = ui.analysis.kernel_wait;
+    app.step_by = ui.analysis.step.clone();
+    if let Some(k) = &ui.keys {
+        let text = std::fs::read_to_string(k)
+            .map_err(|e| anyhow::anyhow!("{}: cannot read: {e}", k.display()))?;
+        app.keys = crate::app::KeyMap::with_overrides(&text)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", k.display()))?;
+    }
+    Ok(app)
+}
+
+/// `gaptop demo`.
+pub(super) fn demo(speed: f64, looping: bool, once: bool, ui: UiArgs) -> anyhow::Result<ExitCode> {
+    use crate::app::{term, SourceState};
+    term::need_terminal("demo")?;
+    let mut store = crate::collect::model::store::Store::new(1 << 30);
+    store.source = "demo (gpt2.rec)".into();
+    let mut app = ui_app(store, SourceState::Live, &ui)?;
+    // Nothing runs in the demo: no output pane.
+    app.program = false;
+    term::run(
+        app,
+        term::Feed::Demo(term::demo_feed(
+            DEMO,
+            term::DemoOptions {
+                speed,
+                looping,
+                at_least: if once {
+                    std::time::Duration::ZERO
+                } else {
+                    term::DemoOptions::default().at_least
+                },
+            },
+        )),
+        term::stop_flag()?,
+        crate::views::render,
+    )?;
+    Ok(ExitCode::from(term::exit_status()))
+}
+
+/// `gaptop open`.
+pub(super) fn open(
+    files: Vec<PathBuf>,
+    window: WindowArgs,
+    compare: Option<PathBuf>,
+    ui: UiArgs,
+) -> anyhow::Result<ExitCode> {
+    use crate::app::{term, SourceState};
+    let store = crate::collect::sources::load_paths(&files, usize::MAX)?;
+    let (from, to) = window
+        .check(&store)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", shown(&files)))?;
+    term::need_terminal("open")?;
+    let origin = store.origin();
+    let mut app = ui_app(store, SourceState::File, &ui)?;
+    if window.from.is_some() || window.to.is_some() {
+        app.set_window(origin + from, origin + to);
+    }
+    if let Some(other) = compare {
+        let b = load_captured(&other)?;
+        anyhow::ensure!(app.store.span().is_some(), "{}: no GPU ops", shown(&files));
+        let d = crate::diff::diff(&app.store, &b, &app.cfg, app.step_by.as_deref());
+        app.compare = Some(d);
+        app.show_compare = true;
+    }
+    term::run(
+        app,
+        term::Feed::None,
+        term::stop_flag()?,
+        crate::views::render,
+    )?;
+    Ok(ExitCode::from(term::exit_status()))
+}
+
+/// `gaptop run` with the UI.
+pub(super) fn run(
+    ui: UiArgs,
+    metrics: MetricsArgs,
+    memory: usize,
+    log: Option<PathBuf>,
+    collect: CollectArgs,
+    cmd: Vec<String>,
+) -> anyhow::Result<ExitCode> {
+    use crate::app::{term, SourceState};
+    term::need_terminal("run")?;
+    let log = log.unwrap_or_else(|| PathBuf::from(format!("gaptop-{}.log", std::process::id())));
+    let stop = term::stop_flag()?;
+    let tap = metrics.tap()?;
+    let l = crate::collect::sources::live::launch(&cmd, Some(&log), &collect.options())?;
+    let mut store = crate::collect::model::store::Store::new(memory);
+    store.source = cmd.join(" ");
+    let mut app = ui_app(store, SourceState::Live, &ui)?;
+    app.message = format!("program output: {}", log.display());
+    term::run_with(
+        app,
+        term::Feed::Live(Box::new(l)),
+        stop,
+        crate::views::render,
+        tap,
+    )?;
+    Ok(ExitCode::from(term::exit_status()))
+}
+
+/// `gaptop attach PID|NAME`.
+pub(super) fn attach(
+    target: String,
+    ui: UiArgs,
+    memory: usize,
+    samples: SampleArgs,
+    metrics: MetricsArgs,
+) -> anyhow::Result<ExitCode> {
+    use crate::app::{term, SourceState};
+    use crate::collect::sources::attach;
+    term::need_terminal("attach")?;
+    let d = attach::find(&target)?;
+    let stop = term::stop_flag()?;
+    let tap = metrics.tap()?;
+    let a = attach::attach(&d, &attach::who("attach"), samples.config())?;
+    let mut store = crate::collect::model::store::Store::new(memory);
+    store.source = format!("pid {} ({})", d.pid, d.label);
+    let mut app = ui_app(store, SourceState::Live, &ui)?;
+    app.message = format!("attached to pid {}; q detaches, the program runs on", d.pid);
+    term::run_with(
+        app,
+        term::Feed::Attached(Box::new(a)),
+        stop,
+        crate::views::render,
+        tap,
+    )?;
+    Ok(ExitCode::from(term::exit_status()))
+}

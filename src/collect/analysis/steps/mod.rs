@@ -1,0 +1,187 @@
+//! Steps: the program's iterations in a capture (a decode loop's tokens, a training loop's
+//! iterations), so that gaps can be told apart as recurring (in most steps) or one-off (warm-up,
+//! first calls, model loading).
+//!
+//! Where the steps come from, in [`find`]'s order:
+//!
+//! - `by = Some(NAME)`: CPU spans or NVTX ranges named NAME (a `user_annotation`, `cpu_op` or
+//!   `python_function` span, an NVTX range, exactly; a NAME ending in `#`, or `ProfilerStep`, is a
+//!   prefix, so `ProfilerStep#` takes every `ProfilerStep#N`, and a family, so `step #` takes
+//!   `step 1`, `step 2`, … (see [`family`])); else the calls of the Python function NAME (see
+//!   [`frame_matches`]); else the GPU op NAME, each occurrence starting a step.
+//! - `by = None`: torch.profiler's `ProfilerStep#N` spans when the capture has them; else NVTX
+//!   ranges ([`range_steps`]): the outermost ranges of a step-like family (`step`, `step N`,
+//!   `iteration N`, `decode_step`, … see [`is_step_name`]) are the steps, exactly; failing that,
+//!   the outermost family that repeats most (the earliest of a tie: an iteration's first range)
+//!   delimits them, each occurrence starting a step; else the period of the repeating op
+//!   sequence ([`detect_period`]).
+//!
+//! Ranges by name go through [`from_ranges`], as CPU spans do: the ranges are the steps,
+//! exactly.
+//!
+//! Times: a range's step is the range itself. Steps found on the GPU timeline (automatic, an op,
+//! a function's calls) start at an op's start and end where the next step starts; the last one
+//! ends with the last op of its period. Steps are half-open, `[start, end)`, sorted and do not
+//! overlap, so a gap that ends at a step's first op lies in the step before it.
+//!
+//! Several devices (ranks, GPUs of one process): the steps are found on one device's sequence
+//! (the device with the most ops in the window, which in lockstep runs is any of them), and each
+//! step's `busy_ns` and `idle_ns` are the sums over every device with ops in the window;
+//! [`Steps::devices`] says how many, so `idle_ns / devices` is the mean per device.
+
+mod named;
+mod period;
+mod step;
+
+pub use named::{frame_matches, range_steps};
+pub use period::{
+    detect_period, detect_period_with, stack_turn, DeviceSeq, Period, StackTurn, MIN_STEPS,
+};
+pub use step::{quantile, Step, StepSource, Steps, StepsJson, WARMUP_FACTOR};
+
+use named::{function_ranges, op_ranges, span_ranges};
+
+use rustc_hash::FxHashMap as HashMap;
+
+use crate::collect::analysis::gaps::device_idle;
+use crate::collect::model::ranges::family;
+use crate::collect::model::records::{Ns, StackId};
+use crate::collect::model::store::Store;
+
+/// Finds the steps of the window `[lo, hi)` as the module's comment says, from the ranges that
+/// overlap it (clipped to it) or the ops that start in it. `Ns::MIN, Ns::MAX` is the whole
+/// capture. The window is first clipped to the capture's span (`Store::span`: its ops', or
+/// the window a source fixed): a CPU span or NVTX range that starts before the first GPU op
+/// or ends after the last (ranges of a whole run whose first ops were evicted, say) does not
+/// make steps outside it, so the steps never add up to more than the capture. `None` when
+/// there are none: no span, call or op of that name, or no clear repetition.
+pub fn find(store: &Store, lo: Ns, hi: Ns, by: Option<&str>) -> Option<Steps> {
+    let (lo, hi) = match store.span() {
+        Some((a, b)) => (lo.max(a), hi.min(b)),
+        None => (lo, hi),
+    };
+    if hi <= lo {
+        return None;
+    }
+    match by {
+        Some(name) => {
+            let prefix = name == "ProfilerStep" || name.ends_with('#');
+            let want = if name == "ProfilerStep" {
+                "ProfilerStep#"
+            } else {
+                name
+            };
+            let ranges = span_ranges(store, lo, hi, |s| {
+                s == want || (prefix && (s.starts_with(want) || family(s) == want))
+            });
+            if !ranges.is_empty() {
+                let src = if want == "ProfilerStep#" {
+                    StepSource::ProfilerStep
+                } else {
+                    StepSource::Spans(name.to_string())
+                };
+                return from_ranges(store, src, &ranges, lo, hi);
+            }
+            if let Some(r) = function_ranges(store, lo, hi, name) {
+                return from_ranges(store, StepSource::Function(name.to_string()), &r, lo, hi);
+            }
+            let r = op_ranges(store, lo, hi, name)?;
+            from_ranges(store, StepSource::Op(name.to_string()), &r, lo, hi)
+        }
+        None => {
+            let ranges = span_ranges(store, lo, hi, |s| s.starts_with("ProfilerStep#"));
+            if !ranges.is_empty() {
+                return from_ranges(store, StepSource::ProfilerStep, &ranges, lo, hi);
+            }
+            if let Some((name, r)) = range_steps(store, lo, hi) {
+                return from_ranges(store, StepSource::Spans(name), &r, lo, hi);
+            }
+            let seq = DeviceSeq::busiest(store, lo, hi)?;
+            let stacks: Vec<StackId> = if store.stacks.len() > 1 {
+                (0..seq.names.len()).map(|i| seq.stack(store, i)).collect()
+            } else {
+                Vec::new()
+            };
+            let mut memo: HashMap<(StackId, StackId), Option<StackTurn>> = HashMap::default();
+            let p = detect_period_with(&seq.names, &seq.idle_before(), |i| {
+                if i == 0 || i >= stacks.len() {
+                    return None;
+                }
+                let key = (stacks[i - 1], stacks[i]);
+                *memo
+                    .entry(key)
+                    .or_insert_with(|| stack_turn(store, key.0, key.1))
+            })?;
+            let r = seq.times(&p.steps);
+            from_ranges(store, StepSource::Auto, &r, lo, hi)
+        }
+    }
+}
+
+/// Steps from ranges (CPU spans, NVTX ranges, anything with a start and an end): sorted, each
+/// clipped to `[lo, hi)` and to the next one's start, empty ones dropped, then measured. `None`
+/// when none is left.
+pub fn from_ranges(
+    store: &Store,
+    source: StepSource,
+    ranges: &[(Ns, Ns)],
+    lo: Ns,
+    hi: Ns,
+) -> Option<Steps> {
+    let mut r: Vec<(Ns, Ns)> = ranges
+        .iter()
+        .map(|&(s, e)| (s.max(lo), e.min(hi)))
+        .filter(|(s, e)| e > s)
+        .collect();
+    r.sort_unstable();
+    for i in 1..r.len() {
+        let next = r[i].0;
+        r[i - 1].1 = r[i - 1].1.min(next);
+    }
+    r.retain(|(s, e)| e > s);
+    if r.is_empty() {
+        return None;
+    }
+    let devices: Vec<Vec<usize>> = store
+        .devices()
+        .into_iter()
+        .map(|(_, lanes)| lanes)
+        .filter(|lanes| lanes.iter().any(|&l| lane_active(store, l, lo, hi)))
+        .collect();
+    let steps = r
+        .iter()
+        .map(|&(s, e)| {
+            let mut st = Step {
+                start: s,
+                end: e,
+                ..Default::default()
+            };
+            for lanes in &devices {
+                let mut idle = 0;
+                device_idle(store, lanes, s, e, |a, b| idle += b - a);
+                st.idle_ns += idle;
+                st.busy_ns += (e - s) - idle;
+                for &l in lanes {
+                    let lane = &store.lanes[l];
+                    st.launches += (lane.lower_bound(e) - lane.lower_bound(s)) as u64;
+                }
+            }
+            st
+        })
+        .collect();
+    Some(Steps {
+        source,
+        steps,
+        devices: devices.len(),
+    })
+}
+
+/// Whether a lane has an op overlapping `[lo, hi)`.
+fn lane_active(store: &Store, lane: usize, lo: Ns, hi: Ns) -> bool {
+    let l = &store.lanes[lane];
+    let i = l.lower_bound(lo);
+    i < l.lower_bound(hi) || (i > 0 && l.op(i - 1).end > lo)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,542 @@
+//! Steps with no name to go by: the period of the repeating sequence of ops on the busiest
+//! device, verified, with the launch stacks' say on where a step begins.
+
+use std::ops::Range;
+
+use rustc_hash::FxHashMap as HashMap;
+
+use crate::collect::model::records::{NameId, Ns, StackId};
+use crate::collect::model::store::Store;
+use crate::frames::split_python_frame;
+
+use super::step::quantile;
+
+/// One device's ops in the window, all its streams merged by start.
+pub struct DeviceSeq {
+    /// The device's process.
+    pub proc: u32,
+    pub starts: Vec<Ns>,
+    pub ends: Vec<Ns>,
+    pub names: Vec<NameId>,
+    pub corrs: Vec<u32>,
+}
+
+impl DeviceSeq {
+    /// The ops of `lanes` starting in `[lo, hi)`, by start.
+    pub fn new(store: &Store, lanes: &[usize], lo: Ns, hi: Ns) -> Self {
+        let mut v: Vec<(Ns, Ns, NameId, u32)> = Vec::new();
+        for &l in lanes {
+            let lane = &store.lanes[l];
+            v.extend(
+                lane.range(lane.lower_bound(lo)..lane.lower_bound(hi))
+                    .map(|o| (o.start, o.end, o.name, o.corr)),
+            );
+        }
+        if lanes.len() > 1 {
+            // Each lane is a sorted run: the stable sort merges the runs.
+            v.sort_by_key(|o| o.0);
+        }
+        DeviceSeq {
+            proc: lanes.first().map_or(0, |&l| store.lanes[l].key.proc),
+            starts: v.iter().map(|o| o.0).collect(),
+            ends: v.iter().map(|o| o.1).collect(),
+            names: v.iter().map(|o| o.2).collect(),
+            corrs: v.iter().map(|o| o.3).collect(),
+        }
+    }
+
+    /// The launch stack of op `i` (0 when its launch is not known).
+    pub fn stack(&self, store: &Store, i: usize) -> StackId {
+        let p = &store.procs[self.proc as usize];
+        self.corrs
+            .get(i)
+            .filter(|&&c| c != 0)
+            .and_then(|&c| p.api_by_corr(c))
+            .map_or(0, |a| a.stack)
+    }
+
+    /// The device with the most ops starting in `[lo, hi)`; `None` when there are none.
+    pub fn busiest(store: &Store, lo: Ns, hi: Ns) -> Option<Self> {
+        let (_, lanes) = store
+            .devices()
+            .into_iter()
+            .map(|(_, lanes)| {
+                let n: usize = lanes
+                    .iter()
+                    .map(|&l| {
+                        let lane = &store.lanes[l];
+                        lane.lower_bound(hi) - lane.lower_bound(lo)
+                    })
+                    .sum();
+                (n, lanes)
+            })
+            .filter(|(n, _)| *n > 0)
+            .max_by_key(|(n, _)| *n)?;
+        Some(Self::new(store, &lanes, lo, hi))
+    }
+
+    /// Device idle before each op: its start past the latest end of the ops before it (0 for
+    /// the first).
+    pub fn idle_before(&self) -> Vec<Ns> {
+        let mut max_end = Ns::MIN;
+        self.starts
+            .iter()
+            .zip(&self.ends)
+            .map(|(&s, &e)| {
+                let idle = if max_end == Ns::MIN {
+                    0
+                } else {
+                    (s - max_end).max(0)
+                };
+                max_end = max_end.max(e);
+                idle
+            })
+            .collect()
+    }
+
+    /// Op index ranges as times: from the first op's start to the next range's first op's
+    /// start when it starts where this one ends, else to the latest end of its ops.
+    pub fn times(&self, steps: &[Range<usize>]) -> Vec<(Ns, Ns)> {
+        steps
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| !r.is_empty())
+            .map(|(k, r)| {
+                let s = self.starts[r.start];
+                let e = match steps.get(k + 1) {
+                    Some(n) if n.start == r.end && r.end < self.starts.len() => self.starts[r.end],
+                    _ => self.ends[r.clone()].iter().copied().max().unwrap_or(s),
+                };
+                (s, e.max(s + 1))
+            })
+            .collect()
+    }
+}
+
+/// The line number of a Python frame `path(LINE): func`.
+fn frame_line(frame: &str) -> Option<u32> {
+    let loc = &frame[..frame.rfind("): ")?];
+    loc[loc.rfind('(')? + 1..].parse().ok()
+}
+
+/// How the code moved from one launch stack to the next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StackTurn {
+    /// Depth of the deepest frame the two stacks share (0: none).
+    pub depth: u32,
+    /// The first frames in which they differ are the same Python function, at an earlier line
+    /// in the second: its loop started over, or its caller called it again (Python frames
+    /// carry their current line).
+    pub back: bool,
+}
+
+/// The turn from stack `a` to stack `b`; `None` when either is unknown (0).
+pub fn stack_turn(store: &Store, a: StackId, b: StackId) -> Option<StackTurn> {
+    if a == 0 || b == 0 {
+        return None;
+    }
+    let st = &store.stacks;
+    let (mut x, mut y) = (a, b);
+    while st.node(x).depth > st.node(y).depth {
+        x = st.node(x).parent;
+    }
+    while st.node(y).depth > st.node(x).depth {
+        y = st.node(y).parent;
+    }
+    if x == y {
+        // One holds the other.
+        return Some(StackTurn {
+            depth: st.node(x).depth,
+            back: false,
+        });
+    }
+    while st.node(x).parent != st.node(y).parent {
+        x = st.node(x).parent;
+        y = st.node(y).parent;
+    }
+    let (fx, fy) = (
+        store.names.get(st.node(x).frame),
+        store.names.get(st.node(y).frame),
+    );
+    let back = match (
+        split_python_frame(fx),
+        split_python_frame(fy),
+        frame_line(fx),
+        frame_line(fy),
+    ) {
+        (Some(px), Some(py), Some(lx), Some(ly)) => px == py && ly < lx,
+        _ => false,
+    };
+    Some(StackTurn {
+        depth: st.node(x).depth - 1,
+        back,
+    })
+}
+
+/// A repeating op sequence: each step as a range of op indices.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Period {
+    /// Ops in a typical step.
+    pub len: usize,
+    pub steps: Vec<Range<usize>>,
+}
+
+/// Fewest steps automatic detection gives.
+pub const MIN_STEPS: usize = 3;
+/// Share of a marker's spacings that must be within tolerance of their median.
+const REGULAR: f64 = 0.8;
+/// Share of the window's ops a marker's regular run must span.
+const COVERAGE: f64 = 0.5;
+/// Least mean similarity of successive periods (their op names as multisets).
+const FIDELITY: f64 = 0.8;
+/// A finer period is systematically broken when its successive periods differ by more than
+/// this share of their ops in at least half of the coarser periods.
+const DEFECT: f64 = 0.04;
+/// Most candidate periods verified against the sequence.
+const MAX_VERIFY: usize = 24;
+
+/// Spacing tolerance for a period of `d` ops: 10%, at least one op.
+fn tol(d: usize) -> usize {
+    (d / 10).max(1)
+}
+
+/// A marker: a symbol that occurs once a period in a regular run.
+#[derive(Clone, Copy, Debug)]
+struct Cand {
+    sym: u32,
+    /// Median spacing: the period.
+    d: usize,
+    /// The run: occurrences `lo..=hi` of the symbol's positions.
+    lo: usize,
+    hi: usize,
+    /// Spacings within tolerance in the run.
+    good: usize,
+}
+
+/// Finds the period of a repeating op sequence (`names`, with the device idle before each op)
+/// and returns its steps, or `None` when there is no clear repetition of at least
+/// [`MIN_STEPS`] periods.
+///
+/// 1. Markers: a symbol (op name) occurring at least 3 times whose spacings (in ops) are, in
+///    one run from its first to its last spacing within 10% of their median, at least 80%
+///    within it, the run spanning at least half of the sequence. Leading and trailing
+///    occurrences with other spacings (warm-up iterations that differ, a tail) are left out.
+/// 2. Markers are grouped by period, coarsest first; the coarsest whose successive periods
+///    are similar (mean multiset similarity of op names ≥ 0.8) is taken.
+/// 3. A coarse period can be a multiple of the iteration (a checkpoint every 16 tokens): a
+///    finer verified period replaces it when its own periods repeat faithfully inside the
+///    coarse ones (no difference above 4% of the ops in half of the coarse periods or more).
+///    A decode loop's layers do not replace its tokens: the layer holding the per-token ops
+///    differs from the others in every token.
+/// 4. Phase: with launch stacks ([`detect_period_with`]), the outermost place where the code
+///    goes back to an earlier line once a period starts the steps. Otherwise, among the
+///    period's markers (those in a run of about as many periods as the group's lead), the one
+///    with the longest median device idle before it (a loop's sync or host work between
+///    iterations); on a tie (a busy GPU), the one that occurs first.
+///
+/// Steps run from one boundary to the next. Before the first boundary and after the last, a
+/// period's worth of ops (less the tolerance) that is similar to its neighbour (≥ 0.8) is a step
+/// too: the first and last iterations when the boundary marker is not the loop's first op. The
+/// last step ends with the last op of its period, not at the window's end. Costs O(n) beyond a
+/// sort of the markers, with at most 24 verifications of O(n).
+pub fn detect_period(names: &[u32], idle_before: &[Ns]) -> Option<Period> {
+    detect_period_with(names, idle_before, |_| None)
+}
+
+/// [`detect_period`], with the launch stacks' say on the phase: `turn(i)` is how the code moved
+/// from op `i - 1`'s launch to op `i`'s ([`stack_turn`]; `None` when unknown). When, at some
+/// depth, the code goes back to an earlier line once in most periods (the loop's body starting
+/// over, a function called again from its loop), the outermost such depth starts the steps, at
+/// whichever op it comes, marker or not, and so does any turn above that depth (the same code
+/// called from another loop); otherwise the markers' idle rule decides.
+pub fn detect_period_with(
+    names: &[u32],
+    idle_before: &[Ns],
+    mut turn: impl FnMut(usize) -> Option<StackTurn>,
+) -> Option<Period> {
+    let n = names.len();
+    if n < 2 * MIN_STEPS {
+        return None;
+    }
+    // Dense symbols.
+    let max = names.iter().copied().max().unwrap_or(0) as usize;
+    let mut dense: Vec<u32> = Vec::with_capacity(n);
+    let mut m = 0u32;
+    if max < (1 << 24) {
+        let mut map = vec![u32::MAX; max + 1];
+        for &s in names {
+            let e = &mut map[s as usize];
+            if *e == u32::MAX {
+                *e = m;
+                m += 1;
+            }
+            dense.push(*e);
+        }
+    } else {
+        let mut map: HashMap<u32, u32> = HashMap::default();
+        for &s in names {
+            let e = *map.entry(s).or_insert_with(|| {
+                m += 1;
+                m - 1
+            });
+            dense.push(e);
+        }
+    }
+    let m = m as usize;
+    // Positions grouped by symbol.
+    let mut off = vec![0usize; m + 1];
+    for &s in &dense {
+        off[s as usize + 1] += 1;
+    }
+    for i in 0..m {
+        off[i + 1] += off[i];
+    }
+    let mut pos = vec![0u32; n];
+    let mut fill = off.clone();
+    for (i, &s) in dense.iter().enumerate() {
+        pos[fill[s as usize]] = i as u32;
+        fill[s as usize] += 1;
+    }
+    let positions = |s: u32| &pos[off[s as usize]..off[s as usize + 1]];
+
+    let mut scratch: Vec<usize> = Vec::new();
+    let mut cands: Vec<Cand> = (0..m as u32)
+        .filter_map(|s| marker(s, positions(s), n, &mut scratch))
+        .collect();
+    if cands.is_empty() {
+        return None;
+    }
+    cands.sort_unstable_by(|a, b| b.d.cmp(&a.d).then(b.good.cmp(&a.good)));
+    // Groups of markers with about the same period, coarsest first; each led by the marker
+    // with the most regular spacings.
+    let mut groups: Vec<Vec<Cand>> = Vec::new();
+    for c in cands {
+        match groups.last_mut() {
+            Some(g) if g[0].d.abs_diff(c.d) <= tol(g[0].d) => g.push(c),
+            _ => groups.push(vec![c]),
+        }
+    }
+    for g in &mut groups {
+        g.sort_by(|a, b| b.good.cmp(&a.good).then(a.d.cmp(&b.d)));
+    }
+    let mut counts = vec![0u32; m];
+    let bounds = |c: &Cand| -> Vec<usize> {
+        positions(c.sym)[c.lo..=c.hi]
+            .iter()
+            .map(|&p| p as usize)
+            .collect()
+    };
+    let mut verified = 0;
+    let mut chosen: Option<(usize, Vec<usize>)> = None;
+    for (gi, g) in groups.iter().enumerate() {
+        if verified >= MAX_VERIFY {
+            break;
+        }
+        verified += 1;
+        let b = bounds(&g[0]);
+        if fidelity(&dense, &b, &mut counts) >= FIDELITY {
+            chosen = Some((gi, b));
+            break;
+        }
+    }
+    let (mut gi, mut coarse) = chosen?;
+    // Refinement to a finer period that the coarse one is a multiple of.
+    let mut fi = gi + 1;
+    while fi < groups.len() && verified < MAX_VERIFY {
+        verified += 1;
+        let fb = bounds(&groups[fi][0]);
+        if fidelity(&dense, &fb, &mut counts) >= FIDELITY
+            && !systematic(&dense, &coarse, &fb, &mut counts)
+        {
+            gi = fi;
+            coarse = fb;
+        }
+        fi += 1;
+    }
+    // Phase among the markers: the longest idle, then the first to occur.
+    let g = &groups[gi];
+    let lead = g[0].hi - g[0].lo + 1;
+    let mut best: Option<((std::cmp::Reverse<Ns>, usize), Cand)> = None;
+    for c in g.iter().filter(|c| (c.hi - c.lo + 1) * 10 >= lead * 9) {
+        let p = &positions(c.sym)[c.lo..=c.hi];
+        let idle = quantile(
+            p.iter()
+                .map(|&i| idle_before.get(i as usize).copied().unwrap_or(0))
+                .collect(),
+            0.5,
+        );
+        let key = (std::cmp::Reverse(idle), p[0] as usize);
+        if best.as_ref().is_none_or(|(k, _)| key < *k) {
+            best = Some((key, *c));
+        }
+    }
+    let (_, c) = best.expect("the group's lead qualifies");
+    let (d, t) = (c.d, tol(c.d));
+    let mut b = bounds(&c);
+    // Phase from the stacks, first: the outermost loop-back found once in most periods.
+    if let Some(lb) = loop_back_bounds(&b, d, n, &mut turn) {
+        b = lb;
+    }
+    let mut steps: Vec<Range<usize>> = Vec::with_capacity(b.len() + 1);
+    let first = b[0];
+    if first + t >= d {
+        let s = first.saturating_sub(d);
+        if similarity(&dense[s..first], &dense[first..b[1]], &mut counts) >= FIDELITY {
+            steps.push(s..first);
+        }
+    }
+    steps.extend(b.windows(2).map(|w| w[0]..w[1]));
+    let last = b[b.len() - 1];
+    if n - last + t >= d {
+        let e = (last + d).min(n);
+        let prev = &dense[b[b.len() - 2]..last];
+        if similarity(&dense[last..e], prev, &mut counts) >= FIDELITY {
+            steps.push(last..e);
+        }
+    }
+    (steps.len() >= MIN_STEPS).then_some(Period { len: c.d, steps })
+}
+
+/// Boundaries where the code goes back to an earlier line at the outermost depth at which it
+/// does so exactly once in at least 80% of the periods between the marker boundaries `b`, or
+/// turns above that depth (looked for from half a period before the first boundary to a
+/// period after the last); `None` when no depth does.
+fn loop_back_bounds(
+    b: &[usize],
+    d: usize,
+    n: usize,
+    turn: &mut impl FnMut(usize) -> Option<StackTurn>,
+) -> Option<Vec<usize>> {
+    let lo = b[0].saturating_sub(d / 2);
+    let hi = (b[b.len() - 1] + d).min(n);
+    let turns: Vec<(usize, StackTurn)> = (lo..hi).filter_map(|i| Some((i, turn(i)?))).collect();
+    let periods = b.len() - 1;
+    let mut backs: Vec<u32> = turns
+        .iter()
+        .filter(|(_, t)| t.back)
+        .map(|(_, t)| t.depth)
+        .collect();
+    backs.sort_unstable();
+    let mut depths: Vec<(u32, usize)> = Vec::new();
+    for x in backs {
+        match depths.last_mut() {
+            Some((d, c)) if *d == x => *c += 1,
+            _ => depths.push((x, 1)),
+        }
+    }
+    for (depth, _) in depths
+        .into_iter()
+        .filter(|&(_, c)| c as f64 >= REGULAR * periods as f64)
+        .take(3)
+    {
+        let pos: Vec<usize> = turns
+            .iter()
+            .filter(|(_, t)| t.depth < depth || (t.back && t.depth == depth))
+            .map(|&(i, _)| i)
+            .collect();
+        let mut once = 0;
+        for w in b.windows(2) {
+            let i = pos.partition_point(|&p| p < w[0]);
+            let j = pos.partition_point(|&p| p < w[1]);
+            once += (j - i == 1) as usize;
+        }
+        if once as f64 >= REGULAR * periods as f64 && pos.len() >= 2 {
+            return Some(pos);
+        }
+    }
+    None
+}
+
+/// Whether a symbol's occurrences make a marker (see [`detect_period`]).
+fn marker(sym: u32, p: &[u32], n: usize, diffs: &mut Vec<usize>) -> Option<Cand> {
+    if p.len() < MIN_STEPS {
+        return None;
+    }
+    diffs.clear();
+    diffs.extend(p.windows(2).map(|w| (w[1] - w[0]) as usize));
+    let mut sorted = diffs.clone();
+    let k = (sorted.len() - 1) / 2;
+    let d = *sorted.select_nth_unstable(k).1;
+    let t = tol(d);
+    let good = |x: usize| x.abs_diff(d) <= t;
+    let a = diffs.iter().position(|&x| good(x))?;
+    let z = diffs.iter().rposition(|&x| good(x))?;
+    let periods = z - a + 1;
+    let ok = diffs[a..=z].iter().filter(|&&x| good(x)).count();
+    if periods + 1 < MIN_STEPS || (ok as f64) < REGULAR * periods as f64 {
+        return None;
+    }
+    let span = (p[z + 1] - p[a]) as usize + d;
+    if (span as f64) < COVERAGE * n as f64 {
+        return None;
+    }
+    Some(Cand {
+        sym,
+        d,
+        lo: a,
+        hi: z + 1,
+        good: ok,
+    })
+}
+
+/// Multiset similarity of two runs of symbols: shared ops over the longer run's length.
+fn similarity(a: &[u32], b: &[u32], counts: &mut [u32]) -> f64 {
+    let longest = a.len().max(b.len());
+    if longest == 0 {
+        return 1.0;
+    }
+    for &s in a {
+        counts[s as usize] += 1;
+    }
+    let mut shared = 0;
+    for &s in b {
+        let c = &mut counts[s as usize];
+        if *c > 0 {
+            *c -= 1;
+            shared += 1;
+        }
+    }
+    for &s in a {
+        counts[s as usize] = 0;
+    }
+    shared as f64 / longest as f64
+}
+
+/// Mean similarity of successive periods between boundaries.
+fn fidelity(seq: &[u32], b: &[usize], counts: &mut [u32]) -> f64 {
+    if b.len() < 3 {
+        // Two boundaries make one full period: nothing to compare it with; the tail after
+        // the last boundary stands in for the second.
+        if b.len() == 2 {
+            let d = b[1] - b[0];
+            let tail = &seq[b[1]..(b[1] + d).min(seq.len())];
+            return similarity(&seq[b[0]..b[1]], tail, counts);
+        }
+        return 0.0;
+    }
+    let mut sum = 0.0;
+    for w in b.windows(3) {
+        sum += similarity(&seq[w[0]..w[1]], &seq[w[1]..w[2]], counts);
+    }
+    sum / (b.len() - 2) as f64
+}
+
+/// Whether the finer periods (boundaries `fine`) differ systematically inside the coarse
+/// ones: in at least half of the coarse periods that hold finer pairs, some successive finer
+/// periods differ by more than [`DEFECT`] of their ops.
+fn systematic(seq: &[u32], coarse: &[usize], fine: &[usize], counts: &mut [u32]) -> bool {
+    let mut worst = vec![0f64; coarse.len().saturating_sub(1)];
+    let mut seen = vec![false; worst.len()];
+    for w in fine.windows(3) {
+        let j = coarse.partition_point(|&c| c <= w[0]);
+        if j == 0 || j >= coarse.len() {
+            continue;
+        }
+        let d = 1.0 - similarity(&seq[w[0]..w[1]], &seq[w[1]..w[2]], counts);
+        worst[j - 1] = worst[j - 1].max(d);
+        seen[j - 1] = true;
+    }
+    let held = seen.iter().filter(|&&s| s).count();
+    let broken = worst.iter().filter(|&&d| d > DEFECT).count();
+    held == 0 || broken * 2 >= held
+}
