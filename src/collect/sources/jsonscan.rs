@@ -33,7 +33,7 @@ impl std::fmt::Display for ScanError {
     }
 }
 
-const CHUNK: usize = 512 << 10;
+const CHUNK: usize = 256 << 10;
 const MAX_VALUE: usize = 256 << 20;
 
 pub struct Scanner<R: Read> {

@@ -14,7 +14,7 @@ use crate::collect::sources::jsonscan::Scanner;
 
 /// Bytes of events a batch holds before it is handed on: few, so that what the reading holds
 /// at once is a few hundred KiB (an event longer than this makes a batch of its own).
-const BATCH_BYTES: usize = 256 << 10;
+const BATCH_BYTES: usize = 128 << 10;
 /// Batches in flight at most: one each being split, scanned and read, and one waiting. The
 /// splitter reuses those the reader gives back, and waits for one when all are out.
 const BATCHES: usize = 4;
