@@ -5,7 +5,8 @@ use std::ops::Range;
 
 use rustc_hash::FxHashMap as HashMap;
 
-use crate::collect::model::records::{NameId, Ns, StackId};
+use crate::collect::model::lane::Lane;
+use crate::collect::model::records::{GpuOp, NameId, Ns, StackId};
 use crate::collect::model::store::Store;
 use crate::frames::split_python_frame;
 
@@ -22,27 +23,48 @@ pub struct DeviceSeq {
 }
 
 impl DeviceSeq {
-    /// The ops of `lanes` starting in `[lo, hi)`, by start.
+    /// The ops of `lanes` starting in `[lo, hi)`, by start: each lane's a sorted run, merged
+    /// (on equal starts the earlier lane's first, as a stable sort of the runs one after
+    /// another puts them), straight into lists of their exact length.
     pub fn new(store: &Store, lanes: &[usize], lo: Ns, hi: Ns) -> Self {
-        let mut v: Vec<(Ns, Ns, NameId, u32)> = Vec::new();
-        for &l in lanes {
-            let lane = &store.lanes[l];
-            v.extend(
-                lane.range(lane.lower_bound(lo)..lane.lower_bound(hi))
-                    .map(|o| (o.start, o.end, o.name, o.corr)),
-            );
-        }
-        if lanes.len() > 1 {
-            // Each lane is a sorted run: the stable sort merges the runs.
-            v.sort_by_key(|o| o.0);
-        }
-        DeviceSeq {
+        let mut runs: Vec<(&Lane, usize, usize)> = lanes
+            .iter()
+            .map(|&l| {
+                let lane = &store.lanes[l];
+                (lane, lane.lower_bound(lo), lane.lower_bound(hi))
+            })
+            .collect();
+        let n = runs.iter().map(|r| r.2 - r.1).sum();
+        let mut d = DeviceSeq {
             proc: lanes.first().map_or(0, |&l| store.lanes[l].key.proc),
-            starts: v.iter().map(|o| o.0).collect(),
-            ends: v.iter().map(|o| o.1).collect(),
-            names: v.iter().map(|o| o.2).collect(),
-            corrs: v.iter().map(|o| o.3).collect(),
+            starts: Vec::with_capacity(n),
+            ends: Vec::with_capacity(n),
+            names: Vec::with_capacity(n),
+            corrs: Vec::with_capacity(n),
+        };
+        let mut push = |o: GpuOp| {
+            d.starts.push(o.start);
+            d.ends.push(o.end);
+            d.names.push(o.name);
+            d.corrs.push(o.corr);
+        };
+        if let [(lane, a, b)] = runs[..] {
+            lane.range(a..b).for_each(push);
+        } else {
+            loop {
+                let mut first: Option<(Ns, usize)> = None;
+                for (k, &(lane, i, end)) in runs.iter().enumerate() {
+                    if i < end && first.is_none_or(|(t, _)| lane.start_of(i) < t) {
+                        first = Some((lane.start_of(i), k));
+                    }
+                }
+                let Some((_, k)) = first else { break };
+                let (lane, i, _) = runs[k];
+                push(lane.op(i));
+                runs[k].1 += 1;
+            }
         }
+        d
     }
 
     /// The launch stack of op `i` (0 when its launch is not known).

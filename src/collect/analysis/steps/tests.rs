@@ -183,3 +183,46 @@ fn short_op_names() {
     );
     assert_eq!(short_kernel("Memset (Device)"), "Memset");
 }
+
+/// A device's streams merge by start, the earlier stream's op first on equal starts (as a
+/// stable sort of the streams' ops one stream after another), inside the window only.
+#[test]
+fn a_device_sequence_merges_its_streams_by_start() {
+    use crate::collect::model::records::{GpuOp, LaneKey, OpKind};
+    let mut store = Store::default();
+    store.add_process(1, -1, "p");
+    let mut all: Vec<(usize, GpuOp)> = Vec::new();
+    let mut lanes = Vec::new();
+    for (stream, starts) in [
+        (3u32, vec![0, 10, 10, 25, 40]),
+        (1, vec![5, 10, 30, 40, 90]),
+    ] {
+        let lane = store.lane_id(LaneKey {
+            proc: 0,
+            device: 0,
+            stream,
+        });
+        for (i, s) in starts.into_iter().enumerate() {
+            let op = GpuOp::new(s, s + 4, OpKind::Kernel, i as u32, 100 * stream + i as u32);
+            store.add_op(lane, op);
+            all.push((lanes.len(), op));
+        }
+        lanes.push(lane);
+    }
+    let seq = DeviceSeq::new(&store, &lanes, 5, 90);
+    let mut want: Vec<GpuOp> = all
+        .iter()
+        .map(|x| x.1)
+        .filter(|o| (5..90).contains(&o.start))
+        .collect();
+    want.sort_by_key(|o| o.start);
+    assert_eq!(seq.starts, want.iter().map(|o| o.start).collect::<Vec<_>>());
+    assert_eq!(seq.corrs, want.iter().map(|o| o.corr).collect::<Vec<_>>());
+    assert_eq!(seq.ends, want.iter().map(|o| o.end).collect::<Vec<_>>());
+    assert_eq!(seq.names, want.iter().map(|o| o.name).collect::<Vec<_>>());
+    assert_eq!(
+        seq.corrs[..4],
+        [100, 301, 302, 101],
+        "ties: the first lane's first"
+    );
+}
