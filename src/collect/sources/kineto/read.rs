@@ -89,6 +89,8 @@ impl Builder {
         let (read, rx) = sync_channel::<Result<Piece, String>>(2);
         let (give, back) = sync_channel::<Batch>(BATCHES);
         let parsed: Result<Header, String> = std::thread::scope(|scope| {
+            // Owned here: however this returns, the splitter waiting for a batch back stops.
+            let give = give;
             scope.spawn(move || {
                 let mut pool = Pool { made: 0, back };
                 let mut batch = pool.take();
@@ -194,4 +196,33 @@ pub fn load(path: &Path, budget: usize) -> anyhow::Result<Store> {
     let h = b.read(open_maybe_gz(path)?)?;
     b.end_file(&h, rank_in_name(&src));
     b.finish_checked()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A trace whose first event cannot be read, followed by many batches' worth: the reading
+    /// stops with the error, whatever the splitter was doing (waiting for a batch back, say).
+    #[test]
+    fn an_error_early_in_a_long_trace_stops_the_reading() {
+        let mut doc = String::from("{\"traceEvents\":[{\"ph\":\"X\",\"cat\":\"kernel\",\"name\":\"k\",\"pid\":0,\"tid\":7,\"ts\":\"bad\",\"dur\":1}");
+        for i in 0..60_000 {
+            doc.push_str(&format!(",{{\"ph\":\"X\",\"cat\":\"kernel\",\"name\":\"k\",\"pid\":0,\"tid\":7,\"ts\":{i},\"dur\":1,\"args\":{{\"correlation\":{i}}}}}"));
+        }
+        doc.push_str("]}");
+        assert!(doc.len() > 16 * BATCH_BYTES);
+        let doc: &'static str = Box::leak(doc.into_boxed_str());
+        for _ in 0..20 {
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let _ = tx.send(load_reader(doc.as_bytes(), "t", usize::MAX).map(|_| ()));
+            });
+            let got = rx.recv_timeout(std::time::Duration::from_secs(20));
+            let err = got
+                .expect("the reading stops")
+                .expect_err("the first event is bad");
+            assert!(err.to_string().contains("bad ts"), "{err}");
+        }
+    }
 }
