@@ -10,7 +10,9 @@
 //! median of `REPEAT` runs, default 3, each child's own peak RSS), and measures in this
 //! process the heap the store keeps per GPU op with its launch call: loaded from that file,
 //! and live (the same ops and calls as wire records through `Ingest`, the path the live
-//! socket takes), and the peak of the load itself (RSS above where it began).
+//! socket takes), and the peak of the load itself (RSS above where it began); and the peak
+//! RSS of a process that only loads it (`--load-only PATH`, what `gaptop report` holds before
+//! its analysis).
 //!
 //! cargo run --release --example parse_bench -- --pairs 1000000
 //!
@@ -235,6 +237,29 @@ fn child(bin: &Path, path: &Path) {
     println!("{secs} {}\n{j}", max_rss_children_kib());
 }
 
+/// The peak RSS (KiB) of a copy of this program that only loads the trace at `path` into a
+/// store, as `gaptop report` does before its analysis (`--load-only PATH` prints it).
+fn load_alone_kib(path: &Path) -> i64 {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .arg("--load-only")
+        .arg(path)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.trim().parse().unwrap_or_else(|_| {
+        panic!("{text}{}", String::from_utf8_lossy(&out.stderr));
+    })
+}
+
+fn load_only(path: &Path) {
+    let store = gaptop::collect::sources::load_path(path, usize::MAX).expect("load");
+    let peak = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF)
+        .map(|u| u.max_rss())
+        .unwrap_or(0);
+    drop(store);
+    println!("{peak}");
+}
+
 fn hta_available() -> bool {
     Command::new("python3")
         .args(["-c", "import hta"])
@@ -451,6 +476,12 @@ fn pairs(bin: &Path, dir: &Path, ops: u64, short: bool, given: Option<PathBuf>) 
             peak as f64 * 1024.0 / ops as f64,
         );
     }
+    let alone = load_alone_kib(&path);
+    println!(
+        "  the load alone (this build, a process that only loads): peak {:.1} MiB, {:.1} B/op",
+        alone as f64 / 1024.0,
+        alone as f64 * 1024.0 / ops as f64
+    );
     // In this process: the load alone, the analysis alone, and what the store keeps.
     let _ = std::fs::write("/proc/self/clear_refs", "5");
     let rss = status_kib("VmRSS:");
@@ -490,6 +521,9 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("--child") && args.len() == 3 {
         return child(Path::new(&args[1]), Path::new(&args[2]));
+    }
+    if args.first().map(String::as_str) == Some("--load-only") && args.len() == 2 {
+        return load_only(Path::new(&args[1]));
     }
     let mut sizes: Vec<u64> = Vec::new();
     let mut pair_ops: Option<u64> = None;
