@@ -3,6 +3,9 @@
 //! `units`, `frames`, `text`, `files` ← `collect` ← `report`, `pprof`, `diff` ← `export`, `record`, `serve` ← `app` ← `views` ← `cli`
 //!
 //! Every `crate::…` path in a module must name a module of its own layer or one below it.
+//! Inside `collect`, the stages: `model` imports neither `sources` nor `analysis`, and those two
+//! never import each other. No modules of the viewer or the collector import each other in a
+//! circle, and no file of theirs holds over 700 lines before its tests.
 
 use std::path::{Path, PathBuf};
 
@@ -20,7 +23,7 @@ fn layer(module: &str) -> Option<u8> {
     })
 }
 
-/// The top-level module a source file belongs to (`src/collect/kineto.rs` is `collect`).
+/// The top-level module a source file belongs to (`src/collect/sources/nsys/mod.rs` is `collect`).
 fn module_of(src: &Path, file: &Path) -> String {
     let rel = file.strip_prefix(src).unwrap();
     let first = rel
@@ -124,4 +127,446 @@ fn the_check_catches_an_upward_import() {
     );
     assert!(violations("views", "src/views/mod.rs", "use crate::app::App;").is_empty());
     assert!(violations("collect", "src/collect/a.rs", "use crate::units::Ns;").is_empty());
+}
+
+/// The stage of `collect` a file is in (`src/collect/sources/kineto.rs` is `sources`).
+fn stage_of(src: &Path, file: &Path) -> Option<String> {
+    let rel = file.strip_prefix(src.join("collect")).ok()?;
+    let first = rel.components().next()?.as_os_str().to_string_lossy();
+    (rel.components().count() > 1).then(|| first.to_string())
+}
+
+/// Where a stage of `collect` imports a stage it must not: `file:line: sources uses analysis`.
+fn stage_violations(stage: &str, file: &str, text: &str) -> Vec<String> {
+    let banned: &[&str] = match stage {
+        "model" => &["sources", "analysis"],
+        "sources" => &["analysis"],
+        "analysis" => &["sources"],
+        _ => &[],
+    };
+    let mut out = Vec::new();
+    for (n, line) in code_lines(text) {
+        for b in banned {
+            if line.contains(&format!("collect::{b}")) {
+                out.push(format!("{file}:{n}: {stage} uses collect::{b}"));
+            }
+        }
+    }
+    out
+}
+
+/// A source text's lines (numbered from 1) without comments, up to its inline test module.
+fn code_lines(text: &str) -> Vec<(usize, &str)> {
+    let mut out = Vec::new();
+    let lines: Vec<&str> = text.lines().collect();
+    for (i, line) in lines.iter().enumerate() {
+        if starts_tests(&lines, i) {
+            break;
+        }
+        let code = match line.find("//") {
+            Some(j) => &line[..j],
+            None => line,
+        };
+        out.push((i + 1, code));
+    }
+    out
+}
+
+/// Whether line `i` opens the file's inline test module (`#[cfg(test)]` then `mod x {`); a
+/// `#[cfg(test)] mod tests;` declaration does not.
+fn starts_tests(lines: &[&str], i: usize) -> bool {
+    lines[i].trim() == "#[cfg(test)]"
+        && lines[i + 1..]
+            .iter()
+            .map(|l| l.trim())
+            .find(|l| !l.is_empty() && !l.starts_with("#["))
+            .is_some_and(|l| l.starts_with("mod ") && l.ends_with('{'))
+}
+
+/// Lines of a source file before its tests: all of them, up to an inline test module; none
+/// for a file that is itself tests (`tests.rs`, or under a `tests` folder).
+fn lines_before_tests(rel: &Path, text: &str) -> usize {
+    if rel.components().any(|c| c.as_os_str() == "tests") || rel.ends_with("tests.rs") {
+        return 0;
+    }
+    let lines: Vec<&str> = text.lines().collect();
+    (0..lines.len())
+        .find(|&i| starts_tests(&lines, i))
+        .unwrap_or(lines.len())
+}
+
+/// The module path of a file under a crate's `src` (`collect/model/store.rs` is
+/// `collect::model::store`, a `mod.rs` its folder's, `lib.rs` the root's); None for test
+/// files and a binary's root.
+fn module_path(src: &Path, file: &Path) -> Option<Vec<String>> {
+    let rel = file.strip_prefix(src).ok()?;
+    let mut parts: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    let last = parts.pop()?;
+    let stem = last.strip_suffix(".rs")?;
+    if parts.iter().any(|p| p == "tests") || stem == "tests" || stem == "main" {
+        return None;
+    }
+    if stem != "mod" && stem != "lib" {
+        parts.push(stem.to_string());
+    }
+    Some(parts)
+}
+
+/// The paths a module's code names: each `crate::`, `super::` and `self::` path (and each item
+/// of a `use …::{…}` group) resolved against the module, and each `child::` path of a child
+/// it declares (`mod child;`).
+fn named_paths(module: &[String], text: &str) -> Vec<Vec<String>> {
+    let code: Vec<&str> = code_lines(text).into_iter().map(|(_, l)| l).collect();
+    let code = code.join("\n");
+    let children: Vec<String> = code
+        .split(';')
+        .filter_map(|s| {
+            let s = s.trim();
+            let s = s.strip_prefix("pub ").unwrap_or(s);
+            let s = s.strip_prefix("pub(crate) ").unwrap_or(s);
+            let name = s.rsplit('\n').next()?.trim().strip_prefix("mod ")?;
+            let name = name.trim();
+            name.chars()
+                .all(|c| c.is_alphanumeric() || c == '_')
+                .then(|| name.to_string())
+        })
+        .collect();
+    let bytes = code.as_bytes();
+    let ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        if !ident(bytes[i]) || (i > 0 && (ident(bytes[i - 1]) || bytes[i - 1] == b':')) {
+            i += 1;
+            continue;
+        }
+        let (path, end) = path_at(&code, i);
+        // `mod child;` declares and `pub(in crate::app)` restricts: neither imports.
+        let before = code[..i].trim_end();
+        let declares =
+            (before.ends_with("mod") && !before.ends_with("::mod")) || before.ends_with("pub(in");
+        i = end.max(i + 1);
+        if declares {
+            continue;
+        }
+        let Some(first) = path.first().map(|p| p[0].clone()) else {
+            continue;
+        };
+        let base: Vec<String> = match first.as_str() {
+            "crate" => Vec::new(),
+            "self" => module.to_vec(),
+            "super" => module.to_vec(),
+            c if children.iter().any(|k| k == c) => module.to_vec(),
+            _ => continue,
+        };
+        for p in path {
+            // A bare `self` or `super` (`self.x`, `pub(super)`) names no path.
+            if p.len() < 2 {
+                continue;
+            }
+            let mut full = base.clone();
+            let mut segs = p.iter().peekable();
+            if first == "crate" || first == "self" {
+                segs.next();
+            }
+            while segs.peek().is_some_and(|s| *s == "super") {
+                full.pop();
+                segs.next();
+            }
+            full.extend(segs.filter(|s| *s != "self").cloned());
+            out.push(full);
+        }
+    }
+    out
+}
+
+/// The path that starts at byte `i` of `code`: its segments, or one list per item of a
+/// trailing `{…}` group (each with the path before the group); and where it ends.
+fn path_at(code: &str, i: usize) -> (Vec<Vec<String>>, usize) {
+    let b = code.as_bytes();
+    let ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+    let mut segs = Vec::new();
+    let mut j = i;
+    loop {
+        let s = j;
+        while j < b.len() && ident(b[j]) {
+            j += 1;
+        }
+        if s == j {
+            break;
+        }
+        segs.push(code[s..j].to_string());
+        if !code[j..].starts_with("::") {
+            break;
+        }
+        j += 2;
+        if code[j..].starts_with('{') {
+            let mut depth = 0;
+            let mut k = j;
+            for (n, c) in code[j..].char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' => depth -= 1,
+                    _ => {}
+                }
+                if depth == 0 {
+                    k = j + n;
+                    break;
+                }
+            }
+            let inner = &code[j + 1..k.max(j + 1)];
+            let mut items = Vec::new();
+            let mut depth = 0;
+            let mut start = 0;
+            for (n, c) in inner.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        items.push(&inner[start..n]);
+                        start = n + 1;
+                    }
+                    _ => {}
+                }
+            }
+            items.push(&inner[start..]);
+            let paths = items
+                .iter()
+                .map(|it| it.trim())
+                .filter(|it| !it.is_empty())
+                .map(|it| {
+                    let mut p = segs.clone();
+                    let head = it.split(" as ").next().unwrap_or(it);
+                    p.extend(
+                        head.split("::")
+                            .map(|s| s.trim().to_string())
+                            .take_while(|s| !s.starts_with('{') && !s.is_empty()),
+                    );
+                    p
+                })
+                .collect();
+            return (paths, k + 1);
+        }
+    }
+    (vec![segs], j)
+}
+
+/// Module `from`'s imports: the modules (of `modules`) its named paths fall in, by the longest
+/// module path each starts with, leaving out itself and the crate's root.
+fn imports(
+    from: &[String],
+    paths: &[Vec<String>],
+    modules: &std::collections::BTreeSet<Vec<String>>,
+) -> std::collections::BTreeSet<Vec<String>> {
+    let mut out = std::collections::BTreeSet::new();
+    for p in paths {
+        if let Some(m) = (1..=p.len())
+            .rev()
+            .map(|n| p[..n].to_vec())
+            .find(|m| modules.contains(m))
+        {
+            if m != from {
+                out.insert(m);
+            }
+        }
+    }
+    out
+}
+
+type Graph = std::collections::BTreeMap<Vec<String>, std::collections::BTreeSet<Vec<String>>>;
+
+/// A circle of the graph, as `a -> b -> a`, if it has one.
+fn circle(graph: &Graph) -> Option<String> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mark {
+        New,
+        Open,
+        Done,
+    }
+    let names: Vec<&Vec<String>> = graph.keys().collect();
+    let mut mark: std::collections::BTreeMap<&Vec<String>, Mark> =
+        names.iter().map(|n| (*n, Mark::New)).collect();
+    let show = |m: &Vec<String>| m.join("::");
+    for start in &names {
+        if mark[*start] != Mark::New {
+            continue;
+        }
+        // Depth-first, with an explicit stack of (module, its imports still to visit).
+        let mut path: Vec<(&Vec<String>, Vec<&Vec<String>>)> =
+            vec![(*start, graph[*start].iter().collect())];
+        mark.insert(*start, Mark::Open);
+        while let Some((node, todo)) = path.last_mut() {
+            let node = *node;
+            match todo.pop() {
+                Some(next) if graph.contains_key(next) => match mark[next] {
+                    Mark::New => {
+                        mark.insert(next, Mark::Open);
+                        path.push((next, graph[next].iter().collect()));
+                    }
+                    Mark::Open => {
+                        let from = path.iter().position(|(m, _)| *m == next).unwrap_or(0);
+                        let mut names: Vec<String> =
+                            path[from..].iter().map(|(m, _)| show(m)).collect();
+                        names.push(show(next));
+                        return Some(names.join(" -> "));
+                    }
+                    Mark::Done => {}
+                },
+                Some(_) => {}
+                None => {
+                    mark.insert(node, Mark::Done);
+                    path.pop();
+                }
+            }
+        }
+    }
+    None
+}
+
+/// The import graph of the modules of a crate's `src`.
+fn graph_of(src: &Path) -> Graph {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let texts: Vec<(Vec<String>, String)> = files
+        .iter()
+        .filter_map(|f| Some((module_path(src, f)?, std::fs::read_to_string(f).unwrap())))
+        .collect();
+    let modules = texts.iter().map(|(m, _)| m.clone()).collect();
+    texts
+        .iter()
+        .map(|(m, t)| (m.clone(), imports(m, &named_paths(m, t), &modules)))
+        .collect()
+}
+
+#[test]
+fn the_stages_of_collect_import_down_only() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src.join("collect"), &mut files);
+    let mut stages = std::collections::BTreeSet::new();
+    let mut bad = Vec::new();
+    for f in &files {
+        let Some(stage) = stage_of(&src, f) else {
+            continue;
+        };
+        stages.insert(stage.clone());
+        let text = std::fs::read_to_string(f).unwrap();
+        bad.extend(stage_violations(&stage, &f.display().to_string(), &text));
+    }
+    assert!(
+        bad.is_empty(),
+        "imports between stages:\n{}",
+        bad.join("\n")
+    );
+    assert_eq!(
+        stages.into_iter().collect::<Vec<_>>(),
+        ["analysis", "model", "sources"],
+        "collect holds the three stages and nothing else beside them"
+    );
+}
+
+#[test]
+fn no_modules_import_each_other_in_a_circle() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for src in [
+        root.join("src"),
+        root.join("collector/src"),
+        root.join("wire/src"),
+    ] {
+        let graph = graph_of(&src);
+        assert!(!graph.is_empty(), "{}: modules not found", src.display());
+        if let Some(c) = circle(&graph) {
+            panic!(
+                "{}: modules import each other in a circle: {c}",
+                src.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn no_file_holds_over_700_lines_before_its_tests() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut over = Vec::new();
+    for src in [
+        root.join("src"),
+        root.join("collector/src"),
+        root.join("wire/src"),
+    ] {
+        let mut files = Vec::new();
+        rust_files(&src, &mut files);
+        for f in files {
+            let rel = f.strip_prefix(root).unwrap();
+            let n = lines_before_tests(rel, &std::fs::read_to_string(&f).unwrap());
+            if n > 700 {
+                over.push(format!("{}: {n} lines", rel.display()));
+            }
+        }
+    }
+    assert!(
+        over.is_empty(),
+        "files over 700 lines:\n{}",
+        over.join("\n")
+    );
+}
+
+#[test]
+fn the_checks_catch_a_reader_importing_analysis_and_a_circle() {
+    // A reader that reaches into the analysis, and the analysis into a reader.
+    let text =
+        "use crate::collect::model::store::Store;\nuse crate::collect::analysis::gaps::Gap;\n";
+    assert_eq!(
+        stage_violations("sources", "src/collect/sources/kineto.rs", text),
+        vec!["src/collect/sources/kineto.rs:2: sources uses collect::analysis"]
+    );
+    let text = "let k = crate::collect::sources::kineto::load(p); // collect::sources\n";
+    assert_eq!(stage_violations("analysis", "a.rs", text).len(), 1);
+    assert_eq!(stage_violations("model", "m.rs", text).len(), 1);
+    assert!(stage_violations("sources", "s.rs", "use crate::collect::model::store;").is_empty());
+
+    // Two modules that import each other, through `super`, a group and a child's name.
+    let m = |s: &str| s.split("::").map(str::to_string).collect::<Vec<String>>();
+    let modules = [
+        m("app"),
+        m("app::view"),
+        m("app::keys"),
+        m("collect"),
+        m("units"),
+    ]
+    .into_iter()
+    .collect();
+    let mut graph = Graph::new();
+    let app = "mod view;\nmod keys;\nuse crate::units::Ns;\nfn f() { view::draw(); }\n";
+    let view =
+        "use super::{keys::Key, App};\npub(super) fn f() {}\npub(in crate::collect) fn g() {}\n";
+    let keys = "use crate::units::{self, Ns};\n";
+    for (name, text) in [("app", app), ("app::view", view), ("app::keys", keys)] {
+        let me = m(name);
+        graph.insert(me.clone(), imports(&me, &named_paths(&me, text), &modules));
+    }
+    assert_eq!(
+        graph[&m("app")],
+        [m("app::view"), m("units")].into_iter().collect()
+    );
+    assert_eq!(
+        graph[&m("app::view")],
+        [m("app"), m("app::keys")].into_iter().collect()
+    );
+    assert_eq!(graph[&m("app::keys")], [m("units")].into_iter().collect());
+    let c = circle(&graph).expect("app and app::view import each other");
+    assert!(
+        c == "app -> app::view -> app" || c == "app::view -> app -> app::view",
+        "{c}"
+    );
+    // Without the view's `App`, no circle.
+    graph.insert(m("app::view"), [m("app::keys")].into_iter().collect());
+    assert_eq!(circle(&graph), None);
+
+    // Lines before the tests: an inline test module ends the count, a declaration does not.
+    let text = "fn a() {}\n#[cfg(test)]\nmod tests;\nfn b() {}\n#[cfg(test)]\nmod tests {\n}\n";
+    assert_eq!(lines_before_tests(Path::new("src/a.rs"), text), 4);
+    assert_eq!(lines_before_tests(Path::new("src/x/tests.rs"), text), 0);
 }
