@@ -251,7 +251,10 @@ fn run_shows_the_program_output_and_its_end() {
     std::fs::create_dir_all(dir.join("cuda/lib64")).unwrap();
     std::fs::write(dir.join("cuda/lib64/libcupti.so.13"), b"").unwrap();
     std::fs::write(dir.join("libgaptop_collector.so"), b"").unwrap();
+    // The log exists already (an earlier run's): it is appended to, not emptied, and the output
+    // pane shows this run's lines only.
     let log = dir.join("program.log");
+    std::fs::write(&log, "an earlier run said this\n").unwrap();
     let s = Session::start(
         &format!(
             "cd {d} && CUDA_HOME={d}/cuda GAPTOP_COLLECTOR={d}/libgaptop_collector.so {} run --log {} -- sh -c 'echo hello from the program; sleep 0.5; echo bye'",
@@ -266,10 +269,14 @@ fn run_shows_the_program_output_and_its_end() {
     assert!(screen.contains("program output"), "{screen}");
     let screen = s.wait_for("bye");
     assert!(screen.contains("hello from the program"), "{screen}");
+    assert!(!screen.contains("an earlier run"), "{screen}");
     s.keys(&["q"]);
     s.wait_for("GAPTOP_EXIT=0");
     let text = std::fs::read_to_string(&log).unwrap();
-    assert_eq!(text, "hello from the program\nbye\n");
+    assert_eq!(
+        text,
+        "an earlier run said this\nhello from the program\nbye\n"
+    );
 }
 
 /// `K` stops the program while the UI stays up with its capture: SIGINT first (which this

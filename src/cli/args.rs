@@ -125,7 +125,8 @@ pub(super) enum Cmd {
         /// Memory budget for kept ops, e.g. 512M, 2G (oldest ops leave first, and are counted)
         #[arg(long, default_value = "1G", value_parser = parse_bytes, value_name = "SIZE")]
         memory: usize,
-        /// Where the program's stdout and stderr go (default gaptop-<pid>.log here)
+        /// Where the program's stdout and stderr go (default gaptop-<pid>.log here; a file that
+        /// exists is appended to)
         #[arg(long, value_name = "FILE")]
         log: Option<PathBuf>,
         #[command(flatten)]

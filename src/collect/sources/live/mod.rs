@@ -448,12 +448,21 @@ pub fn launch(cmd: &[String], capture: Option<&Path>, opts: &Options) -> anyhow:
     if let Some(log) = capture {
         // The program writes straight into the log (stdout and stderr, one shared file
         // position), and the output pane follows the file: no pipe through gaptop, so quitting
-        // the viewer never leaves the program writing into a closed pipe.
-        let f = std::fs::File::create(log)
+        // the viewer never leaves the program writing into a closed pipe. A log that exists is
+        // appended to, never emptied (it may be an earlier run's, or any file of the user's),
+        // and the pane follows from where this run's output begins.
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
             .with_context(|| format!("cannot create the log {}", log.display()))?;
         let f2 = f.try_clone()?;
-        let reader = std::fs::File::open(log)
+        let mut reader = std::fs::File::open(log)
             .with_context(|| format!("cannot read the log {}", log.display()))?;
+        if f.metadata()?.is_file() {
+            use std::io::{Seek, SeekFrom};
+            reader.seek(SeekFrom::End(0))?;
+        }
         c.stdout(Stdio::from(f)).stderr(Stdio::from(f2));
         let child = c.spawn().with_context(|| format!("cannot start {prog}"))?;
         {
