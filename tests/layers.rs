@@ -84,19 +84,34 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// Each file's group (its module, its stage) and what is wrong in it, by `check` (None: the
+/// file is in no group): the groups seen, and every finding.
+fn scan(
+    files: &[PathBuf],
+    check: impl Fn(&Path, &str) -> Option<(String, Vec<String>)>,
+) -> (std::collections::BTreeSet<String>, Vec<String>) {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut bad = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(f).unwrap();
+        if let Some((group, found)) = check(f, &text) {
+            seen.insert(group);
+            bad.extend(found);
+        }
+    }
+    (seen, bad)
+}
+
 #[test]
 fn modules_depend_in_one_direction() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
     rust_files(&src, &mut files);
-    let mut seen = std::collections::BTreeSet::new();
-    let mut bad = Vec::new();
-    for f in &files {
+    let (seen, bad) = scan(&files, |f, text| {
         let module = module_of(&src, f);
-        seen.insert(module.clone());
-        let text = std::fs::read_to_string(f).unwrap();
-        bad.extend(violations(&module, &f.display().to_string(), &text));
-    }
+        let bad = violations(&module, &f.display().to_string(), text);
+        Some((module, bad))
+    });
     assert!(
         bad.is_empty(),
         "imports against the layering:\n{}",
@@ -446,16 +461,11 @@ fn the_stages_of_collect_import_down_only() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
     rust_files(&src.join("collect"), &mut files);
-    let mut stages = std::collections::BTreeSet::new();
-    let mut bad = Vec::new();
-    for f in &files {
-        let Some(stage) = stage_of(&src, f) else {
-            continue;
-        };
-        stages.insert(stage.clone());
-        let text = std::fs::read_to_string(f).unwrap();
-        bad.extend(stage_violations(&stage, &f.display().to_string(), &text));
-    }
+    let (stages, bad) = scan(&files, |f, text| {
+        let stage = stage_of(&src, f)?;
+        let bad = stage_violations(&stage, &f.display().to_string(), text);
+        Some((stage, bad))
+    });
     assert!(
         bad.is_empty(),
         "imports between stages:\n{}",
