@@ -378,7 +378,12 @@ pub fn advise(store: &Store, s: &Summary, n: usize) -> Vec<Advice> {
             // Across the steady steps: how often, how much a step, and what a fix saves.
             let (recurring, steps_present, per_step_ns, saving_ns, one_offs) = if steady > 0 {
                 // Each steady step's figures (none: 0), laid out once.
-                let each = a.per_step.each(steady as usize);
+                let mut each = vec![(0, 0); steady as usize];
+                for (site, _) in &f.sites {
+                    if let Some(leaf) = s.leaves.get(site) {
+                        leaf.per_step.add_each(&mut each);
+                    }
+                }
                 let present = each.iter().filter(|v| v.0 > 0).count() as u32;
                 let per_step = |pick: fn(&(Ns, Ns)) -> Ns| median(each.iter().map(pick).collect());
                 let recurring = 2 * present >= steady;

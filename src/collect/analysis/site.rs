@@ -91,20 +91,22 @@ impl PerStep {
         }
     }
 
-    pub fn merge(&mut self, o: &PerStep) {
-        self.0.extend_from_slice(&o.0);
-    }
-
     /// Each of the first `steps` steps' figures (none: 0), summed over its entries.
     pub fn each(&self, steps: usize) -> Vec<(Ns, Ns)> {
         let mut each = vec![(0, 0); steps];
+        self.add_each(&mut each);
+        each
+    }
+
+    /// Adds its entries to each step's figures in `each` (steps past its end left out): the
+    /// figures of several sites together, without a list of all their entries.
+    pub fn add_each(&self, each: &mut [(Ns, Ns)]) {
         for &(i, a, b) in &self.0 {
             if let Some(e) = each.get_mut(i as usize) {
                 e.0 += a;
                 e.1 += b;
             }
         }
-        each
     }
 }
 
@@ -157,6 +159,9 @@ impl LeafAcc {
         }
     }
 
+    /// Adds another site's figures to these, all but its per-step list: that holds an entry a
+    /// step (a third of a million on a long capture, for each site), so sites read together
+    /// sum their own lists ([`PerStep::add_each`]) rather than copy them into one.
     pub fn merge(&mut self, o: &LeafAcc) {
         self.gaps += o.gaps;
         self.gap_ns += o.gap_ns;
@@ -173,7 +178,6 @@ impl LeafAcc {
         let room = EXACT_GAPS.saturating_sub(self.exact.len());
         self.exact.extend(o.exact.iter().take(room));
         self.slow_launch_ns += o.slow_launch_ns;
-        self.per_step.merge(&o.per_step);
         self.outside.0 += o.outside.0;
         self.outside.1 += o.outside.1;
         for (a, b) in self.steady_hist_ns.iter_mut().zip(o.steady_hist_ns.iter()) {

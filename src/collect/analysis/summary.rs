@@ -484,13 +484,16 @@ mod tests {
         p.add(1, 7, 5);
         p.add(0, 1, 0);
         p.add(1, 2, 0);
+        assert_eq!(p.0.len(), 4, "a run of one step's gaps is one entry");
+        // Another site's list, added to the same steps' figures (as advice reads a function's
+        // sites); step 9 lies past the steps asked for and is left out.
         let mut q = PerStep::default();
         q.add(2, 4, 2);
         q.add(9, 100, 100);
-        p.merge(&q);
-        // Step 9 lies past the steps asked for and is left out.
-        assert_eq!(p.each(3), vec![(11, 8), (14, 8), (4, 2)]);
-        assert_eq!(p.0.len(), 6, "a run of one step's gaps is one entry");
+        let mut each = p.each(3);
+        assert_eq!(each, vec![(11, 8), (14, 8), (0, 0)]);
+        q.add_each(&mut each);
+        assert_eq!(each, vec![(11, 8), (14, 8), (4, 2)]);
     }
 
     /// One stream: a [0,10], b [10,20] (starts as a ends), c [15,30] (starts 5 before b ends),
