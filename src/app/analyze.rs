@@ -82,7 +82,10 @@ pub fn analyse(
     };
     let capture_steps =
         capture.unwrap_or_else(|| steps::find(store, Ns::MIN, Ns::MAX, key.step_by.as_deref()));
-    let advice = advice::advise(store, &summary, usize::MAX);
+    let mut advice = advice::advise(store, &summary, usize::MAX);
+    let replay = steps
+        .as_deref()
+        .and_then(|st| advice::replay_advice(store, st, &mut advice));
     let comm = {
         let c = crate::collect::analysis::comm::analyze(store, lo, hi);
         (c.ranks >= 2).then_some(c)
@@ -94,6 +97,7 @@ pub fn analyse(
         capture_steps,
         steps: steps.map(Cow::into_owned),
         advice,
+        replay,
         comm,
         took: t.elapsed(),
     }
@@ -267,6 +271,7 @@ impl App {
             steps: a.steps,
             summary: summary.clone(),
             advice: a.advice,
+            replay: a.replay,
         });
         self.cache = Some(Cache {
             key: a.key,

@@ -45,6 +45,8 @@ pub struct Analysed {
     /// Those of them in the span.
     pub steps: Option<Steps>,
     pub advice: Vec<Advice>,
+    /// The replay of the window's steady steps and each replayed site's fix.
+    pub replay: Option<crate::collect::analysis::replay::Estimate>,
     pub comm: Option<CommReport>,
     pub took: Duration,
 }

@@ -88,6 +88,10 @@ pub struct JsonReport {
     /// The program's iterations, when they could be found.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub steps: Option<crate::collect::analysis::steps::StepsJson>,
+    /// The replay of the steady steps (`collect::analysis::replay`): how closely it gives back
+    /// the measured steps, over how many.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replay: Option<crate::collect::analysis::replay::ReplayJson>,
     /// The code to fix first, with why the GPU waited there, what a fix saves a step and the
     /// usual fix: recurring sites by their idle a step first (with steps).
     pub advice: Vec<crate::collect::analysis::advice::Advice>,

@@ -24,6 +24,7 @@ use serde::Serialize;
 use crate::collect::analysis::gaps::{Config, Gap, Window};
 use crate::collect::analysis::oncpu::JsonCpu;
 use crate::collect::analysis::patterns;
+use crate::collect::analysis::replay;
 use crate::collect::analysis::site::{LeafAcc, Site};
 use crate::collect::analysis::steps::{self, Steps};
 use crate::collect::analysis::summary::Summary;
@@ -63,6 +64,15 @@ pub struct Advice {
     pub steps_present: Option<u32>,
     pub per_step_ns: Option<Ns>,
     pub saving_ns: Option<Ns>,
+    /// The saving a step summed from the site's gaps (what `saving_ns` was before the replay:
+    /// an upper bound where something else would fill the freed time).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gap_sum_ns: Option<Ns>,
+    /// The replayed fix (`collect::analysis::replay`): what it assumed, the GPU's busy share
+    /// of the step after it, and how the saving falls on the steps it changes. None where the
+    /// site was not replayed (then `saving_ns` is the summed gaps).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replay: Option<replay::SiteEstimate>,
     /// Gaps outside recurring patterns (see the module's docs), and their time: the usual fix
     /// does not address them.
     pub one_offs: u64,
@@ -432,6 +442,8 @@ pub fn advise(store: &Store, s: &Summary, n: usize) -> Vec<Advice> {
                 steps_present,
                 per_step_ns,
                 saving_ns,
+                gap_sum_ns: saving_ns,
+                replay: None,
                 cpu: {
                     // A recurring site's CPU is what it does in the steady steps, not the
                     // warm-up's imports and loading that its one-off gaps may hold.
@@ -479,6 +491,8 @@ pub struct Diagnosis {
     pub summary: Summary,
     /// Every launching function, most worth fixing first.
     pub advice: Vec<Advice>,
+    /// The replay of the steady steps, and each replayed site's fix (None without steps).
+    pub replay: Option<replay::Estimate>,
 }
 
 impl Diagnosis {
@@ -524,12 +538,62 @@ pub fn diagnose(
     let find = || steps::find(store, w.lo(), w.hi(), step_by).map(std::borrow::Cow::Owned);
     let (summary, steps) = summary::summarize_finding(store, w, cfg, top, 0, find);
     let steps = steps.map(std::borrow::Cow::into_owned);
-    let advice = advise(store, &summary, usize::MAX);
+    let mut advice = advise(store, &summary, usize::MAX);
+    let replay = steps
+        .as_ref()
+        .and_then(|st| replay_advice(store, st, &mut advice));
     Diagnosis {
         steps,
         summary,
         advice,
+        replay,
     }
+}
+
+/// Sites replayed with their fix: the first this many recurring ones.
+const REPLAYED_SITES: usize = 12;
+
+/// The what-if of a site's pattern: its cause's, else its verdict's; None where no fix is
+/// modelled.
+fn whatif_of(a: &Advice) -> Option<replay::WhatIf> {
+    use replay::WhatIf as W;
+    match (a.cause, a.verdict) {
+        (Some("per_shape_planning"), _) => Some(W::Planning),
+        (Some("input_bound"), _) => Some(W::Input),
+        (_, Verdict::LaunchBound) => Some(W::Fuse),
+        (_, Verdict::HostWork) => Some(W::HostWork),
+        (_, Verdict::SlowLaunch) => Some(W::SlowLaunch),
+        (_, Verdict::Sync) => Some(W::Sync),
+        _ => None,
+    }
+}
+
+/// Replays the steady steps with each of the first recurring sites' fix, puts the replayed
+/// saving on their advice (the summed one stays in `gap_sum_ns`) and ranks them by it.
+pub fn replay_advice(
+    store: &Store,
+    steps: &Steps,
+    advice: &mut [Advice],
+) -> Option<replay::Estimate> {
+    let sites: Vec<(String, replay::WhatIf)> = advice
+        .iter()
+        .filter(|a| a.recurring)
+        .filter_map(|a| Some((a.key.clone(), whatif_of(a)?)))
+        .take(REPLAYED_SITES)
+        .collect();
+    let mut key = |stack, api, op| site_key_of(store, stack, api, op);
+    let est = replay::estimate(store, steps, &sites, &mut key)?;
+    for a in advice.iter_mut() {
+        if let Some(e) = est.sites.get(&a.key) {
+            a.saving_ns = Some(e.saving_ns);
+            a.replay = Some(e.clone());
+        }
+    }
+    advice.sort_by(|x, y| {
+        let rank = |a: &Advice| (a.recurring, a.replay.is_some(), a.saving_ns.unwrap_or(0));
+        rank(y).cmp(&rank(x))
+    });
+    Some(est)
 }
 
 #[cfg(test)]

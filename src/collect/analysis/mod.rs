@@ -8,6 +8,7 @@ pub mod gaps;
 pub mod oncpu;
 pub mod patterns;
 pub mod rate;
+pub mod replay;
 pub mod site;
 pub mod steps;
 pub mod summary;

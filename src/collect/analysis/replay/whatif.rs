@@ -1,0 +1,441 @@
+//! What-ifs: a site's fix applied to the model by its pattern, replayed over the steady
+//! steps, and the steps before and after compared.
+
+use rustc_hash::FxHashMap as HashMap;
+use serde::Serialize;
+
+use super::build::{build, REPLAY_MAX_OPS};
+use super::run::{run, Times};
+use super::{Model, NONE};
+use crate::collect::analysis::steps::{StepSource, Steps};
+use crate::collect::model::records::{ApiKind, NameId, Ns, StackId};
+use crate::collect::model::store::Store;
+
+/// The fix a site's pattern calls for, as a change of the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WhatIf {
+    /// Each call of the site's launches fused into one kernel: one launch, no spacing.
+    Fuse,
+    /// The site's CPU work before its launches removed, down to the thread's typical time
+    /// between two calls.
+    HostWork,
+    /// Per-shape planning: as host work (each shape planned once, outside the steady steps).
+    Planning,
+    /// The site's launch calls as fast as the thread's typical launch.
+    SlowLaunch,
+    /// The syncs before the site's launches removed.
+    Sync,
+    /// Loading before the site's launches moved to enough workers.
+    Input,
+}
+
+impl WhatIf {
+    /// What the what-if assumes, in a line.
+    pub fn assumes(self) -> &'static str {
+        match self {
+            WhatIf::Fuse => "each call's launches fused into one kernel of the same GPU time, launched once",
+            WhatIf::HostWork => "the CPU work before its launches removed, down to the thread's typical time between two calls",
+            WhatIf::Planning => "each shape planned once: the planning before its launches removed from the steady steps",
+            WhatIf::SlowLaunch => "its launch calls as fast as the thread's typical launch",
+            WhatIf::Sync => "the syncs before its launches removed (the CPU no longer waits for the GPU there)",
+            WhatIf::Input => "loading moved to enough DataLoader workers that it overlaps the steps",
+        }
+    }
+}
+
+/// A site's replayed fix.
+#[derive(Clone, Debug, Serialize)]
+pub struct SiteEstimate {
+    /// Mean over the replayed steps of the step before less the step after.
+    pub saving_ns: Ns,
+    /// The median of that over the steps it changed, and how many it changed (by more than
+    /// a hundredth).
+    pub saving_changed_ns: Ns,
+    pub steps_changed: usize,
+    /// The GPU's busy share of the replayed step after the fix.
+    pub busy_after: f64,
+    pub whatif: &'static str,
+    /// Input-bound: the DataLoader workers that would remove the wait.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workers: Option<u32>,
+}
+
+/// The JSON `replay` object.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReplayJson {
+    /// Median over the replayed steps of |replayed − measured| / measured, unchanged.
+    pub baseline_error: f64,
+    /// Steps and ops replayed (the last steady steps, up to [`REPLAY_MAX_OPS`] ops).
+    pub steps: usize,
+    pub ops: usize,
+    pub calls: usize,
+    /// Items whose dependencies could not be met in order, taken as measured.
+    pub forced: u32,
+    /// The median measured step and the median replayed one, and the mean measured step.
+    pub measured_median_ns: Ns,
+    pub replayed_median_ns: Ns,
+    pub measured_mean_ns: Ns,
+}
+
+/// A window's estimates: the replay's figures and each site's fix.
+#[derive(Clone, Debug)]
+pub struct Estimate {
+    pub json: ReplayJson,
+    pub sites: HashMap<String, SiteEstimate>,
+    /// The steps replayed (indexes into the steps) and, per step, measured and replayed start
+    /// and end, for drawing.
+    pub steps: std::ops::Range<usize>,
+    pub model: Model,
+    pub baseline: Times,
+}
+
+/// Where the steps' boundaries are read: on the GPU (steps found from ops) or on the CPU (spans
+/// and ranges).
+fn cpu_anchored(src: &StepSource) -> bool {
+    matches!(src, StepSource::ProfilerStep | StepSource::Spans(_))
+}
+
+/// The threads and lanes anchors are read on: the thread with the most launches and the lanes
+/// of the device with the most ops.
+struct Anchors {
+    thread: usize,
+    lanes: Vec<usize>,
+    cpu: bool,
+}
+
+impl Anchors {
+    fn new(m: &Model, store: &Store, cpu: bool) -> Anchors {
+        let mut launches = vec![0usize; m.threads.len()];
+        for o in m.ops.iter().filter(|o| o.call != NONE) {
+            launches[m.calls[o.call as usize].thread as usize] += 1;
+        }
+        let thread = (0..m.threads.len())
+            .max_by_key(|&t| (launches[t], std::cmp::Reverse(t)))
+            .unwrap_or(0);
+        let mut by_dev: HashMap<(u32, u32), (usize, Vec<usize>)> = HashMap::default();
+        for (s, l) in m.lanes.iter().enumerate() {
+            let k = store.lanes[l.lane].key;
+            let e = by_dev.entry((k.proc, k.device)).or_default();
+            e.0 += (l.last - l.first) as usize;
+            e.1.push(s);
+        }
+        let mut devs: Vec<_> = by_dev.into_iter().collect();
+        devs.sort_by_key(|d| (std::cmp::Reverse(d.1 .0), d.0));
+        let lanes = devs.into_iter().next().map(|d| d.1 .1).unwrap_or_default();
+        Anchors { thread, lanes, cpu }
+    }
+
+    /// The replayed time of measured time `b`: `b` moved as the first event at or after it
+    /// moved (`end`: as the last event ending at or before it).
+    fn at(&self, m: &Model, t: &Times, b: Ns, end: bool) -> Ns {
+        if self.cpu && self.thread < m.threads.len() {
+            let th = &m.threads[self.thread];
+            let calls = &m.calls[th.first as usize..th.last as usize];
+            if end {
+                let i = calls.partition_point(|c| c.end <= b);
+                if i > 0 {
+                    let c = th.first as usize + i - 1;
+                    return b + t.call_end[c] - m.calls[c].end;
+                }
+            } else {
+                let i = calls.partition_point(|c| c.start < b);
+                if i < calls.len() {
+                    let c = th.first as usize + i;
+                    return b + t.call_start[c] - m.calls[c].start;
+                }
+            }
+            return b;
+        }
+        let mut best: Option<(Ns, usize, bool)> = None;
+        for &s in &self.lanes {
+            let l = &m.lanes[s];
+            let ops = &m.ops[l.first as usize..l.last as usize];
+            if end {
+                // The latest end at or before b (ends follow starts on a stream).
+                let i = ops.partition_point(|o| o.start < b);
+                for (q, o) in ops[..i].iter().enumerate().rev().take(4) {
+                    if o.end <= b && best.is_none_or(|x| o.end > x.0) {
+                        best = Some((o.end, l.first as usize + q, true));
+                    }
+                }
+            } else {
+                let i = ops.partition_point(|o| o.start < b);
+                if let Some(o) = ops.get(i) {
+                    if best.is_none_or(|x| o.start < x.0) {
+                        best = Some((o.start, l.first as usize + i, false));
+                    }
+                }
+            }
+        }
+        match best {
+            Some((_, j, true)) => b + t.op_end[j] - m.ops[j].end,
+            Some((_, j, false)) => b + t.op_start[j] - m.ops[j].start,
+            None => b,
+        }
+    }
+}
+
+/// The replayed wall time of each step of `range`.
+fn walls(
+    m: &Model,
+    t: &Times,
+    a: &Anchors,
+    steps: &Steps,
+    range: std::ops::Range<usize>,
+) -> Vec<Ns> {
+    range
+        .clone()
+        .map(|k| {
+            let s = &steps.steps[k];
+            let start = a.at(m, t, s.start, false);
+            let end = match steps.steps.get(k + 1) {
+                Some(n) if n.start == s.end && k + 1 < range.end => a.at(m, t, n.start, false),
+                _ => a.at(m, t, s.end, true),
+            };
+            end - start
+        })
+        .collect()
+}
+
+/// The steps replayed: the last steady steps, up to [`REPLAY_MAX_OPS`] ops (at least one).
+fn block(steps: &Steps) -> std::ops::Range<usize> {
+    let steady = steps.steady();
+    let mut first = steady.end;
+    let mut ops = 0u64;
+    while first > steady.start {
+        let n = steps.steps[first - 1].launches;
+        if first < steady.end && ops + n > REPLAY_MAX_OPS as u64 {
+            break;
+        }
+        ops += n;
+        first -= 1;
+    }
+    first..steady.end
+}
+
+/// Where the block's calls start: the first step's start, or the launch of its first op when
+/// that came earlier (the CPU runs ahead of the GPU).
+fn block_lo(store: &Store, start: Ns, end: Ns) -> Ns {
+    let mut lo = start;
+    for (li, lane) in store.lanes.iter().enumerate() {
+        let i = lane.lower_bound(start);
+        if let Some(op) = lane.get(i).filter(|o| o.start < end) {
+            if let Some(a) = store.api_of(li, &op) {
+                lo = lo.min(a.start);
+            }
+        }
+    }
+    lo
+}
+
+fn median(mut v: Vec<Ns>) -> Ns {
+    if v.is_empty() {
+        return 0;
+    }
+    let mid = (v.len() - 1) / 2;
+    *v.select_nth_unstable(mid).1
+}
+
+/// Each thread's typical time between two calls and typical launch.
+fn typical(m: &Model) -> (Vec<Ns>, Vec<Ns>) {
+    let seg = m
+        .threads
+        .iter()
+        .map(|t| {
+            median(
+                m.calls[t.first as usize + 1..t.last as usize]
+                    .iter()
+                    .map(|c| c.seg)
+                    .collect(),
+            )
+        })
+        .collect();
+    let own = m
+        .threads
+        .iter()
+        .map(|t| {
+            median(
+                m.calls[t.first as usize..t.last as usize]
+                    .iter()
+                    .filter(|c| c.kind == ApiKind::Launch)
+                    .map(|c| c.own)
+                    .collect(),
+            )
+        })
+        .collect();
+    (seg, own)
+}
+
+/// The model with site `s`'s fix applied.
+fn apply(m: &Model, s: u32, w: WhatIf, seg: &[Ns], own: &[Ns]) -> Model {
+    let mut x = m.clone();
+    match w {
+        WhatIf::Fuse => {
+            // The op each call launched, to join a call's kernels on their stream.
+            let mut op_of = vec![NONE; m.calls.len()];
+            for (j, o) in m.ops.iter().enumerate() {
+                if o.call != NONE {
+                    op_of[o.call as usize] = j as u32;
+                }
+            }
+            for t in &m.threads {
+                let mut in_run = false;
+                for c in t.first..t.last {
+                    let call = &m.calls[c as usize];
+                    let mine = call.site == s && call.kind != ApiKind::Sync;
+                    if mine && in_run {
+                        let xc = &mut x.calls[c as usize];
+                        xc.seg = 0;
+                        xc.own = 0;
+                        let j = op_of[c as usize];
+                        if j != NONE && j > m.lanes[m.ops[j as usize].lane as usize].first {
+                            let p = m.ops[j as usize - 1].call;
+                            if p != NONE && m.calls[p as usize].site == s && p >= t.first && p < c {
+                                x.ops[j as usize].gap = 0;
+                            }
+                        }
+                    }
+                    in_run = mine && (in_run || op_of[c as usize] != NONE);
+                }
+            }
+        }
+        WhatIf::HostWork | WhatIf::Planning | WhatIf::Input => {
+            for c in x.calls.iter_mut().filter(|c| c.site == s) {
+                c.seg = c.seg.min(seg[c.thread as usize].max(0));
+            }
+        }
+        WhatIf::SlowLaunch => {
+            for c in x
+                .calls
+                .iter_mut()
+                .filter(|c| c.site == s && c.kind == ApiKind::Launch)
+            {
+                c.own = c.own.min(own[c.thread as usize]);
+            }
+        }
+        WhatIf::Sync => {
+            for t in &m.threads {
+                for c in t.first..t.last {
+                    let call = &m.calls[c as usize];
+                    let before_mine = c + 1 < t.last && m.calls[c as usize + 1].site == s;
+                    if call.kind == ApiKind::Sync && (call.site == s || before_mine) {
+                        let xc = &mut x.calls[c as usize];
+                        xc.wait = NONE;
+                        xc.own = 0;
+                    }
+                }
+            }
+        }
+    }
+    x
+}
+
+/// Replays the steady steps of `store` unchanged and with each site's fix (`sites`: a site's
+/// key, as advice's `site_key_of` gives it, and its what-if), with `key` giving a call's site
+/// key. None without steps or calls.
+pub fn estimate(
+    store: &Store,
+    steps: &Steps,
+    sites: &[(String, WhatIf)],
+    key: &mut dyn FnMut(StackId, NameId, NameId) -> String,
+) -> Option<Estimate> {
+    let range = block(steps);
+    if range.is_empty() {
+        return None;
+    }
+    let (first, last) = (&steps.steps[range.start], &steps.steps[range.end - 1]);
+    let cpu = cpu_anchored(&steps.source);
+    let lo = if cpu {
+        first.start
+    } else {
+        block_lo(store, first.start, first.end)
+    };
+    let model = build(store, lo, last.end, key);
+    if model.calls.is_empty() || model.ops.is_empty() {
+        return None;
+    }
+    let anchors = Anchors::new(&model, store, cpu);
+    let baseline = run(&model);
+    let before = walls(&model, &baseline, &anchors, steps, range.clone());
+    let measured: Vec<Ns> = range.clone().map(|k| steps.steps[k].wall()).collect();
+    let errors: Vec<f64> = before
+        .iter()
+        .zip(&measured)
+        .map(|(&r, &m)| (r - m).abs() as f64 / m.max(1) as f64)
+        .collect();
+    let mut sorted = errors.clone();
+    sorted.sort_by(f64::total_cmp);
+    let baseline_error = sorted
+        .get((sorted.len().max(1) - 1) / 2)
+        .copied()
+        .unwrap_or(0.0);
+    let busy: Vec<Ns> = range
+        .clone()
+        .map(|k| steps.steps[k].busy_ns / steps.devices.max(1) as Ns)
+        .collect();
+    let (seg, own) = typical(&model);
+    let index: HashMap<&str, u32> = model
+        .sites
+        .iter()
+        .enumerate()
+        .map(|(i, k)| (k.as_str(), i as u32))
+        .collect();
+    let mut out = HashMap::default();
+    for (k, w) in sites {
+        let Some(&s) = index.get(k.as_str()) else {
+            continue;
+        };
+        let changed = apply(&model, s, *w, &seg, &own);
+        let t = run(&changed);
+        let after = walls(&changed, &t, &anchors, steps, range.clone());
+        let diffs: Vec<Ns> = before.iter().zip(&after).map(|(b, a)| b - a).collect();
+        let n = diffs.len().max(1) as Ns;
+        let saving = (diffs.iter().sum::<Ns>() / n).max(0);
+        let moved: Vec<Ns> = diffs
+            .iter()
+            .zip(&before)
+            .filter(|(d, b)| **d * 100 > **b)
+            .map(|(d, _)| *d)
+            .collect();
+        let after_total: Ns = after.iter().sum::<Ns>().max(1);
+        let busy_after = (busy.iter().sum::<Ns>() as f64 / after_total as f64).min(1.0);
+        let workers = (*w == WhatIf::Input).then(|| {
+            let loading: Ns = model
+                .calls
+                .iter()
+                .filter(|c| c.site == s)
+                .map(|c| c.seg - c.seg.min(seg[c.thread as usize]))
+                .sum::<Ns>()
+                / n;
+            let step_after = after_total / n;
+            (loading as f64 / step_after.max(1) as f64).ceil().max(1.0) as u32
+        });
+        out.insert(
+            k.clone(),
+            SiteEstimate {
+                saving_ns: saving,
+                saving_changed_ns: median(moved.clone()),
+                steps_changed: moved.len(),
+                busy_after,
+                whatif: w.assumes(),
+                workers,
+            },
+        );
+    }
+    Some(Estimate {
+        json: ReplayJson {
+            baseline_error,
+            steps: range.len(),
+            ops: model.ops.len(),
+            calls: model.calls.len(),
+            forced: baseline.forced,
+            measured_mean_ns: measured.iter().sum::<Ns>() / measured.len().max(1) as Ns,
+            measured_median_ns: median(measured),
+            replayed_median_ns: median(before),
+        },
+        sites: out,
+        steps: range,
+        model,
+        baseline,
+    })
+}
