@@ -270,6 +270,33 @@ fn late_rank() -> Spec {
     spec
 }
 
+/// Issue 37: 2, 8 and 64 ranks, the last one stalling before layer 5. The headline names that
+/// rank and the function, and the replayed saving is the planted cost within 10%.
+#[test]
+fn many_ranks_name_the_late_rank() {
+    for ranks in [2, 8, 64] {
+        let mut spec = late_rank();
+        spec.ranks = ranks;
+        spec.stall = stall(Some(ranks - 1), 5, 400_000);
+        let (t, j) = run("est-ranks", &spec);
+        let truth = t.cost("stall");
+        let first = &j["advice"][0];
+        assert!(
+            first["site"].as_str().unwrap().starts_with("Model.stall"),
+            "{ranks} ranks: {}",
+            j["advice"]
+        );
+        assert!(within(saving(first), truth, 0.10), "{first} vs {truth}");
+        let text = String::from_utf8(support::report_out(&t.path, "text", &[])).unwrap();
+        let head = text.lines().find(|l| l.contains("Fix first")).unwrap_or("");
+        let rank = format!("rank {}", ranks - 1);
+        assert!(
+            head.contains(&rank) && head.contains("Model.stall"),
+            "{ranks} ranks: {head}"
+        );
+    }
+}
+
 /// A second stream, each layer's side kernel waiting on the main stream through an event:
 /// the replay of the capture unchanged reproduces it to rounding.
 #[test]

@@ -27,7 +27,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 pub type Ns = i64;
 
@@ -351,69 +351,79 @@ pub fn simulate(programs: &[Vec<Node>], tm: &Timing) -> Vec<Timeline> {
 }
 
 /// Microseconds with three decimals, as Kineto writes them: exact in ns.
-fn us(ns: Ns) -> Value {
-    let s = format!("{}.{:03}", ns / 1000, ns % 1000);
-    serde_json::from_str(&s).unwrap()
+fn us(ns: Ns) -> String {
+    format!("{}.{:03}", ns / 1000, ns % 1000)
 }
 
-/// A rank's timeline as a Kineto trace (`ranks` > 1 adds its `distributedInfo`).
-pub fn kineto(tl: &Timeline, rank: usize, ranks: usize) -> Value {
-    let (pid, dev) = (1000 + rank as i64, rank as i64);
-    let x = |cat: &str, name: &str, pid: i64, tid: i64, a: Ns, b: Ns, args: Value| {
-        json!({"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid,
-               "ts": us(a), "dur": us(b - a), "args": args})
+/// A rank's timeline as a Kineto trace (`ranks` > 1 adds its `distributedInfo`). Written as
+/// text, not built as a `serde_json::Value`: 64 ranks' traces take a second, not ten.
+pub fn kineto(tl: &Timeline, rank: usize, ranks: usize) -> String {
+    let (pid, dev) = (1000 + rank, rank);
+    let mut ev: Vec<String> = Vec::new();
+    let mut x = |cat: &str, name: &str, at: (usize, u32), (a, b): (Ns, Ns), args: String| {
+        ev.push(format!(
+            r#"{{"ph":"X","cat":"{cat}","name":{},"pid":{},"tid":{},"ts":{},"dur":{},"args":{{{args}}}}}"#,
+            Value::from(name),
+            at.0,
+            at.1,
+            us(a),
+            us(b - a)
+        ))
     };
-    let mut ev = Vec::new();
     for s in &tl.spans {
-        let cat = if s.frame.starts_with("ProfilerStep#") {
-            "user_annotation"
-        } else {
-            "python_function"
+        let cat = match s.frame.starts_with("ProfilerStep#") {
+            true => "user_annotation",
+            false => "python_function",
         };
-        ev.push(x(cat, &s.frame, pid, pid, s.start, s.end, json!({})));
+        x(
+            cat,
+            &s.frame,
+            (pid, pid as u32),
+            (s.start, s.end),
+            String::new(),
+        );
     }
     for a in &tl.apis {
-        ev.push(x(
+        let args = format!(r#""correlation":{}"#, a.corr);
+        x(
             "cuda_runtime",
             a.name,
-            pid,
-            pid,
-            a.start,
-            a.end,
-            json!({"correlation": a.corr}),
-        ));
+            (pid, pid as u32),
+            (a.start, a.end),
+            args,
+        );
     }
     for o in &tl.ops {
-        let args = json!({"device": dev, "stream": o.stream, "correlation": o.corr});
-        ev.push(x(
-            "kernel",
-            &o.name,
-            dev,
-            o.stream as i64,
-            o.start,
-            o.end,
-            args,
-        ));
+        let args = format!(
+            r#""device":{dev},"stream":{},"correlation":{}"#,
+            o.stream, o.corr
+        );
+        x("kernel", &o.name, (dev, o.stream), (o.start, o.end), args);
     }
     for &(stream, corr, on, rec, at) in &tl.waits {
-        let args = json!({"cuda_sync_kind": "Stream Wait Event", "device": dev, "stream": stream,
-            "correlation": corr, "wait_on_stream": on, "wait_on_cuda_event_record_corr_id": rec});
-        ev.push(x(
+        let args = format!(
+            r#""cuda_sync_kind":"Stream Wait Event","device":{dev},"stream":{stream},"correlation":{corr},"wait_on_stream":{on},"wait_on_cuda_event_record_corr_id":{rec}"#
+        );
+        x(
             "cuda_sync",
             "Stream Wait Event",
-            dev,
-            stream as i64,
-            at,
-            at,
+            (dev, stream),
+            (at, at),
             args,
-        ));
+        );
     }
-    let mut doc = json!({"schemaVersion": 1,
-        "deviceProperties": [{"id": dev, "name": "NVIDIA H200"}], "traceEvents": ev});
-    if ranks > 1 {
-        doc["distributedInfo"] = json!({"backend": "nccl", "rank": rank, "world_size": ranks});
-    }
-    doc
+    let dist = match ranks > 1 {
+        true => {
+            format!(r#""distributedInfo":{{"backend":"nccl","rank":{rank},"world_size":{ranks}}},"#)
+        }
+        false => String::new(),
+    };
+    format!(
+        r#"{{"schemaVersion":1,{dist}"deviceProperties":[{{"id":{dev},"name":"NVIDIA H200"}}],"traceEvents":[
+{}
+]}}"#,
+        ev.join(",\n")
+    )
 }
 
 /// A slow-down planted at `layer`'s first op (a stall: CPU time before its launch, in
@@ -674,7 +684,7 @@ pub fn generate(spec: &Spec, dir: &Path) -> Truth {
             format!("rank-{r}.json")
         };
         let doc = kineto(tl, r, spec.ranks);
-        std::fs::write(dir.join(name), serde_json::to_vec(&doc).unwrap()).unwrap();
+        std::fs::write(dir.join(name), doc).unwrap();
     }
     let step_ns = step_times(&tls[0], spec.step_frame());
     assert_eq!(step_ns.len(), spec.total_steps());
