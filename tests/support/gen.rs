@@ -445,7 +445,12 @@ pub enum Shape {
 }
 
 /// A program easy to describe: `steps` iterations (a shape's unit) of `layers` layers of
-/// `kernels` kernels each, with what is planted in it.
+/// `kernels` kernels each, with what is planted in it. Its frames: `train.py(10): <module>` ›
+/// [`train.py(12): train_epoch` ›] `train.py(20): train_step` › `model.py(30): Model.forward`
+/// › `model.py(40): Layer.forward` (training), or `<module>` › `loop.py(20): generate` ›
+/// `Model.forward` › `Layer.forward` (decoding). A stall runs in `model.py(55): Model.stall`
+/// (which then launches the layer's first kernel), the sync in `model.py(60): Model.item` at
+/// the step's end, each all-reduce in `distributed.py(70): all_reduce`.
 #[derive(Clone, Debug)]
 pub struct Spec {
     pub shape: Shape,
