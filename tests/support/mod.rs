@@ -3,6 +3,8 @@
 //! against the fake libcupti share `collector/tests/support` as well.)
 #![allow(dead_code)]
 
+pub mod gen;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
