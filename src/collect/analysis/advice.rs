@@ -71,7 +71,7 @@ pub struct Advice {
     /// The replayed fix (`collect::analysis::replay`): what it assumed, the GPU's busy share
     /// of the step after it, and how the saving falls on the steps it changes. None where the
     /// site was not replayed (then `saving_ns` is the summed gaps).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub replay: Option<replay::SiteEstimate>,
     /// Gaps outside recurring patterns (see the module's docs), and their time: the usual fix
     /// does not address them.
@@ -539,6 +539,11 @@ pub fn diagnose(
     let (summary, steps) = summary::summarize_finding(store, w, cfg, top, 0, find);
     let steps = steps.map(std::borrow::Cow::into_owned);
     let mut advice = advise(store, &summary, usize::MAX);
+    // Each site's per-step figures are advice's alone: their memory goes before the replay's.
+    let mut summary = summary;
+    for leaf in summary.leaves.values_mut() {
+        leaf.per_step = Default::default();
+    }
     let replay = steps
         .as_ref()
         .and_then(|st| replay_advice(store, st, &mut advice));

@@ -46,7 +46,9 @@ impl WhatIf {
 /// A site's replayed fix.
 #[derive(Clone, Debug, Serialize)]
 pub struct SiteEstimate {
-    /// Mean over the replayed steps of the step before less the step after.
+    /// Mean over the replayed steps of the step before less the step after (advice's
+    /// `saving_ns`).
+    #[serde(skip)]
     pub saving_ns: Ns,
     /// The median of that over the steps it changed, and how many it changed (by more than
     /// a hundredth).
@@ -266,9 +268,36 @@ fn typical(m: &Model) -> (Vec<Ns>, Vec<Ns>) {
     (seg, own)
 }
 
-/// The model with site `s`'s fix applied.
-fn apply(m: &Model, s: u32, w: WhatIf, seg: &[Ns], own: &[Ns]) -> Model {
-    let mut x = m.clone();
+/// What a change replaced, to put back.
+#[derive(Default)]
+struct Undo {
+    calls: Vec<(u32, super::Call)>,
+    ops: Vec<(u32, super::Op)>,
+}
+
+impl Undo {
+    fn call<'a>(&mut self, m: &'a mut Model, c: u32) -> &'a mut super::Call {
+        self.calls.push((c, m.calls[c as usize]));
+        &mut m.calls[c as usize]
+    }
+    fn op<'a>(&mut self, m: &'a mut Model, j: u32) -> &'a mut super::Op {
+        self.ops.push((j, m.ops[j as usize]));
+        &mut m.ops[j as usize]
+    }
+    /// Puts back what the change replaced, last first.
+    fn revert(self, m: &mut Model) {
+        for (c, v) in self.calls.into_iter().rev() {
+            m.calls[c as usize] = v;
+        }
+        for (j, v) in self.ops.into_iter().rev() {
+            m.ops[j as usize] = v;
+        }
+    }
+}
+
+/// Applies site `s`'s fix to the model in place; the returned undo puts it back.
+fn apply(m: &mut Model, s: u32, w: WhatIf, seg: &[Ns], own: &[Ns]) -> Undo {
+    let mut u = Undo::default();
     match w {
         WhatIf::Fuse => {
             // The op each call launched, to join a call's kernels on their stream.
@@ -278,20 +307,21 @@ fn apply(m: &Model, s: u32, w: WhatIf, seg: &[Ns], own: &[Ns]) -> Model {
                     op_of[o.call as usize] = j as u32;
                 }
             }
-            for t in &m.threads {
+            for t in 0..m.threads.len() {
+                let (first, last) = (m.threads[t].first, m.threads[t].last);
                 let mut in_run = false;
-                for c in t.first..t.last {
-                    let call = &m.calls[c as usize];
+                for c in first..last {
+                    let call = m.calls[c as usize];
                     let mine = call.site == s && call.kind != ApiKind::Sync;
                     if mine && in_run {
-                        let xc = &mut x.calls[c as usize];
-                        xc.seg = 0;
-                        xc.own = 0;
+                        let x = u.call(m, c);
+                        x.seg = 0;
+                        x.own = 0;
                         let j = op_of[c as usize];
                         if j != NONE && j > m.lanes[m.ops[j as usize].lane as usize].first {
                             let p = m.ops[j as usize - 1].call;
-                            if p != NONE && m.calls[p as usize].site == s && p >= t.first && p < c {
-                                x.ops[j as usize].gap = 0;
+                            if p != NONE && m.calls[p as usize].site == s && p >= first && p < c {
+                                u.op(m, j).gap = 0;
                             }
                         }
                     }
@@ -300,34 +330,39 @@ fn apply(m: &Model, s: u32, w: WhatIf, seg: &[Ns], own: &[Ns]) -> Model {
             }
         }
         WhatIf::HostWork | WhatIf::Planning | WhatIf::Input => {
-            for c in x.calls.iter_mut().filter(|c| c.site == s) {
-                c.seg = c.seg.min(seg[c.thread as usize].max(0));
+            for c in 0..m.calls.len() as u32 {
+                let call = m.calls[c as usize];
+                let floor = seg[call.thread as usize].max(0);
+                if call.site == s && call.seg > floor {
+                    u.call(m, c).seg = floor;
+                }
             }
         }
         WhatIf::SlowLaunch => {
-            for c in x
-                .calls
-                .iter_mut()
-                .filter(|c| c.site == s && c.kind == ApiKind::Launch)
-            {
-                c.own = c.own.min(own[c.thread as usize]);
+            for c in 0..m.calls.len() as u32 {
+                let call = m.calls[c as usize];
+                let typical = own[call.thread as usize];
+                if call.site == s && call.kind == ApiKind::Launch && call.own > typical {
+                    u.call(m, c).own = typical;
+                }
             }
         }
         WhatIf::Sync => {
-            for t in &m.threads {
-                for c in t.first..t.last {
-                    let call = &m.calls[c as usize];
-                    let before_mine = c + 1 < t.last && m.calls[c as usize + 1].site == s;
+            for t in 0..m.threads.len() {
+                let (first, last) = (m.threads[t].first, m.threads[t].last);
+                for c in first..last {
+                    let call = m.calls[c as usize];
+                    let before_mine = c + 1 < last && m.calls[c as usize + 1].site == s;
                     if call.kind == ApiKind::Sync && (call.site == s || before_mine) {
-                        let xc = &mut x.calls[c as usize];
-                        xc.wait = NONE;
-                        xc.own = 0;
+                        let x = u.call(m, c);
+                        x.wait = NONE;
+                        x.own = 0;
                     }
                 }
             }
         }
     }
-    x
+    u
 }
 
 /// Replays the steady steps of `store` unchanged and with each site's fix (`sites`: a site's
@@ -350,7 +385,7 @@ pub fn estimate(
     } else {
         block_lo(store, first.start, first.end)
     };
-    let model = build(store, lo, last.end, key);
+    let mut model = build(store, lo, last.end, key);
     if model.calls.is_empty() || model.ops.is_empty() {
         return None;
     }
@@ -374,20 +409,22 @@ pub fn estimate(
         .map(|k| steps.steps[k].busy_ns / steps.devices.max(1) as Ns)
         .collect();
     let (seg, own) = typical(&model);
-    let index: HashMap<&str, u32> = model
+    let index: HashMap<String, u32> = model
         .sites
         .iter()
         .enumerate()
-        .map(|(i, k)| (k.as_str(), i as u32))
+        .map(|(i, k)| (k.clone(), i as u32))
         .collect();
     let mut out = HashMap::default();
     for (k, w) in sites {
-        let Some(&s) = index.get(k.as_str()) else {
+        let Some(&s) = index.get(k) else {
             continue;
         };
-        let changed = apply(&model, s, *w, &seg, &own);
-        let t = run(&changed);
-        let after = walls(&changed, &t, &anchors, steps, range.clone());
+        let undo = apply(&mut model, s, *w, &seg, &own);
+        let t = run(&model);
+        let after = walls(&model, &t, &anchors, steps, range.clone());
+        drop(t);
+        undo.revert(&mut model);
         let diffs: Vec<Ns> = before.iter().zip(&after).map(|(b, a)| b - a).collect();
         let n = diffs.len().max(1) as Ns;
         let saving = (diffs.iter().sum::<Ns>() / n).max(0);
