@@ -131,7 +131,8 @@ pub fn find(store: &Store, lo: Ns, hi: Ns, by: Option<&str>) -> Option<Steps> {
             let steps = merge_slivers(p.steps);
             let r = seq.times(&steps);
             let mut found = from_ranges(store, StepSource::Auto, &r, lo, hi)?;
-            found.suggest = suggest_op(store, &seq.names, &steps);
+            found.suggest = suggest_span(store, &seq, &steps, lo, hi)
+                .or_else(|| suggest_op(store, &seq.names, &steps));
             Some(found)
         }
     }
@@ -227,6 +228,38 @@ fn merge_slivers(steps: Vec<Range<usize>>) -> Vec<Range<usize>> {
         out.extend(pending);
     }
     out
+}
+
+/// The `--step` name that gives guessed steps from the CPU: the outermost frame of the launch
+/// stack of the op that starts most of them (a Kineto `cpu_op` such as `aten::embedding`), when
+/// the spans of that name are as many as the steps (±1).
+fn suggest_span(
+    store: &Store,
+    seq: &DeviceSeq,
+    steps: &[Range<usize>],
+    lo: Ns,
+    hi: Ns,
+) -> Option<String> {
+    let mut roots: HashMap<NameId, usize> = HashMap::default();
+    for r in steps {
+        let mut s = seq.stack(store, r.start);
+        if s == 0 {
+            continue;
+        }
+        while store.stacks.node(s).depth > 1 {
+            s = store.stacks.node(s).parent;
+        }
+        *roots.entry(store.stacks.node(s).frame).or_default() += 1;
+    }
+    let (&id, &n) = roots
+        .iter()
+        .max_by_key(|&(&id, &n)| (n, std::cmp::Reverse(id)))?;
+    if n * 2 < steps.len() {
+        return None;
+    }
+    let name = store.names.get(id);
+    let spans = span_ranges(store, lo, hi, |s| s == name).len();
+    (spans.abs_diff(steps.len()) <= 1).then(|| name.to_string())
 }
 
 /// The `--step` name that gives guessed steps: the GPU op that starts most of them, when it

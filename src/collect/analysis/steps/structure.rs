@@ -379,3 +379,7 @@ fn choose(
         f.qual.clone()
     })
 }
+
+#[cfg(test)]
+#[path = "structure_tests.rs"]
+mod tests;
