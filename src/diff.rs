@@ -164,7 +164,10 @@ impl Side<'_> {
         let by_launch = self.d.steps.as_ref().is_some_and(|st| {
             matches!(
                 st.source,
-                StepSource::ProfilerStep | StepSource::Spans(_) | StepSource::Function(_)
+                StepSource::ProfilerStep
+                    | StepSource::Spans(_)
+                    | StepSource::Function(_)
+                    | StepSource::Structure(_)
             )
         });
         let (lo, hi) = (self.d.summary.lo, self.d.summary.hi);

@@ -181,6 +181,39 @@ fn events_out_of_order_and_gzip_give_the_same_answer() {
     }
 }
 
+/// The Llama decode of ../shared/fixtures/llama-decode: without `--step`, the recording's steps
+/// come from its structure (the 24 forward calls) and SDPA's per-shape planning is the site to
+/// fix first; the Kineto trace of the same run, without stacks, guesses its steps from the ops
+/// and says so.
+#[test]
+fn llama_decode_steps_from_structure_put_sdpa_first() {
+    let rec = support::shared_fixture("llama-decode/llama16-cudnn.rec");
+    let j = report_json(&rec, &[]);
+    let st = &j["steps"];
+    assert_eq!(st["source"], "structure");
+    assert_eq!(st["name"], "LlamaForCausalLM.forward");
+    assert_eq!(st["guessed"], false);
+    let n = st["count"].as_u64().unwrap();
+    assert!((23..=25).contains(&n), "{n} steps");
+    let top = j["advice"][0]["site"].as_str().unwrap();
+    assert!(top.contains("sdpa_attention_forward"), "top site {top}");
+    let text = String::from_utf8(report_out(&rec, "text", &[])).unwrap();
+    assert!(
+        text.starts_with("Fix first: sdpa_attention_forward"),
+        "{text}"
+    );
+    assert!(text.contains("Steps (structure \"LlamaForCausalLM.forward\")"));
+    let k = support::shared_fixture("llama-decode/kineto-llama16-cudnn.json.gz");
+    let j = report_json(&k, &[]);
+    let st = &j["steps"];
+    assert_eq!(st["source"], "auto");
+    assert_eq!(st["guessed"], true);
+    let n = st["count"].as_u64().unwrap();
+    assert!((23..=25).contains(&n), "{n} steps");
+    let text = String::from_utf8(report_out(&k, "text", &[])).unwrap();
+    assert!(text.contains("guessed from the repeating ops"), "{text}");
+}
+
 /// The reference trace from the H200: counts equal HTA's exact column, totals within 0.1%.
 #[test]
 fn h200_trace_matches_hta_reference() {

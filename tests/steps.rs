@@ -664,13 +664,58 @@ fn ddp_recording_training_steps() {
     assert_eq!(a.steady().start, 1, "NCCL's first step is slow");
 }
 
-/// The planted recording: 100 iterations of `fast`, `host_stall`, `sync_then_launch`.
+/// The planted recording: a warm-up call of `fast`, then 100 iterations of `fast`,
+/// `host_stall`, `sync_then_launch` at the script's top level. `fast` is called once an
+/// iteration and launches 4 of its 6 ops, so its calls are the steps: the warm-up call and the
+/// 100 iterations.
 #[test]
 fn planted_recording_iterations() {
     let st = load("assets/planted.rec");
     let a = auto(&st).unwrap();
-    assert_eq!(a.steps.len(), 100);
-    assert!(a.steps.iter().all(|x| x.launches == 6));
+    assert_eq!(a.source, StepSource::Structure("fast".into()));
+    assert_eq!(a.steps.len(), 101);
+    // The last ends with its own call's last op.
+    assert!(a.steps[1..100].iter().all(|x| x.launches == 6));
+    assert_eq!(a.steps[100].launches, 4);
+}
+
+/// The Llama decode of ../shared/fixtures/llama-decode (see its README): a warm-up `generate`
+/// of 8 tokens, then one of 16. From the recording's launch stacks the steps are the 24 calls
+/// of `LlamaForCausalLM.forward`; the Kineto trace of the same run has no stacks, so its steps
+/// are guessed from the ops, to 24 ± 1. Neither adds up to more than the capture.
+#[test]
+fn llama_decode_fixtures_give_the_forward_calls() {
+    let st = load("../shared/fixtures/llama-decode/llama16-cudnn.rec");
+    let s = auto(&st).unwrap();
+    assert_eq!(
+        s.source,
+        StepSource::Structure("LlamaForCausalLM.forward".into())
+    );
+    assert!((23..=25).contains(&s.steps.len()), "{}", s.steps.len());
+    let by = steps::find(&st, Ns::MIN, Ns::MAX, Some("LlamaForCausalLM.forward")).unwrap();
+    assert_eq!(
+        by.steps, s.steps,
+        "as --step LlamaForCausalLM.forward gives"
+    );
+    let j = s.json();
+    assert!(!j.guessed);
+    let k = load("../shared/fixtures/llama-decode/kineto-llama16-cudnn.json.gz");
+    let g = auto(&k).unwrap();
+    assert_eq!(g.source, StepSource::Auto);
+    assert!((23..=25).contains(&g.steps.len()), "{}", g.steps.len());
+    assert!(g.json().guessed);
+    for (s, st) in [(&s, &st), (&g, &k)] {
+        let (lo, hi) = st.span().unwrap();
+        let total: Ns = s.steps.iter().map(|x| x.wall()).sum();
+        assert!(total <= hi - lo);
+        let median = s.median_ns() as u64;
+        let fewest = s.steps.iter().map(|x| x.launches).min().unwrap();
+        let typical = steps::quantile(s.steps.iter().map(|x| x.launches as Ns).collect(), 0.5);
+        assert!(
+            fewest as Ns * 4 >= typical,
+            "no sliver: {fewest} ops against a median of {typical} ({median} ns)"
+        );
+    }
 }
 
 /// Speed on a million ops (5,000 decode tokens of 200): run with

@@ -48,6 +48,7 @@ pub fn steps_within(all: &Steps, lo: Ns, hi: Ns) -> Option<Steps> {
         source: all.source.clone(),
         steps: inside,
         devices: all.devices,
+        suggest: all.suggest.clone(),
     })
 }
 
@@ -339,6 +340,7 @@ mod tests {
             source: StepSource::Auto,
             steps: vec![step(0, 10), step(10, 20), step(20, 30), step(30, 40)],
             devices: 1,
+            suggest: None,
         };
         let w = steps_within(&all, 5, 30).unwrap();
         assert_eq!(w.steps, vec![step(10, 20), step(20, 30)]);

@@ -140,9 +140,15 @@ pub fn lines(j: &JsonReport) -> [String; 3] {
     let busy = 100.0 * j.busy_ns as f64 / (j.busy_ns + j.device_idle_ns).max(1) as f64;
     let capture = match &j.steps {
         Some(s) => format!(
-            "GPU busy {busy:.1}% of {}; {} steps, median {}",
+            "GPU busy {busy:.1}% of {}; {} steps{}{}, median {}",
             t(span),
             s.count,
+            if s.warmup > 0 {
+                format!(" ({} warm-up)", s.warmup)
+            } else {
+                String::new()
+            },
+            if s.guessed { " (guessed)" } else { "" },
             t(s.median_ns)
         ),
         None => format!(

@@ -242,8 +242,13 @@ fn idle(j: &JsonReport) -> Section {
 fn steps(j: &JsonReport) -> Section {
     let mut s = Section::new(false);
     if let Some(st) = &j.steps {
+        let warmup = if st.warmup > 0 {
+            format!(" ({} warm-up)", st.warmup)
+        } else {
+            String::new()
+        };
         s.line(format!(
-            "Steps ({}): {}, median {} (p90 {}), GPU busy {} and device idle {} a step (medians)",
+            "Steps ({}): {}{warmup}, median {} (p90 {}), GPU busy {} and device idle {} a step (medians)",
             match &st.name {
                 Some(n) => format!("{} {n:?}", st.source),
                 None => st.source.to_string(),
@@ -254,6 +259,15 @@ fn steps(j: &JsonReport) -> Section {
             t(st.busy_median_ns),
             t(st.idle_median_ns)
         ));
+        if st.guessed {
+            s.line(format!(
+                "  guessed from the repeating ops (no step marker, no Python stacks){}",
+                match &st.suggest {
+                    Some(x) => format!("; to set them: {x}"),
+                    None => String::new(),
+                }
+            ));
+        }
     }
     s
 }

@@ -13,8 +13,13 @@
 //!   ranges ([`range_steps`]): the outermost ranges of a step-like family (`step`, `step N`,
 //!   `iteration N`, `decode_step`, … see [`is_step_name`]) are the steps, exactly; failing that,
 //!   the outermost family that repeats most (the earliest of a tie: an iteration's first range)
-//!   delimits them, each occurrence starting a step; else the period of the repeating op
-//!   sequence ([`detect_period`]).
+//!   delimits them, each occurrence starting a step; else, with Python stacks on the launches,
+//!   the calls of the outermost function called once an iteration that holds most of the GPU
+//!   work (the program's structure, see the `structure` module); else, for captures without
+//!   stacks, the period of the repeating op sequence ([`detect_period`]): guessed, so the
+//!   report says so and names the op that starts each step (`--step NAME`, when that op gives
+//!   the same steps). A guessed step of a handful of ops next to a median of hundreds (less
+//!   than [`SLIVER`] of it) is merged into the step before it (or after it, for the first).
 //!
 //! Ranges by name go through [`from_ranges`], as CPU spans do: the ranges are the steps,
 //! exactly.
@@ -32,12 +37,14 @@
 mod named;
 mod period;
 mod step;
+mod structure;
 
 pub use named::{frame_matches, range_steps};
 pub use period::{
     detect_period, detect_period_with, stack_turn, DeviceSeq, Period, StackTurn, MIN_STEPS,
 };
 pub use step::{quantile, Step, StepSource, Steps, StepsJson, WARMUP_FACTOR};
+pub use structure::COVER;
 
 use named::{function_ranges, op_ranges, span_ranges};
 
@@ -45,8 +52,14 @@ use rustc_hash::FxHashMap as HashMap;
 
 use crate::collect::analysis::gaps::device_idle;
 use crate::collect::model::ranges::family;
-use crate::collect::model::records::{Ns, StackId};
+use std::ops::Range;
+
+use crate::collect::model::records::{NameId, Ns, StackId};
 use crate::collect::model::store::Store;
+use crate::frames::short_kernel;
+
+/// A guessed step with fewer ops than this share of the median step's is a sliver.
+pub const SLIVER: f64 = 0.25;
 
 /// Finds the steps of the window `[lo, hi)` as the module's comment says, from the ranges that
 /// overlap it (clipped to it) or the ops that start in it. `Ns::MIN, Ns::MAX` is the whole
@@ -96,6 +109,9 @@ pub fn find(store: &Store, lo: Ns, hi: Ns, by: Option<&str>) -> Option<Steps> {
             if let Some((name, r)) = range_steps(store, lo, hi) {
                 return from_ranges(store, StepSource::Spans(name), &r, lo, hi);
             }
+            if let Some((name, r)) = structure::structure_steps(store, lo, hi) {
+                return from_ranges(store, StepSource::Structure(name), &r, lo, hi);
+            }
             let seq = DeviceSeq::busiest(store, lo, hi)?;
             let stacks: Vec<StackId> = if store.stacks.len() > 1 {
                 (0..seq.names.len()).map(|i| seq.stack(store, i)).collect()
@@ -112,8 +128,12 @@ pub fn find(store: &Store, lo: Ns, hi: Ns, by: Option<&str>) -> Option<Steps> {
                     .entry(key)
                     .or_insert_with(|| stack_turn(store, key.0, key.1))
             })?;
-            let r = seq.times(&p.steps);
-            from_ranges(store, StepSource::Auto, &r, lo, hi)
+            let steps = merge_slivers(p.steps);
+            let r = seq.times(&steps);
+            let mut found = from_ranges(store, StepSource::Auto, &r, lo, hi)?;
+            found.suggest = suggest_span(store, &seq, &steps, lo, hi)
+                .or_else(|| suggest_op(store, &seq.names, &steps));
+            Some(found)
         }
     }
 }
@@ -173,7 +193,111 @@ pub fn from_ranges(
         source,
         steps,
         devices: devices.len(),
+        suggest: None,
     })
+}
+
+/// Guessed steps (op index ranges, in order) with the slivers merged into a neighbour that
+/// touches them, or dropped when none does.
+fn merge_slivers(steps: Vec<Range<usize>>) -> Vec<Range<usize>> {
+    let median = quantile(steps.iter().map(|r| r.len() as Ns).collect(), 0.5);
+    let sliver = |r: &Range<usize>| (r.len() as f64) < SLIVER * median as f64;
+    let mut out: Vec<Range<usize>> = Vec::with_capacity(steps.len());
+    // A leading sliver waits for the step after it.
+    let mut pending: Option<Range<usize>> = None;
+    for r in steps {
+        if sliver(&r) {
+            match out.last_mut() {
+                Some(prev) if prev.end == r.start => prev.end = r.end,
+                _ => {
+                    pending = match pending {
+                        Some(p) if p.end == r.start => Some(p.start..r.end),
+                        _ => Some(r),
+                    }
+                }
+            }
+            continue;
+        }
+        let start = match pending.take() {
+            Some(p) if p.end == r.start => p.start,
+            _ => r.start,
+        };
+        out.push(start..r.end);
+    }
+    if out.is_empty() {
+        out.extend(pending);
+    }
+    out
+}
+
+/// The `--step` name that gives guessed steps from the CPU: the outermost frame of the launch
+/// stack of the op that starts most of them (a Kineto `cpu_op` such as `aten::embedding`), when
+/// the spans of that name are as many as the steps (±1).
+fn suggest_span(
+    store: &Store,
+    seq: &DeviceSeq,
+    steps: &[Range<usize>],
+    lo: Ns,
+    hi: Ns,
+) -> Option<String> {
+    let mut roots: HashMap<NameId, usize> = HashMap::default();
+    for r in steps {
+        let mut s = seq.stack(store, r.start);
+        if s == 0 {
+            continue;
+        }
+        while store.stacks.node(s).depth > 1 {
+            s = store.stacks.node(s).parent;
+        }
+        *roots.entry(store.stacks.node(s).frame).or_default() += 1;
+    }
+    let (&id, &n) = roots
+        .iter()
+        .max_by_key(|&(&id, &n)| (n, std::cmp::Reverse(id)))?;
+    if n * 2 < steps.len() {
+        return None;
+    }
+    let name = store.names.get(id);
+    let spans = span_ranges(store, lo, hi, |s| s == name).len();
+    (spans.abs_diff(steps.len()) <= 1).then(|| name.to_string())
+}
+
+/// The `--step` name that gives guessed steps: the GPU op that starts most of them, when it
+/// occurs once a step (as many times as there are steps, ±1); its short name when that is
+/// as telling, else its full name.
+fn suggest_op(store: &Store, names: &[NameId], steps: &[Range<usize>]) -> Option<String> {
+    let mut firsts: HashMap<NameId, usize> = HashMap::default();
+    for r in steps {
+        *firsts.entry(names[r.start]).or_default() += 1;
+    }
+    let (&id, &n) = firsts
+        .iter()
+        .max_by_key(|&(&id, &n)| (n, std::cmp::Reverse(id)))?;
+    if n * 2 < steps.len() {
+        return None;
+    }
+    let full = store.names.get(id);
+    let short = short_kernel(full);
+    let (mut exact, mut by_short) = (0usize, 0usize);
+    // 0: not looked at, 1: another short name, 2: the same.
+    let mut memo: Vec<u8> = vec![0; store.names.len()];
+    for &x in names {
+        exact += (x == id) as usize;
+        if let Some(m) = memo.get_mut(x as usize) {
+            if *m == 0 {
+                *m = 1 + (short_kernel(store.names.get(x)) == short) as u8;
+            }
+            by_short += (*m == 2) as usize;
+        }
+    }
+    let once = |k: usize| k.abs_diff(steps.len()) <= 1;
+    if once(by_short) {
+        Some(short)
+    } else if once(exact) {
+        Some(full.to_string())
+    } else {
+        None
+    }
 }
 
 /// Whether a lane has an op overlapping `[lo, hi)`.

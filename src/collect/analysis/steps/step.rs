@@ -19,7 +19,10 @@ pub enum StepSource {
     Function(String),
     /// Occurrences of this GPU op.
     Op(String),
-    /// The period of the repeating op sequence.
+    /// Calls of this Python function, found from the program's structure (the launch stacks)
+    /// without a name to go by.
+    Structure(String),
+    /// The period of the repeating op sequence: guessed from the ops.
     Auto,
 }
 
@@ -31,6 +34,7 @@ impl StepSource {
             StepSource::Spans(_) => "range",
             StepSource::Function(_) => "function",
             StepSource::Op(_) => "op",
+            StepSource::Structure(_) => "structure",
             StepSource::Auto => "auto",
         }
     }
@@ -38,7 +42,10 @@ impl StepSource {
     /// The name the steps were asked by, if any.
     pub fn name(&self) -> Option<&str> {
         match self {
-            StepSource::Spans(n) | StepSource::Function(n) | StepSource::Op(n) => Some(n),
+            StepSource::Spans(n)
+            | StepSource::Function(n)
+            | StepSource::Op(n)
+            | StepSource::Structure(n) => Some(n),
             _ => None,
         }
     }
@@ -71,6 +78,9 @@ pub struct Steps {
     pub steps: Vec<Step>,
     /// Devices whose busy and idle time the steps sum.
     pub devices: usize,
+    /// Steps guessed from the ops: the `--step` name that would give them (the op that
+    /// starts each of them), when one does.
+    pub suggest: Option<String>,
 }
 
 /// The JSON `steps` object.
@@ -79,7 +89,15 @@ pub struct StepsJson {
     pub count: usize,
     /// Steps in the steady state (the per-step figures of advice are over these).
     pub steady: usize,
+    /// Leading steps that are warm-up (the steps before the steady state).
+    pub warmup: usize,
     pub source: &'static str,
+    /// The steps were guessed from the repeating op sequence (no marker, no Python stacks).
+    pub guessed: bool,
+    /// With guessed steps, the option that would give them by name (`--step NAME`), when
+    /// one does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub suggest: Option<String>,
     /// The span, range family, function or op the steps were found by.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
@@ -161,10 +179,14 @@ impl Steps {
     }
 
     pub fn json(&self) -> StepsJson {
+        let steady = self.steady();
         StepsJson {
             count: self.steps.len(),
-            steady: self.steady().len(),
+            steady: steady.len(),
+            warmup: steady.start,
             source: self.source.as_str(),
+            guessed: self.source == StepSource::Auto,
+            suggest: self.suggest.as_ref().map(|n| format!("--step {n}")),
             name: self.source.name().map(str::to_string),
             median_ns: self.median_ns(),
             p90_ns: self.p90_ns(),

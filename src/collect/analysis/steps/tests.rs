@@ -128,6 +128,7 @@ fn steps_of(walls: &[Ns]) -> Steps {
         source: StepSource::Auto,
         steps,
         devices: 1,
+        suggest: None,
     }
 }
 
