@@ -207,9 +207,14 @@ fn stop(v: &Child) {
     assert!(ok.success());
 }
 
-/// A viewer stopped by [`stop`] ended as it should, having written its recording.
+/// A viewer stopped by [`stop`] ended as it should: it kept its recording and exits as a
+/// SIGINT's end is reported (130).
 fn assert_stopped(code: Option<i32>, err: &str) {
-    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(code, Some(130), "{err}");
+    assert!(
+        err.contains("stopped by signal 2; detaching, and keeping what arrived"),
+        "{err}"
+    );
 }
 
 fn report(target: &Path, rec: &Path) -> serde_json::Value {
@@ -368,8 +373,10 @@ fn a_second_attach_is_refused_naming_the_first() {
     p.wait_step(at + 5);
     stop(&first);
     let out = first.wait_with_output().unwrap();
-    assert_stopped(out.status.code(), &String::from_utf8_lossy(&out.stderr));
-    let j = report(&p.target, &p.dir.join("first.rec"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_stopped(out.status.code(), &err);
+    let j = support::report(&p.target, &p.dir.join("first.rec"))
+        .unwrap_or_else(|e| panic!("{e}\n{err}"));
     assert!(j["kernels"].as_u64().unwrap() > 0);
     // Once the first has gone, attaching works again, by the job's name too.
     p.wait_cupti((0, 0));
