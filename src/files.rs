@@ -2,7 +2,9 @@
 //!
 //! - [`Output`]: every file gaptop writes is written to a temporary file in the target's
 //!   folder and renamed over the target only once complete, so a failure (a full disk, a
-//!   command that never ran, nothing recorded) leaves what the path held before.
+//!   command that never ran, nothing recorded) leaves what the path held before. Only devices,
+//!   pipes, sockets and the process's own descriptors are written in place; `/dev/shm` and
+//!   other tmpfs files are files like any other. Two gaptops never write one file at once.
 //! - [`refuse_input`]: an output that is one of the inputs is refused before anything is read.
 //! - [`refuse_special`]: an input that is a named pipe, a socket or a device is refused (a
 //!   pipe would block `report` forever).
@@ -60,14 +62,12 @@ pub struct Output {
 }
 
 impl Output {
-    /// Creates the temporary file for `target` (or opens a device or pipe in place).
+    /// Creates the temporary file for `target` (or opens a device or pipe in place). Refused
+    /// while another gaptop writes the same file ([`refuse_other_writer`]).
     pub fn create(target: &Path) -> anyhow::Result<Output> {
         let shown = target.display();
         let meta = std::fs::metadata(target).ok();
-        let special = meta.as_ref().is_some_and(|m| !m.is_file() && !m.is_dir())
-            || target.starts_with("/dev")
-            || target.starts_with("/proc");
-        if special {
+        if in_place(target, meta.as_ref()) {
             let file = File::create(target).with_context(|| format!("{shown}: cannot create"))?;
             return Ok(Output {
                 target: target.to_path_buf(),
@@ -78,13 +78,8 @@ impl Output {
         if meta.as_ref().is_some_and(|m| m.is_dir()) {
             anyhow::bail!("{shown}: is a directory; give a file to write");
         }
-        // A link is followed: the file it names is replaced, the link stays.
-        let dest = match target.symlink_metadata() {
-            Ok(m) if m.file_type().is_symlink() => target
-                .canonicalize()
-                .unwrap_or_else(|_| target.to_path_buf()),
-            _ => target.to_path_buf(),
-        };
+        // A link is followed: the file it names is replaced (or made), the link stays.
+        let dest = destination(target)?;
         let dir = match dest.parent() {
             Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
             _ => PathBuf::from("."),
@@ -110,15 +105,21 @@ impl Output {
                 )
             })?;
         let reg = Registered::new(&tmp);
-        if let Some(m) = meta {
-            // The replaced file's permissions carry over.
-            let _ = file.set_permissions(std::fs::Permissions::from_mode(m.mode() & 0o7777));
-        }
-        Ok(Output {
+        // Held while this process lives: another writer of the same file sees it.
+        let _ = file.try_lock();
+        let out = Output {
             target: target.to_path_buf(),
             file,
-            tmp: Some((tmp, dest, reg)),
-        })
+            tmp: Some((tmp.clone(), dest, reg)),
+        };
+        refuse_other_writer(&dir, &name, &tmp, target)?;
+        if let Some(m) = meta {
+            // The replaced file's permissions carry over.
+            let _ = out
+                .file
+                .set_permissions(std::fs::Permissions::from_mode(m.mode() & 0o7777));
+        }
+        Ok(out)
     }
 
     /// Another handle on the file, to write through (writes go to the temporary file).
@@ -167,6 +168,83 @@ impl Drop for Output {
             let _ = std::fs::remove_file(tmp);
         }
     }
+}
+
+/// Whether `target` is written in place rather than replaced: a device (character or block),
+/// a named pipe or a socket, or a name for one of the process's own descriptors
+/// (`/dev/stdout`, `/dev/fd/N`, anything under `/proc`), which stands for whatever the shell
+/// gave. Any other path (a regular file under `/dev/shm` or on any tmpfs included) is written
+/// to a temporary file and renamed.
+fn in_place(target: &Path, meta: Option<&std::fs::Metadata>) -> bool {
+    let special = meta.is_some_and(|m| {
+        let t = m.file_type();
+        t.is_char_device() || t.is_block_device() || t.is_fifo() || t.is_socket()
+    });
+    let own = ["/dev/stdout", "/dev/stderr", "/dev/fd", "/proc"];
+    special || own.iter().any(|p| target.starts_with(p))
+}
+
+/// The file `target` names once its links are followed, a dangling link included (its file
+/// is made where it points); refused when that folder does not exist or the links loop.
+fn destination(target: &Path) -> anyhow::Result<PathBuf> {
+    let mut p = target.to_path_buf();
+    for _ in 0..40 {
+        match p.symlink_metadata() {
+            Ok(m) if m.file_type().is_symlink() => {
+                let to = std::fs::read_link(&p)
+                    .with_context(|| format!("{}: cannot read the link", p.display()))?;
+                p = match p.parent() {
+                    Some(d) => d.join(to),
+                    None => to,
+                };
+            }
+            _ => {
+                if p != target {
+                    let dir = p.parent().filter(|d| !d.as_os_str().is_empty());
+                    if dir.is_some_and(|d| !d.is_dir()) {
+                        anyhow::bail!(
+                            "{}: is a link to {}, whose folder does not exist; give another file",
+                            target.display(),
+                            p.display()
+                        );
+                    }
+                }
+                return Ok(p);
+            }
+        }
+    }
+    anyhow::bail!("{}: too many levels of links", target.display())
+}
+
+/// Refuses to write `name` in `dir` while another gaptop writes it: that one's temporary file
+/// (`NAME.gaptop-PID-N.part`) is there and locked by its live writer. A `.part` left by a
+/// writer that was killed is not locked: it is left alone, for the user to read.
+fn refuse_other_writer(dir: &Path, name: &str, own: &Path, target: &Path) -> anyhow::Result<()> {
+    let prefix = format!("{name}.gaptop-");
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(());
+    };
+    for e in entries.filter_map(|e| e.ok()) {
+        let n = e.file_name().to_string_lossy().into_owned();
+        let Some(rest) = n.strip_prefix(&prefix) else {
+            continue;
+        };
+        if !rest.ends_with(".part") || e.path() == own {
+            continue;
+        }
+        let Ok(f) = File::open(e.path()) else {
+            continue;
+        };
+        if let Err(std::fs::TryLockError::WouldBlock) = f.try_lock_shared() {
+            let pid = rest.split('-').next().unwrap_or("?");
+            anyhow::bail!(
+                "{}: another gaptop (pid {pid}) is writing it now; wait for it to end or write \
+                 to another file",
+                target.display()
+            );
+        }
+    }
+    Ok(())
 }
 
 /// What a failed write says of the target: kept as it was, or never made.
@@ -378,12 +456,72 @@ mod tests {
         assert!(link.symlink_metadata().unwrap().file_type().is_symlink());
         assert_eq!(std::fs::read(&kept).unwrap(), b"via link");
 
+        // A dangling link: its file is made where it points, the link stays.
+        let dangling = d.join("dangling.rec");
+        std::os::unix::fs::symlink("made.rec", &dangling).unwrap();
+        Output::write_all(&dangling, b"made").unwrap();
+        assert!(dangling
+            .symlink_metadata()
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(std::fs::read(d.join("made.rec")).unwrap(), b"made");
+        let nowhere = d.join("nowhere.rec");
+        std::os::unix::fs::symlink("no/such/folder/x.rec", &nowhere).unwrap();
+        let e = Output::create(&nowhere).err().unwrap().to_string();
+        assert!(e.contains("whose folder does not exist"), "{e}");
+        assert!(nowhere.symlink_metadata().unwrap().file_type().is_symlink());
+
         // A device is written in place; a directory is refused.
         let null = Output::create(Path::new("/dev/null")).unwrap();
         assert!(!null.replaces());
         null.commit().unwrap();
         let e = Output::create(&d).err().unwrap();
         assert!(e.to_string().contains("is a directory"), "{e}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// A regular file on a tmpfs under /dev is replaced like any other; only devices, pipes
+    /// and the process's own descriptors are written in place.
+    #[test]
+    fn dev_shm_files_are_replaced_not_written_in_place() {
+        assert!(in_place(Path::new("/dev/stdout"), None));
+        assert!(in_place(Path::new("/proc/self/fd/1"), None));
+        let null = std::fs::metadata("/dev/null").unwrap();
+        assert!(in_place(Path::new("/dev/null"), Some(&null)));
+        let shm = Path::new("/dev/shm");
+        if !shm.is_dir() {
+            return;
+        }
+        let f = shm.join(format!("gaptop-files-{}.rec", std::process::id()));
+        std::fs::write(&f, b"old").unwrap();
+        let out = Output::create(&f).unwrap();
+        assert!(out.replaces());
+        out.writer().unwrap().write_all(b"half").unwrap();
+        drop(out);
+        assert_eq!(std::fs::read(&f).unwrap(), b"old", "left as it was");
+        let _ = std::fs::remove_file(&f);
+    }
+
+    /// While one output of a file is open, another of the same file is refused, naming the
+    /// writer; a `.part` left unlocked (its writer killed) does not stop the next.
+    #[test]
+    fn a_second_writer_of_one_file_is_refused() {
+        let d = dir("writers");
+        let f = d.join("same.rec");
+        let first = Output::create(&f).unwrap();
+        let e = Output::create(&f).err().unwrap().to_string();
+        let pid = std::process::id();
+        assert!(
+            e.contains(&format!("another gaptop (pid {pid}) is writing it now")),
+            "{e}"
+        );
+        first.writer().unwrap().write_all(b"first").unwrap();
+        first.commit().unwrap();
+        assert_eq!(std::fs::read(&f).unwrap(), b"first");
+        std::fs::write(d.join("same.rec.gaptop-4999999-0.part"), b"left").unwrap();
+        Output::write_all(&f, b"second").unwrap();
+        assert_eq!(std::fs::read(&f).unwrap(), b"second");
         let _ = std::fs::remove_dir_all(&d);
     }
 

@@ -8,8 +8,8 @@ use anyhow::Context;
 use gaptop_wire::Frame;
 
 use crate::collect::sources::live::{self, LiveEvent};
-use crate::collect::sources::recording::Writer;
-use crate::files::{left_as_it_was, Output};
+use crate::collect::sources::recording::{Sink, Writer};
+use crate::files::{left_as_it_was, refuse_input, Output};
 
 #[derive(Default, Debug)]
 pub struct Totals {
@@ -73,18 +73,18 @@ pub fn record_event<W: std::io::Write>(
     Ok(None)
 }
 
-/// The recording, created as a temporary file next to `out` ([`Output`]); and the signals
-/// that end a recording (SIGINT, SIGTERM, SIGHUP) caught into a flag that holds the last one's
-/// number.
+/// The recording, created as a temporary file next to `out` ([`Output`]), gzipped for a
+/// name that ends in `.gz`; and the signals that end a recording (SIGINT, SIGTERM, SIGHUP)
+/// caught into a flag that holds the last one's number.
 fn open_trapped(
     out: &Path,
 ) -> anyhow::Result<(
     Output,
-    Writer<std::fs::File>,
+    Writer<Sink>,
     std::sync::Arc<std::sync::atomic::AtomicUsize>,
 )> {
     let file = Output::create(out)?;
-    let w = Writer::new(file.writer()?)?;
+    let w = Writer::new(Sink::new(file.writer()?, out))?;
     let signalled = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     for sig in [
         signal_hook::consts::SIGINT,
@@ -101,13 +101,11 @@ fn open_trapped(
 /// leaves `out` as it was and says so. Whether it was written.
 fn finish(
     file: Output,
-    w: Writer<std::fs::File>,
+    w: Writer<Sink>,
     t: &Totals,
     out: &Path,
     nothing: &str,
 ) -> anyhow::Result<bool> {
-    let bytes = w.bytes;
-    drop(w);
     if t.ops == 0 {
         for e in &t.errors {
             crate::say!("gaptop: {e}");
@@ -118,6 +116,11 @@ fn finish(
         );
         return Ok(false);
     }
+    // Closed: its end record says it is whole.
+    let bytes = w.bytes;
+    w.close()
+        .and_then(Sink::finish)
+        .context("writing the recording")?;
     file.commit()?;
     say_totals(t, bytes, out);
     Ok(true)
@@ -141,6 +144,7 @@ fn record_to(
     duration: Option<f64>,
     opts: &live::Options,
 ) -> anyhow::Result<i32> {
+    refuse_input(out, &command_inputs(cmd))?;
     let (file, mut w, signalled) = open_trapped(out)?;
     // Only now the program starts: a signal from here on finalises the recording.
     let mut l = live::launch(cmd, None, opts)?;
@@ -150,6 +154,7 @@ fn record_to(
     let mut exit: Option<std::process::ExitStatus> = None;
     let mut exited_at: Option<Instant> = None;
     let mut last_flush = Instant::now();
+    let mut stopped_by = None;
     loop {
         match l.rx.recv_timeout(Duration::from_millis(50)) {
             Ok(ev) => {
@@ -188,11 +193,12 @@ fn record_to(
                 let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
             }
             let so_far = if t.ops > 0 {
-                "; the recording is complete up to now"
+                "; the recording is kept, complete up to now"
             } else {
                 ""
             };
             crate::say!("gaptop: stopped by signal {sig}{so_far}");
+            stopped_by = Some(128 + sig as i32);
             break;
         }
         if duration.is_some_and(|d| started.elapsed().as_secs_f64() >= d) {
@@ -216,7 +222,12 @@ fn record_to(
         };
         crate::say!("gaptop: the command ended: {why}{holds}");
     }
-    // The command's status; 1 for a command that succeeded (or runs on) with nothing recorded.
+    // A signal's status (130 for SIGINT, 143 for SIGTERM) whatever was recorded: a script
+    // that runs `gaptop record` stops as it would have; the command's status; 1 for a
+    // command that succeeded (or runs on) with nothing recorded.
+    if let Some(code) = stopped_by {
+        return Ok(code);
+    }
     Ok(match exit.map(exit_code) {
         Some(c) if c != 0 => c,
         _ if written => 0,
@@ -291,6 +302,7 @@ fn capture_to(
     let mut t = Totals::default();
     let mut drops = Default::default();
     let mut ended = false;
+    let mut stopped_by = None;
     while started.elapsed() < duration {
         match a.rx.recv_timeout(Duration::from_millis(50)) {
             Ok(ev) => {
@@ -303,8 +315,10 @@ fn capture_to(
             ended = true;
             break;
         }
-        if signalled.load(Ordering::Relaxed) != 0 {
-            crate::say!("gaptop: stopped by signal; detaching");
+        let sig = signalled.load(Ordering::Relaxed);
+        if sig != 0 {
+            crate::say!("gaptop: stopped by signal {sig}; detaching, and keeping what arrived");
+            stopped_by = Some(128 + sig as i32);
             break;
         }
     }
@@ -312,7 +326,11 @@ fn capture_to(
     // our own channel is left to read.
     let detached = a.detach();
     a.stop.store(true, Ordering::Relaxed);
-    let until = Instant::now() + Duration::from_secs(2);
+    // A detach answered means the collector sent everything and closed: its close is bound to
+    // arrive, however loaded the machine, so it is waited for (within a bound); otherwise
+    // what is already here is taken.
+    let wait = if detached.is_ok() && !ended { 20 } else { 2 };
+    let until = Instant::now() + Duration::from_secs(wait);
     while let Ok(ev) =
         a.rx.recv_timeout(until.saturating_duration_since(Instant::now()))
     {
@@ -337,7 +355,59 @@ fn capture_to(
     } else {
         crate::say!("gaptop: detached; pid {} runs on, dormant", d.pid);
     }
-    Ok(if written { 0 } else { 1 })
+    Ok(match stopped_by {
+        Some(code) => code,
+        None if written => 0,
+        None => 1,
+    })
+}
+
+/// The files a command names that it may read: its program (found on PATH) and every
+/// argument (or `--opt=VALUE` value) that is an existing file, gaptop recordings excepted (a
+/// recording given to the command is what the output may replace).
+fn command_inputs(cmd: &[String]) -> Vec<std::path::PathBuf> {
+    let mut v = Vec::new();
+    if let Some(prog) = cmd.first().filter(|p| !p.contains('/')) {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        v.extend(
+            std::env::split_paths(&path)
+                .map(|d| d.join(prog))
+                .find(|p| p.is_file()),
+        );
+    }
+    for a in cmd {
+        let value = a.starts_with('-').then(|| a.split_once('=')).flatten();
+        for p in [Some(a.as_str()), value.map(|(_, v)| v)]
+            .into_iter()
+            .flatten()
+        {
+            let p = Path::new(p);
+            if p.is_file() && !is_recording(p) {
+                v.push(p.to_path_buf());
+            }
+        }
+    }
+    v
+}
+
+/// Whether `p` is a gaptop recording (plain or gzipped), by its first bytes.
+fn is_recording(p: &Path) -> bool {
+    use std::io::Read;
+    let Ok(mut f) = std::fs::File::open(p) else {
+        return false;
+    };
+    let mut head = [0u8; 8];
+    let n = f.read(&mut head).unwrap_or(0);
+    if n >= 2 && head[..2] == [0x1f, 0x8b] {
+        let Ok(f) = std::fs::File::open(p) else {
+            return false;
+        };
+        let mut g = flate2::read::GzDecoder::new(f).take(8);
+        let mut b = Vec::new();
+        let _ = g.read_to_end(&mut b);
+        return b.starts_with(b"GAPTOPR");
+    }
+    head[..n].starts_with(b"GAPTOPR")
 }
 
 /// How a command that did not succeed ended, in words; None when it succeeded.

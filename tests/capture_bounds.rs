@@ -403,3 +403,46 @@ fn live_drops_are_said_on_the_status_line() {
     );
     assert_eq!(app.store.op_count(), 3);
 }
+
+/// Times no clock holds: a kernel at `ts` 1e18 µs (past what an i64 of ns holds) and one of
+/// `dur` −5 are each dropped, counted and named, never the whole trace refused; a CPU event
+/// with a byte flipped (a `ts` that is no number) is skipped and counted; the figures are
+/// those of the trace without them.
+#[test]
+fn absurd_times_and_a_damaged_cpu_event_cost_only_their_event() {
+    let d = tempdir("bounds-absurd");
+    let base: Value =
+        serde_json::from_slice(&std::fs::read(fixture("multi_stream.json")).unwrap()).unwrap();
+    let good = shifted(&base, EPOCH_US);
+    let (g, _) = report_json(&[&write_json(&d, "good.json", &good)]);
+    let cpu = json!({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 0, "tid": 1,
+                     "ts": "17000000000#0000", "dur": 5});
+    for (name, ev, want) in [
+        (
+            "huge_ts",
+            json!({"ph": "X", "cat": "kernel", "name": "far_kernel", "pid": 0, "tid": 7,
+                   "ts": 1e18, "dur": 10, "args": {"device": 0, "stream": 7}}),
+            "dropped 1 GPU op with an implausible time (`far_kernel`",
+        ),
+        (
+            "negative_dur",
+            kernel("backwards_kernel", EPOCH_US + 1_000_050, -5, 92),
+            "dropped 1 GPU op that ends before it starts (`backwards_kernel`",
+        ),
+        (
+            "flipped_cpu",
+            cpu,
+            "skipped 1 unreadable event (first: event at byte",
+        ),
+    ] {
+        let mut bad = good.clone();
+        bad["traceEvents"].as_array_mut().unwrap().push(ev);
+        let (b, err) = report_json(&[&write_json(&d, &format!("{name}.json"), &bad)]);
+        assert!(err.contains(want), "{name}: {err}");
+        let notes = b["notes"].to_string();
+        assert!(notes.contains(want), "{name}: {notes}");
+        for k in ["gpu_ops", "kernels", "busy_ns", "device_idle_ns"] {
+            assert_eq!(b[k], g[k], "{name}: {k}");
+        }
+    }
+}

@@ -310,7 +310,9 @@ fn a_reader_that_goes_away_ends_the_report_quietly() {
         drop(child.stdout.take());
         let o = child.wait_with_output().unwrap();
         let err = String::from_utf8_lossy(&o.stderr);
-        assert!(o.status.success() && err.is_empty(), "{format}: {err}");
+        // Only the line every recording older than GAPTOPR5 gets.
+        let other = err.lines().filter(|l| !l.contains("cannot be verified"));
+        assert!(o.status.success() && other.count() == 0, "{format}: {err}");
     }
 }
 

@@ -57,9 +57,15 @@ fn sigterm_finalises_the_recording_and_stops_the_program() {
         let mut err = String::new();
         std::io::Read::read_to_string(&mut g.stderr.take().unwrap(), &mut err).unwrap();
         assert!(err.contains("stopped by signal"), "{sig}: {err}");
+        // Ended by a signal, it exits as shells report one: 128 + its number.
+        let code = match sig {
+            "TERM" => 143,
+            "INT" => 130,
+            _ => 129,
+        };
         assert_eq!(
             status.code(),
-            Some(1),
+            Some(code),
             "{sig}: gaptop exits by itself: {err}"
         );
         // No process connected, so no GPU ops: nothing was recorded, and the file that was
@@ -356,4 +362,70 @@ fn env_without_libcupti_prints_the_variables_and_warns() {
         err.contains("no libcupti found here") && err.contains("is a guess"),
         "{err}"
     );
+}
+
+/// An output that is one of the command's inputs (its script, or any file it is given that
+/// is not a recording) is refused before the command starts, in one line; the file is left
+/// as it was. A recording given to the command may be replaced.
+#[test]
+fn an_output_that_is_an_input_of_the_command_is_refused() {
+    let dir = support::tempdir("ownscript");
+    let script = dir.join("script.py");
+    let marker = dir.join("ran");
+    std::fs::write(
+        &script,
+        format!("open({:?}, 'w')\n", marker.display().to_string()),
+    )
+    .unwrap();
+    let py = script.display().to_string();
+    for cmd in [
+        vec!["python3", py.as_str()],
+        vec!["python3", "-c", "pass", py.as_str()],
+    ] {
+        let (code, err) = record(&dir, &script, &cmd);
+        assert_eq!(code, Some(1), "{err}");
+        assert!(err.contains("script.py: is an input"), "{err}");
+        assert!(err.contains("script.py left as it was"), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    }
+    let data = dir.join("data.txt");
+    std::fs::write(&data, b"data").unwrap();
+    let (code, err) = record(&dir, &data, &["cat", &format!("--file={}", data.display())]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("data.txt: is an input"), "{err}");
+    assert_eq!(std::fs::read(&data).unwrap(), b"data");
+    assert!(!marker.exists(), "the command ran");
+    assert!(std::fs::read_to_string(&script)
+        .unwrap()
+        .starts_with("open("));
+    // A recording is no input: the command runs (and, recording nothing, leaves it).
+    let old = dir.join("old.rec");
+    std::fs::write(&old, b"GAPTOPR5").unwrap();
+    let (code, err) = record(&dir, &old, &["sh", "-c", "true", old.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("no process connected"), "{err}");
+}
+
+/// `/dev/shm` is a tmpfs, not a device: a recording there is written beside the file and
+/// renamed, so one that records nothing leaves the file as it was. A dangling link as the
+/// output is followed (or refused where its folder does not exist), never replaced.
+#[test]
+fn dev_shm_and_dangling_links_are_outputs_like_any_file() {
+    let dir = support::tempdir("shm");
+    let shm = std::path::Path::new("/dev/shm");
+    if shm.is_dir() {
+        let out = shm.join(format!("gaptop-record-{}.rec", std::process::id()));
+        std::fs::write(&out, b"kept").unwrap();
+        let (code, err) = record(&dir, &out, &["true"]);
+        assert_eq!(code, Some(1), "{err}");
+        assert!(err.contains("left as it was"), "{err}");
+        assert_eq!(std::fs::read(&out).unwrap(), b"kept");
+        let _ = std::fs::remove_file(&out);
+    }
+    let link = dir.join("link.rec");
+    std::os::unix::fs::symlink("no/such/folder/x.rec", &link).unwrap();
+    let (code, err) = record(&dir, &link, &["true"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("whose folder does not exist"), "{err}");
+    assert!(link.symlink_metadata().unwrap().file_type().is_symlink());
 }

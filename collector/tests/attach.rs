@@ -31,18 +31,28 @@ fn env(c: &mut Command, target: &Path, dir: &Path) {
         .env_remove("XDG_RUNTIME_DIR");
 }
 
+/// What the fake says of CUPTI while a viewer is attached: subscribed, four callbacks enabled.
+const ATTACHED: (u32, u32) = (1, 4);
+
+/// Every wait of these tests is on an event (a step written, CUPTI's state changed, a process
+/// ended); the bound only turns a hang into a failure, and is far above what a loaded machine
+/// needs.
+const BOUND: Duration = Duration::from_secs(120);
+
 impl Program {
-    /// Starts fakegpu.py for `steps` steps of about 10 ms, dormant; waits for its first step.
-    fn start(tag: &str, steps: u32, extra: &[(&str, &str)]) -> Program {
+    /// Starts fakegpu.py, dormant, with steps of about 10 ms until the test stops it
+    /// ([`Program::finish`]): it can never end under a slow test. Waits for its first step.
+    fn start(tag: &str, extra: &[(&str, &str)]) -> Program {
         let target = build();
         let dir = fake_cuda(&target, tag);
         let mut c = Command::new(target.join("gaptop"));
         c.args(["run", "--dormant", "--", "python3"])
             .arg(script())
-            .arg(steps.to_string())
+            .arg("100000000")
             .env("FAKE_STEP_SLEEP", "0.01")
             .env("FAKE_STATUS", dir.join("status"))
             .env("FAKE_PIDFILE", dir.join("pid"))
+            .env("FAKE_STOP", dir.join("stop"))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         env(&mut c, &target, &dir);
@@ -82,7 +92,7 @@ impl Program {
             if let Some(s) = self.status().filter(|s| s.0 >= n) {
                 return s;
             }
-            assert!(t.elapsed() < Duration::from_secs(30), "no step {n}");
+            assert!(t.elapsed() < BOUND, "no step {n}");
             std::thread::sleep(Duration::from_millis(10));
         }
     }
@@ -95,10 +105,7 @@ impl Program {
             if (s.1, s.2) == want {
                 return s;
             }
-            assert!(
-                t.elapsed() < Duration::from_secs(10),
-                "CUPTI stayed {s:?}, wanted {want:?}"
-            );
+            assert!(t.elapsed() < BOUND, "CUPTI stayed {s:?}, wanted {want:?}");
             std::thread::sleep(Duration::from_millis(10));
         }
     }
@@ -117,7 +124,8 @@ impl Program {
         c
     }
 
-    /// `gaptop capture PID --duration D -o DIR/REC`, its status and stderr.
+    /// `gaptop capture PID --duration D -o DIR/REC`, its status and stderr: for captures that
+    /// are refused before they attach.
     fn capture(&self, rec: &str, duration: &str) -> (bool, String) {
         let out = self
             .capture_cmd(&self.pid.to_string(), duration, rec)
@@ -129,8 +137,46 @@ impl Program {
         )
     }
 
-    /// The program's output once it ended (and what `gaptop run --dormant` said).
+    /// `gaptop capture TARGET -o DIR/REC` held open until the program has made `steps` steps
+    /// with CUPTI attached, then stopped with SIGINT: a window of whole steps however slow
+    /// the machine. Its exit code and stderr.
+    fn capture_steps(&self, target: &str, rec: &str, steps: u32) -> (Option<i32>, String) {
+        let v = self
+            .capture_cmd(target, "3600s", rec)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let at = self.wait_attached(&v);
+        self.wait_step(at + steps);
+        stop(&v);
+        let out = v.wait_with_output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// Waits until viewer `v` is attached (the program's steps say so); the step then.
+    fn wait_attached(&self, v: &Child) -> u32 {
+        let t = Instant::now();
+        loop {
+            if let Some(s) = self.status().filter(|s| (s.1, s.2) == ATTACHED) {
+                return s.0;
+            }
+            let gone = !std::path::Path::new(&format!("/proc/{}", v.id())).exists()
+                || std::fs::read_to_string(format!("/proc/{}/stat", v.id()))
+                    .is_ok_and(|s| s.rsplit_once(") ").is_some_and(|r| r.1.starts_with('Z')));
+            assert!(!gone, "the viewer ended before it attached");
+            assert!(t.elapsed() < BOUND, "never attached: {:?}", self.status());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Stops the program after its current step; its output once it ended (and what
+    /// `gaptop run --dormant` said).
     fn finish(&mut self) -> String {
+        std::fs::write(self.dir.join("stop"), b"").unwrap();
         let out = self.child.take().unwrap().wait_with_output().unwrap();
         let text = format!(
             "{}{}",
@@ -152,6 +198,25 @@ impl Drop for Program {
     }
 }
 
+/// Asks viewer `v` to stop, as Ctrl-C would: it detaches and writes what it got.
+fn stop(v: &Child) {
+    let ok = Command::new("kill")
+        .args(["-INT", &v.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+}
+
+/// A viewer stopped by [`stop`] ended as it should: it kept its recording and exits as a
+/// SIGINT's end is reported (130).
+fn assert_stopped(code: Option<i32>, err: &str) {
+    assert_eq!(code, Some(130), "{err}");
+    assert!(
+        err.contains("stopped by signal 2; detaching, and keeping what arrived"),
+        "{err}"
+    );
+}
+
 fn report(target: &Path, rec: &Path) -> serde_json::Value {
     support::report(target, rec).unwrap_or_else(|e| panic!("{e}"))
 }
@@ -168,8 +233,19 @@ fn result_of(out: &str) -> String {
         .to_string()
 }
 
-/// The same program's result without any collector loaded.
-fn bare_result(target: &Path, dir: &Path, steps: u32) -> String {
+/// The steps the program made, as its result line says.
+fn steps_of(out: &str) -> u32 {
+    let f = out
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix("steps="))
+        .unwrap_or_else(|| panic!("no steps in {out}"));
+    f.parse().unwrap()
+}
+
+/// The same program's result without any collector loaded, for as many steps as `out` says
+/// it made.
+fn bare_result(dir: &Path, out: &str) -> String {
+    let steps = steps_of(out);
     let out = Command::new("python3")
         .arg(script())
         .arg(steps.to_string())
@@ -178,7 +254,6 @@ fn bare_result(target: &Path, dir: &Path, steps: u32) -> String {
         .output()
         .unwrap();
     assert!(out.status.success());
-    let _ = target;
     result_of(&String::from_utf8_lossy(&out.stdout))
 }
 
@@ -212,15 +287,17 @@ fn assert_complete(j: &serde_json::Value, err: &str) {
 /// Dormant, the program runs with CUPTI untouched; an attach mid-run collects its ops with
 /// names and stacks; a detach finalizes CUPTI at an API exit and the program is dormant
 /// again; a second attach is as complete as the first; the result is the bare program's.
+/// Every step of it waits on an event (a step made, CUPTI's state changed), never on a
+/// timer, so that a loaded machine only makes it slower.
 #[test]
 fn attach_mid_run_detach_and_attach_again() {
-    let steps = 400;
-    let mut p = Program::start("attach", steps, &[]);
+    let mut p = Program::start("attach", &[]);
     // Several steps in, still nothing of CUPTI in the process.
     let s = p.wait_step(20);
     assert_eq!((s.1, s.2), (0, 0), "dormant: {s:?}");
-    let (ok, err) = p.capture("a.rec", "600ms");
-    assert!(ok, "{err}");
+    let pid = p.pid.to_string();
+    let (code, err) = p.capture_steps(&pid, "a.rec", 30);
+    assert_stopped(code, &err);
     assert!(err.contains("detached; pid"), "{err}");
     let a = report(&p.target, &p.dir.join("a.rec"));
     assert_complete(&a, &err);
@@ -254,8 +331,8 @@ fn attach_mid_run_detach_and_attach_again() {
     // Back to dormant: the fake says CUPTI was finalized, at an API exit.
     p.wait_cupti((0, 0));
     let again = p.dir.join("b.rec");
-    let (ok, err) = p.capture("b.rec", "400ms");
-    assert!(ok, "{err}");
+    let (code, err) = p.capture_steps(&pid, "b.rec", 20);
+    assert_stopped(code, &err);
     let b = report(&p.target, &again);
     assert_complete(&b, &err);
     // Each attach is a window of its own: the second starts after the first ended.
@@ -265,24 +342,21 @@ fn attach_mid_run_detach_and_attach_again() {
     let out = p.finish();
     assert!(out.contains("attached=0 finalizes=2/0"), "{out}");
     assert!(out.contains("callbacks=0"), "{out}");
-    assert_eq!(
-        result_of(&out),
-        bare_result(&p.target, &p.dir, steps),
-        "{out}"
-    );
+    assert_eq!(result_of(&out), bare_result(&p.dir, &out), "{out}");
 }
 
 /// One viewer at a time: an attach while another is active is refused, naming it, and the
 /// list says who is attached.
 #[test]
 fn a_second_attach_is_refused_naming_the_first() {
-    let p = Program::start("second", 600, &[]);
+    let p = Program::start("second", &[]);
     let first = p
-        .capture_cmd(&p.pid.to_string(), "3s", "first.rec")
+        .capture_cmd(&p.pid.to_string(), "3600s", "first.rec")
+        .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    p.wait_cupti((1, 4));
+    let at = p.wait_attached(&first);
     let (ok, err) = p.capture("second.rec", "1s");
     assert!(!ok, "{err}");
     let line = format!("already attached by gaptop capture (pid {})", first.id());
@@ -296,59 +370,55 @@ fn a_second_attach_is_refused_naming_the_first() {
     let list = String::from_utf8_lossy(&list.stdout);
     assert!(list.contains("attached by gaptop capture"), "{list}");
     assert!(list.contains("fakegpu.py"), "{list}");
+    p.wait_step(at + 5);
+    stop(&first);
     let out = first.wait_with_output().unwrap();
-    assert!(out.status.success());
-    let j = report(&p.target, &p.dir.join("first.rec"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_stopped(out.status.code(), &err);
+    let j = support::report(&p.target, &p.dir.join("first.rec"))
+        .unwrap_or_else(|e| panic!("{e}\n{err}"));
     assert!(j["kernels"].as_u64().unwrap() > 0);
     // Once the first has gone, attaching works again, by the job's name too.
-    let out = p
-        .capture_cmd("fakegpu.py", "300ms", "third.rec")
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
+    p.wait_cupti((0, 0));
+    let (code, err) = p.capture_steps("fakegpu.py", "third.rec", 5);
+    assert_stopped(code, &err);
 }
 
 /// The viewer killed while attached: the program is never held up, its result is unchanged,
 /// and its collector goes back to dormant, ready for the next attach.
 #[test]
 fn a_viewer_killed_while_attached_never_holds_the_program() {
-    let steps = 300;
-    let mut p = Program::start("killed", steps, &[]);
+    let mut p = Program::start("killed", &[]);
     let mut v = p
-        .capture_cmd(&p.pid.to_string(), "20s", "k.rec")
+        .capture_cmd(&p.pid.to_string(), "3600s", "k.rec")
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    p.wait_cupti((1, 4));
-    let at = p.status().unwrap().0;
-    std::thread::sleep(Duration::from_millis(200));
+    let at = p.wait_attached(&v);
+    p.wait_step(at + 20);
     v.kill().unwrap();
     let _ = v.wait();
-    // Its steps go on at their pace (10 ms each), not waiting for anyone.
+    // Its steps go on, not waiting for anyone (the bound is far above 30 steps of 10 ms).
+    let at = p.status().unwrap().0;
     let t = Instant::now();
     p.wait_step(at + 30);
-    assert!(t.elapsed() < Duration::from_secs(5), "held up");
+    assert!(t.elapsed() < Duration::from_secs(30), "held up");
     p.wait_cupti((0, 0));
-    let (ok, err) = p.capture("after.rec", "300ms");
-    assert!(ok, "{err}");
+    let (code, err) = p.capture_steps(&p.pid.to_string(), "after.rec", 20);
+    assert_stopped(code, &err);
     assert_complete(&report(&p.target, &p.dir.join("after.rec")), &err);
     let out = p.finish();
-    assert_eq!(
-        result_of(&out),
-        bare_result(&p.target, &p.dir, steps),
-        "{out}"
-    );
+    assert_eq!(result_of(&out), bare_result(&p.dir, &out), "{out}");
 }
 
 /// GAPTOP_DETACH=keep: a detach switches callbacks off and stays subscribed (no finalize); an
 /// attach after it switches them back on.
 #[test]
 fn detach_can_keep_cupti_subscribed() {
-    let mut p = Program::start("keep", 300, &[("GAPTOP_DETACH", "keep")]);
+    let mut p = Program::start("keep", &[("GAPTOP_DETACH", "keep")]);
     for rec in ["k1.rec", "k2.rec"] {
-        let (ok, err) = p.capture(rec, "300ms");
-        assert!(ok, "{err}");
+        let (code, err) = p.capture_steps(&p.pid.to_string(), rec, 20);
+        assert_stopped(code, &err);
         assert_complete(&report(&p.target, &p.dir.join(rec)), &err);
         p.wait_cupti((1, 0));
     }
@@ -361,7 +431,7 @@ fn detach_can_keep_cupti_subscribed() {
 #[test]
 fn control_sockets_open_to_others_are_refused() {
     use std::os::unix::fs::PermissionsExt;
-    let p = Program::start("modes", 400, &[]);
+    let p = Program::start("modes", &[]);
     let ctl = p.dir.join("ctl");
     let sock = ctl.join(format!("{}.fakegpu.py.sock", p.pid));
     std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o666)).unwrap();

@@ -67,13 +67,20 @@ def worker():
 
 # FAKE_STATUS=FILE: after each step, the step and whether CUPTI is attached and how many
 # callbacks are enabled, for a test to watch a dormant collector from outside.
+# FAKE_STOP=FILE: the steps end once FILE exists (checked after each step; the step count is
+# then an upper bound), so a test ends the program when it is done with it, not on a timer.
 status = os.environ.get("FAKE_STATUS")
+stop = os.environ.get("FAKE_STOP")
+done = 0
 for i in range(steps):
     step()
+    done = i + 1
     if status:
         with open(status + ".tmp", "w") as f:
             f.write(f"{i} {fake.fake_cupti_attached()} {fake.fake_enabled_callbacks()}\n")
         os.replace(status + ".tmp", status)
+    if stop and os.path.exists(stop):
+        break
     # Between steps only: a pause before the worker thread would make its first gap (pause plus
     # a thread start) rival the steps' gaps for the biggest one.
     if pause and i < steps - 1:
@@ -83,6 +90,6 @@ t.start()
 t.join()
 for c in children:
     assert c.wait() == 0
-print(f"FAKE launched={steps * 9 + 50} callbacks={fake.fake_enabled_callbacks()} result={result} "
-      f"attached={fake.fake_cupti_attached()} finalizes={fake.fake_finalizes(0)}/{fake.fake_finalizes(1)}",
+print(f"FAKE launched={done * 9 + 50} callbacks={fake.fake_enabled_callbacks()} result={result} "
+      f"attached={fake.fake_cupti_attached()} finalizes={fake.fake_finalizes(0)}/{fake.fake_finalizes(1)} steps={done}",
       flush=True)

@@ -268,13 +268,84 @@ fn a_recording_replaces_its_file_only_once_complete() {
     let out = g.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("stopped by signal 2; the recording is complete up to now"),
+        err.contains("stopped by signal 2; the recording is kept, complete up to now"),
         "{err}"
     );
+    // Kept, and still said to have been stopped: the status a shell gives SIGINT.
+    assert_eq!(out.status.code(), Some(130), "{err}");
     let j = report(&target, &rec).unwrap_or_else(|e| panic!("{e}\n{err}"));
     let kernels = j["kernels"].as_u64().unwrap();
     assert!(kernels > 0 && kernels < 2750, "{kernels} kernels\n{err}");
     assert!(!partial[0].path().exists(), "the temporary file stayed");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Two `gaptop record -o same.rec` at once: the second is refused in one line naming the
+/// first, which goes on. Killed outright (SIGKILL), the first leaves its `.part`, which reads
+/// with a warning that it was cut short; the next `record` of the file is not held up by it.
+/// A name that ends in `.gz` is written gzipped, and reads without a warning.
+#[test]
+fn one_writer_a_file_a_killed_part_reads_cut_short_and_gz_is_gzipped() {
+    let target = build();
+    let dir = fake_cuda(&target, "writers");
+    let rec = dir.join("same.rec");
+    let (g, _) = start_slow(&target, &dir, &rec);
+    let part = || {
+        std::fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .find(|p| p.to_string_lossy().ends_with(".part"))
+    };
+    // Records have been flushed into the .part (every 200 ms) once it holds the ops.
+    let t = std::time::Instant::now();
+    while part()
+        .and_then(|p| std::fs::metadata(p).ok())
+        .map_or(0, |m| m.len())
+        < 4096
+    {
+        assert!(t.elapsed().as_secs() < 60, "nothing flushed");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let second = record_cmd(&target, &dir, &rec, &[], "python3", 1)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(1), "{err}");
+    let line = format!("another gaptop (pid {}) is writing it now", g.id());
+    assert!(err.contains(&line), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    let mut g = g;
+    g.kill().unwrap();
+    let _ = g.wait();
+    let part = part().expect("the killed record's .part is left");
+    let out = Command::new(target.join("gaptop"))
+        .arg("report")
+        .arg(&part)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("recording cut short"), "{err}");
+    // The .part of a killed writer holds nobody up.
+    let gz = dir.join("same.rec.gz");
+    for out in [&rec, &gz] {
+        let o = record_cmd(&target, &dir, out, &[], "python3", 5)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{err}");
+    }
+    assert_eq!(std::fs::read(&gz).unwrap()[..2], [0x1f, 0x8b], "gzipped");
+    let o = Command::new(target.join("gaptop"))
+        .args(["report", "--format", "json"])
+        .arg(&gz)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success() && err.is_empty(), "{err}");
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["kernels"], 5 * 9 + 50, "{j}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

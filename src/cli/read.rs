@@ -37,6 +37,7 @@ pub(super) fn report(
     if format == "pprof" {
         let p = crate::pprof::profile(&store, w, &cfg);
         emit(&crate::pprof::encode(&p), output.as_deref(), true)?;
+        say_unverified(&store);
         return Ok(ExitCode::SUCCESS);
     }
     let (summary, j) = crate::report::build_steps(&store, w, &cfg, top, analysis.step.as_deref());
@@ -47,7 +48,20 @@ pub(super) fn report(
         _ => crate::report::text(&j, full),
     };
     emit(out.as_bytes(), output.as_deref(), false)?;
+    say_unverified(&store);
     Ok(ExitCode::SUCCESS)
+}
+
+/// Once a report is written: the recordings it read that cannot be verified complete (older
+/// than GAPTOPR5), one line for the first and a count of the others.
+fn say_unverified(store: &crate::collect::model::store::Store) {
+    if let Some(first) = store.unverified.first() {
+        let more = match store.unverified.len() - 1 {
+            0 => String::new(),
+            n => format!(" (and {n} more recordings as old)"),
+        };
+        crate::say!("gaptop: {first}{more}");
+    }
 }
 
 /// `gaptop diff`.

@@ -10,7 +10,7 @@ pub mod metrics;
 
 use std::collections::HashMap;
 use std::process::{Child, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -201,15 +201,15 @@ fn window(targets: &[Dormant], cfg: &Config, m: &Metrics) {
 }
 
 /// Runs `gaptop serve` until the program ends (its exit status for a command started here)
-/// or a signal comes.
+/// or a signal comes (128 + its number: 130 for SIGINT, 143 for SIGTERM).
 pub fn run(target: Target, cfg: &Config) -> anyhow::Result<i32> {
-    let stop = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     for sig in [
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGTERM,
         signal_hook::consts::SIGHUP,
     ] {
-        signal_hook::flag::register(sig, stop.clone())?;
+        signal_hook::flag::register_usize(sig, stop.clone(), sig as usize)?;
     }
     crate::files::signals_taken();
     let m = Arc::new(Metrics::new(metrics::const_labels(|k| {
@@ -233,8 +233,11 @@ pub fn run(target: Target, cfg: &Config) -> anyhow::Result<i32> {
     let mut next = Instant::now() + cfg.window.min(cfg.every);
     loop {
         while Instant::now() < next {
-            if stop.load(Ordering::Relaxed) {
-                return Ok(finish(child.as_mut(), true));
+            let sig = stop.load(Ordering::Relaxed);
+            if sig != 0 {
+                finish(child.as_mut());
+                crate::say!("gaptop serve: stopped by signal {sig}");
+                return Ok(128 + sig as i32);
             }
             if let Some(c) = child.as_mut() {
                 if let Some(st) = c.try_wait()? {
@@ -276,13 +279,12 @@ fn spawn_dormant(cmd: &[String]) -> anyhow::Result<Child> {
 }
 
 /// On a signal: a command started here is stopped too (SIGTERM), as `gaptop run` does.
-fn finish(child: Option<&mut Child>, signalled: bool) -> i32 {
-    if let (Some(c), true) = (child, signalled) {
+fn finish(child: Option<&mut Child>) {
+    if let Some(c) = child {
         if let Ok(None) = c.try_wait() {
             let pid = nix::unistd::Pid::from_raw(c.id() as i32);
             let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
             let _ = c.wait();
         }
     }
-    0
 }

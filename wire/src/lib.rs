@@ -9,8 +9,9 @@
 //! frame   := len:u32  tag:u8  payload[len-1]
 //! stream  := Hello frame, then any frames          -- a collector's
 //!          | Sampler frame, then Name, Stack and Samples frames  -- the viewer's CPU sampler
-//! record  := "GAPTOPR4" (conn:u32 len:u32 hsum:u32 tag:u8 payload[len-1] sum:u32)*
+//! record  := "GAPTOPR5" (conn:u32 len:u32 hsum:u32 tag:u8 payload[len-1] sum:u32)* end
 //!                                               -- a recording file
+//! end     := the same layout with tag End, payload frames:u64  -- written at a clean close
 //! ```
 //!
 //! Recordings are versioned by their magic: `GAPTOPR1` files (no CPU samples) are read as
@@ -19,6 +20,8 @@
 //! store `(conn:u32 frame)*`. `GAPTOPR4` checks each frame: `hsum` is the CRC-32 of its
 //! connection and length, `sum` the CRC-32 of its tag and payload, so a reader tells a damaged
 //! frame, skips it and finds the next one (the viewer's `collect::sources::recfile`).
+//! `GAPTOPR5` ends with an end record ([`TAG_END`]) written at a clean close: a recording cut
+//! between records (its writer killed) is told from a complete one.
 #![forbid(unsafe_code)]
 
 pub mod control;
@@ -30,9 +33,15 @@ pub const VERSION: u32 = 1;
 /// Magic that opens the Hello payload.
 pub const MAGIC: &[u8; 8] = b"GAPTOPW1";
 /// Magic that opens a recording file written now.
-pub const RECORDING_MAGIC: &[u8; 8] = b"GAPTOPR4";
+pub const RECORDING_MAGIC: &[u8; 8] = b"GAPTOPR5";
 /// Every recording magic this version reads, oldest first.
-pub const RECORDING_MAGICS: [&[u8; 8]; 4] = [b"GAPTOPR1", b"GAPTOPR2", b"GAPTOPR3", b"GAPTOPR4"];
+pub const RECORDING_MAGICS: [&[u8; 8]; 5] = [
+    b"GAPTOPR1",
+    b"GAPTOPR2",
+    b"GAPTOPR3",
+    b"GAPTOPR4",
+    b"GAPTOPR5",
+];
 /// Largest frame accepted; anything longer is a protocol error, not an allocation.
 pub const MAX_FRAME: usize = 8 << 20;
 
@@ -46,6 +55,8 @@ pub const TAG_BYE: u8 = 7;
 pub const TAG_SAMPLER: u8 = 8;
 pub const TAG_SAMPLES: u8 = 9;
 pub const TAG_RANGES: u8 = 10;
+/// A GAPTOPR5 recording's last record (payload: the records before it, u64); not a [`Frame`].
+pub const TAG_END: u8 = 0xFF;
 /// Bytes of one CPU sample on the wire.
 pub const SAMPLE_SIZE: usize = 16;
 

@@ -66,6 +66,9 @@ pub struct Store {
     /// What the source said about itself that a report should show: its format's version,
     /// and what it lacked and what that costs (an Nsight Systems export without call chains).
     pub notes: Vec<String>,
+    /// Recordings older than GAPTOPR5, which cannot be verified complete: file and why
+    /// (`report` says so once, on stderr).
+    pub unverified: Vec<String>,
     /// A backward op's span stack to the stack of the forward op that made its autograd node
     /// (Kineto's sequence numbers; `collect::sources::fwdbwd`).
     pub forward_of: HashMap<StackId, StackId>,
@@ -106,6 +109,7 @@ impl Store {
             sampling_note: None,
             clocks: None,
             notes: Vec::new(),
+            unverified: Vec::new(),
             forward_of: HashMap::default(),
         }
     }

@@ -2,10 +2,15 @@
 //! connection they came on.
 //!
 //! ```text
-//! file := "GAPTOPR4" record*     each frame checked (`recfile`); GAPTOPR3, GAPTOPR2 (without
-//!                                NVTX ranges) and GAPTOPR1 (without CPU samples either), whose
-//!                                records are (conn:u32 frame), are read too
+//! file := "GAPTOPR5" record* end each frame checked (`recfile`), the end record written at a
+//!                                clean close; GAPTOPR4 (the same without the end), GAPTOPR3,
+//!                                GAPTOPR2 (without NVTX ranges) and GAPTOPR1 (without CPU
+//!                                samples either), whose records are (conn:u32 frame), are
+//!                                read too
 //! ```
+//! A GAPTOPR5 recording without its end record was not closed (its writer was killed, or it
+//! is a `.part` still being written): it reads with a warning that it was cut short, wherever
+//! the cut fell. An older one cannot be verified complete, and says so once.
 //! A recording cut short at any byte still opens: everything before the cut is kept and the
 //! loss is reported, plain or gzipped. In a GAPTOPR4 recording a damaged frame is skipped,
 //! the reader goes on at the next record whose header checks out, and the damage is counted
@@ -26,6 +31,8 @@ pub struct Writer<W: Write> {
     frame: Vec<u8>,
     buf: Vec<u8>,
     pub bytes: u64,
+    /// Records written.
+    frames: u64,
 }
 
 impl<W: Write> Writer<W> {
@@ -37,6 +44,7 @@ impl<W: Write> Writer<W> {
             frame: Vec::new(),
             buf: Vec::new(),
             bytes: 8,
+            frames: 0,
         })
     }
 
@@ -47,11 +55,68 @@ impl<W: Write> Writer<W> {
         recfile::put_record(&mut self.buf, conn, &self.frame);
         self.w.write_all(&self.buf)?;
         self.bytes += self.buf.len() as u64;
+        self.frames += 1;
         Ok(())
     }
 
     pub fn flush(&mut self) -> std::io::Result<()> {
         self.w.flush()
+    }
+
+    /// Ends the recording with its end record (the count of records before it), flushed:
+    /// what is written after this is not part of it. The output, to finish (a gzip stream).
+    pub fn close(mut self) -> std::io::Result<W> {
+        let mut end = 9u32.to_le_bytes().to_vec();
+        end.push(gaptop_wire::TAG_END);
+        end.extend_from_slice(&self.frames.to_le_bytes());
+        self.buf.clear();
+        recfile::put_record(&mut self.buf, 0, &end);
+        self.w.write_all(&self.buf)?;
+        self.bytes += self.buf.len() as u64;
+        self.w.into_inner().map_err(|e| e.into_error())
+    }
+}
+
+/// Where a recording's bytes go: its file, or a gzip stream into it for a name that ends in
+/// `.gz` (which every reader inflates as it reads).
+pub enum Sink {
+    Plain(std::fs::File),
+    Gzip(flate2::write::GzEncoder<std::fs::File>),
+}
+
+impl Sink {
+    pub fn new(file: std::fs::File, path: &Path) -> Sink {
+        if path.extension().is_some_and(|e| e == "gz") {
+            Sink::Gzip(flate2::write::GzEncoder::new(
+                file,
+                flate2::Compression::default(),
+            ))
+        } else {
+            Sink::Plain(file)
+        }
+    }
+
+    /// Writes what is still buffered (a gzip stream's end).
+    pub fn finish(self) -> std::io::Result<()> {
+        match self {
+            Sink::Plain(mut f) => f.flush(),
+            Sink::Gzip(g) => g.finish().map(|_| ()),
+        }
+    }
+}
+
+impl Write for Sink {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Sink::Plain(f) => f.write(b),
+            Sink::Gzip(g) => g.write(b),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Sink::Plain(f) => f.flush(),
+            Sink::Gzip(g) => g.flush(),
+        }
     }
 }
 
@@ -75,6 +140,13 @@ pub struct ReadNote {
     pub damaged_at: Vec<(u64, u64)>,
     pub spans: u64,
     last_end: u64,
+    /// GAPTOPR5 on: whether the end record closed the recording (None before GAPTOPR5,
+    /// which cannot say).
+    pub closed: Option<bool>,
+    /// Records the end record counts, where that is not what was read (none damaged).
+    pub counted: Option<u64>,
+    /// The format's version, by the magic.
+    pub version: u8,
 }
 
 impl ReadNote {
@@ -122,6 +194,8 @@ impl ReadNote {
 /// One step of reading.
 enum Step {
     Frame(u32, Frame),
+    /// The end record (GAPTOPR5), with the count of records before it.
+    Closed(u64),
     End,
     /// The input ends inside a record (or, before GAPTOPR4, holds a bad frame) at this offset.
     Cut(u64, String),
@@ -159,12 +233,17 @@ impl<R: Read> Reader<R> {
             anyhow::bail!("not a gaptop recording (bad magic)");
         };
         w.skip(8);
+        let version = v as u8 + 1;
         Ok(Reader {
             w,
-            version: v as u8 + 1,
+            version,
             decoders: Default::default(),
             failed: 0,
-            note: ReadNote::default(),
+            note: ReadNote {
+                closed: (version >= 5).then_some(false),
+                version,
+                ..Default::default()
+            },
         })
     }
 
@@ -179,7 +258,17 @@ impl<R: Read> Reader<R> {
             match step {
                 Step::Frame(conn, f) => {
                     self.note.frames += 1;
+                    if self.version >= 5 {
+                        // Frames after an end record: the file goes on past its end.
+                        self.note.closed = Some(false);
+                    }
                     return Ok(Some((conn, f)));
+                }
+                Step::Closed(n) => {
+                    self.note.closed = Some(true);
+                    if n != self.note.frames && self.note.damaged == 0 {
+                        self.note.counted = Some(n);
+                    }
                 }
                 Step::Damaged(from, to) => self.note.damage(from, to),
                 Step::End => {
@@ -251,7 +340,14 @@ impl<R: Read> Reader<R> {
         let n = HEAD + len + TAIL;
         let r = self.w.peek(n);
         if r.len() < n {
-            return Step::Cut(at, "file ends inside a frame".into());
+            // The file ends inside this frame, or a header that checks out by chance (or
+            // forged) claims more than is left: where another record follows, this one is
+            // damage and reading goes on there.
+            recfile::resync(&mut self.w);
+            if self.w.peek(1).is_empty() {
+                return Step::Cut(at, "file ends inside a frame".into());
+            }
+            return Step::Damaged(at, self.w.offset());
         }
         if !recfile::frame_ok(r) {
             // The header may be right and the frame damaged, or the header right by chance
@@ -266,6 +362,11 @@ impl<R: Read> Reader<R> {
             }
             self.w.skip(n);
             return Step::Damaged(at, at + n as u64);
+        }
+        if self.version >= 5 && r[HEAD] == gaptop_wire::TAG_END && len == 9 {
+            let count = u64::from_le_bytes(r[HEAD + 1..HEAD + 9].try_into().unwrap_or_default());
+            self.w.skip(n);
+            return Step::Closed(count);
         }
         // A frame as it was written that does not decode is passed over too.
         let frame = gaptop_wire::decode_payload(r[HEAD], &r[HEAD + 1..HEAD + len]);
@@ -377,7 +478,45 @@ pub fn read_file(path: &Path, store: &mut Store) -> anyhow::Result<u64> {
         crate::say!("gaptop: {}: {line}", path.display());
         store.notes.push(format!("{file}: {line}"));
     }
+    if let Some(line) = note.end_line() {
+        if note.closed.is_none() {
+            store.unverified.push(format!("{}: {line}", path.display()));
+        } else {
+            store.skipped.insert(line.clone(), 1);
+            store.notes.push(format!("{file}: {line}"));
+            crate::say!("gaptop: {}: {line}", path.display());
+        }
+    }
     Ok(note.frames)
+}
+
+impl ReadNote {
+    /// What the recording's end says, when it says something: not closed (GAPTOPR5 cut
+    /// between records), records missing by its count, or (before GAPTOPR5) that it cannot
+    /// be verified. A cut inside a record is said by the cut's own line.
+    pub fn end_line(&self) -> Option<String> {
+        let v = self.version;
+        match (self.closed, self.counted) {
+            (Some(false), _) if self.cut.is_none() => Some(format!(
+                "recording cut short: it was never closed (its writer was stopped, or is still \
+                 writing); showing the {} frames it holds",
+                self.frames
+            )),
+            (Some(true), Some(n)) => Some(format!(
+                "the recording's end counts {n} records but {} were read: records are missing",
+                self.frames
+            )),
+            (None, _) if v < 4 => Some(format!(
+                "a GAPTOPR{v} recording (older than GAPTOPR5) has no checksums and no end \
+                 record: damage, or a cut between records, cannot be verified"
+            )),
+            (None, _) => Some(format!(
+                "a GAPTOPR{v} recording (older than GAPTOPR5) has no end record: a cut between \
+                 records cannot be verified"
+            )),
+            _ => None,
+        }
+    }
 }
 
 #[cfg(test)]

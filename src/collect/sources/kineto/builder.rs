@@ -41,6 +41,10 @@ pub struct Builder {
     /// CPU spans per (process, thread).
     pub(super) spans: HashMap<(u32, u32), Vec<RawSpan>>,
     pub events: u64,
+    /// Events that claimed to be GPU ops, API calls or spans but could not be read: skipped
+    /// and counted, the first one's error kept to name them.
+    pub bad: u64,
+    pub(super) first_bad: Option<String>,
     /// GPU ops name their process (gaptop's exports): each pid is a process.
     pub(super) per_process: bool,
     /// The process of the file being read, and the first process that file made (an export
@@ -66,6 +70,8 @@ impl Builder {
             store,
             spans: HashMap::new(),
             events: 0,
+            bad: 0,
+            first_bad: None,
             per_process: false,
             file_proc: 0,
             file_first: 0,

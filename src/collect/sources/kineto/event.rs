@@ -88,12 +88,24 @@ impl Builder {
                 return Ok(n);
             }
             let t = text(v).ok_or_else(|| format!("{cat} {name:?}: missing {what}"))?;
-            us_to_ns(t).ok_or_else(|| format!("{cat} {name:?}: bad {what} {t}"))
+            us_to_ns(t)
+                .or_else(|| far_ns(t))
+                .ok_or_else(|| format!("{cat} {name:?}: bad {what} {t}"))
         };
         let ts = num(ev.ts, "ts")?;
         let dur = num(ev.dur, "dur")?;
-        if dur < 0 {
-            return Err(format!("{cat} {name:?}: negative duration {dur} ns"));
+        // A time too large to hold, or a negative duration, is a number all the same: the
+        // record is dropped as implausible (counted and named), not the trace refused.
+        let what = match (kind, is_api) {
+            (Some(_), _) => What::GpuOp,
+            (None, true) => What::ApiCall,
+            (None, false) => What::CpuSpan,
+        };
+        if let Some(v) = plausible::shape(what, ts, ts.saturating_add(dur)) {
+            if kind.is_none() {
+                self.store.drop_implausible(what, v, named.id);
+                return Ok(());
+            }
         }
         let args = match (args, ev.args) {
             (Some(a), _) => *a,
@@ -272,9 +284,14 @@ impl Builder {
         };
         let (ts, dur) = (num(ev.ts, "ts")?, num(ev.dur, "dur")?);
         if dur < 0 {
-            return Err(format!(
-                "gpu_user_annotation {name:?}: negative duration {dur} ns"
-            ));
+            let nm = self.store.names.intern(&name);
+            let v = plausible::Verdict {
+                why: plausible::Why::EndBeforeStart,
+                at: ts,
+                off: dur,
+            };
+            self.store.drop_implausible(What::Range, v, nm);
+            return Ok(());
         }
         let clamp = |v: Option<i64>| v.unwrap_or(0).clamp(0, u32::MAX as i64) as u32;
         let lane = (clamp(int_of(ev.pid)), clamp(int_of(ev.tid)));
@@ -357,4 +374,12 @@ impl Builder {
             _ => Err("gaptop_window: needs from_ns < to_ns".into()),
         }
     }
+}
+
+/// A time in µs that parses as a number but is too large for ns in an i64 (`1e18`): held as
+/// the farthest time, which the plausibility rules then drop. None for what is no number.
+fn far_ns(t: &str) -> Option<Ns> {
+    let v: f64 = t.trim().trim_matches('"').parse().ok()?;
+    v.is_finite()
+        .then_some(if v < 0.0 { -Ns::MAX } else { Ns::MAX })
 }

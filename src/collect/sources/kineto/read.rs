@@ -141,17 +141,37 @@ impl Builder {
                     Piece::Events(mut batch) => {
                         for (i, &(s, e, at)) in batch.events.iter().enumerate() {
                             let ev = &batch.bytes[s..e];
-                            match batch.spans.get(i).copied().flatten() {
+                            let done = match batch.spans.get(i).copied().flatten() {
                                 Some(sp) => self.event_spans(ev, &sp),
                                 None => self.event(ev),
+                            };
+                            // One unreadable event (a flipped byte in it, say) is skipped
+                            // and counted; only damage to the JSON's structure refuses it.
+                            if let Err(m) = done {
+                                self.bad += 1;
+                                self.first_bad
+                                    .get_or_insert_with(|| format!("event at byte {at}: {m}"));
                             }
-                            .map_err(|m| format!("event at byte {at}: {m}"))?;
                         }
                         batch.clear();
                         let _ = give.try_send(batch);
                     }
                     Piece::Header(h) => header = h,
                 }
+            }
+            if let Some(first) = &self.first_bad {
+                let line = format!(
+                    "skipped {} unreadable event{} (first: {first})",
+                    self.bad,
+                    if self.bad == 1 { "" } else { "s" }
+                );
+                *self
+                    .store
+                    .skipped
+                    .entry("unreadable events".into())
+                    .or_insert(0) += self.bad;
+                crate::say!("gaptop: {}: {line}", self.store.source);
+                self.store.notes.push(line);
             }
             if !(0..=MAX_BASE_NS).contains(&header.base_ns) {
                 return Err(format!(
@@ -167,9 +187,13 @@ impl Builder {
     /// [`Builder::finish`], refusing a capture without GPU ops.
     pub fn finish_checked(self) -> anyhow::Result<Store> {
         let events = self.events;
+        let bad = self.first_bad.clone();
         let store = self.finish();
         if store.total_ops == 0 {
-            anyhow::bail!("{}", no_gpu_ops(events));
+            match bad {
+                Some(b) => anyhow::bail!("{}; {b}", no_gpu_ops(events)),
+                None => anyhow::bail!("{}", no_gpu_ops(events)),
+            }
         }
         Ok(store)
     }
@@ -202,27 +226,37 @@ pub fn load(path: &Path, budget: usize) -> anyhow::Result<Store> {
 mod tests {
     use super::*;
 
-    /// A trace whose first event cannot be read, followed by many batches' worth: the reading
-    /// stops with the error, whatever the splitter was doing (waiting for a batch back, say).
+    /// A trace whose first event cannot be read, followed by many batches' worth: that event
+    /// is skipped and counted, and the rest read. Damage to the JSON's structure early on
+    /// stops the reading, whatever the splitter was doing (waiting for a batch back, say).
     #[test]
-    fn an_error_early_in_a_long_trace_stops_the_reading() {
+    fn a_bad_event_is_skipped_and_broken_json_stops_the_reading() {
         let mut doc = String::from("{\"traceEvents\":[{\"ph\":\"X\",\"cat\":\"kernel\",\"name\":\"k\",\"pid\":0,\"tid\":7,\"ts\":\"bad\",\"dur\":1}");
         for i in 0..60_000 {
             doc.push_str(&format!(",{{\"ph\":\"X\",\"cat\":\"kernel\",\"name\":\"k\",\"pid\":0,\"tid\":7,\"ts\":{i},\"dur\":1,\"args\":{{\"correlation\":{i}}}}}"));
         }
         doc.push_str("]}");
         assert!(doc.len() > 16 * BATCH_BYTES);
-        let doc: &'static str = Box::leak(doc.into_boxed_str());
+        let st = load_reader(doc.as_bytes(), "t", usize::MAX).unwrap();
+        assert_eq!(st.total_ops, 60_000);
+        assert_eq!(st.skipped["unreadable events"], 1);
+        assert!(
+            st.notes[0].contains(
+                "skipped 1 unreadable event (first: event at byte 16: kernel \"k\": bad ts"
+            ),
+            "{:?}",
+            st.notes
+        );
+        let broken = doc.replacen("{\"ph\"", "{\"ph\"}", 2);
+        let doc: &'static str = Box::leak(broken.into_boxed_str());
         for _ in 0..20 {
             let (tx, rx) = std::sync::mpsc::channel();
             std::thread::spawn(move || {
                 let _ = tx.send(load_reader(doc.as_bytes(), "t", usize::MAX).map(|_| ()));
             });
             let got = rx.recv_timeout(std::time::Duration::from_secs(20));
-            let err = got
-                .expect("the reading stops")
-                .expect_err("the first event is bad");
-            assert!(err.to_string().contains("bad ts"), "{err}");
+            got.expect("the reading stops")
+                .expect_err("broken JSON is refused");
         }
     }
 }
