@@ -3,7 +3,7 @@
 
 use rustc_hash::FxHashMap as HashMap;
 
-use super::{Call, LaneSeq, Model, Op, Thread, NONE};
+use super::model::{Call, LaneSeq, Model, Op, Thread, NONE};
 use crate::collect::model::records::{ApiCall, ApiKind, NameId, Ns, StackId, FLAG_COMM};
 use crate::collect::model::store::Store;
 

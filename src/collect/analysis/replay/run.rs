@@ -2,7 +2,7 @@
 //! thread's calls and each stream's ops in their order, as far as their dependencies allow,
 //! round after round.
 
-use super::{Model, NONE};
+use super::model::{Model, NONE};
 use crate::collect::model::records::Ns;
 
 /// The replayed times, by call and op.

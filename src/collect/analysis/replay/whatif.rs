@@ -5,8 +5,8 @@ use rustc_hash::FxHashMap as HashMap;
 use serde::Serialize;
 
 use super::build::{build, REPLAY_MAX_OPS};
+use super::model::{Model, NONE};
 use super::run::{run, Times};
-use super::{Model, NONE};
 use crate::collect::analysis::steps::{StepSource, Steps};
 use crate::collect::model::records::{ApiKind, NameId, Ns, StackId};
 use crate::collect::model::store::Store;
@@ -35,7 +35,7 @@ impl WhatIf {
         match self {
             WhatIf::Fuse => "each call's launches fused into one kernel of the same GPU time, launched once",
             WhatIf::HostWork => "the CPU work before its launches removed, down to the thread's typical time between two calls",
-            WhatIf::Planning => "each shape planned once: the planning before its launches removed from the steady steps",
+            WhatIf::Planning => "each shape planned once, before the steady steps: its plans (CPU time before its launches of 10x its usual and over 1ms) removed",
             WhatIf::SlowLaunch => "its launch calls as fast as the thread's typical launch",
             WhatIf::Sync => "the syncs before its launches removed (the CPU no longer waits for the GPU there)",
             WhatIf::Input => "loading moved to enough DataLoader workers that it overlaps the steps",
@@ -268,19 +268,24 @@ fn typical(m: &Model) -> (Vec<Ns>, Vec<Ns>) {
     (seg, own)
 }
 
+/// A per-shape plan: CPU time before a launch of at least this many times the site's usual,
+/// and at least this long.
+const PLAN_FACTOR: Ns = 10;
+const PLAN_MIN_NS: Ns = 1_000_000;
+
 /// What a change replaced, to put back.
 #[derive(Default)]
 struct Undo {
-    calls: Vec<(u32, super::Call)>,
-    ops: Vec<(u32, super::Op)>,
+    calls: Vec<(u32, super::model::Call)>,
+    ops: Vec<(u32, super::model::Op)>,
 }
 
 impl Undo {
-    fn call<'a>(&mut self, m: &'a mut Model, c: u32) -> &'a mut super::Call {
+    fn call<'a>(&mut self, m: &'a mut Model, c: u32) -> &'a mut super::model::Call {
         self.calls.push((c, m.calls[c as usize]));
         &mut m.calls[c as usize]
     }
-    fn op<'a>(&mut self, m: &'a mut Model, j: u32) -> &'a mut super::Op {
+    fn op<'a>(&mut self, m: &'a mut Model, j: u32) -> &'a mut super::model::Op {
         self.ops.push((j, m.ops[j as usize]));
         &mut m.ops[j as usize]
     }
@@ -329,7 +334,24 @@ fn apply(m: &mut Model, s: u32, w: WhatIf, seg: &[Ns], own: &[Ns]) -> Undo {
                 }
             }
         }
-        WhatIf::HostWork | WhatIf::Planning | WhatIf::Input => {
+        WhatIf::Planning => {
+            // A plan is a call's CPU time far above the site's usual one: each goes down to it.
+            let usual = median(
+                m.calls
+                    .iter()
+                    .filter(|c| c.site == s)
+                    .map(|c| c.seg)
+                    .collect(),
+            );
+            let plan = (PLAN_FACTOR * usual.max(1)).max(PLAN_MIN_NS);
+            for c in 0..m.calls.len() as u32 {
+                let call = m.calls[c as usize];
+                if call.site == s && call.seg > plan {
+                    u.call(m, c).seg = usual;
+                }
+            }
+        }
+        WhatIf::HostWork | WhatIf::Input => {
             for c in 0..m.calls.len() as u32 {
                 let call = m.calls[c as usize];
                 let floor = seg[call.thread as usize].max(0);

@@ -42,6 +42,9 @@ pub const COVER: f64 = 0.5;
 /// An inner function with as many calls is the same calls when it holds this share of the
 /// outer one's launches.
 const SAME: f64 = 0.9;
+/// A candidate with fewer calls than this is a loop around the steps (epochs) when another
+/// candidate is called repeatedly inside its calls.
+const FEW_CALLS: usize = 8;
 /// Most candidates weighed (the busiest first).
 const MAX_CANDS: usize = 64;
 
@@ -126,6 +129,20 @@ pub(super) fn structure_steps(store: &Store, lo: Ns, hi: Ns) -> Option<(String, 
     let mut memo: HashMap<(StackId, StackId), u32> = HashMap::default();
     for (pi, p) in store.procs.iter().enumerate() {
         let in_window = Corrs::of(store, pi as u32, lo, hi);
+        if !p.spans.is_empty() {
+            // A trace's Python spans are its calls, exactly.
+            for (total, acc) in span_threads(store, &node_func, funcs.len(), pi, &in_window) {
+                if best.as_ref().is_none_or(|(n, _)| total > *n) {
+                    let t = Thread {
+                        acc,
+                        launches: total,
+                        ..Default::default()
+                    };
+                    best = Some((total, t));
+                }
+            }
+            continue;
+        }
         let mut threads: HashMap<u32, Thread> = HashMap::default();
         for a in p.apis() {
             if a.corr == 0 || a.stack == 0 || !in_window.has(a.corr) {
@@ -150,6 +167,68 @@ pub(super) fn structure_steps(store: &Store, lo: Ns, hi: Ns) -> Option<(String, 
     let name = choose(store, &node_func, &funcs, &t.acc, total)?;
     let r = function_ranges(store, lo, hi, &name)?;
     (r.len() >= MIN_STEPS).then_some((name, r))
+}
+
+/// Per thread of a process with CPU spans (a trace's `python_function` events): each
+/// function's calls (its spans not inside a span of the same function, which make it
+/// re-entrant) and the launches in them, with the thread's launches in the window.
+fn span_threads(
+    store: &Store,
+    node_func: &[u32],
+    funcs: usize,
+    pi: usize,
+    in_window: &Corrs,
+) -> Vec<(u64, Vec<Acc>)> {
+    let p = &store.procs[pi];
+    let mut launches: HashMap<u32, Vec<Ns>> = HashMap::default();
+    for a in p.apis() {
+        if a.corr != 0 && in_window.has(a.corr) {
+            launches.entry(a.tid).or_default().push(a.start);
+        }
+    }
+    let mut tids: Vec<u32> = p.spans.keys().copied().collect();
+    tids.sort_unstable();
+    let mut out = Vec::new();
+    for tid in tids {
+        let Some(mut times) = launches.remove(&tid) else {
+            continue;
+        };
+        times.sort_unstable();
+        let spans = &p.spans[&tid];
+        let func_of = |i: usize| {
+            node_func
+                .get(spans[i].stack as usize)
+                .copied()
+                .unwrap_or(u32::MAX)
+        };
+        let mut acc = vec![Acc::default(); funcs];
+        for (i, sp) in spans.iter().enumerate() {
+            let f = func_of(i);
+            if f == u32::MAX {
+                continue;
+            }
+            let mut up = sp.parent;
+            let mut nested = false;
+            while (up as usize) < spans.len() {
+                if func_of(up as usize) == f {
+                    nested = true;
+                    break;
+                }
+                up = spans[up as usize].parent;
+            }
+            let a = &mut acc[f as usize];
+            if nested {
+                a.reentrant = true;
+                continue;
+            }
+            let n =
+                times.partition_point(|&t| t < sp.end) - times.partition_point(|&t| t < sp.start);
+            a.calls += 1;
+            a.launches += n as u64;
+        }
+        out.push((times.len() as u64, acc));
+    }
+    out
 }
 
 /// The correlation ids of a process's ops that start in a window: a bitset when the ids are
@@ -361,7 +440,9 @@ fn choose(
             .fold(0, |m, i| m | (1 << i));
         let Some(next) = outermost(inner) else { break };
         let b = acc[cands[next] as usize];
-        let repeated = b.calls >= 2 * a.calls;
+        // An epoch's iterations: a candidate of few calls holding repeated calls (one of many
+        // calls is a step already, and what it repeats inside is its layers).
+        let repeated = b.calls >= 2 * a.calls && (a.calls as usize) < FEW_CALLS;
         let same = b.calls == a.calls && b.launches as f64 >= SAME * a.launches as f64;
         if !(repeated || same) {
             break;
