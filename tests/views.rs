@@ -961,7 +961,7 @@ fn the_first_screen_says_what_to_fix() {
     );
     // Then its verdict, what a fix saves a step, how often, and the fix.
     assert!(
-        pane[2].contains("host_work · saves ~3.07ms/step · in 24/24 steps: move CPU"),
+        pane[2].contains("host_work · saves ~1.66ms/step · in 24/24 steps: move CPU"),
         "{}",
         pane[2]
     );
