@@ -1844,3 +1844,75 @@ fn the_ranges_lane_shows_the_launching_threads_ranges() {
     let s = render(&mut recording("gpt2.rec"), 120, 30);
     assert!(!s.contains("nvtx"), "{s}");
 }
+
+/// `r` on a What-to-fix row draws, in the timeline's place, the median replayed step of the
+/// Llama decode as measured and, under it, replayed with that row's fix (SDPA's planning once a
+/// shape): two rows on one axis from the step's start, the fixed one shorter and its GPU busier.
+/// The same key, or Esc, brings the timeline back.
+#[test]
+fn r_on_a_fix_row_draws_the_step_replayed_with_the_fix_under_the_measured_one() {
+    let p = support::shared_fixture("llama-decode/llama16-cudnn.rec");
+    let mut a = App::new(load_path(&p, usize::MAX).unwrap(), SourceState::File);
+    a.refresh(true);
+    while a.focus != Focus::Fix {
+        a.update(Action::FocusNext);
+    }
+    let site = a.diagnosis.as_ref().unwrap().advice[0].site.clone();
+    assert!(site.starts_with("sdpa_attention_forward"), "{site}");
+    let bar = render(&mut a, 160, 48);
+    assert!(bar.lines().last().unwrap().contains("rReplay fix"), "{bar}");
+    a.update(Action::Replay);
+    let r = a.replay_step.clone().expect("a replayed step");
+    assert!(
+        r.picture.fixed_ns * 2 < r.picture.measured_ns,
+        "{} {}",
+        r.picture.fixed_ns,
+        r.picture.measured_ns
+    );
+    let s = render(&mut a, 160, 48);
+    let timeline = pane(&s, a.view.screen.timeline);
+    let title = timeline.lines().next().unwrap();
+    for want in [
+        &format!("step {} measured ", r.number),
+        " · with the fix ",
+        "(replayed: sdpa_attention_forward, each shape planned once)",
+    ] {
+        assert!(title.contains(want), "{want}\n{timeline}");
+    }
+    // The last column of a row that the step reaches (busy or idle).
+    let row = |label: &str| -> (usize, usize) {
+        let l = timeline
+            .lines()
+            .find(|l| l.trim_start_matches('│').starts_with(label))
+            .unwrap_or_else(|| panic!("no {label} row\n{timeline}"));
+        let cells: Vec<char> = l.chars().skip(1 + 16).collect();
+        let last = cells
+            .iter()
+            .rposition(|&c| c != ' ' && c != '│')
+            .unwrap_or(0);
+        let busy = cells.iter().filter(|c| "▁▂▃▄▅▆▇█".contains(**c)).count();
+        (last, busy)
+    };
+    let (m_end, m_busy) = row("measured");
+    let (f_end, f_busy) = row("with the fix");
+    assert!(m_busy > 0 && f_busy > 0, "{timeline}");
+    assert!(f_end * 2 < m_end, "the fixed step is shorter\n{timeline}");
+    assert!(title.contains("GPU busy 1% → "), "{timeline}");
+    // The same key goes back to the timeline, and so does Esc.
+    a.update(Action::Replay);
+    assert!(a.replay_step.is_none());
+    assert!(render(&mut a, 160, 48).contains(" GPU timeline "));
+    a.update(Action::Replay);
+    assert!(a.replay_step.is_some());
+    a.update(Action::Clear);
+    assert!(a.replay_step.is_none());
+    // On a gap's details there is no row to replay: it says so.
+    a.update(Action::BiggestGap);
+    a.focus = Focus::Gaps;
+    a.update(Action::Replay);
+    assert!(
+        a.replay_step.is_none() && a.message.contains("What-to-fix row"),
+        "{}",
+        a.message
+    );
+}

@@ -44,6 +44,8 @@ pub enum Action {
     Basis,
     /// Bring back what to fix in the details pane.
     WhatToFix,
+    /// On a What-to-fix row: a step replayed with its fix, under the measured one.
+    Replay,
     /// Zoom to the next or previous step.
     NextStep,
     PrevStep,
@@ -73,7 +75,7 @@ pub enum Action {
 }
 
 impl Action {
-    pub const ALL: [(Action, &'static str, &'static str); 41] = [
+    pub const ALL: [(Action, &'static str, &'static str); 42] = [
         (Action::Quit, "quit", "quit (the terminal is restored)"),
         (
             Action::Pause,
@@ -158,6 +160,11 @@ impl Action {
             "what_to_fix",
             "what to fix, in the details pane (again: the gap)",
         ),
+        (
+            Action::Replay,
+            "replay",
+            "what to fix: a step replayed with the row's fix",
+        ),
         (Action::NextStep, "next_step", "zoom to the next step"),
         (Action::PrevStep, "prev_step", "zoom to the previous step"),
         (
@@ -236,6 +243,7 @@ impl Action {
             Action::StopProgram => "stop the program",
             Action::Basis => "device idle / per stream",
             Action::WhatToFix => "what to fix / the gap",
+            Action::Replay => "fix row: replay with the fix",
             Action::NextStep => "next step",
             Action::PrevStep => "previous step",
             Action::CpuSamples => "tree: CPU samples in gaps",

@@ -52,6 +52,11 @@ pub fn shared_trace(name: &str) -> PathBuf {
     root().join("../shared/traces").join(name)
 }
 
+/// A fixture of ../shared/fixtures/ (beside the checkout, as CI lays it out).
+pub fn shared_fixture(path: &str) -> PathBuf {
+    root().join("../shared/fixtures").join(path)
+}
+
 /// The gaptop binary under test.
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_gaptop")
