@@ -796,3 +796,25 @@ fn a_terminal_gone_without_sighup_ends_gaptop_cleanly() {
     };
     assert!(status.code().is_some(), "ended by a signal: {status:?}");
 }
+
+/// `r` on What to fix's first row in the real terminal: on the Llama decode, the timeline's
+/// place shows the step measured and, under it, with SDPA's planning once a shape; Esc brings
+/// the timeline back.
+#[test]
+fn r_replays_a_step_with_the_fix() {
+    let rec = support::shared_fixture("llama-decode/llama16-cudnn.rec");
+    let s = Session::start(
+        &format!("{} open {}", env!("CARGO_BIN_EXE_gaptop"), rec.display()),
+        160,
+        48,
+    );
+    s.wait_for("What to fix");
+    s.keys(&["r"]);
+    let screen = s.wait_for("(replayed: sdpa_attention_forward, each shape planned once)");
+    assert!(screen.contains("│measured "), "{screen}");
+    assert!(screen.contains("│with the fix "), "{screen}");
+    s.keys(&["Escape"]);
+    s.wait_for(" GPU timeline ");
+    s.keys(&["q"]);
+    s.wait_for("GAPTOP_EXIT=0");
+}
