@@ -121,7 +121,8 @@ impl App {
             }
             Action::NextGap => self.step_gap(1),
             Action::PrevGap => self.step_gap(-1),
-            Action::BiggestGap => self.select_biggest(),
+            Action::BiggestGap => self.select_biggest_recurring(),
+            Action::BiggestOfAll => self.select_biggest(),
             Action::Enter => {
                 if self.focus == Focus::Fix {
                     self.filter_fix_row();

@@ -21,7 +21,10 @@ pub enum Action {
     Down,
     NextGap,
     PrevGap,
+    /// The biggest gap of the top recurring code (What to fix's first row).
     BiggestGap,
+    /// The biggest gap of all.
+    BiggestOfAll,
     /// Zoom to the selected gap, or walk the selected tree node's gaps.
     Enter,
     ZoomAll,
@@ -75,7 +78,7 @@ pub enum Action {
 }
 
 impl Action {
-    pub const ALL: [(Action, &'static str, &'static str); 42] = [
+    pub const ALL: [(Action, &'static str, &'static str); 43] = [
         (Action::Quit, "quit", "quit (the terminal is restored)"),
         (
             Action::Pause,
@@ -103,7 +106,12 @@ impl Action {
         (
             Action::BiggestGap,
             "biggest_gap",
-            "select the biggest gap in the window",
+            "the biggest gap of the top recurring code (what to fix's first)",
+        ),
+        (
+            Action::BiggestOfAll,
+            "biggest_of_all",
+            "the biggest gap in the window, one-offs included",
         ),
         (
             Action::Enter,
@@ -227,7 +235,8 @@ impl Action {
             Action::Down => "next row",
             Action::NextGap => "next gap (of the tree node)",
             Action::PrevGap => "prev. gap (of the tree node)",
-            Action::BiggestGap => "the biggest gap",
+            Action::BiggestGap => "biggest gap, top recurring",
+            Action::BiggestOfAll => "the biggest gap of all",
             Action::Enter => "zoom to gap; tree: its gaps",
             Action::ZoomAll => "whole capture; follow live",
             Action::FocusNext => "next pane",
