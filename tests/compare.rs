@@ -74,7 +74,7 @@ fn the_comparison_shows_first_and_w_cycles_through_it() {
     a.update(Action::WhatToFix);
     assert_eq!(shown(&mut a), "compare");
     // A gap picked: its details; w then what to fix, the comparison, and the gap again.
-    a.update(Action::BiggestGap);
+    a.update(Action::BiggestOfAll);
     assert_eq!(shown(&mut a), "gap");
     let mut seen = Vec::new();
     for _ in 0..3 {
@@ -92,7 +92,7 @@ fn without_a_second_capture_w_is_what_it_was() {
         SourceState::File,
     );
     a.refresh(true);
-    a.update(Action::BiggestGap);
+    a.update(Action::BiggestOfAll);
     let mut seen = Vec::new();
     for _ in 0..2 {
         a.update(Action::WhatToFix);

@@ -33,7 +33,7 @@ fn open_zoom_walk_export_quit() {
     s.keys(&["Space"]);
     s.wait_for("nothing to pause");
     // The biggest gap: details name its cause and its stack.
-    s.keys(&["b"]);
+    s.keys(&["B"]);
     let screen = s.wait_for("gap 75µs");
     assert!(screen.contains("host_wait (launch)"), "{screen}");
     assert!(
@@ -344,7 +344,7 @@ fn run_shows_a_live_programs_kernels_and_stacks() {
     assert!(screen.contains("rope"), "{screen}");
     // The biggest gap: a step's synchronization and pause, charged to the next launch; the
     // pause, not the short wait, is most of it.
-    s.keys(&["b"]);
+    s.keys(&["B"]);
     let screen = s.wait_for("launch stack:");
     let details = screen
         .lines()
@@ -472,16 +472,22 @@ fn a_newcomers_path_at_80x24_and_160x48() {
         // Nothing runs in the demo: the details have the width an output pane would take.
         assert!(!screen.contains("program output"), "{w}x{h}\n{screen}");
         s.keys(&["b"]);
-        let screen = s.wait_for("biggest gap: ");
+        let screen = s.wait_for("biggest gap");
         assert!(
             screen.contains("cause host_wait"),
             "{w}x{h}: its details\n{screen}"
         );
+        // The window's width, from the timeline's title.
+        let width = |screen: &str| -> String {
+            let at = screen.find("(window ").map_or(0, |i| i + 8);
+            screen[at..].split(')').next().unwrap_or("").to_string()
+        };
+        let before = width(&screen);
         s.keys(&["Enter"]);
         let screen = s.wait_for("zoomed to the ");
         assert!(
-            !screen.contains("(window 4."),
-            "{w}x{h}: zoomed in\n{screen}"
+            width(&screen) != before,
+            "{w}x{h}: zoomed in from {before}\n{screen}"
         );
         s.keys(&["Tab"]);
         let screen = s.wait_for("Its gaps");
@@ -562,7 +568,7 @@ fn copy_the_stack_and_open_its_source_line() {
         30,
     );
     s.wait_for("Call tree");
-    s.keys(&["b", "y"]);
+    s.keys(&["B", "y"]);
     s.wait_for("copied ");
     if ok.unwrap_or(false) {
         let buf = Command::new("tmux").args(["show-buffer"]).output().unwrap();
@@ -654,7 +660,7 @@ fn attach_watches_a_dormant_program_and_q_detaches() {
         // Kernels with their stacks: the biggest gap's launch stack names the script.
         let t = Instant::now();
         loop {
-            s.keys(&["b"]);
+            s.keys(&["B"]);
             let screen = s.screen();
             if screen.contains("rope  fakegpu.py:") {
                 break;
@@ -795,4 +801,26 @@ fn a_terminal_gone_without_sighup_ends_gaptop_cleanly() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(status.code().is_some(), "ended by a signal: {status:?}");
+}
+
+/// `r` on What to fix's first row in the real terminal: on the Llama decode, the timeline's
+/// place shows the step measured and, under it, with SDPA's planning once a shape; Esc brings
+/// the timeline back.
+#[test]
+fn r_replays_a_step_with_the_fix() {
+    let rec = support::shared_fixture("llama-decode/llama16-cudnn.rec");
+    let s = Session::start(
+        &format!("{} open {}", env!("CARGO_BIN_EXE_gaptop"), rec.display()),
+        160,
+        48,
+    );
+    s.wait_for("What to fix");
+    s.keys(&["r"]);
+    let screen = s.wait_for("(replayed: sdpa_attention_forward, each shape planned once)");
+    assert!(screen.contains("│measured "), "{screen}");
+    assert!(screen.contains("│with the fix "), "{screen}");
+    s.keys(&["Escape"]);
+    s.wait_for(" GPU timeline ");
+    s.keys(&["q"]);
+    s.wait_for("GAPTOP_EXIT=0");
 }

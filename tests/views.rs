@@ -43,7 +43,7 @@ fn snapshot_main_screen_80x24() {
 #[test]
 fn snapshot_biggest_gap_selected_160x48() {
     let mut a = app();
-    a.update(Action::BiggestGap);
+    a.update(Action::BiggestOfAll);
     let s = render(&mut a, 160, 48);
     // The details pane names the cause and the launch stack.
     assert!(s.contains("gap 75µs"), "{s}");
@@ -127,7 +127,7 @@ fn the_key_that_closes_the_help_does_nothing_else() {
     render(&mut a, 120, 40);
     let before = (a.selected_gap(), a.lo, a.hi, a.min_gap);
     for key in [
-        Action::BiggestGap,
+        Action::BiggestOfAll,
         Action::ZoomIn,
         Action::ThresholdUp,
         Action::Down,
@@ -145,7 +145,7 @@ fn the_key_that_closes_the_help_does_nothing_else() {
         assert_eq!(a.message, message, "{key:?}");
     }
     // With the help closed, the same key acts.
-    a.update(Action::BiggestGap);
+    a.update(Action::BiggestOfAll);
     assert!(a.selected_gap().is_some());
     // The mouse: moving it leaves the help open; the wheel and a click close it, no more.
     a.update(Action::Help);
@@ -186,7 +186,7 @@ fn tiny_terminal_says_so() {
 fn short_terminals_keep_every_pane() {
     for name in ["gpt2.rec", "ddp2.rec"] {
         let mut a = recording(name);
-        a.update(Action::BiggestGap);
+        a.update(Action::BiggestOfAll);
         for h in [20, 23] {
             let s = render(&mut a, 80, h);
             for pane in [
@@ -214,7 +214,7 @@ fn short_terminals_keep_every_pane() {
 #[test]
 fn gap_walk_zoom_and_filter() {
     let mut a = app();
-    a.update(Action::BiggestGap);
+    a.update(Action::BiggestOfAll);
     assert_eq!(a.selected_gap().unwrap().dur(), 75_000);
     // n/N walk in time order across streams: 75 µs at 30, 58 µs at 50, 40 µs at 110.
     a.update(Action::NextGap);
@@ -251,7 +251,7 @@ fn gap_walk_zoom_and_filter() {
     assert_eq!((a.lo, a.hi), (1_000_010_000, 1_000_160_000));
 
     // Walk the gaps of one tree node: select the attn branch's gap, then its parent node.
-    a.update(Action::BiggestGap);
+    a.update(Action::BiggestOfAll);
     a.focus = Focus::Tree;
     a.update(Action::Left); // leaf -> its parent (cudaLaunchKernel under mlp)
     a.update(Action::Enter);
@@ -341,7 +341,7 @@ fn selecting_a_gap_live_holds_the_window() {
     live.tick();
     assert!(live.follow);
     let (lo, hi) = (live.lo, live.hi);
-    live.update(Action::BiggestGap);
+    live.update(Action::BiggestOfAll);
     let g = live.selected_gap().expect("a gap is selected");
     let at = g.start + g.dur() / 2;
     assert_eq!(live.cursor, at);
@@ -397,7 +397,7 @@ fn live_status_shows_the_collectors_lag() {
 #[test]
 fn details_split_python_and_native_frames() {
     let mut a = recording("gpt2_native.rec");
-    a.update(Action::BiggestGap);
+    a.update(Action::BiggestOfAll);
     let screen = render(&mut a, 160, 50);
     let line = |tag: &str| {
         screen
@@ -503,7 +503,7 @@ fn two_ranks_show_their_lanes_and_the_nccl_stall() {
 #[test]
 fn an_outlier_gap_is_called_a_one_off() {
     let mut a = recording("gpt2.rec");
-    a.update(Action::BiggestGap);
+    a.update(Action::BiggestOfAll);
     let screen = render(&mut a, 240, 50);
     let verdict = screen
         .lines()
@@ -521,7 +521,7 @@ fn an_outlier_gap_is_called_a_one_off() {
         a.update(Action::NextStep);
     }
     assert!(a.message.starts_with("step 6 of 25: "), "{}", a.message);
-    a.update(Action::BiggestGap);
+    a.update(Action::BiggestOfAll);
     let screen = render(&mut a, 240, 50);
     assert!(!screen.contains("one-off"), "{screen}");
     let verdict = screen
@@ -544,7 +544,7 @@ fn an_outlier_gap_is_called_a_one_off() {
 #[test]
 fn the_launch_stack_line_uses_its_width_on_a_short_pane() {
     let mut a = recording("gpt2.rec");
-    a.update(Action::BiggestGap);
+    a.update(Action::BiggestOfAll);
     for h in [37, 50] {
         let screen = render(&mut a, 120, h);
         let line = screen
@@ -564,7 +564,7 @@ fn the_launch_stack_line_uses_its_width_on_a_short_pane() {
 #[test]
 fn deep_stacks_keep_their_names_in_a_narrow_tree() {
     let mut a = recording("gpt2.rec");
-    a.update(Action::BiggestGap);
+    a.update(Action::BiggestOfAll);
     let s = render(&mut a, 100, 30);
     let tree: Vec<&str> = s
         .lines()
@@ -591,7 +591,7 @@ fn deep_stacks_keep_their_names_in_a_narrow_tree() {
 #[test]
 fn a_focused_tree_takes_the_width_its_names_need() {
     let mut a = recording("gpt2.rec");
-    a.update(Action::BiggestGap);
+    a.update(Action::BiggestOfAll);
     // The column where the gap list's frame meets the tree's.
     let border = |s: &str| {
         let top: Vec<char> = s
@@ -642,7 +642,7 @@ fn selected_path(a: &App) -> Vec<String> {
 #[test]
 fn tree_selection_stays_on_its_frames_when_the_tree_is_rebuilt() {
     let mut a = recording("gpt2.rec");
-    a.update(Action::BiggestGap);
+    a.update(Action::BiggestOfAll);
     let before = selected_path(&a);
     assert!(before.len() > 5, "{before:?}");
     assert!(
@@ -719,7 +719,7 @@ fn node_details_text(screen: &str) -> String {
 #[test]
 fn details_describe_the_selected_tree_node() {
     let mut a = recording("gpt2.rec");
-    a.update(Action::BiggestGap);
+    a.update(Action::BiggestOfAll);
     let s = render(&mut a, 120, 40);
     assert!(
         s.contains("┌ Details ─"),
@@ -838,7 +838,7 @@ fn runpy_frames_are_not_tree_rows() {
     let p = support::shared_trace("kineto-launchbound.json.gz");
     let mut a = App::new(load_path(&p, usize::MAX).unwrap(), SourceState::File);
     a.refresh(true);
-    a.update(Action::BiggestGap);
+    a.update(Action::BiggestOfAll);
     a.update(Action::FocusNext);
     let s = render(&mut a, 120, 36);
     assert!(!s.contains("<frozen runpy>"), "{s}");
@@ -921,7 +921,7 @@ fn exports_are_written_in_the_background_and_finished_on_quit() {
 fn the_selected_gaps_lane_is_on_the_timeline() {
     let mut a = recording("ddp2.rec");
     for h in [20, 24, 30] {
-        a.update(Action::BiggestGap);
+        a.update(Action::BiggestOfAll);
         let g = a.selected_gap().expect("a gap is selected");
         let label = a.store.lane_label(g.lane);
         let s = render(&mut a, 80, h);
@@ -961,7 +961,7 @@ fn the_first_screen_says_what_to_fix() {
     );
     // Then its verdict, what a fix saves a step, how often, and the fix.
     assert!(
-        pane[2].contains("host_work · saves ~3.07ms/step · in 24/24 steps: move CPU"),
+        pane[2].contains("host_work · saves ~1.66ms/step · in 24/24 steps: move CPU"),
         "{}",
         pane[2]
     );
@@ -970,7 +970,7 @@ fn the_first_screen_says_what_to_fix() {
             .any(|l| l.contains("1.72ms/step  18%  NewGELUActivation.forward")),
         "{s}"
     );
-    a.update(Action::BiggestGap);
+    a.update(Action::BiggestOfAll);
     let s = render(&mut a, 100, 30);
     assert!(
         !s.contains("What to fix") && s.contains("gap 61.83ms"),
@@ -1173,7 +1173,7 @@ fn each_pane_has_its_snapshot() {
     let mut a = recording("gpt2.rec");
     let s = render(&mut a, 120, 40);
     insta::assert_snapshot!("pane_what_to_fix_120x40", pane(&s, a.view.screen.details));
-    a.update(Action::BiggestGap);
+    a.update(Action::BiggestOfAll);
     let s = render(&mut a, 120, 40);
     let sc = a.view.screen;
     insta::assert_snapshot!("pane_timeline_120x40", pane(&s, sc.timeline));
@@ -1311,7 +1311,7 @@ fn the_gap_list_moves_by_rows_pages_and_ends() {
 #[test]
 fn status_messages_are_current() {
     let mut a = recording("gpt2.rec");
-    a.update(Action::BiggestGap);
+    a.update(Action::BiggestOfAll);
     assert!(a.message.starts_with("biggest gap"));
     a.update(Action::ZoomAll);
     assert_eq!(a.message, "the whole capture");
@@ -1373,7 +1373,7 @@ fn a_deep_zoom_reads_ticks_from_the_window_start() {
 #[test]
 fn a_gap_cut_by_the_window_reads_whole() {
     let mut a = recording("gpt2.rec");
-    press(&mut a, Action::BiggestGap);
+    press(&mut a, Action::BiggestOfAll);
     press(&mut a, Action::Enter);
     let mut cut = None;
     for _ in 0..40 {
@@ -1685,7 +1685,7 @@ fn clicks_pick_gaps_and_tree_rows() {
 fn details_at_full_size_copy_and_edit() {
     use gaptop::app::Effect;
     let mut a = recording("gpt2.rec");
-    press(&mut a, Action::BiggestGap);
+    press(&mut a, Action::BiggestOfAll);
     press(&mut a, Action::Details);
     let s = render(&mut a, 80, 24);
     assert!(s.contains("Details, full size"), "{s}");
@@ -1788,7 +1788,7 @@ fn the_tree_stays_filled_after_walking_it_and_picking_a_gap() {
             press(&mut a, Action::Down);
             render(&mut a, w, h);
         }
-        press(&mut a, Action::BiggestGap);
+        press(&mut a, Action::BiggestOfAll);
         render(&mut a, w, h);
         press(&mut a, Action::Enter);
         render(&mut a, w, h);
@@ -1843,4 +1843,107 @@ fn the_ranges_lane_shows_the_launching_threads_ranges() {
     insta::assert_snapshot!("ranges_lane_step_120x30", tl);
     let s = render(&mut recording("gpt2.rec"), 120, 30);
     assert!(!s.contains("nvtx"), "{s}");
+}
+
+/// `r` on a What-to-fix row draws, in the timeline's place, the median replayed step of the
+/// Llama decode as measured and, under it, replayed with that row's fix (SDPA's planning once a
+/// shape): two rows on one axis from the step's start, the fixed one shorter and its GPU busier.
+/// The same key, or Esc, brings the timeline back.
+#[test]
+fn r_on_a_fix_row_draws_the_step_replayed_with_the_fix_under_the_measured_one() {
+    let p = support::shared_fixture("llama-decode/llama16-cudnn.rec");
+    let mut a = App::new(load_path(&p, usize::MAX).unwrap(), SourceState::File);
+    a.refresh(true);
+    while a.focus != Focus::Fix {
+        a.update(Action::FocusNext);
+    }
+    let site = a.diagnosis.as_ref().unwrap().advice[0].site.clone();
+    assert!(site.starts_with("sdpa_attention_forward"), "{site}");
+    let bar = render(&mut a, 160, 48);
+    assert!(bar.lines().last().unwrap().contains("rReplay fix"), "{bar}");
+    a.update(Action::Replay);
+    let r = a.replay_step.clone().expect("a replayed step");
+    assert!(
+        r.picture.fixed_ns * 2 < r.picture.measured_ns,
+        "{} {}",
+        r.picture.fixed_ns,
+        r.picture.measured_ns
+    );
+    let s = render(&mut a, 160, 48);
+    let timeline = pane(&s, a.view.screen.timeline);
+    let title = timeline.lines().next().unwrap();
+    for want in [
+        &format!("step {} measured ", r.number),
+        " · with the fix ",
+        "(replayed: sdpa_attention_forward, each shape planned once)",
+    ] {
+        assert!(title.contains(want), "{want}\n{timeline}");
+    }
+    // The last column of a row that the step reaches (busy or idle).
+    let row = |label: &str| -> (usize, usize) {
+        let l = timeline
+            .lines()
+            .find(|l| l.trim_start_matches('│').starts_with(label))
+            .unwrap_or_else(|| panic!("no {label} row\n{timeline}"));
+        let cells: Vec<char> = l.chars().skip(1 + 16).collect();
+        let last = cells
+            .iter()
+            .rposition(|&c| c != ' ' && c != '│')
+            .unwrap_or(0);
+        let busy = cells.iter().filter(|c| "▁▂▃▄▅▆▇█".contains(**c)).count();
+        (last, busy)
+    };
+    let (m_end, m_busy) = row("measured");
+    let (f_end, f_busy) = row("with the fix");
+    assert!(m_busy > 0 && f_busy > 0, "{timeline}");
+    assert!(f_end * 2 < m_end, "the fixed step is shorter\n{timeline}");
+    assert!(title.contains("GPU busy 1% → "), "{timeline}");
+    // The same key goes back to the timeline, and so does Esc.
+    a.update(Action::Replay);
+    assert!(a.replay_step.is_none());
+    assert!(render(&mut a, 160, 48).contains(" GPU timeline "));
+    a.update(Action::Replay);
+    assert!(a.replay_step.is_some());
+    a.update(Action::Clear);
+    assert!(a.replay_step.is_none());
+    // On a gap's details there is no row to replay: it says so.
+    a.update(Action::BiggestOfAll);
+    a.focus = Focus::Gaps;
+    a.update(Action::Replay);
+    assert!(
+        a.replay_step.is_none() && a.message.contains("What-to-fix row"),
+        "{}",
+        a.message
+    );
+}
+
+/// `b` leads to what recurs: on the Llama decode it selects the biggest gap of What to fix's
+/// first row (SDPA's planning) that is not a one-off, and the message says whose it is; `B`
+/// selects the biggest gap of all, whatever it is.
+#[test]
+fn b_picks_the_top_recurring_codes_biggest_gap_and_capital_b_the_biggest_of_all() {
+    let p = support::shared_fixture("llama-decode/llama16-cudnn.rec");
+    let mut a = App::new(load_path(&p, usize::MAX).unwrap(), SourceState::File);
+    a.refresh(true);
+    let d = a.diagnosis.as_ref().unwrap();
+    let top = d.advice[0].clone();
+    assert!(top.recurring && top.site.starts_with("sdpa_attention_forward"));
+    a.update(Action::BiggestGap);
+    let g = a.selected_gap().unwrap();
+    let d = a.diagnosis.as_ref().unwrap();
+    assert_eq!(d.advice_for(&a.store, &g).unwrap().key, top.key);
+    assert!(!d.is_one_off(&a.store, &g), "a steady gap");
+    assert!(
+        a.message
+            .starts_with("biggest gap of sdpa_attention_forward, the top recurring code: "),
+        "{}",
+        a.message
+    );
+    let of_site = g.dur();
+    a.update(Action::BiggestOfAll);
+    let all = a.selected_gap().unwrap();
+    assert!(all.dur() > of_site, "the biggest of all is a one-off here");
+    let biggest = a.gaps().iter().map(|g| g.dur()).max().unwrap();
+    assert_eq!(all.dur(), biggest);
+    assert!(a.message.starts_with("biggest gap: "), "{}", a.message);
 }

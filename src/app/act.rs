@@ -56,6 +56,10 @@ impl App {
             Action::Clear => {
                 self.help = false;
                 self.details_full = false;
+                if self.replay_step.take().is_some() {
+                    self.message = "back to the timeline".into();
+                    return;
+                }
                 if self.gap_query.take().is_some() {
                     self.message = "gap list filter cleared".into();
                     self.refresh_filter();
@@ -117,7 +121,8 @@ impl App {
             }
             Action::NextGap => self.step_gap(1),
             Action::PrevGap => self.step_gap(-1),
-            Action::BiggestGap => self.select_biggest(),
+            Action::BiggestGap => self.select_biggest_recurring(),
+            Action::BiggestOfAll => self.select_biggest(),
             Action::Enter => {
                 if self.focus == Focus::Fix {
                     self.filter_fix_row();
@@ -347,6 +352,7 @@ impl App {
                 };
                 self.refresh(true);
             }
+            Action::Replay => self.toggle_replay(),
             Action::NextStep => self.step_to(1),
             Action::PrevStep => self.step_to(-1),
             Action::CpuSamples => {

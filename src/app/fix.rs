@@ -101,7 +101,7 @@ impl App {
     /// With no gap selected, what to fix first in the window.
     pub(super) fn what_to_fix(&self) -> DetailsVm {
         let hint = if self.focus == Focus::Fix {
-            "↑/↓ choose, Enter lists that code's gaps, Tab moves on, ? for help."
+            "↑/↓ choose, Enter lists that code's gaps, r replays a step with its fix, Tab moves on, ? for help."
         } else {
             "n/N walks gaps, b picks the biggest, Tab goes to the call tree, ? for help."
         };

@@ -1,7 +1,8 @@
 //! The gap list and walking gaps: selection, sorting, `n`/`N` over the whole store, the
 //! biggest gap, and the tree-node filter that limits the walk.
 
-use super::state::{tree_key, App, Focus, GapSort, SelGap};
+use super::state::{tree_key, App, Focus, GapKey, GapSort, SelGap};
+use crate::collect::analysis::advice::site_key_of;
 use crate::collect::analysis::gaps::{self, Gap};
 use crate::units::{fmt_ns, Ns};
 
@@ -151,6 +152,68 @@ impl App {
         }
     }
 
+    /// The window's gaps (at or over the threshold) of the code of advice key `key`, those of
+    /// its steady state (not one-offs) where it has any.
+    pub(super) fn site_gaps(&self, key: &str) -> Vec<Gap> {
+        let (Some(c), Some(d)) = (self.cache.as_ref(), self.diagnosis.as_ref()) else {
+            return Vec::new();
+        };
+        let min = self.min_gap.max(1);
+        let mut of_site: std::collections::HashMap<GapKey, bool> = Default::default();
+        let mut v = Vec::new();
+        let w = gaps::Window::new(c.analyzed.0, c.analyzed.1);
+        gaps::window_gaps(&self.store, w, &self.cfg, |g| {
+            let (stack, api, op) = tree_key(&g);
+            let mine = *of_site
+                .entry((stack, api, op))
+                .or_insert_with(|| site_key_of(&self.store, stack, api, op) == key);
+            if mine && g.dur() >= min {
+                v.push(g);
+            }
+        });
+        let steady: Vec<Gap> = v
+            .iter()
+            .copied()
+            .filter(|g| !d.is_one_off(&self.store, g))
+            .collect();
+        if steady.is_empty() {
+            v
+        } else {
+            steady
+        }
+    }
+
+    /// `b`: the biggest gap of the top recurring code (What to fix's first row) in its steady
+    /// state; without recurring code, the biggest gap of all.
+    pub(super) fn select_biggest_recurring(&mut self) {
+        let top = self
+            .diagnosis
+            .as_ref()
+            .and_then(|d| d.advice.first())
+            .filter(|a| a.recurring)
+            .map(|a| (a.key.clone(), a.site.clone()));
+        let Some((key, site)) = top else {
+            return self.select_biggest();
+        };
+        let best = self
+            .site_gaps(&key)
+            .into_iter()
+            .max_by_key(|g| (g.dur(), -g.start));
+        match best {
+            Some(g) => {
+                self.select(&g);
+                self.sync_gap_sel();
+                let site = site.split("  ").next().unwrap_or(&site).to_string();
+                self.message = format!(
+                    "biggest gap of {site}, the top recurring code: {} (B: the biggest of all)",
+                    fmt_ns(g.dur())
+                );
+            }
+            None => self.select_biggest(),
+        }
+    }
+
+    /// `B`: the biggest gap of the list.
     pub(super) fn select_biggest(&mut self) {
         let listed = self.listed_gaps();
         let best = listed.iter().copied().max_by_key(|g| (g.dur(), -g.start));

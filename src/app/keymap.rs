@@ -21,7 +21,10 @@ pub enum Action {
     Down,
     NextGap,
     PrevGap,
+    /// The biggest gap of the top recurring code (What to fix's first row).
     BiggestGap,
+    /// The biggest gap of all.
+    BiggestOfAll,
     /// Zoom to the selected gap, or walk the selected tree node's gaps.
     Enter,
     ZoomAll,
@@ -44,6 +47,8 @@ pub enum Action {
     Basis,
     /// Bring back what to fix in the details pane.
     WhatToFix,
+    /// On a What-to-fix row: a step replayed with its fix, under the measured one.
+    Replay,
     /// Zoom to the next or previous step.
     NextStep,
     PrevStep,
@@ -73,7 +78,7 @@ pub enum Action {
 }
 
 impl Action {
-    pub const ALL: [(Action, &'static str, &'static str); 41] = [
+    pub const ALL: [(Action, &'static str, &'static str); 43] = [
         (Action::Quit, "quit", "quit (the terminal is restored)"),
         (
             Action::Pause,
@@ -101,7 +106,12 @@ impl Action {
         (
             Action::BiggestGap,
             "biggest_gap",
-            "select the biggest gap in the window",
+            "the biggest gap of the top recurring code (what to fix's first)",
+        ),
+        (
+            Action::BiggestOfAll,
+            "biggest_of_all",
+            "the biggest gap in the window, one-offs included",
         ),
         (
             Action::Enter,
@@ -157,6 +167,11 @@ impl Action {
             Action::WhatToFix,
             "what_to_fix",
             "what to fix, in the details pane (again: the gap)",
+        ),
+        (
+            Action::Replay,
+            "replay",
+            "what to fix: a step replayed with the row's fix",
         ),
         (Action::NextStep, "next_step", "zoom to the next step"),
         (Action::PrevStep, "prev_step", "zoom to the previous step"),
@@ -220,7 +235,8 @@ impl Action {
             Action::Down => "next row",
             Action::NextGap => "next gap (of the tree node)",
             Action::PrevGap => "prev. gap (of the tree node)",
-            Action::BiggestGap => "the biggest gap",
+            Action::BiggestGap => "biggest gap, top recurring",
+            Action::BiggestOfAll => "the biggest gap of all",
             Action::Enter => "zoom to gap; tree: its gaps",
             Action::ZoomAll => "whole capture; follow live",
             Action::FocusNext => "next pane",
@@ -236,6 +252,7 @@ impl Action {
             Action::StopProgram => "stop the program",
             Action::Basis => "device idle / per stream",
             Action::WhatToFix => "what to fix / the gap",
+            Action::Replay => "fix row: replay with the fix",
             Action::NextStep => "next step",
             Action::PrevStep => "previous step",
             Action::CpuSamples => "tree: CPU samples in gaps",

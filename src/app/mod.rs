@@ -15,7 +15,7 @@
 //! - `gaps`: the gap list and walking gaps.
 //! - `filter`: the gap list's filters (a tree node's sites, typed text) over the whole window.
 //! - `tree`: the call tree's rows; `tree_nav`: its selection, search, inversion and node filter.
-//! - `fix`: what to fix, in the details pane.
+//! - `fix`: what to fix, in the details pane; `replay`: a step replayed with a row's fix.
 //! - `view`: the view model the panes draw.
 //! - `layout`: where the panes go on a screen.
 //!
@@ -34,6 +34,7 @@ pub mod keymap;
 pub mod lane;
 pub mod layout;
 pub mod msg;
+mod replay;
 pub mod state;
 pub mod term;
 pub mod tree;

@@ -17,6 +17,7 @@ use super::keymap::KeyMap;
 use super::view::model::ViewModel;
 use crate::collect::analysis::advice::Diagnosis;
 use crate::collect::analysis::gaps::{Config, Gap};
+use crate::collect::analysis::replay::StepPicture;
 use crate::collect::model::records::{NameId, Ns, StackId};
 use crate::collect::model::store::Store;
 use crate::collect::sources::ingest::Ingest;
@@ -62,6 +63,18 @@ pub struct SelGap {
 pub struct HitAreas {
     /// The timeline's cells: first column and width.
     pub timeline_x: (u16, u16),
+}
+
+/// A step drawn measured and replayed with a What-to-fix row's fix (`r`), in the timeline's
+/// place.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplayStep {
+    /// The step's number among the capture's steps (from 1).
+    pub number: usize,
+    /// The code whose fix was replayed, and the fix in a few words.
+    pub site: String,
+    pub fix: &'static str,
+    pub picture: StepPicture,
 }
 
 pub const MAX_GAPS: usize = 2000;
@@ -133,6 +146,8 @@ pub struct App {
     pub show_fix: bool,
     /// The what-to-fix row chosen (with the focus on it).
     pub fix_sel: usize,
+    /// A step measured and replayed with a row's fix, drawn in the timeline's place (`r`).
+    pub replay_step: Option<ReplayStep>,
     /// A second capture compared with this one (`gaptop open A --compare B`), and whether the
     /// details pane shows the comparison (`w` cycles the gap, what to fix and it).
     pub compare: Option<crate::diff::DiffJson>,
@@ -236,6 +251,7 @@ impl App {
             step_by: None,
             show_fix: false,
             fix_sel: 0,
+            replay_step: None,
             compare: None,
             show_compare: false,
             cpu_tree: false,

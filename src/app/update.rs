@@ -57,6 +57,8 @@ impl App {
     /// model comes back as effects.
     pub fn update(&mut self, msg: impl Into<Msg>) -> Vec<Effect> {
         let mut fx = Vec::new();
+        // A replayed step is drawn in the timeline's place until the user moves the window.
+        let window = (self.lo, self.hi);
         match msg.into() {
             Msg::Action(a) => self.act(a, &mut fx),
             Msg::Mouse { column, row, kind } => self.mouse(column, row, kind, &mut fx),
@@ -87,6 +89,9 @@ impl App {
                 Err(e) => self.message = format!("export failed: {e:#}"),
             },
             Msg::Said(s) => self.message = s,
+        }
+        if (self.lo, self.hi) != window && !self.follow {
+            self.replay_step = None;
         }
         self.refresh(false);
         fx

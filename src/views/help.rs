@@ -21,7 +21,13 @@ const LEGEND: [&str; 5] = [
 /// Actions that go in pairs, one row for both (`h/l pan left / right`): the two actions, then
 /// what the row says in full and in at most 28 characters. Pairing keeps the help within 23
 /// rows (80x24, less tmux's status line) with its legend.
-const PAIRS: [(Action, Action, &str, &str); 10] = [
+const PAIRS: [(Action, Action, &str, &str); 11] = [
+    (
+        Action::BiggestGap,
+        Action::BiggestOfAll,
+        "biggest gap of the top recurring code / of all",
+        "biggest gap: recurring / all",
+    ),
     (
         Action::ZoomIn,
         Action::ZoomOut,

@@ -41,9 +41,14 @@ impl App {
         }
         let steps = self.steps_of_capture();
         let ranges_lane = self.store.procs.iter().any(|p| p.has_ranges()) as u16;
+        let mut rows = self.store.lanes.len() as u16 + ranges_lane;
+        if self.replay_step.is_some() {
+            // A step measured and with a fix: two rows.
+            rows = rows.max(2);
+        }
         let screen = layout::screen(
             area,
-            self.store.lanes.len() as u16 + ranges_lane,
+            rows,
             self.focus == Focus::Tree,
             self.is_live() && self.program,
             steps.is_some(),
@@ -97,7 +102,11 @@ impl App {
                 (A::ByFunction, "By func"),
                 (A::Search, "Search"),
             ]),
-            Focus::Fix => v.extend([(A::Enter, "Its gaps"), (A::WhatToFix, "Hide")]),
+            Focus::Fix => v.extend([
+                (A::Enter, "Its gaps"),
+                (A::Replay, "Replay fix"),
+                (A::WhatToFix, "Hide"),
+            ]),
             _ => v.extend([
                 (A::BiggestGap, "Biggest"),
                 (A::NextGap, "Next gap"),

@@ -5,7 +5,8 @@
 //!
 //! - `model`: the view model's types, which the views read.
 //! - `build`: refreshing and laying out the view model, the key bar and the status line.
-//! - `timeline`, `rate`, `gap_list`, `details`: each pane's part of it.
+//! - `timeline`, `rate`, `gap_list`, `details`: each pane's part of it; `replay`: the
+//!   timeline's place while a step is replayed with a fix.
 //!
 //! [`App::refresh`]: crate::app::state::App::refresh
 //! [`Cause`]: crate::app::cause::Cause
@@ -15,6 +16,7 @@ mod details;
 mod gap_list;
 pub mod model;
 mod rate;
+mod replay;
 mod timeline;
 
 pub use model::{

@@ -16,6 +16,9 @@ use crate::units::{fmt_ns, fmt_short};
 impl App {
     /// One row per lane: busy blocks, gaps by cause, the cursor and the selected gap.
     pub(super) fn timeline_vm(&self, inner: Rect) -> TimelineVm {
+        if let Some(r) = &self.replay_step {
+            return super::replay::replay_vm(inner, r);
+        }
         let origin = self.store.origin();
         // A window narrow beside its distance from the capture start (a deep zoom) reads its
         // ticks from the window's start, as nsys and Perfetto do, and its start precisely.

@@ -560,7 +560,7 @@ const REPLAYED_SITES: usize = 12;
 
 /// The what-if of a site's pattern: its cause's, else its verdict's; None where no fix is
 /// modelled.
-fn whatif_of(a: &Advice) -> Option<replay::WhatIf> {
+pub fn whatif_of(a: &Advice) -> Option<replay::WhatIf> {
     use replay::WhatIf as W;
     match (a.cause, a.verdict) {
         (Some("per_shape_planning"), _) => Some(W::Planning),

@@ -21,14 +21,17 @@
 //! copies a measured start, except for work outside the block: a constant).
 //!
 //! [`whatif`] changes the model by a site's pattern; [`estimate`] replays each site's change
-//! over the steady steps and puts the difference on its advice.
+//! over the steady steps and puts the difference on its advice; [`step_picture`] draws one
+//! step as measured and with a site's fix, for the UI.
 
 mod build;
 mod model;
 mod run;
+mod view;
 mod whatif;
 
 pub use build::{build, REPLAY_MAX_OPS};
 pub use model::{Call, LaneSeq, Model, Op, Thread, NONE};
 pub use run::{run, Times};
-pub use whatif::{estimate, Estimate, ReplayJson, SiteEstimate, WhatIf};
+pub use view::{short as whatif_short, step_picture, StepPicture};
+pub use whatif::{estimate, replay_site, Estimate, ReplayJson, SiteEstimate, SiteReplay, WhatIf};

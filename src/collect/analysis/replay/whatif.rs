@@ -498,3 +498,59 @@ pub fn estimate(
         baseline,
     })
 }
+
+/// A site's fix replayed over the block, for drawing.
+#[derive(Clone, Debug)]
+pub struct SiteReplay {
+    /// The replayed times with the fix.
+    pub times: Times,
+    /// Each step of the block's replayed start and end, with the fix and unchanged.
+    pub spans: Vec<(Ns, Ns)>,
+    pub baseline_spans: Vec<(Ns, Ns)>,
+}
+
+/// Each step of `range`'s replayed start and end, read as [`walls`] reads them.
+fn spans(
+    m: &Model,
+    t: &Times,
+    a: &Anchors,
+    steps: &Steps,
+    range: std::ops::Range<usize>,
+) -> Vec<(Ns, Ns)> {
+    range
+        .clone()
+        .map(|k| {
+            let s = &steps.steps[k];
+            let end = match steps.steps.get(k + 1) {
+                Some(n) if n.start == s.end && k + 1 < range.end => a.at(m, t, n.start, false),
+                _ => a.at(m, t, s.end, true),
+            };
+            (a.at(m, t, s.start, false), end)
+        })
+        .collect()
+}
+
+/// Site `site_key`'s fix (`w`) replayed over the block of `est` (made from `store` and
+/// `steps`), for drawing. None when the site has no call in the block.
+pub fn replay_site(
+    est: &Estimate,
+    store: &Store,
+    steps: &Steps,
+    site_key: &str,
+    w: WhatIf,
+) -> Option<SiteReplay> {
+    let m = &est.model;
+    let s = m.sites.iter().position(|k| k == site_key)? as u32;
+    let (seg, own) = typical(m);
+    let mut changed = m.clone();
+    apply(&mut changed, s, w, &seg, &own);
+    let times = run(&changed);
+    let cpu = cpu_anchored(&steps.source);
+    let a = Anchors::new(&changed, store, cpu);
+    let b = Anchors::new(m, store, cpu);
+    Some(SiteReplay {
+        spans: spans(&changed, &times, &a, steps, est.steps.clone()),
+        baseline_spans: spans(m, &est.baseline, &b, steps, est.steps.clone()),
+        times,
+    })
+}
