@@ -555,6 +555,57 @@ pub fn diagnose(
     }
 }
 
+/// The fix of a sync that the replay found worth removing.
+const SYNC_FIX: &str = "defer the sync (read the value a step later, or every N steps), or make the copy non-blocking (`.to(\"cpu\", non_blocking=True)` into pinned memory)";
+
+/// Advice on a sync no gap is charged to (a `.item()` or `.cpu()` launches nothing): the
+/// function that called it, with the replayed saving of its removal.
+fn sync_advice(store: &Store, key: &str, e: &replay::SiteEstimate) -> Advice {
+    let (stack, api) = e.call;
+    let (file, qual, line) = site_function(store, Site::of_key(stack, api, 0));
+    let short_file = file.rsplit('/').next().unwrap_or(&file);
+    let site = match line {
+        Some(l) => format!("{qual}  {short_file}:{l}"),
+        None => qual.clone(),
+    };
+    let text = format!(
+        "A sync ({}) makes the CPU wait for the GPU, which then waits for the next launch. Fix: {SYNC_FIX}.",
+        store.names.get(api)
+    );
+    Advice {
+        site,
+        key: key.to_string(),
+        gaps: 0,
+        gap_ns: 0,
+        share: 0.0,
+        typical_gap_ns: 0,
+        typical_exact: true,
+        verdict_gap_ns: 0,
+        figure: GapFigure {
+            ns: 0,
+            weighted: false,
+            exact: true,
+        },
+        mean_op_ns: 0,
+        verdict: Verdict::Sync,
+        framework: Framework::of_name(&qual).unwrap_or(Framework::Cuda),
+        recurring: true,
+        steps_present: None,
+        per_step_ns: None,
+        saving_ns: Some(e.saving_ns),
+        gap_sum_ns: None,
+        replay: Some(e.clone()),
+        one_offs: 0,
+        one_off_ns: 0,
+        cpu: None,
+        cause: None,
+        cause_name: None,
+        reason: None,
+        text,
+        fix: SYNC_FIX,
+    }
+}
+
 /// Sites replayed with their fix: the first this many recurring ones.
 const REPLAYED_SITES: usize = 12;
 
@@ -578,7 +629,7 @@ pub fn whatif_of(a: &Advice) -> Option<replay::WhatIf> {
 pub fn replay_advice(
     store: &Store,
     steps: &Steps,
-    advice: &mut [Advice],
+    advice: &mut Vec<Advice>,
 ) -> Option<replay::Estimate> {
     let sites: Vec<(String, replay::WhatIf)> = advice
         .iter()
@@ -594,6 +645,15 @@ pub fn replay_advice(
             a.replay = Some(e.clone());
         }
     }
+    // Syncs whose removal saves time, where no gap names them.
+    let mut extra: Vec<Advice> = est
+        .sites
+        .iter()
+        .filter(|(k, e)| e.saving_ns > 0 && !advice.iter().any(|a| &a.key == *k))
+        .map(|(k, e)| sync_advice(store, k, e))
+        .collect();
+    extra.sort_by(|x, y| x.key.cmp(&y.key));
+    advice.extend(extra);
     advice.sort_by(|x, y| {
         let rank = |a: &Advice| (a.recurring, a.replay.is_some(), a.saving_ns.unwrap_or(0));
         rank(y).cmp(&rank(x))

@@ -169,6 +169,7 @@ pub fn build(
     group_collectives(&mut m, store);
     // Sites of the calls.
     let mut sites = Vec::new();
+    let mut site_calls = Vec::new();
     for (c, &(proc, stack, api, corr)) in origin.iter().enumerate() {
         let op = launched_op.get(&(proc, corr)).copied().unwrap_or(0);
         let id = *site_ids.entry((stack, api, op)).or_insert_with(|| {
@@ -176,12 +177,14 @@ pub fn build(
             let n = key_ids.len() as u32;
             *key_ids.entry(k.clone()).or_insert_with(|| {
                 sites.push(k);
+                site_calls.push((stack, api));
                 n
             })
         });
         m.calls[c].site = id;
     }
     m.sites = sites;
+    m.site_calls = site_calls;
     m
 }
 

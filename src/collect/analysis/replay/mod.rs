@@ -27,6 +27,8 @@
 mod build;
 mod model;
 mod run;
+#[cfg(test)]
+mod tests;
 mod view;
 mod whatif;
 

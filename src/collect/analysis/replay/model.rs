@@ -1,7 +1,7 @@
 //! The replay's model: a block of the capture as calls by thread, ops by stream and
 //! collectives (see the parent module).
 
-use crate::collect::model::records::{ApiKind, Ns};
+use crate::collect::model::records::{ApiKind, NameId, Ns, StackId};
 
 /// No index.
 pub const NONE: u32 = u32::MAX;
@@ -83,6 +83,8 @@ pub struct Model {
     pub groups: Vec<Vec<u32>>,
     /// The site keys of calls (advice's `site_key_of`).
     pub sites: Vec<String>,
+    /// A stack and API of each site's calls, to name it.
+    pub site_calls: Vec<(StackId, NameId)>,
     /// The block: its first and last time.
     pub lo: Ns,
     pub hi: Ns,

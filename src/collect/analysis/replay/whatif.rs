@@ -60,6 +60,9 @@ pub struct SiteEstimate {
     /// Input-bound: the DataLoader workers that would remove the wait.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub workers: Option<u32>,
+    /// A stack and API of the site's calls (to name a site no gap is charged to: a sync's).
+    #[serde(skip)]
+    pub call: (StackId, NameId),
 }
 
 /// The JSON `replay` object.
@@ -273,6 +276,9 @@ fn typical(m: &Model) -> (Vec<Ns>, Vec<Ns>) {
 const PLAN_FACTOR: Ns = 10;
 const PLAN_MIN_NS: Ns = 1_000_000;
 
+/// Sync sites replayed beside the sites asked for.
+const SYNC_SITES: usize = 4;
+
 /// What a change replaced, to put back.
 #[derive(Default)]
 struct Undo {
@@ -438,7 +444,32 @@ pub fn estimate(
         .map(|(i, k)| (k.clone(), i as u32))
         .collect();
     let mut out = HashMap::default();
-    for (k, w) in sites {
+    // The syncs' own sites too (`.item()`, `.cpu()`: they launch nothing, so no gap is charged
+    // to them), the ones that waited longest first.
+    let mut waited: HashMap<u32, Ns> = HashMap::default();
+    for c in model
+        .calls
+        .iter()
+        .filter(|c| c.kind == ApiKind::Sync && c.site != NONE)
+    {
+        *waited.entry(c.site).or_default() += c.end - c.start;
+    }
+    let mut syncs: Vec<(u32, Ns)> = waited.into_iter().collect();
+    syncs.sort_unstable_by_key(|&(s, w)| (std::cmp::Reverse(w), s));
+    let asked: rustc_hash::FxHashSet<&str> = sites.iter().map(|(k, _)| k.as_str()).collect();
+    let sites: Vec<(String, WhatIf)> = sites
+        .iter()
+        .cloned()
+        .chain(
+            syncs
+                .into_iter()
+                .map(|(s, _)| model.sites[s as usize].clone())
+                .filter(|k| !asked.contains(k.as_str()))
+                .take(SYNC_SITES)
+                .map(|k| (k, WhatIf::Sync)),
+        )
+        .collect();
+    for (k, w) in &sites {
         let Some(&s) = index.get(k) else {
             continue;
         };
@@ -478,6 +509,7 @@ pub fn estimate(
                 busy_after,
                 whatif: w.assumes(),
                 workers,
+                call: model.site_calls[s as usize],
             },
         );
     }
