@@ -4,7 +4,7 @@
 use rustc_hash::FxHashMap as HashMap;
 
 use super::model::{Call, LaneSeq, Model, Op, Thread, NONE};
-use crate::collect::model::records::{ApiCall, ApiKind, NameId, Ns, StackId, FLAG_COMM};
+use crate::collect::model::records::{ApiCall, ApiKind, NameId, Ns, Span, StackId, FLAG_COMM};
 use crate::collect::model::store::Store;
 
 /// Most ops a replay takes: a longer capture is replayed over its last steps up to this many
@@ -84,6 +84,11 @@ pub fn build(
             let first = m.calls.len() as u32;
             let thread = m.threads.len() as u32;
             let mut prev_end: Option<Ns> = None;
+            let spans = store.procs[pi]
+                .spans
+                .get(&tid)
+                .filter(|v| !v.is_empty())
+                .map(|v| (v, python_spans(store, v)));
             for a in calls.iter().filter(|a| a.tid == tid) {
                 let idx = m.calls.len() as u32;
                 if a.corr != 0 {
@@ -100,6 +105,10 @@ pub fn build(
                     tail: 0,
                     kind: a.kind,
                     site: NONE,
+                    inv: match &spans {
+                        Some((v, py)) => python_span_at(v, py, a.start),
+                        None => a.stack,
+                    },
                 });
                 prev_end = Some(a.end.max(a.start));
             }
@@ -108,6 +117,7 @@ pub fn build(
                 tid,
                 first,
                 last: m.calls.len() as u32,
+                spans: spans.is_some(),
             });
         }
     }
@@ -186,6 +196,36 @@ pub fn build(
     m.sites = sites;
     m.site_calls = site_calls;
     m
+}
+
+/// Which of a thread's spans are Python functions' (`file.py(line): name`).
+fn python_spans(store: &Store, spans: &[Span]) -> Vec<bool> {
+    let mut memo: HashMap<StackId, bool> = HashMap::default();
+    spans
+        .iter()
+        .map(|s| {
+            *memo.entry(s.stack).or_insert_with(|| {
+                let frames = store.stacks.frames(s.stack);
+                frames
+                    .last()
+                    .is_some_and(|&f| store.names.get(f).contains(".py("))
+            })
+        })
+        .collect()
+}
+
+/// The innermost Python span of a thread around time `t` ([`NONE`]: none): the last span
+/// to start by `t`, or the first of its enclosing spans (spans nest) that holds `t` and is a
+/// Python function's.
+fn python_span_at(spans: &[Span], python: &[bool], t: Ns) -> u32 {
+    let mut j = spans.partition_point(|s| s.start <= t).wrapping_sub(1);
+    while j < spans.len() {
+        if spans[j].end > t && python[j] {
+            return j as u32;
+        }
+        j = spans[j].parent as usize;
+    }
+    NONE
 }
 
 /// Which term bound each op of a stream: queued behind the op before it (its stream was busy

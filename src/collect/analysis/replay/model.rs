@@ -25,6 +25,9 @@ pub struct Call {
     pub kind: ApiKind,
     /// Its site, an index into [`Model::sites`] ([`NONE`]: none).
     pub site: u32,
+    /// Which call of a Python function made it: on a thread with CPU spans (a trace), the
+    /// innermost Python span around it; else its stack (a new call returns to its first line).
+    pub inv: u32,
 }
 
 /// A GPU op.
@@ -59,6 +62,8 @@ pub struct Thread {
     /// Its calls, `calls[first..last]`.
     pub first: u32,
     pub last: u32,
+    /// Its calls' `inv` are Python spans (a trace's), not stacks.
+    pub spans: bool,
 }
 
 /// A stream's ops.

@@ -319,24 +319,60 @@ fn apply(m: &mut Model, s: u32, w: WhatIf, seg: &[Ns], own: &[Ns]) -> Undo {
                 }
             }
             for t in 0..m.threads.len() {
-                let (first, last) = (m.threads[t].first, m.threads[t].last);
-                let mut in_run = false;
+                let (first, last, spans) =
+                    (m.threads[t].first, m.threads[t].last, m.threads[t].spans);
+                // The current call of the site: its first launch (call, op), its `inv`.
+                let mut open: Option<(u32, u32, u32)> = None;
+                let mut prev_inv = NONE;
                 for c in first..last {
                     let call = m.calls[c as usize];
                     let mine = call.site == s && call.kind != ApiKind::Sync;
-                    if mine && in_run {
-                        let x = u.call(m, c);
-                        x.seg = 0;
-                        x.own = 0;
-                        let j = op_of[c as usize];
-                        if j != NONE && j > m.lanes[m.ops[j as usize].lane as usize].first {
-                            let p = m.ops[j as usize - 1].call;
-                            if p != NONE && m.calls[p as usize].site == s && p >= first && p < c {
-                                u.op(m, j).gap = 0;
+                    let j = op_of[c as usize];
+                    // A new call of the function: another Python span, or (stacks) back at
+                    // the first launch's line.
+                    let same_call = open.is_some_and(|(_, _, inv)| {
+                        if spans {
+                            call.inv == inv && inv != NONE
+                        } else {
+                            !(call.inv == inv && prev_inv != inv)
+                        }
+                    });
+                    prev_inv = call.inv;
+                    if !mine {
+                        open = None;
+                        continue;
+                    }
+                    match open {
+                        Some((c0, j0, _)) if same_call => {
+                            let x = u.call(m, c);
+                            x.seg = 0;
+                            x.own = 0;
+                            if j != NONE {
+                                // Ready when the call's first kernel was; right after the
+                                // kernel before it on its stream when that is the same call's.
+                                let lat = if j0 != NONE {
+                                    m.ops[j0 as usize].lat - m.calls[c0 as usize].own
+                                } else {
+                                    m.ops[j as usize].lat
+                                };
+                                let lane_first = m.lanes[m.ops[j as usize].lane as usize].first;
+                                let joined = j > lane_first && {
+                                    let p = m.ops[j as usize - 1].call;
+                                    p != NONE && p >= c0 && p < c
+                                };
+                                let o = u.op(m, j);
+                                o.lat = lat;
+                                if joined {
+                                    o.gap = 0;
+                                }
+                            }
+                        }
+                        _ => {
+                            if j != NONE || open.is_none() {
+                                open = Some((c, j, call.inv));
                             }
                         }
                     }
-                    in_run = mine && (in_run || op_of[c as usize] != NONE);
                 }
             }
         }
