@@ -386,7 +386,9 @@ fn group_collectives(m: &mut Model, store: &Store) {
     }
     // Occurrences before the block, per device and name.
     let mut seen: HashMap<(u32, u32, NameId), u32> = HashMap::default();
-    let mut dev_ops: HashMap<(u32, u32), Vec<(Ns, u32, NameId)>> = HashMap::default();
+    // Per device: each collective's start, op index and name.
+    type Starts = Vec<(Ns, u32, NameId)>;
+    let mut dev_ops: HashMap<(u32, u32), Starts> = HashMap::default();
     for l in &m.lanes {
         let lane = &store.lanes[l.lane];
         let k = lane.key;

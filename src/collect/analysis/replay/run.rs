@@ -97,10 +97,11 @@ pub fn run(m: &Model) -> Times {
                 if !ln[s].started {
                     let launch_ready = op.call == NONE || call_started(&th, op.call);
                     let dep_ready = op.dep == NONE || op_done(&ln, op.dep);
-                    if !(launch_ready && dep_ready) && !force {
+                    let ready = launch_ready && dep_ready;
+                    if !ready && !force {
                         break;
                     }
-                    if !(launch_ready && dep_ready) {
+                    if !ready {
                         t.forced += 1;
                         force = false;
                     }
