@@ -393,6 +393,40 @@ fn idle_and_slow_clients_are_closed_and_metrics_still_answer() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `serve -- CMD` stopped by SIGTERM or SIGINT exits as shells report a signal, 143 or 130,
+/// and stops the command it started.
+#[test]
+fn serve_exits_128_plus_the_signal_and_stops_its_command() {
+    let target = fake_gpu::build();
+    for (sig, code) in [("TERM", 143), ("INT", 130)] {
+        let dir = fake_gpu::fake_cuda(&target, &format!("servesig{sig}"));
+        let pidfile = dir.join("pid");
+        let cmd = script_cmd(100_000);
+        let mut args = vec!["--window", "200ms", "--every", "400ms"];
+        args.extend(cmd.iter().map(String::as_str));
+        let pf = pidfile.display().to_string();
+        let (mut s, addr) = serve_with(&dir, &target, &args, &[("FAKE_PIDFILE", &pf)]);
+        let url = format!("http://{addr}/metrics");
+        let program = wait_until("the program", 20, || {
+            let p = std::fs::read_to_string(&pidfile).ok()?;
+            p.trim().parse::<u32>().ok()
+        });
+        wait_until("a first answer", 20, || get(&url).ok());
+        Command::new("kill")
+            .args([&format!("-{sig}"), &s.0.id().to_string()])
+            .status()
+            .unwrap();
+        let st = wait_until("serve to end", 20, || s.0.try_wait().ok()?);
+        assert_eq!(st.code(), Some(code), "SIG{sig}: {st:?}");
+        wait_until("the command to end", 10, || {
+            let stat = std::fs::read_to_string(format!("/proc/{program}/stat"));
+            let gone = stat.map_or(true, |t| t.split_whitespace().nth(2) == Some("Z"));
+            gone.then_some(())
+        });
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
 fn prometheus_binary() -> Option<PathBuf> {
     std::env::var_os("PATH").and_then(|p| {
         std::env::split_paths(&p)
