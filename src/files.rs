@@ -291,23 +291,28 @@ pub fn refuse_input(output: &Path, inputs: &[PathBuf]) -> anyhow::Result<()> {
 /// Refuses an input that is a named pipe, a socket or a device: reading one can block for
 /// ever or never end.
 pub fn refuse_special(path: &Path) -> anyhow::Result<()> {
-    let Ok(m) = std::fs::metadata(path) else {
-        return Ok(()); // opening it says why
-    };
-    let t = m.file_type();
-    let what = if t.is_fifo() {
-        "a named pipe"
-    } else if t.is_socket() {
-        "a socket"
-    } else if t.is_char_device() || t.is_block_device() {
-        "a device"
-    } else {
-        return Ok(());
+    let Some(what) = special(path) else {
+        return Ok(()); // a file, or opening it says why
     };
     anyhow::bail!(
         "{}: is {what}, not a file; gaptop reads files (save what it gives to one first)",
         path.display()
     )
+}
+
+/// What `path` is when it is a named pipe, a socket or a device (`a named pipe`); `None` for
+/// anything else, and for what cannot be looked at.
+pub fn special(path: &Path) -> Option<&'static str> {
+    let t = std::fs::metadata(path).ok()?.file_type();
+    if t.is_fifo() {
+        Some("a named pipe")
+    } else if t.is_socket() {
+        Some("a socket")
+    } else if t.is_char_device() || t.is_block_device() {
+        Some("a device")
+    } else {
+        None
+    }
 }
 
 /// A temporary folder, `gaptop-KIND-PID-*` in the system's temporary folder, removed when
