@@ -342,7 +342,12 @@ impl TempFolder {
 
 /// Removes the `gaptop-KIND-PID-*` folders under `base` of this user whose process is gone.
 fn sweep(base: &Path, kind: &str) {
-    let prefix = format!("gaptop-{kind}-");
+    sweep_dead(base, &format!("gaptop-{kind}-"));
+}
+
+/// Removes the `PREFIX` + `PID-*` folders under `base` of this user whose process is gone
+/// (a pid in use, by whatever process, keeps its folder).
+pub fn sweep_dead(base: &Path, prefix: &str) {
     let me = nix::unistd::getuid().as_raw();
     let Ok(entries) = std::fs::read_dir(base) else {
         return;
