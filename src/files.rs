@@ -355,7 +355,7 @@ pub fn sweep_dead(base: &Path, prefix: &str) {
     for e in entries.filter_map(|e| e.ok()) {
         let name = e.file_name().to_string_lossy().into_owned();
         let Some(pid) = name
-            .strip_prefix(&prefix)
+            .strip_prefix(prefix)
             .and_then(|r| r.split('-').next())
             .and_then(|p| p.parse::<u32>().ok())
         else {
