@@ -291,23 +291,28 @@ pub fn refuse_input(output: &Path, inputs: &[PathBuf]) -> anyhow::Result<()> {
 /// Refuses an input that is a named pipe, a socket or a device: reading one can block for
 /// ever or never end.
 pub fn refuse_special(path: &Path) -> anyhow::Result<()> {
-    let Ok(m) = std::fs::metadata(path) else {
-        return Ok(()); // opening it says why
-    };
-    let t = m.file_type();
-    let what = if t.is_fifo() {
-        "a named pipe"
-    } else if t.is_socket() {
-        "a socket"
-    } else if t.is_char_device() || t.is_block_device() {
-        "a device"
-    } else {
-        return Ok(());
+    let Some(what) = special(path) else {
+        return Ok(()); // a file, or opening it says why
     };
     anyhow::bail!(
         "{}: is {what}, not a file; gaptop reads files (save what it gives to one first)",
         path.display()
     )
+}
+
+/// What `path` is when it is a named pipe, a socket or a device (`a named pipe`); `None` for
+/// anything else, and for what cannot be looked at.
+pub fn special(path: &Path) -> Option<&'static str> {
+    let t = std::fs::metadata(path).ok()?.file_type();
+    if t.is_fifo() {
+        Some("a named pipe")
+    } else if t.is_socket() {
+        Some("a socket")
+    } else if t.is_char_device() || t.is_block_device() {
+        Some("a device")
+    } else {
+        None
+    }
 }
 
 /// A temporary folder, `gaptop-KIND-PID-*` in the system's temporary folder, removed when
@@ -337,7 +342,12 @@ impl TempFolder {
 
 /// Removes the `gaptop-KIND-PID-*` folders under `base` of this user whose process is gone.
 fn sweep(base: &Path, kind: &str) {
-    let prefix = format!("gaptop-{kind}-");
+    sweep_dead(base, &format!("gaptop-{kind}-"));
+}
+
+/// Removes the `PREFIX` + `PID-*` folders under `base` of this user whose process is gone
+/// (a pid in use, by whatever process, keeps its folder).
+pub fn sweep_dead(base: &Path, prefix: &str) {
     let me = nix::unistd::getuid().as_raw();
     let Ok(entries) = std::fs::read_dir(base) else {
         return;
@@ -345,7 +355,7 @@ fn sweep(base: &Path, kind: &str) {
     for e in entries.filter_map(|e| e.ok()) {
         let name = e.file_name().to_string_lossy().into_owned();
         let Some(pid) = name
-            .strip_prefix(&prefix)
+            .strip_prefix(prefix)
             .and_then(|r| r.split('-').next())
             .and_then(|p| p.parse::<u32>().ok())
         else {

@@ -14,14 +14,51 @@ exports (.sqlite, .sqlite.gz, .nsys-rep) and gaptop recordings (.rec, .rec.gz)";
 
 /// `s` as one line of at most [`MAX_LINE`] characters: line breaks and other control
 /// characters become spaces, a word over [`MAX_WORD`] characters keeps its ends around an
-/// ellipsis, and a line still too long keeps its start and its end the same way.
+/// ellipsis, and a line still too long has its longest words (a path) cut further, then keeps
+/// its start and its end the same way. The list of formats gaptop reads ([`READS`]) is kept
+/// whole: what comes before it is cut instead.
 pub fn one_line(s: &str) -> String {
     let flat: String = s
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect();
-    let words: Vec<String> = flat.split(' ').map(|w| middle_cut(w, MAX_WORD)).collect();
-    middle_cut(&words.join(" "), MAX_LINE)
+    if let Some(i) = flat.find(READS) {
+        let (before, kept) = flat.split_at(i);
+        let n = kept.chars().count();
+        if n + MIN_WORD * 2 <= MAX_LINE {
+            return format!("{}{kept}", fit(before, MAX_LINE - n));
+        }
+    }
+    fit(&flat, MAX_LINE)
+}
+
+/// No word is cut shorter than this to make a line fit.
+const MIN_WORD: usize = 24;
+
+/// `s` in at most `max` characters, as [`one_line`] cuts it.
+fn fit(s: &str, max: usize) -> String {
+    let mut words: Vec<String> = s.split(' ').map(|w| middle_cut(w, MAX_WORD)).collect();
+    let len = |w: &[String]| w.iter().map(|x| x.chars().count() + 1).sum::<usize>() - 1;
+    let mut over = len(&words).saturating_sub(max);
+    while over > 0 {
+        let Some((i, n)) = words
+            .iter()
+            .map(|w| w.chars().count())
+            .enumerate()
+            .max_by_key(|&(i, n)| (n, std::cmp::Reverse(i)))
+            .filter(|&(_, n)| n > MIN_WORD)
+        else {
+            break;
+        };
+        let to = n.saturating_sub(over).max(MIN_WORD);
+        words[i] = if words[i].contains('/') {
+            tail_cut(&words[i], to)
+        } else {
+            middle_cut(&words[i], to)
+        };
+        over -= n - to;
+    }
+    middle_cut(&words.join(" "), max)
 }
 
 /// `s` if it has at most `max` characters, else its first and last characters around `…`,
@@ -36,6 +73,19 @@ fn middle_cut(s: &str, max: usize) -> String {
     let mut out: String = s.chars().take(head).collect();
     out.push('…');
     out.extend(s.chars().skip(n - tail));
+    out
+}
+
+/// A path `s` in `max` characters: its start and, twice as long, its end (the file's name).
+fn tail_cut(s: &str, max: usize) -> String {
+    let n = s.chars().count();
+    if n <= max {
+        return s.to_string();
+    }
+    let head = (max - 1) / 3;
+    let mut out: String = s.chars().take(head).collect();
+    out.push('…');
+    out.extend(s.chars().skip(n - (max - 1 - head)));
     out
 }
 
@@ -98,6 +148,26 @@ mod tests {
         let cut = one_line(&wide);
         assert_eq!(cut.chars().count(), MAX_WORD);
         assert!(cut.chars().all(|c| c == 'é' || c == '…'));
+    }
+
+    #[test]
+    fn the_list_of_formats_is_kept_and_the_path_cut() {
+        let dir = format!("/data/{}/run 7/{}", "d".repeat(90), "p".repeat(100));
+        let msg = format!(
+            "gaptop: {dir}/trace.bin: not a trace or a recording (binary data starting 00 01); \
+             {READS}"
+        );
+        let line = one_line(&msg);
+        assert!(line.chars().count() <= MAX_LINE, "{line}");
+        assert!(line.ends_with(READS), "{line}");
+        assert!(line.starts_with("gaptop: /data/ddd"), "{line}");
+        assert!(
+            line.contains("/trace.bin: not a trace or a recording (binary data starting 00 01); "),
+            "{line}"
+        );
+        // Short enough, it passes unchanged.
+        let short = format!("gaptop: x.bin: not a trace; {READS}");
+        assert_eq!(one_line(&short), short);
     }
 
     #[test]

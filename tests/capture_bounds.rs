@@ -446,3 +446,63 @@ fn absurd_times_and_a_damaged_cpu_event_cost_only_their_event() {
         }
     }
 }
+
+/// Times a clock can hold but the capture cannot (one kernel each in the 150 µs hand-made
+/// trace): `dur` 1e9 µs (16.7 min) and `ts` an hour after the rest are dropped, counted and
+/// named, and the figures are those without them; a kernel of two minutes that a
+/// `cudaDeviceSynchronize` waits for is kept.
+#[test]
+fn a_kernel_far_longer_or_later_than_the_capture_is_dropped_and_named() {
+    let d = tempdir("bounds-outliers");
+    let base: Value =
+        serde_json::from_slice(&std::fs::read(fixture("multi_stream.json")).unwrap()).unwrap();
+    let good = shifted(&base, EPOCH_US);
+    let (g, _) = report_json(&[&write_json(&d, "good.json", &good)]);
+    let hour_us = 3_600_000_000;
+    for (name, ev, key, want) in [
+        (
+            "long_dur",
+            kernel("sixteen_minutes", EPOCH_US + 1_000_060, 1_000_000_000, 93),
+            "GPU op outlasting the capture",
+            "dropped 1 GPU op that outlasts the rest of the capture by far (`sixteen_minutes` \
+             lasting 16.7 min)",
+        ),
+        (
+            "hour_later",
+            kernel("an_hour_later", EPOCH_US + 1_000_150 + hour_us, 10, 94),
+            "GPU op with an implausible time",
+            "dropped 1 GPU op with an implausible time (`an_hour_later` at ",
+        ),
+    ] {
+        let mut bad = good.clone();
+        bad["traceEvents"].as_array_mut().unwrap().push(ev);
+        let (b, err) = report_json(&[&write_json(&d, &format!("{name}.json"), &bad)]);
+        assert!(err.contains(want), "{name}: {err}");
+        assert_eq!(b["skipped"][key], 1, "{name}: {}", b["skipped"]);
+        assert!(
+            b["notes"].to_string().contains(want),
+            "{name}: {}",
+            b["notes"]
+        );
+        for k in ["gpu_ops", "kernels", "window", "busy_ns", "device_idle_ns"] {
+            assert_eq!(b[k], g[k], "{name}: {k}");
+        }
+    }
+    // Waited for: the program was busy on the GPU for two minutes, and it says so.
+    let mut waited = good.clone();
+    let ev = waited["traceEvents"].as_array_mut().unwrap();
+    let t = EPOCH_US + 1_000_170;
+    ev.push(
+        json!({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 100,
+                   "tid": 100, "ts": t, "dur": 2, "args": {"correlation": 95}}),
+    );
+    ev.push(kernel("two_minutes", t + 5, 120_000_000, 95));
+    ev.push(
+        json!({"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize",
+                   "pid": 100, "tid": 100, "ts": t + 3, "dur": 120_000_010,
+                   "args": {"correlation": 96}}),
+    );
+    let (w, err) = report_json(&[&write_json(&d, "waited.json", &waited)]);
+    assert!(dropped(&w).is_empty(), "{err}");
+    assert_eq!(w["kernels"], g["kernels"].as_u64().unwrap() + 1);
+}

@@ -312,3 +312,32 @@ fn a_signal_while_inflating_removes_the_temporary_folder() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A named pipe with a trace's name inside a directory of ranks is never opened (it would
+/// block): it is skipped with a note that names it, and the other ranks are read.
+#[test]
+fn a_fifo_among_the_ranks_is_skipped_with_a_note() {
+    let d = tempdir("fifo-rank");
+    let src = support::root().join("tests/data/kineto/hta-two-ranks");
+    for f in ["sampled_rank-0.json.gz", "sampled_rank-1.json.gz"] {
+        std::fs::copy(src.join(f), d.join(f)).unwrap();
+    }
+    let fifo = d.join("sampled_rank-2.json.gz");
+    let st = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(st.success());
+    let out = Command::new(bin())
+        .args(["report", "--format", "json"])
+        .arg(&d)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "gaptop: {}: is a named pipe, not a file: skipped",
+            fifo.display()
+        )),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -58,8 +58,8 @@ fn router(m: Arc<Metrics>) -> Router {
 
 /// What keeps slow or idle clients from holding the server: a connection that has not sent a
 /// whole request head within `head_timeout` (a new one, or a kept-alive one between requests)
-/// is closed; none lives past `max_life`; at most `connections` are open at once (the others
-/// wait in the listen queue, using none of the process's file descriptors).
+/// is closed; none lives past `max_life`; at most `connections` are open at once, a new one
+/// closing the oldest that is serving no request.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
     pub head_timeout: std::time::Duration,
@@ -70,7 +70,7 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            head_timeout: std::time::Duration::from_secs(10),
+            head_timeout: std::time::Duration::from_secs(2),
             max_life: std::time::Duration::from_secs(60),
             connections: 64,
         }
@@ -138,17 +138,66 @@ pub fn start_with(
     Ok(bound)
 }
 
-/// Accepts connections while fewer than `limits.connections` are open, each served by hyper's
-/// HTTP/1 server with its head timeout, for at most `limits.max_life`.
+/// The open connections, oldest first (by the order they were accepted): whether each is
+/// serving a request, and what closes it.
+#[derive(Default)]
+struct Open {
+    next: u64,
+    conns: std::collections::BTreeMap<u64, Conn>,
+}
+
+struct Conn {
+    busy: Arc<std::sync::atomic::AtomicUsize>,
+    close: tokio::sync::oneshot::Sender<()>,
+}
+
+impl Open {
+    /// Closes the oldest connection serving no request; false when every one is serving.
+    fn close_oldest_idle(&mut self) -> bool {
+        use std::sync::atomic::Ordering;
+        let Some(&id) = self
+            .conns
+            .iter()
+            .find(|(_, c)| c.busy.load(Ordering::Acquire) == 0)
+            .map(|(id, _)| id)
+        else {
+            return false;
+        };
+        if let Some(c) = self.conns.remove(&id) {
+            let _ = c.close.send(());
+        }
+        true
+    }
+}
+
+/// Marks a connection busy while a request of its is served, however that ends.
+struct Busy(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Busy {
+    fn new(b: &Arc<std::sync::atomic::AtomicUsize>) -> Busy {
+        b.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Busy(b.clone())
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+/// Accepts every connection, each served by hyper's HTTP/1 server with its head timeout, for
+/// at most `limits.max_life`. When `limits.connections` are open, a new one closes the oldest
+/// that is serving no request (an idle client must never make a scrape wait); only when all
+/// are serving does it wait for one to end.
 async fn serve(l: tokio::net::TcpListener, app: Router, limits: Limits) {
-    let open = Arc::new(tokio::sync::Semaphore::new(limits.connections));
+    use hyper::service::Service as _;
+    let open = Arc::new(std::sync::Mutex::new(Open::default()));
+    let ended = Arc::new(tokio::sync::Notify::new());
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(limits.head_timeout);
     loop {
-        let Ok(permit) = open.clone().acquire_owned().await else {
-            return;
-        };
         let io = match l.accept().await {
             Ok((io, _)) => io,
             Err(_) => {
@@ -157,13 +206,55 @@ async fn serve(l: tokio::net::TcpListener, app: Router, limits: Limits) {
                 continue;
             }
         };
-        let conn = http.serve_connection(
-            hyper_util::rt::TokioIo::new(io),
-            hyper_util::service::TowerToHyperService::new(app.clone()),
-        );
+        // Room for it: the oldest idle connection goes, or, all serving, the first to end.
+        loop {
+            let room = {
+                let mut o = open.lock().unwrap_or_else(|e| e.into_inner());
+                o.conns.len() < limits.connections || o.close_oldest_idle()
+            };
+            if room {
+                break;
+            }
+            let _ =
+                tokio::time::timeout(std::time::Duration::from_millis(50), ended.notified()).await;
+        }
+        let busy = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (close, closed) = tokio::sync::oneshot::channel();
+        let id = {
+            let mut o = open.lock().unwrap_or_else(|e| e.into_inner());
+            let id = o.next;
+            o.next += 1;
+            o.conns.insert(
+                id,
+                Conn {
+                    busy: busy.clone(),
+                    close,
+                },
+            );
+            id
+        };
+        let svc = hyper_util::service::TowerToHyperService::new(app.clone());
+        let service = hyper::service::service_fn(move |req| {
+            let b = Busy::new(&busy);
+            let f = svc.call(req);
+            async move {
+                let r = f.await;
+                drop(b);
+                r
+            }
+        });
+        let conn = http.serve_connection(hyper_util::rt::TokioIo::new(io), service);
+        let (open, ended) = (open.clone(), ended.clone());
         tokio::spawn(async move {
-            let _ = tokio::time::timeout(limits.max_life, conn).await;
-            drop(permit);
+            tokio::select! {
+                _ = tokio::time::timeout(limits.max_life, conn) => {}
+                _ = closed => {}
+            }
+            open.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .conns
+                .remove(&id);
+            ended.notify_one();
         });
     }
 }

@@ -5,18 +5,19 @@
 
 use std::ops::Range;
 
-use super::plausible::{fmt_far, skip_key, Bulk, Times, Verdict, What, Why};
+use super::plausible::{fmt_far, skip_key, FileBulk, Times, Verdict, What, Why};
 use super::records::{NameId, Ns};
 use super::store::Store;
 
 /// The bulk of a file's times loading in bulk: the starts of the GPU ops and API calls of
-/// processes `procs`, and `more` (`more_len` times: its CPU spans', say).
+/// processes `procs`, and `more` (`more_len` times: its CPU spans', say); with how far its API
+/// calls that rule 2 keeps reach.
 pub fn file_bulk(
     store: &Store,
     procs: &Range<u32>,
     more: impl Iterator<Item = Ns>,
     more_len: usize,
-) -> Option<Bulk> {
+) -> Option<FileBulk> {
     let lanes = || store.lanes.iter().filter(|l| procs.contains(&l.key.proc));
     let procs_of = || store.procs[procs.start as usize..procs.end as usize].iter();
     let total = lanes().map(|l| l.len()).sum::<usize>()
@@ -30,12 +31,18 @@ pub fn file_bulk(
         p.apis().for_each(|a| t.push(a.start));
     }
     more.for_each(|x| t.push(x));
-    t.bulk()
+    let bulk = t.bulk()?;
+    let mut f = FileBulk {
+        bulk,
+        reach: bulk.hi,
+    };
+    f.reach_to(procs_of().flat_map(|p| p.apis()).map(|a| (a.start, a.end)));
+    Some(f)
 }
 
 /// Drops the GPU ops and API calls of processes `procs` (a file's, loading in bulk) that the
 /// rule finds implausible against `bulk`.
-pub fn drop_ops_and_calls(store: &mut Store, procs: &Range<u32>, bulk: &Bulk) {
+pub fn drop_ops_and_calls(store: &mut Store, procs: &Range<u32>, bulk: &FileBulk) {
     for lane in 0..store.lanes.len() {
         if !procs.contains(&store.lanes[lane].key.proc) {
             continue;
@@ -63,7 +70,7 @@ pub fn retain<T>(
     store: &mut Store,
     v: &mut Vec<T>,
     what: What,
-    bulk: &Bulk,
+    bulk: &FileBulk,
     times: impl Fn(&T) -> (Ns, Ns, NameId),
 ) {
     v.retain(|x| {
@@ -102,7 +109,7 @@ impl Store {
             Why::EndBeforeStart => {
                 format!("{named}ending {} before its start", fmt_far(v.off))
             }
-            Why::TooLong => format!("{named}lasting {}", fmt_far(v.off)),
+            Why::TooLong | Why::Outlasts => format!("{named}lasting {}", fmt_far(v.off)),
         };
         self.dropped_times.set_example(what, v.why, example);
     }

@@ -11,7 +11,15 @@
 //!    ([`MAX_TS`]), or more than `max(1 h, 100 × (hi − lo))` ([`margin`]) before `lo` or after
 //!    `hi`, where `[lo, hi]` is where the bulk of that clock's times lie ([`Bulk`]). A record's
 //!    times are its start and its end; an NVTX range's only its end (a range may have begun
-//!    long before the capture did: a dormant program's, attached to later).
+//!    long before the capture did: a dormant program's, attached to later); or
+//! 3. in a file (a trace, an export: all of its times known before any is judged,
+//!    [`FileBulk`]), a GPU op stands alone far from the others: it starts more than
+//!    `max(1 min, 100 × (hi − lo))` ([`op_margin`]) before `lo` or after `hi`, or it ends
+//!    that much after both `hi` and the latest end of the file's API calls (a call that waits
+//!    for a long kernel, `cudaDeviceSynchronize`, covers it). A 16-minute kernel in a trace of
+//!    milliseconds, or one an hour after the rest, is dropped; a GPU busy for minutes with the
+//!    program waiting on it is kept. Live connections and recordings keep rules 1 and 2: a
+//!    program may go on after a long idle time.
 //!
 //! A clock is what one source's times share: a trace file (the ranks of a run may each have
 //! their own, which `traceset` aligns afterwards), an Nsight Systems export, one live
@@ -80,6 +88,8 @@ pub enum Why {
     EndBeforeStart,
     /// A GPU op longer than [`MAX_OP_NS`].
     TooLong,
+    /// A file's GPU op that ends far past the rest of the file (rule 3; `off` is its length).
+    Outlasts,
 }
 
 /// The verdict on one record: why it is implausible, and how far outside the plausible span
@@ -170,6 +180,57 @@ impl Bulk {
                 off,
             })
         })
+    }
+}
+
+/// Nothing within this of the bulk of a file's times is an outlier GPU op (rule 3; a minute).
+pub const MIN_OP_MARGIN_NS: Ns = 60_000_000_000;
+
+/// How far outside a file's bulk of extent `span` a GPU op may lie or reach (rule 3):
+/// `max(1 min, 100 × span)`.
+pub fn op_margin(span: Ns) -> Ns {
+    MIN_OP_MARGIN_NS.max(span.saturating_mul(SPAN_FACTOR))
+}
+
+/// A file's plausible span, all of it known before any record is judged: its [`Bulk`], and
+/// how far its API calls reach (the latest end of those rule 2 keeps; a call that waits on a
+/// long kernel covers the kernel).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileBulk {
+    pub bulk: Bulk,
+    pub reach: Ns,
+}
+
+impl FileBulk {
+    /// Moves `reach` to the latest end of `calls` (start, end) that rule 2 keeps.
+    pub fn reach_to(&mut self, calls: impl Iterator<Item = (Ns, Ns)>) {
+        let b = self.bulk;
+        self.reach = calls
+            .filter(|&(s, e)| b.judge(What::ApiCall, s, e).is_none())
+            .fold(self.reach, |r, (_, e)| r.max(e));
+    }
+
+    /// The verdict of rules 1 to 3 on a record; `None` when it is plausible.
+    pub fn judge(&self, what: What, start: Ns, end: Ns) -> Option<Verdict> {
+        if let Some(v) = self.bulk.judge(what, start, end) {
+            return Some(v);
+        }
+        if what != What::GpuOp {
+            return None;
+        }
+        let Bulk { lo, hi } = self.bulk;
+        let m = op_margin(hi.saturating_sub(lo));
+        let v = |why, at, off| Some(Verdict { why, at, off });
+        if start < lo.saturating_sub(m) {
+            return v(Why::Far, start, start.saturating_sub(lo));
+        }
+        if start > hi.saturating_add(m) {
+            return v(Why::Far, start, start.saturating_sub(hi));
+        }
+        if end > hi.max(self.reach).saturating_add(m) {
+            return v(Why::Outlasts, start, end - start);
+        }
+        None
     }
 }
 
@@ -299,6 +360,8 @@ impl Drops {
                     Why::EndBeforeStart if *n == 1 => "that ends before it starts",
                     Why::EndBeforeStart => "that end before they start",
                     Why::TooLong => "longer than an hour",
+                    Why::Outlasts if *n == 1 => "that outlasts the rest of the capture by far",
+                    Why::Outlasts => "that outlast the rest of the capture by far",
                 };
                 let eg = if *n == 1 { "" } else { "e.g. " };
                 format!("dropped {what} {because} ({eg}{example})")
@@ -314,10 +377,12 @@ pub(super) fn skip_key(what: What, why: Why) -> String {
         Why::Far => format!("{n} with an implausible time"),
         Why::EndBeforeStart => format!("{n} ending before it starts"),
         Why::TooLong => format!("{n} longer than an hour"),
+        Why::Outlasts => format!("{n} outlasting the capture"),
     }
 }
 
-/// A long time as people say it: `53.9 years`, `11.6 days`, `2.5 h`, else [`fmt_ns`].
+/// A long time as people say it: `53.9 years`, `11.6 days`, `2.5 h`, `16.7 min`, else
+/// [`fmt_ns`].
 pub fn fmt_far(ns: Ns) -> String {
     let a = ns.unsigned_abs() as f64;
     const H: f64 = 3.6e12;
@@ -327,6 +392,8 @@ pub fn fmt_far(ns: Ns) -> String {
         format!("{:.1} days", a / (24.0 * H))
     } else if a >= H {
         format!("{:.1} h", a / H)
+    } else if a >= 120e9 {
+        format!("{:.1} min", a / 60e9)
     } else {
         fmt_ns(a as Ns)
     }
@@ -377,6 +444,45 @@ mod tests {
         assert!(long
             .judge(What::CpuSpan, -900 * 3600 * S, 7000 * S)
             .is_some());
+    }
+
+    #[test]
+    fn a_files_gpu_op_far_from_the_rest_is_an_outlier_unless_a_call_covers_it() {
+        let ms = S / 1000;
+        let mut f = FileBulk {
+            bulk: Bulk {
+                lo: 10_000 * S,
+                hi: 10_000 * S + 20 * ms,
+            },
+            reach: 10_000 * S + 20 * ms,
+        };
+        let j = |f: &FileBulk, s: Ns, e: Ns| f.judge(What::GpuOp, s, e).map(|v| (v.why, v.off));
+        let at = 10_000 * S + 5 * ms;
+        // 20 ms of bulk: a minute either way.
+        assert_eq!(j(&f, at, at + 50 * S), None);
+        assert_eq!(j(&f, at, at + 1000 * S), Some((Why::Outlasts, 1000 * S)));
+        let late = 10_000 * S + 20 * ms + 1800 * S;
+        assert_eq!(j(&f, late, late + ms), Some((Why::Far, 1800 * S)));
+        assert_eq!(
+            j(&f, 9_000 * S, 9_000 * S + ms),
+            Some((Why::Far, -1000 * S))
+        );
+        // Rules 1 and 2 first, and only GPU ops are judged by rule 3.
+        assert_eq!(j(&f, at, at + 7200 * S), Some((Why::TooLong, 7200 * S)));
+        assert_eq!(f.judge(What::ApiCall, at, at + 1000 * S), None);
+        // A call that waits for the kernel covers it; one past rule 2 does not.
+        f.reach_to([(at, at + 1001 * S), (at, at + 100 * 3600 * S)].into_iter());
+        assert_eq!(f.reach, at + 1001 * S);
+        assert_eq!(j(&f, at, at + 1000 * S), None);
+        // 2 h of bulk: 200 h either way, as rule 2 allows.
+        let long = FileBulk {
+            bulk: Bulk {
+                lo: 0,
+                hi: 7200 * S,
+            },
+            reach: 7200 * S,
+        };
+        assert_eq!(j(&long, 7200 * S + 3601 * S, 7200 * S + 3602 * S), None);
     }
 
     #[test]

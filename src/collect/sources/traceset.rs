@@ -36,7 +36,7 @@ fn is_trace_name(name: &str) -> bool {
 }
 
 /// The files the paths name: a file as it is, a directory as the traces directly in it,
-/// sorted by name. A directory without traces, or a file named twice, is an error.
+/// sorted by name (a named pipe, socket or device with a trace's name is skipped, and said). A directory without traces, or a file named twice, is an error.
 pub fn expand(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     for p in paths {
@@ -50,7 +50,15 @@ pub fn expand(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
             .with_context(|| format!("{shown}: cannot read the directory"))?
             .filter_map(|e| e.ok())
             .map(|e| e.path())
-            .filter(|f| f.is_file() && is_trace_name(&file_label(f)))
+            .filter(|f| is_trace_name(&file_label(f)))
+            .filter(|f| match crate::files::special(f) {
+                // Never opened (it could block): said, so that a missing rank has a reason.
+                Some(what) => {
+                    crate::say!("gaptop: {}: is {what}, not a file: skipped", f.display());
+                    false
+                }
+                None => f.is_file(),
+            })
             .collect();
         if found.is_empty() {
             bail!("{shown}: no traces in it (*.json, *.json.gz, *.rec)");

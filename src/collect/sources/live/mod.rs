@@ -21,15 +21,22 @@ pub use event::LiveEvent;
 
 pub mod event;
 
-/// A private directory holding the socket, removed on drop.
+/// A private directory holding the socket, removed on drop (or, after a SIGKILL, by the next
+/// viewer's [`SocketDir::create`]).
 pub struct SocketDir {
     pub dir: PathBuf,
     pub socket: PathBuf,
 }
 
 impl SocketDir {
+    /// A new socket directory, `gaptop-PID-*` in the system's temporary folder; those that a
+    /// killed viewer (`record`, `run`) left there, whose process is gone, are removed first.
     pub fn create() -> anyhow::Result<(SocketDir, UnixListener)> {
-        let base = std::env::temp_dir();
+        SocketDir::create_in(&std::env::temp_dir())
+    }
+
+    fn create_in(base: &Path) -> anyhow::Result<(SocketDir, UnixListener)> {
+        crate::files::sweep_dead(base, "gaptop-");
         for i in 0..100u32 {
             let nonce = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -567,6 +574,31 @@ fn follow(mut log: std::fs::File, tx: Sender<LiveEvent>, stop: Arc<AtomicBool>) 
 mod tests {
     use super::*;
     use std::io::Write;
+
+    /// A socket folder whose viewer was killed (its pid gone) is removed when the next one
+    /// is made; one whose viewer lives is kept, as is what is not a socket folder.
+    #[test]
+    fn socket_folders_of_dead_viewers_are_removed_at_the_next_start() {
+        let base = std::env::temp_dir().join(format!("gaptop-sockbase-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(&base).unwrap();
+        let mut c = std::process::Command::new("true").spawn().unwrap();
+        let dead = c.id();
+        c.wait().unwrap();
+        let left = base.join(format!("gaptop-{dead}-1f-0"));
+        let live = base.join(format!("gaptop-{}-2f-0", std::process::id()));
+        let other = base.join(format!("gaptop-record-x-{dead}"));
+        for d in [&left, &live, &other] {
+            std::fs::create_dir(d).unwrap();
+            std::fs::write(d.join("collector.sock"), b"").unwrap();
+        }
+        let (sd, _l) = SocketDir::create_in(&base).unwrap();
+        assert!(!left.exists(), "the dead viewer's folder stays");
+        assert!(live.exists() && other.exists());
+        assert!(sd.socket.exists());
+        drop(sd);
+        std::fs::remove_dir_all(&base).unwrap();
+    }
 
     /// The output pane's lines as the log grows: \n and \r end lines (a progress bar shows its
     /// last state instead of growing one endless line), overlong lines are cut, and an

@@ -33,6 +33,9 @@ impl Import {
         let procs = 0..self.store.procs.len() as u32;
         let starts = calls.iter().map(|c| c.call.start);
         self.bulk = dropped::file_bulk(&self.store, &procs, starts, calls.len());
+        if let Some(b) = &mut self.bulk {
+            b.reach_to(calls.iter().map(|c| (c.call.start, c.call.end)));
+        }
         let Some(bulk) = self.bulk else {
             return;
         };

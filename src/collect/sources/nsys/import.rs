@@ -8,7 +8,7 @@
 use rustc_hash::FxHashMap as HashMap;
 
 use super::db::{int, pid_of, proc_key, text, Db, Strings};
-use crate::collect::model::plausible::{self, Bulk, Verdict, What};
+use crate::collect::model::plausible::{self, FileBulk, Verdict, What};
 use crate::collect::model::records::Ns;
 use crate::collect::model::store::Store;
 
@@ -30,7 +30,7 @@ pub(super) struct Import {
     pub(super) replayed: Vec<Replayed>,
     /// Where the bulk of the export's times lie, once its ops and calls are read
     /// (`collect::model::plausible`).
-    pub(super) bulk: Option<Bulk>,
+    pub(super) bulk: Option<FileBulk>,
 }
 
 /// A graph node's op given a call of its own: its process, the `cudaGraphLaunch` that replayed
