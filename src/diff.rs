@@ -455,7 +455,7 @@ pub fn text(d: &DiffJson, width: Option<usize>) -> String {
     use std::fmt::Write;
     // A name in `room` characters after a line's first `used`.
     let fit = |s: &str, used: usize| match width {
-        Some(w) => cut_middle(s, w.saturating_sub(used).max(12)),
+        Some(w) => cut_middle(s, w.saturating_sub(used).max(8)),
         None => s.to_string(),
     };
     let mut o = String::new();

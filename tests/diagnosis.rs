@@ -139,7 +139,13 @@ fn the_planted_decode_loop_is_diagnosed_on_the_gpu() {
     );
     assert_eq!(first["recurring"], true);
     assert_eq!(first["verdict"], "host_work");
-    assert_eq!(first["steps_present"], j["steps"]["steady"]);
+    // In every steady step but possibly the first: its gap comes before the step's first op,
+    // so it lies in the step before (a warm-up one for the first steady step).
+    let steady = j["steps"]["steady"].as_u64().unwrap();
+    assert!(
+        first["steps_present"].as_u64().unwrap() + 1 >= steady,
+        "{first}"
+    );
     let deflate = first["cpu"]["frames"]
         .as_array()
         .unwrap()

@@ -102,7 +102,7 @@ fn node(dir: &Path, rank: i32, behind: u64) -> PathBuf {
     for fr in &f {
         wr.frame(1, fr).unwrap();
     }
-    wr.flush().unwrap();
+    wr.close().unwrap();
     path
 }
 

@@ -357,14 +357,17 @@ fn two_gpu_recording_names_the_late_rank() {
         r0["wait_ns"].as_i64().unwrap() > 10 * r1["wait_ns"].as_i64().unwrap(),
         "{c}"
     );
-    let planted = c["late_sites"]
+    // What made rank 1 late, by cause: the planted function's stack, at every collective.
+    let planted: Vec<&Value> = c["late_sites"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|s| s["frames"].to_string().contains("late_allreduce"))
-        .expect("the planted function is named");
-    assert_eq!(planted["rank"], 1);
-    assert_eq!(planted["count"], 20);
+        .filter(|s| s["frames"].to_string().contains("late_allreduce"))
+        .collect();
+    assert!(!planted.is_empty(), "the planted function is named: {c}");
+    assert!(planted.iter().all(|s| s["rank"] == 1), "{c}");
+    let count: u64 = planted.iter().map(|s| s["count"].as_u64().unwrap()).sum();
+    assert_eq!(count, 20, "{c}");
     // Each rank's process is listed with what arrived from it.
     let procs = j["processes"].as_array().unwrap();
     assert_eq!(procs.len(), 2, "{procs:?}");

@@ -78,7 +78,14 @@ fn gain(j: &JsonReport, a: &Advice) -> String {
     let median = j.steps.as_ref().map_or(0, |s| s.median_ns);
     if let (Some(r), Some(rj)) = (&a.replay, &j.replay) {
         if r.saving_ns > 0 {
-            let then = format!("replayed; the GPU then busy {:.0}%", 100.0 * r.busy_after);
+            let with = match r.workers {
+                Some(n) => format!(" with {n} loader worker{}", if n == 1 { "" } else { "s" }),
+                None => String::new(),
+            };
+            let then = format!(
+                "replayed{with}; the GPU then busy {:.0}%",
+                100.0 * r.busy_after
+            );
             return if r.steps_changed * 10 < rj.steps * 9 && r.steps_changed > 0 {
                 format!(
                     "saves ~{} a step on average, ~{} in the {} of {} steps it changes ({then})",
@@ -88,7 +95,7 @@ fn gain(j: &JsonReport, a: &Advice) -> String {
                     rj.steps
                 )
             } else {
-                let step = rj.measured_mean_ns;
+                let step = median;
                 format!(
                     "saves ~{} of a {} step ({:.0}%; {then})",
                     t(r.saving_ns),
@@ -117,6 +124,26 @@ fn gain(j: &JsonReport, a: &Advice) -> String {
                 ""
             }
         ),
+    }
+}
+
+/// `rank 3's ` when the site's fix changes one rank of several (a straggler's cause).
+fn rank_of(a: &Advice) -> String {
+    match a.replay.as_ref().map(|r| (r.ranks.as_slice(), r.of_ranks)) {
+        Some((&[r], n)) if n >= 2 => format!("rank {r}'s "),
+        _ => String::new(),
+    }
+}
+
+/// `makes 7 ranks wait at their collectives, ` for a straggler's cause.
+fn waits(a: &Advice) -> String {
+    match a.replay.as_ref().map(|r| (r.ranks.len(), r.of_ranks)) {
+        Some((1, n)) if n >= 2 => format!(
+            "makes {} other rank{} wait at the collectives, ",
+            n - 1,
+            if n == 2 { "" } else { "s" }
+        ),
+        _ => String::new(),
     }
 }
 
@@ -175,9 +202,16 @@ pub fn lines(j: &JsonReport) -> [String; 3] {
     };
     let first = if has_fix(a) {
         format!(
-            "Fix first: {} — {why}, {}: {}",
+            "Fix first: {}{} — {why}, {}{}{}: {}",
+            rank_of(a),
             site_words(&a.site),
+            waits(a),
             gain(j, a),
+            if rank_of(a).is_empty() {
+                ""
+            } else {
+                " on every rank"
+            },
             a.fix
         )
     } else {

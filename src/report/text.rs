@@ -527,12 +527,22 @@ fn comm(j: &JsonReport) -> Section {
             .or(l.frames.last())
             .map(|f| short(f, 80))
             .unwrap_or_else(|| "no Python stack (a C++ thread, e.g. DDP's reducer)".into());
+        let why = match (l.cause, &l.kernel, l.ratio) {
+            ("slow_kernel", Some(k), Some(r)) => format!(
+                "its GPU ran {} {r:.1}x the other ranks' median ({} more)",
+                short(k, 50),
+                t(l.cause_ns)
+            ),
+            ("host_gap", _, _) => {
+                format!("its GPU idle {} before a launch from {site}", t(l.cause_ns))
+            }
+            _ => format!("launching the collective from {site}"),
+        };
         s.line(format!(
-            "  late: rank {} {} times ({}) launching from {}",
+            "  late: rank {} {} times ({}): {why}",
             l.rank,
             l.count,
             t(l.late_ns),
-            site
         ));
     }
     s

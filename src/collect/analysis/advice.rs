@@ -606,6 +606,110 @@ fn sync_advice(store: &Store, key: &str, e: &replay::SiteEstimate) -> Advice {
     }
 }
 
+/// What to check on a GPU slower than its peers.
+const SLOW_GPU_FIX: &str = "check that GPU: its clocks and throttling (nvidia-smi -q -d CLOCK,PERFORMANCE), other processes on it, its placement (nvidia-smi topo -m)";
+
+/// A rank whose kernel ran far slower than the same kernel on the other ranks, where that made
+/// it late at a collective (`comm`'s late sites): advice of its own, its saving replayed with
+/// the kernel at the others' speed, and, where another rank's fix is first, what it adds once
+/// that one is in.
+fn slow_gpus(
+    store: &Store,
+    steps: &Steps,
+    est: &mut replay::Estimate,
+    advice: &[Advice],
+) -> Vec<Advice> {
+    if store.procs.len() < 2 {
+        return Vec::new();
+    }
+    let (lo, hi) = (
+        steps.steps[est.steps.start].start,
+        steps.steps[est.steps.end - 1].end,
+    );
+    let comm = crate::collect::analysis::comm::analyze(store, lo, hi);
+    let first = advice.iter().find(|a| {
+        a.replay
+            .as_ref()
+            .is_some_and(|r| r.ranks.len() == 1 && r.saving_ns > 0)
+    });
+    let also = first.and_then(|a| Some((a.key.as_str(), whatif_of(a)?)));
+    let mut out = Vec::new();
+    for l in comm
+        .late_sites
+        .iter()
+        .filter(|l| l.cause == "slow_kernel")
+        .take(2)
+    {
+        let (Some(kernel), Some(ratio)) = (&l.kernel, l.ratio) else {
+            continue;
+        };
+        let Some(proc) = store.procs.iter().position(|p| p.rank == l.rank) else {
+            continue;
+        };
+        let Some(name) = (0..store.names.len() as NameId).find(|&n| store.names.get(n) == kernel)
+        else {
+            continue;
+        };
+        let (alone, added) =
+            replay::slow_kernel(est, store, steps, (proc as u32, name, ratio), also);
+        let short = crate::frames::short_kernel(kernel);
+        let then = match (first, added) {
+            (Some(f), Some(add)) if alone * 10 < add => format!(
+                " Its fix saves nothing until {}{} is fixed (that rank's slack hides it); then ~{} a step.",
+                first_rank(f),
+                f.site.split("  ").next().unwrap_or(&f.site),
+                fmt_short(add)
+            ),
+            _ => String::new(),
+        };
+        let text = format!(
+            "rank {}'s GPU runs {short} {ratio:.1}x slower than the others' median, which makes it late at {} collectives.{then} Fix: {SLOW_GPU_FIX}.",
+            l.rank, l.count
+        );
+        out.push(Advice {
+            site: format!("rank {}'s GPU: {short}", l.rank),
+            key: format!("\u{1f}slow-gpu {} {kernel}", l.rank),
+            gaps: 0,
+            gap_ns: 0,
+            share: 0.0,
+            typical_gap_ns: 0,
+            typical_exact: true,
+            verdict_gap_ns: 0,
+            figure: GapFigure {
+                ns: 0,
+                weighted: false,
+                exact: true,
+            },
+            mean_op_ns: 0,
+            verdict: Verdict::Busy,
+            framework: Framework::Cuda,
+            recurring: true,
+            steps_present: None,
+            per_step_ns: None,
+            saving_ns: Some(alone),
+            gap_sum_ns: None,
+            replay: None,
+            one_offs: 0,
+            one_off_ns: 0,
+            cpu: None,
+            cause: Some("slow_gpu"),
+            cause_name: Some(format!("a slow GPU ({ratio:.1}x the others' median)")),
+            reason: None,
+            text,
+            fix: SLOW_GPU_FIX,
+        });
+    }
+    out
+}
+
+/// `rank 3's ` for a site whose fix changes one rank.
+fn first_rank(a: &Advice) -> String {
+    match a.replay.as_ref().map(|r| r.ranks.as_slice()) {
+        Some(&[r]) => format!("rank {r}'s "),
+        _ => String::new(),
+    }
+}
+
 /// Sites replayed with their fix: the first this many recurring ones.
 const REPLAYED_SITES: usize = 12;
 
@@ -638,7 +742,7 @@ pub fn replay_advice(
         .take(REPLAYED_SITES)
         .collect();
     let mut key = |stack, api, op| site_key_of(store, stack, api, op);
-    let est = replay::estimate(store, steps, &sites, &mut key)?;
+    let mut est = replay::estimate(store, steps, &sites, &mut key)?;
     for a in advice.iter_mut() {
         if let Some(e) = est.sites.get(&a.key) {
             a.saving_ns = Some(e.saving_ns);
@@ -654,8 +758,9 @@ pub fn replay_advice(
         .collect();
     extra.sort_by(|x, y| x.key.cmp(&y.key));
     advice.extend(extra);
+    advice.extend(slow_gpus(store, steps, &mut est, advice));
     advice.sort_by(|x, y| {
-        let rank = |a: &Advice| (a.recurring, a.replay.is_some(), a.saving_ns.unwrap_or(0));
+        let rank = |a: &Advice| (a.recurring, a.saving_ns.unwrap_or(0));
         rank(y).cmp(&rank(x))
     });
     Some(est)

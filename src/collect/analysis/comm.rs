@@ -25,16 +25,117 @@ pub struct RankStall {
     pub late_ns: Ns,
 }
 
-#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct LateSite {
     pub rank: i32,
     pub count: u64,
     pub late_ns: Ns,
-    /// Launch stack of the late rank's collective, outermost first.
+    /// What made the rank late, found on its own timeline since its previous collective:
+    /// `host_gap` (its GPU idle, waiting for the launch after the longest gap: `frames` is that
+    /// launch's stack), `slow_kernel` (a kernel that ran `ratio` times the other ranks' median
+    /// over the same stretch: `kernel`), or `collective` (neither: `frames` is the collective's
+    /// launch stack).
+    pub cause: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ratio: Option<f64>,
+    /// The longest such gap, or the slow kernel's time over the others' median, per arrival
+    /// (the last one seen).
+    pub cause_ns: Ns,
+    /// Launch stack, outermost first.
     pub frames: Vec<String>,
 }
 
-#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+/// A kernel this many times the other ranks' median over the same stretch is slow.
+pub const SLOW_KERNEL_RATIO: f64 = 1.5;
+
+/// What made rank `late` late at collective `k`: its timeline (all its lanes) since its
+/// previous collective, against the other ranks' over theirs.
+fn late_cause(
+    store: &Store,
+    lanes: &[Vec<usize>],
+    lists: &[&Vec<(Ns, Ns, StackId)>],
+    late: usize,
+    k: usize,
+) -> (&'static str, Option<(String, f64)>, Ns, StackId) {
+    let window = |i: usize| {
+        let from = if k == 0 { Ns::MIN } else { lists[i][k - 1].1 };
+        (from, lists[i][k].0)
+    };
+    // Kernel time by name over each rank's stretch.
+    let kernels = |i: usize| {
+        let (a, b) = window(i);
+        let mut m: BTreeMap<u32, Ns> = BTreeMap::new();
+        for &l in &lanes[i] {
+            let lane = &store.lanes[l];
+            for op in lane.range(lane.lower_bound(a.max(Ns::MIN + 1))..lane.lower_bound(b)) {
+                if op.flags & FLAG_COMM == 0 {
+                    *m.entry(op.name).or_default() += op.dur();
+                }
+            }
+        }
+        m
+    };
+    let mine = kernels(late);
+    let others: Vec<BTreeMap<u32, Ns>> = (0..lists.len())
+        .filter(|&i| i != late)
+        .map(kernels)
+        .collect();
+    let mut slow: Option<(u32, Ns, f64)> = None;
+    for (&name, &ns) in &mine {
+        let mut v: Vec<Ns> = others
+            .iter()
+            .map(|m| m.get(&name).copied().unwrap_or(0))
+            .collect();
+        v.sort_unstable();
+        let med = v[(v.len() - 1) / 2];
+        if med > 0 && ns as f64 >= SLOW_KERNEL_RATIO * med as f64 {
+            let excess = ns - med;
+            if slow.is_none_or(|s| excess > s.1) {
+                slow = Some((name, excess, ns as f64 / med as f64));
+            }
+        }
+    }
+    // The longest stretch with nothing running on the late rank's device, and the launch after.
+    let (a, b) = window(late);
+    let mut ops: Vec<(Ns, Ns, usize, u32)> = Vec::new();
+    for &l in &lanes[late] {
+        let lane = &store.lanes[l];
+        for op in lane.range(lane.lower_bound(a.max(Ns::MIN + 1))..lane.lower_bound(b)) {
+            ops.push((op.start, op.end, l, op.corr));
+        }
+    }
+    ops.sort_unstable();
+    let mut reach = if k == 0 {
+        ops.first().map_or(b, |o| o.0)
+    } else {
+        a
+    };
+    let mut gap: Option<(Ns, usize, u32)> = None;
+    for &(s, e, l, corr) in &ops {
+        if s - reach > gap.map_or(0, |g| g.0) {
+            gap = Some((s - reach, l, corr));
+        }
+        reach = reach.max(e);
+    }
+    let stack_of = |l: usize, corr: u32| {
+        let p = &store.procs[store.lanes[l].key.proc as usize];
+        p.api_by_corr(corr).map_or(0, |x| x.stack)
+    };
+    match (slow, gap) {
+        (Some((name, excess, ratio)), g) if g.is_none_or(|g| excess > g.0) => (
+            "slow_kernel",
+            Some((store.names.get(name).to_string(), ratio)),
+            excess,
+            0,
+        ),
+        (_, Some((ns, l, corr))) => ("host_gap", None, ns, stack_of(l, corr)),
+        _ => ("collective", None, 0, lists[late][k].2),
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct CommReport {
     pub ranks: usize,
     pub collectives: u64,
@@ -84,7 +185,18 @@ pub fn analyze(store: &Store, lo: Ns, hi: Ns) -> CommReport {
         })
         .collect();
     let n = per_proc.values().map(|v| v.len()).min().unwrap_or(0);
-    let mut sites: BTreeMap<(usize, StackId), (u64, Ns)> = BTreeMap::new();
+    // Each rank's lanes.
+    let lanes: Vec<Vec<usize>> = procs
+        .iter()
+        .map(|&p| {
+            (0..store.lanes.len())
+                .filter(|&l| store.lanes[l].key.proc == p)
+                .collect()
+        })
+        .collect();
+    // Per (rank, cause, kernel or stack): arrivals, late time, the cause's figure and ratio.
+    type Key = (usize, &'static str, String, StackId);
+    let mut sites: BTreeMap<Key, (u64, Ns, Ns, f64)> = BTreeMap::new();
     let lists: Vec<&Vec<(Ns, Ns, StackId)>> = procs.iter().map(|p| &per_proc[p]).collect();
     for k in 0..n {
         let starts: Vec<(Ns, Ns, StackId)> = lists.iter().map(|l| l[k]).collect();
@@ -105,9 +217,13 @@ pub fn analyze(store: &Store, lo: Ns, hi: Ns) -> CommReport {
         if by > 0 {
             r.per_rank[late_i].late_count += 1;
             r.per_rank[late_i].late_ns += by;
-            let e = sites.entry((late_i, late.2)).or_default();
+            let (cause, kernel, cause_ns, stack) = late_cause(store, &lanes, &lists, late_i, k);
+            let (name, ratio) = kernel.unwrap_or_default();
+            let e = sites.entry((late_i, cause, name, stack)).or_default();
             e.0 += 1;
             e.1 += by;
+            e.2 = cause_ns;
+            e.3 = ratio;
         }
     }
     let mut v: Vec<_> = sites.into_iter().collect();
@@ -115,12 +231,18 @@ pub fn analyze(store: &Store, lo: Ns, hi: Ns) -> CommReport {
     r.late_sites = v
         .into_iter()
         .take(10)
-        .map(|((i, stack), (count, late_ns))| LateSite {
-            rank: r.per_rank[i].rank,
-            count,
-            late_ns,
-            frames: store.frame_strings(stack),
-        })
+        .map(
+            |((i, cause, kernel, stack), (count, late_ns, cause_ns, ratio))| LateSite {
+                rank: r.per_rank[i].rank,
+                count,
+                late_ns,
+                cause,
+                kernel: (!kernel.is_empty()).then_some(kernel),
+                ratio: (ratio > 0.0).then_some(ratio),
+                cause_ns,
+                frames: store.frame_strings(stack),
+            },
+        )
         .collect();
     r
 }

@@ -31,7 +31,8 @@ fn median(mut v: Vec<Ns>) -> Option<Ns> {
     Some(*v.select_nth_unstable(mid).1)
 }
 
-/// The calls of a process that start in `[lo, hi)`, in their stored order (by start).
+/// The calls of a process that start in `[lo, hi)`, in their stored order (by start), but
+/// for those of no kind the replay models.
 fn calls_in(store: &Store, proc: usize, lo: Ns, hi: Ns) -> Vec<ApiCall> {
     let p = &store.procs[proc];
     let end = p.calls.next_seq();
@@ -48,7 +49,12 @@ fn calls_in(store: &Store, proc: usize, lo: Ns, hi: Ns) -> Vec<ApiCall> {
         }
         a
     };
-    p.calls.range(at(lo), at(hi)).collect()
+    // Calls that launch, copy, wait or sync; the rest (`cudaGetDevice`, `cudaMalloc`, …) are
+    // the thread's CPU time like any other work.
+    p.calls
+        .range(at(lo), at(hi))
+        .filter(|a| a.kind != ApiKind::Other)
+        .collect()
 }
 
 /// Builds the model of the calls that start in `[lo, hi)` and the ops they launched (with the
@@ -105,6 +111,8 @@ pub fn build(
                     tail: 0,
                     kind: a.kind,
                     site: NONE,
+                    after: NONE,
+                    after_gap: 0,
                     inv: match &spans {
                         Some((v, py)) => python_span_at(v, py, a.start),
                         None => a.stack,
@@ -157,6 +165,7 @@ pub fn build(
                 dur: op.end.max(op.start) - op.start,
                 floor: Ns::MIN,
                 group: NONE,
+                name: op.name,
             });
             if op.flags & FLAG_COMM != 0 {
                 m.ops.last_mut().expect("pushed").group = NONE - 1; // a collective, grouped below
@@ -174,6 +183,7 @@ pub fn build(
         });
         bind_lane(&mut m.ops[first as usize..], &raw, before_end);
     }
+    bind_wakes(&mut m);
     bind_deps(&mut m, store);
     bind_syncs(&mut m);
     group_collectives(&mut m, store);
@@ -226,6 +236,52 @@ fn python_span_at(spans: &[Span], python: &[bool], t: Ns) -> u32 {
         j = spans[j].parent as usize;
     }
     NONE
+}
+
+/// A thread idle for this long before a call was woken by another, when one of its process's
+/// other threads made a call meanwhile.
+const WAKE_NS: Ns = 200_000;
+
+/// Calls after a long idle of their thread follow the last call another thread of their
+/// process ended during that idle (the thread that woke it): exact as measured, and the
+/// woken thread moves when the other does.
+fn bind_wakes(m: &mut Model) {
+    let mut by_proc: HashMap<u32, Vec<(Ns, u32)>> = HashMap::default();
+    for (c, call) in m.calls.iter().enumerate() {
+        let proc = m.threads[call.thread as usize].proc;
+        by_proc.entry(proc).or_default().push((call.end, c as u32));
+    }
+    if by_proc.values().all(|v| {
+        let t = m.calls[v[0].1 as usize].thread;
+        v.iter().all(|&(_, c)| m.calls[c as usize].thread == t)
+    }) {
+        return;
+    }
+    for v in by_proc.values_mut() {
+        v.sort_unstable();
+    }
+    for t in 0..m.threads.len() {
+        let (proc, first, last) = (m.threads[t].proc, m.threads[t].first, m.threads[t].last);
+        let ends = &by_proc[&proc];
+        for c in first + 1..last {
+            let call = m.calls[c as usize];
+            if call.seg < WAKE_NS {
+                continue;
+            }
+            let idle_from = m.calls[c as usize - 1].end;
+            let i = ends.partition_point(|&(e, _)| e <= call.start);
+            let woke = ends[..i]
+                .iter()
+                .rev()
+                .take_while(|&&(e, _)| e >= idle_from)
+                .find(|&&(_, d)| m.calls[d as usize].thread != t as u32);
+            if let Some(&(e, d)) = woke {
+                let x = &mut m.calls[c as usize];
+                x.after = d;
+                x.after_gap = call.start - e;
+            }
+        }
+    }
 }
 
 /// Which term bound each op of a stream: queued behind the op before it (its stream was busy

@@ -36,4 +36,6 @@ pub use build::{build, REPLAY_MAX_OPS};
 pub use model::{Call, LaneSeq, Model, Op, Thread, NONE};
 pub use run::{run, Times};
 pub use view::{short as whatif_short, step_picture, StepPicture};
-pub use whatif::{estimate, replay_site, Estimate, ReplayJson, SiteEstimate, SiteReplay, WhatIf};
+pub use whatif::{
+    estimate, replay_site, slow_kernel, Estimate, ReplayJson, SiteEstimate, SiteReplay, WhatIf,
+};

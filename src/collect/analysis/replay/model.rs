@@ -25,6 +25,11 @@ pub struct Call {
     pub kind: ApiKind,
     /// Its site, an index into [`Model::sites`] ([`NONE`]: none).
     pub site: u32,
+    /// A call of another thread of its process that it followed: after a long idle, the
+    /// thread started again this long after that call ended (a thread woken by another, as
+    /// autograd's by `backward()`); [`NONE`]: none.
+    pub after: u32,
+    pub after_gap: Ns,
     /// Which call of a Python function made it: on a thread with CPU spans (a trace), the
     /// innermost Python span around it; else its stack (a new call returns to its first line).
     pub inv: u32,
@@ -52,6 +57,8 @@ pub struct Op {
     pub floor: Ns,
     /// Its collective ([`NONE`]: none).
     pub group: u32,
+    /// Its name.
+    pub name: NameId,
 }
 
 /// A launching thread's calls.

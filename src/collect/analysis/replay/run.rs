@@ -64,11 +64,30 @@ pub fn run(m: &Model) -> Times {
                 let c = th[i].next;
                 let call = &m.calls[c as usize];
                 if !th[i].started {
-                    t.call_start[c as usize] = if c == x.first {
+                    let mut start = if c == x.first {
                         call.start
                     } else {
                         t.call_end[c as usize - 1] + call.seg
                     };
+                    if call.after != NONE {
+                        // Woken by another thread: when that one's call ended, its own idle
+                        // aside (no earlier than its previous call's end).
+                        if c != x.first {
+                            start = t.call_end[c as usize - 1];
+                        }
+                        let d = call.after;
+                        let o = m.calls[d as usize].thread as usize;
+                        if d < th[o].next {
+                            start = start.max(t.call_end[d as usize] + call.after_gap);
+                        } else if force {
+                            start = start.max(m.calls[d as usize].end + call.after_gap);
+                            t.forced += 1;
+                            force = false;
+                        } else {
+                            break;
+                        }
+                    }
+                    t.call_start[c as usize] = start;
                     th[i].started = true;
                     progress = true;
                 }

@@ -63,6 +63,49 @@ pub struct SiteEstimate {
     /// A stack and API of the site's calls (to name a site no gap is charged to: a sync's).
     #[serde(skip)]
     pub call: (StackId, NameId),
+    /// With several ranks: the ranks whose calls or ops the fix changes, of how many.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ranks: Vec<i32>,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub of_ranks: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// The ranks of a capture's processes, when it has more than one.
+fn ranks_of(store: &Store) -> Vec<i32> {
+    let mut r: Vec<i32> = store
+        .procs
+        .iter()
+        .map(|p| p.rank)
+        .filter(|&r| r >= 0)
+        .collect();
+    r.sort_unstable();
+    r.dedup();
+    if r.len() < 2 {
+        r.clear();
+    }
+    r
+}
+
+/// The ranks a change touches.
+fn touched(m: &Model, store: &Store, u: &Undo) -> Vec<i32> {
+    let mut r: Vec<i32> = u
+        .calls
+        .iter()
+        .map(|(c, _)| m.threads[m.calls[*c as usize].thread as usize].proc)
+        .chain(u.ops.iter().map(|(j, _)| {
+            store.lanes[m.lanes[m.ops[*j as usize].lane as usize].lane]
+                .key
+                .proc
+        }))
+        .map(|p| store.procs[p as usize].rank)
+        .collect();
+    r.sort_unstable();
+    r.dedup();
+    r
 }
 
 /// The JSON `replay` object.
@@ -180,7 +223,9 @@ impl Anchors {
     }
 }
 
-/// The replayed wall time of each step of `range`.
+/// The replayed wall time of each step of `range`: a step lasts from its start to the next
+/// one's (an iteration's period: what a range leaves out between two steps, such as loading
+/// the next batch, is the step's too); the last one to its end.
 fn walls(
     m: &Model,
     t: &Times,
@@ -188,16 +233,22 @@ fn walls(
     steps: &Steps,
     range: std::ops::Range<usize>,
 ) -> Vec<Ns> {
+    spans(m, t, a, steps, range)
+        .into_iter()
+        .map(|(s, e)| e - s)
+        .collect()
+}
+
+/// The measured periods of the steps of `range`, as [`walls`] replays them.
+fn periods(steps: &Steps, range: std::ops::Range<usize>) -> Vec<Ns> {
     range
         .clone()
         .map(|k| {
             let s = &steps.steps[k];
-            let start = a.at(m, t, s.start, false);
-            let end = match steps.steps.get(k + 1) {
-                Some(n) if n.start == s.end && k + 1 < range.end => a.at(m, t, n.start, false),
-                _ => a.at(m, t, s.end, true),
-            };
-            end - start
+            match steps.steps.get(k + 1) {
+                Some(n) if k + 1 < range.end => n.start - s.start,
+                _ => s.wall(),
+            }
         })
         .collect()
 }
@@ -456,7 +507,7 @@ pub fn estimate(
     let anchors = Anchors::new(&model, store, cpu);
     let baseline = run(&model);
     let before = walls(&model, &baseline, &anchors, steps, range.clone());
-    let measured: Vec<Ns> = range.clone().map(|k| steps.steps[k].wall()).collect();
+    let measured = periods(steps, range.clone());
     let errors: Vec<f64> = before
         .iter()
         .zip(&measured)
@@ -479,6 +530,7 @@ pub fn estimate(
         .enumerate()
         .map(|(i, k)| (k.clone(), i as u32))
         .collect();
+    let all_ranks = ranks_of(store);
     let mut out = HashMap::default();
     // The syncs' own sites too (`.item()`, `.cpu()`: they launch nothing, so no gap is charged
     // to them), the ones that waited longest first.
@@ -510,6 +562,11 @@ pub fn estimate(
             continue;
         };
         let undo = apply(&mut model, s, *w, &seg, &own);
+        let ranks = if all_ranks.is_empty() {
+            Vec::new()
+        } else {
+            touched(&model, store, &undo)
+        };
         let t = run(&model);
         let after = walls(&model, &t, &anchors, steps, range.clone());
         drop(t);
@@ -546,6 +603,8 @@ pub fn estimate(
                 whatif: w.assumes(),
                 workers,
                 call: model.site_calls[s as usize],
+                ranks,
+                of_ranks: all_ranks.len(),
             },
         );
     }
@@ -590,7 +649,7 @@ fn spans(
         .map(|k| {
             let s = &steps.steps[k];
             let end = match steps.steps.get(k + 1) {
-                Some(n) if n.start == s.end && k + 1 < range.end => a.at(m, t, n.start, false),
+                Some(n) if k + 1 < range.end => a.at(m, t, n.start, false),
                 _ => a.at(m, t, s.end, true),
             };
             (a.at(m, t, s.start, false), end)
@@ -621,4 +680,48 @@ pub fn replay_site(
         baseline_spans: spans(m, &est.baseline, &b, steps, est.steps.clone()),
         times,
     })
+}
+
+/// A slow GPU's kernels at the other ranks' speed: the ops named `name` of process `proc`
+/// (not collectives) `ratio` times shorter. Returns the mean saving a step of that alone, and,
+/// with `also` (another site's fix), what it adds once that fix is in: one late rank's slack
+/// can hide another's slow kernel, whose fix then saves nothing until the first is fixed.
+pub fn slow_kernel(
+    est: &mut Estimate,
+    store: &Store,
+    steps: &Steps,
+    kernel: (u32, NameId, f64),
+    also: Option<(&str, WhatIf)>,
+) -> (Ns, Option<Ns>) {
+    let (proc, name, ratio) = kernel;
+    let cpu = cpu_anchored(&steps.source);
+    let range = est.steps.clone();
+    let m = &mut est.model;
+    let anchors = Anchors::new(m, store, cpu);
+    let before = walls(m, &est.baseline, &anchors, steps, range.clone());
+    let (seg, own) = typical(m);
+    let site = also.and_then(|(k, w)| Some((m.sites.iter().position(|x| x == k)? as u32, w)));
+    let saving = |m: &mut Model, kernels: bool, fix: Option<(u32, WhatIf)>| {
+        let mut u = match fix {
+            Some((s, w)) => apply(m, s, w, &seg, &own),
+            None => Undo::default(),
+        };
+        if kernels {
+            for j in 0..m.ops.len() as u32 {
+                let o = m.ops[j as usize];
+                let p = store.lanes[m.lanes[o.lane as usize].lane].key.proc;
+                if p == proc && o.name == name && o.group == NONE {
+                    u.op(m, j).dur = (o.dur as f64 / ratio) as Ns;
+                }
+            }
+        }
+        let t = run(m);
+        let after = walls(m, &t, &anchors, steps, range.clone());
+        u.revert(m);
+        let n = after.len().max(1) as Ns;
+        before.iter().zip(&after).map(|(b, a)| b - a).sum::<Ns>() / n
+    };
+    let alone = saving(m, true, None).max(0);
+    let added = site.map(|fix| (saving(m, true, Some(fix)) - saving(m, false, Some(fix))).max(0));
+    (alone, added)
 }

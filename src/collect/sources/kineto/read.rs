@@ -170,7 +170,8 @@ impl Builder {
                     .skipped
                     .entry("unreadable events".into())
                     .or_insert(0) += self.bad;
-                crate::say!("gaptop: {}: {line}", self.store.source);
+                // Said with the capture's notes (the report's), not on its own line: a trace
+                // that is then refused says it in its one line of error.
                 self.store.notes.push(line);
             }
             if !(0..=MAX_BASE_NS).contains(&header.base_ns) {
