@@ -247,7 +247,7 @@ fn write_copy(
             // The launch stack and call; the op after the gap is named short here (its event
             // on the GPU track has the full name), since long template names repeated on
             // every gap were a third of an export.
-            let mut frames = store.frame_strings(g.stack);
+            let mut frames = store.frame_strings(store.numbered_stack(g.lane, g.next, g.stack));
             if g.api != 0 {
                 frames.push(store.names.get(g.api).to_string());
             }

@@ -45,7 +45,8 @@ fn stack_frames(store: &Store, stack: StackId, api: NameId, op: NameId) -> Vec<S
 pub fn gap_json(store: &Store, g: &Gap, origin: Ns) -> JsonGap {
     let l = &store.lanes[g.lane];
     let name = |i: usize| store.names.get(l.op(i).name).to_string();
-    let frames = stack_frames(store, g.stack, g.api, g.op_name);
+    let stack = store.numbered_stack(g.lane, g.next, g.stack);
+    let frames = stack_frames(store, stack, g.api, g.op_name);
     let mut j = JsonGap {
         start_ns: g.start - origin,
         duration_ns: g.dur(),

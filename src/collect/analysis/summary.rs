@@ -162,7 +162,7 @@ fn charge(
     };
     // Only where the CPU was on the critical path: the launch came after the gap began.
     if g.category == Category::HostWait {
-        leaf.cpu_spans.add(g.cpu_stack, d);
+        leaf.cpu_spans.add(store.stacks.folded(g.cpu_stack), d);
     }
     // The launching call itself ran through most of the gap, far longer than a launch takes.
     let proc = &store.procs[store.lanes[g.lane].key.proc as usize];
