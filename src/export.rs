@@ -355,7 +355,12 @@ fn write_copy(
             Ev::meta(
                 "process_name",
                 json!(proc.pid),
-                json!({"name": shown, "gaptop_label": proc.label, "gaptop_rank": rank}),
+                match rank.filter(|r| store.unaligned.contains(r)) {
+                    // Its clock could not be aligned with the others' (said again on opening).
+                    Some(_) => json!({"name": shown, "gaptop_label": proc.label,
+                        "gaptop_rank": rank, "gaptop_unaligned": true}),
+                    None => json!({"name": shown, "gaptop_label": proc.label, "gaptop_rank": rank}),
+                },
             ),
         )?;
     }
