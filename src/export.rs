@@ -247,7 +247,7 @@ fn write_copy(
             // The launch stack and call; the op after the gap is named short here (its event
             // on the GPU track has the full name), since long template names repeated on
             // every gap were a third of an export.
-            let mut frames = store.frame_strings(g.stack);
+            let mut frames = store.frame_strings(store.numbered_stack(g.lane, g.next, g.stack));
             if g.api != 0 {
                 frames.push(store.names.get(g.api).to_string());
             }
@@ -355,7 +355,12 @@ fn write_copy(
             Ev::meta(
                 "process_name",
                 json!(proc.pid),
-                json!({"name": shown, "gaptop_label": proc.label, "gaptop_rank": rank}),
+                match rank.filter(|r| store.unaligned.contains(r)) {
+                    // Its clock could not be aligned with the others' (said again on opening).
+                    Some(_) => json!({"name": shown, "gaptop_label": proc.label,
+                        "gaptop_rank": rank, "gaptop_unaligned": true}),
+                    None => json!({"name": shown, "gaptop_label": proc.label, "gaptop_rank": rank}),
+                },
             ),
         )?;
     }

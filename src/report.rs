@@ -7,6 +7,7 @@ mod text;
 pub use json::{JsonBucket, JsonGap, JsonProcess, JsonReport, JsonStack, JsonWindow, Percentiles};
 pub use text::{text, MAX_LINES};
 
+use crate::collect::analysis::comm::CommReport;
 use crate::collect::analysis::gaps::{Category, Config, Gap, Reason, Window};
 use crate::collect::analysis::summary::Summary;
 use crate::collect::model::records::{NameId, Ns, StackId};
@@ -45,7 +46,8 @@ fn stack_frames(store: &Store, stack: StackId, api: NameId, op: NameId) -> Vec<S
 pub fn gap_json(store: &Store, g: &Gap, origin: Ns) -> JsonGap {
     let l = &store.lanes[g.lane];
     let name = |i: usize| store.names.get(l.op(i).name).to_string();
-    let frames = stack_frames(store, g.stack, g.api, g.op_name);
+    let stack = store.numbered_stack(g.lane, g.next, g.stack);
+    let frames = stack_frames(store, stack, g.api, g.op_name);
     let mut j = JsonGap {
         start_ns: g.start - origin,
         duration_ns: g.dur(),
@@ -54,6 +56,7 @@ pub fn gap_json(store: &Store, g: &Gap, origin: Ns) -> JsonGap {
         device: l.key.device,
         stream: l.key.stream,
         pid: store.procs[l.key.proc as usize].pid,
+        rank: (store.rank_count() > 1).then_some(store.procs[l.key.proc as usize].rank),
         prev_op: store
             .names
             .get(store.lanes[g.prev_lane].op(g.prev).name)
@@ -93,6 +96,11 @@ pub fn top_stacks(store: &Store, s: &Summary, n: usize) -> Vec<JsonStack> {
             frames: stack_frames(store, stack, api, op),
             gaps,
             gap_ns,
+            ranks: s
+                .stack_ranks
+                .get(&(stack, api, op))
+                .cloned()
+                .unwrap_or_default(),
         })
         .collect()
 }
@@ -185,6 +193,7 @@ pub fn build_steps(
         let d = crate::collect::analysis::advice::diagnose(store, abs, cfg, top.max(200), step_by);
         (d, side.join().expect("report thread"))
     });
+    let (comm, comm_unknown) = unaligned_comm(store, comm);
     let one_off_gaps: Vec<JsonGap> = d
         .summary
         .top_gaps
@@ -266,8 +275,38 @@ pub fn build_steps(
         evicted_ops: store.evicted_ops,
         skipped: store.skipped.clone(),
         comm,
+        comm_unknown,
     };
     (s, j)
+}
+
+/// The communication section when some ranks' clocks could not be aligned
+/// (`Store::unaligned`): its counts only, and why nothing more is said. Late arrivals and
+/// waits are differences between the ranks' clocks, so they would be guesses.
+fn unaligned_comm(store: &Store, comm: Option<CommReport>) -> (Option<CommReport>, Option<String>) {
+    let Some(mut c) = comm else {
+        return (None, None);
+    };
+    if store.unaligned.is_empty() {
+        return (Some(c), None);
+    }
+    let who: Vec<String> = store
+        .unaligned
+        .iter()
+        .map(|&r| match r {
+            r if r >= 0 => format!("rank {r}"),
+            _ => "a process without a rank".to_string(),
+        })
+        .collect();
+    let why = format!(
+        "the clocks of {} could not be aligned with the others' (their collectives end at no one offset): which rank arrived late at a collective, and how long the others waited, cannot be told",
+        who.join(", ")
+    );
+    for r in &mut c.per_rank {
+        (r.wait_ns, r.late_count, r.late_ns) = (0, 0, 0);
+    }
+    c.late_sites.clear();
+    (Some(c), Some(why))
 }
 
 /// Per process with kernels in [lo, hi): its kernels, those whose launch call is known, and
@@ -321,5 +360,7 @@ fn launch_coverage(store: &Store, lo: Ns, hi: Ns) -> Vec<JsonProcess> {
         }
     }
     per.retain(|p| p.kernels > 0);
+    // In rank order (0, 1, 2, …, 10, numerically), those without a rank after, by pid.
+    per.sort_by_key(|p| (p.rank.is_none(), p.rank, p.pid));
     per
 }

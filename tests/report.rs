@@ -946,3 +946,60 @@ fn an_exported_window_keeps_the_source_times() {
         "{err:?}"
     );
 }
+
+/// HTA's trace_compare trace holds two steps, `ProfilerStep#1009` and `#1010`, with a launch
+/// under each: the top stacks and the folded tree have one `ProfilerStep#` frame for both,
+/// and a single gap still says which step it was in.
+#[test]
+fn numbered_profiler_steps_are_one_frame() {
+    let path = fixture("hta_trace_compare/base.json.gz");
+    let j = report_json(&path, &[]);
+    let roots: Vec<&str> = j["top_stacks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["frames"][0].as_str())
+        .filter(|f| f.starts_with("ProfilerStep"))
+        .collect();
+    assert_eq!(roots, ["ProfilerStep#"], "{roots:?}");
+    let step_of = |g: &Value| -> Vec<String> {
+        let all = [&g["frames"], &g["cpu_frames"]];
+        all.iter()
+            .flat_map(|v| v.as_array().unwrap().iter())
+            .filter_map(|f| f.as_str())
+            .filter(|f| f.starts_with("ProfilerStep#"))
+            .map(String::from)
+            .collect()
+    };
+    let steps: Vec<Vec<String>> = j["top_gaps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(step_of)
+        .filter(|v| !v.is_empty())
+        .collect();
+    assert!(
+        steps
+            .iter()
+            .any(|v| v.iter().any(|f| f == "ProfilerStep#1009"))
+            && steps
+                .iter()
+                .any(|v| v.iter().any(|f| f == "ProfilerStep#1010")),
+        "{steps:?}"
+    );
+    let o = Command::new(bin())
+        .args(["report", "--format", "folded"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let folded = String::from_utf8(o.stdout).unwrap();
+    let step_roots: std::collections::BTreeSet<&str> = folded
+        .lines()
+        .filter_map(|l| l.split(';').next())
+        .filter(|f| f.starts_with("ProfilerStep"))
+        .collect();
+    assert_eq!(
+        step_roots.into_iter().collect::<Vec<_>>(),
+        ["ProfilerStep#"]
+    );
+}

@@ -17,6 +17,9 @@ pub struct JsonStack {
     pub frames: Vec<String>,
     pub gaps: u64,
     pub gap_ns: Ns,
+    /// The ranks its gaps came from, in a capture of several ranks.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ranks: Vec<i32>,
 }
 
 #[derive(Serialize)]
@@ -29,6 +32,9 @@ pub struct JsonGap {
     pub device: u32,
     pub stream: u32,
     pub pid: u32,
+    /// The rank of the gap's process, in a capture of several ranks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rank: Option<i32>,
     pub prev_op: String,
     pub next_op: String,
     pub launch_latency_ns: Ns,
@@ -119,6 +125,10 @@ pub struct JsonReport {
     /// Communication stalls across ranks (present when two or more processes ran NCCL kernels).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub comm: Option<crate::collect::analysis::comm::CommReport>,
+    /// What the communication section cannot tell, and why: with clocks that could not be
+    /// aligned, no rank is named late and no wait measured (`comm` keeps only its counts).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub comm_unknown: Option<String>,
 }
 
 #[derive(Serialize)]

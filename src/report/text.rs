@@ -5,7 +5,7 @@
 //! figure, the gap time charged to launches (`charged_ns`), which the titles name.
 
 use super::headline::{self, denominator, Said};
-use super::json::{JsonGap, JsonReport, JsonStack};
+use super::json::{JsonGap, JsonProcess, JsonReport, JsonStack};
 use crate::frames::cut as short;
 use crate::units::fmt_short as t;
 
@@ -181,19 +181,7 @@ fn capture(j: &JsonReport) -> Section {
     }
     if j.processes.len() > 1 || j.processes.iter().any(|p| p.dropped > 0) {
         s.line("Processes");
-        for p in &j.processes {
-            s.line(format!(
-                "  pid {:<7} {:<8} {:>9} kernels, {} with launch, {} with stack ({} Python), {} dropped  {}",
-                p.pid,
-                p.rank.map(|r| format!("rank {r}")).unwrap_or_default(),
-                p.kernels,
-                p.kernels_with_launch,
-                p.kernels_with_stack,
-                p.kernels_with_python,
-                p.dropped,
-                short(&p.label, 60)
-            ));
-        }
+        processes(&mut s, &j.processes);
         if let Some(c) = &j.clocks {
             s.line(format!("  clocks: {c}"));
         }
@@ -205,6 +193,84 @@ fn capture(j: &JsonReport) -> Section {
         ));
     }
     s
+}
+
+/// More processes than this are summed up in a line, and only those that stand out listed.
+const MAX_PROCESS_LINES: usize = 8;
+
+fn process_line(p: &JsonProcess) -> String {
+    format!(
+        "  pid {:<7} {:<8} {:>9} kernels, {} with launch, {} with stack ({} Python), {} dropped  {}",
+        p.pid,
+        p.rank.map(|r| format!("rank {r}")).unwrap_or_default(),
+        p.kernels,
+        p.kernels_with_launch,
+        p.kernels_with_stack,
+        p.kernels_with_python,
+        p.dropped,
+        short(&p.label, 60)
+    )
+}
+
+/// The processes (in rank order, as the JSON has them): a line each, or past
+/// [`MAX_PROCESS_LINES`] a line for all of them and one for each that stands out (records
+/// dropped, kernels 10% off the median, fewer launches or stacks found than the others).
+fn processes(s: &mut Section, ps: &[JsonProcess]) {
+    if ps.len() <= MAX_PROCESS_LINES {
+        for p in ps {
+            s.line(process_line(p));
+        }
+        return;
+    }
+    fn share(a: u64, b: u64) -> f64 {
+        if b > 0 {
+            a as f64 / b as f64
+        } else {
+            0.0
+        }
+    }
+    let median = |f: fn(&JsonProcess) -> f64| {
+        let mut v: Vec<f64> = ps.iter().map(f).collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let kernels = median(|p| p.kernels as f64);
+    let launch = median(|p| share(p.kernels_with_launch, p.kernels));
+    let stack = median(|p| share(p.kernels_with_stack, p.kernels));
+    let odd: Vec<&JsonProcess> = ps
+        .iter()
+        .filter(|p| {
+            p.dropped > 0
+                || (p.kernels as f64 - kernels).abs() > 0.1 * kernels
+                || share(p.kernels_with_launch, p.kernels) < launch - 0.05
+                || share(p.kernels_with_stack, p.kernels) < stack - 0.05
+        })
+        .collect();
+    let ranks: Vec<i32> = ps.iter().filter_map(|p| p.rank).collect();
+    let who = match (ranks.first(), ranks.last()) {
+        (Some(a), Some(b)) if ranks.len() == ps.len() => format!("ranks {a}..{b}"),
+        _ => format!("{} processes", ps.len()),
+    };
+    s.line(format!(
+        "  {} processes ({who}): median {kernels:.0} kernels, {:.0}% with launch, {:.0}% with stack, {} dropped in all; {}",
+        ps.len(),
+        100.0 * launch,
+        100.0 * stack,
+        ps.iter().map(|p| p.dropped).sum::<u64>(),
+        match odd.len() {
+            0 => "none stands out".to_string(),
+            n => format!("{n} stand{} out:", if n == 1 { "s" } else { "" }),
+        }
+    ));
+    for p in odd.iter().take(MAX_PROCESS_LINES) {
+        s.line(process_line(p));
+    }
+    if odd.len() > MAX_PROCESS_LINES {
+        s.line(format!(
+            "  … {} more (all in the JSON)",
+            odd.len() - MAX_PROCESS_LINES
+        ));
+    }
 }
 
 fn idle(j: &JsonReport) -> Section {
@@ -346,9 +412,10 @@ fn one_offs(j: &JsonReport, n: usize) -> Section {
             .map(|f| short(f, 70))
             .unwrap_or_default();
         s.line(format!(
-            "  {:>7} at {:>7}  {} ({})  before {}  {}",
+            "  {:>7} at {:>7}  {}{} ({})  before {}  {}",
             t(g.duration_ns),
             t(g.start_ns),
+            rank_label(g.rank),
             g.cause,
             g.reason,
             short(&g.next_op, 40),
@@ -386,6 +453,21 @@ fn launched_from(s: &JsonStack) -> String {
         .unwrap_or_else(|| "(no stack)".into())
 }
 
+/// `rank 3 ` for a line of one rank's (nothing in a capture of one rank).
+fn rank_label(rank: Option<i32>) -> String {
+    rank.map(|r| format!("rank {r} ")).unwrap_or_default()
+}
+
+/// `rank 3 ` for a stack of one rank's, `8 ranks ` for one of several (nothing in a capture
+/// of one rank).
+fn ranks_label(ranks: &[i32]) -> String {
+    match ranks {
+        [] => String::new(),
+        [r] => format!("rank {r} "),
+        v => format!("{} ranks ", v.len()),
+    }
+}
+
 fn top_stacks(j: &JsonReport, full: bool) -> Section {
     let mut s = Section::new(true);
     if j.top_stacks.is_empty() {
@@ -401,18 +483,20 @@ fn top_stacks(j: &JsonReport, full: bool) -> Section {
         if !full {
             let op = st.frames.last().map(String::as_str).unwrap_or_default();
             s.line(format!(
-                "  {:>7} {share:5.1}%  {:>11}  {} → {}",
+                "  {:>7} {share:5.1}%  {:>11}  {}{} → {}",
                 t(st.gap_ns),
                 gaps_n(st.gaps),
+                ranks_label(&st.ranks),
                 short(&launched_from(st), 70),
                 short(op, 40)
             ));
             continue;
         }
         s.line(format!(
-            "  {:>7} {share:5.1}%  {:>11}",
+            "  {:>7} {share:5.1}%  {:>11}  {}",
             t(st.gap_ns),
-            gaps_n(st.gaps)
+            gaps_n(st.gaps),
+            ranks_label(&st.ranks).trim_end()
         ));
         // The innermost frames, framework plumbing left out as in the UI's tree, so that the
         // modules that launched show rather than nn.Module's call machinery.
@@ -456,9 +540,10 @@ fn percentiles(j: &JsonReport) -> Section {
 
 fn top_gap(s: &mut Section, g: &JsonGap) {
     s.line(format!(
-        "  {:>7} at {:>7}  gpu{} s{}  {} ({})  before {}",
+        "  {:>7} at {:>7}  {}gpu{} s{}  {} ({})  before {}",
         t(g.duration_ns),
         t(g.start_ns),
+        rank_label(g.rank),
         g.device,
         g.stream,
         g.cause,
@@ -507,6 +592,10 @@ fn comm(j: &JsonReport) -> Section {
         "Communication: {} collectives over {} ranks ({} NCCL kernels)",
         c.collectives, c.ranks, c.comm_kernels
     ));
+    if let Some(why) = &j.comm_unknown {
+        s.line(format!("  cannot tell: {why}"));
+        return s;
+    }
     for r in &c.per_rank {
         s.line(format!(
             "  rank {:>2} (pid {}): waited {} inside NCCL for later ranks; arrived last {} times, {} late in all",

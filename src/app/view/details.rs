@@ -84,7 +84,9 @@ impl App {
             "launching call not in this source".into()
         };
         lines.push((Tone::Plain, api));
-        let frames = self.store.frame_strings(g.stack);
+        let frames = self
+            .store
+            .frame_strings(self.store.numbered_stack(g.lane, g.next, g.stack));
         // Python (and API) frames on one line, native ones (`--native`) on the next; native
         // frames that could not be named say nothing and are left out.
         let (native, rest): (Vec<&String>, Vec<&String>) =

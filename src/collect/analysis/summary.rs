@@ -44,6 +44,11 @@ pub struct Summary {
     pub kernel_max_ns: Ns,
     /// Per (stack, api, op) leaf: (gaps, gap_ns).
     pub stacks: HashMap<(StackId, NameId, NameId), (u64, Ns)>,
+    /// Per (stack, api, op) leaf, the ranks its gaps came from, sorted (only in a capture of
+    /// several ranks: so that a line of one rank says which).
+    pub stack_ranks: HashMap<(StackId, NameId, NameId), Vec<i32>>,
+    /// How many distinct ranks the capture's processes have.
+    pub ranks: usize,
     /// Per launch site: what its gaps were like (for advice).
     pub leaves: HashMap<Site, LeafAcc>,
     /// The gaps the tree, the top gaps and advice are made of, and their time by cause.
@@ -149,6 +154,16 @@ fn charge(
     let e = s.stacks.entry((g.stack, g.api, g.op_name)).or_default();
     e.0 += 1;
     e.1 += d;
+    if s.ranks > 1 {
+        let rank = store.procs[store.lanes[g.lane].key.proc as usize].rank;
+        let v = s
+            .stack_ranks
+            .entry((g.stack, g.api, g.op_name))
+            .or_default();
+        if let Err(i) = v.binary_search(&rank) {
+            v.insert(i, rank);
+        }
+    }
     let op = store.lanes[g.lane].op(g.next);
     let leaf = s.leaves.entry(Site::of(&g)).or_default();
     leaf.add(d, g.reason, op.dur());
@@ -162,7 +177,7 @@ fn charge(
     };
     // Only where the CPU was on the critical path: the launch came after the gap began.
     if g.category == Category::HostWait {
-        leaf.cpu_spans.add(g.cpu_stack, d);
+        leaf.cpu_spans.add(store.stacks.folded(g.cpu_stack), d);
     }
     // The launching call itself ran through most of the gap, far longer than a launch takes.
     let proc = &store.procs[store.lanes[g.lane].key.proc as usize];
@@ -239,6 +254,7 @@ pub fn summarize_finding<'a>(
 ) -> (Summary, Option<std::borrow::Cow<'a, Steps>>) {
     let (lo, hi) = window_extent(store, w);
     let mut s = Summary::empty(lo, hi, cfg, top_n, min_ns);
+    s.ranks = store.rank_count();
     let win = Window::new(lo, hi);
     let mut top = TopGaps::default();
     // On the device basis the streams' own gaps make only the breakdown: found in a summary
@@ -427,6 +443,8 @@ impl Summary {
             gap_max_ns: 0,
             kernel_max_ns: 0,
             stacks: HashMap::default(),
+            stack_ranks: HashMap::default(),
+            ranks: 0,
             leaves: HashMap::default(),
             basis: cfg.basis,
             charged: [Bucket::default(); 3],

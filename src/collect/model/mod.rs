@@ -5,6 +5,7 @@
 pub(crate) mod calls;
 pub(crate) mod chunked;
 pub mod dropped;
+pub mod fold;
 pub mod graft;
 pub mod lane;
 pub mod plausible;

@@ -58,6 +58,9 @@ pub struct StackNode {
 pub struct StackTable {
     nodes: Vec<StackNode>,
     map: HashMap<(StackId, NameId), StackId>,
+    /// Each stack's twin with its numbered spans folded (`collect::model::fold`), for the
+    /// stacks folded so far.
+    pub(super) fold: Vec<StackId>,
 }
 
 impl Default for StackTable {
@@ -69,6 +72,7 @@ impl Default for StackTable {
                 depth: 0,
             }],
             map: HashMap::default(),
+            fold: Vec::new(),
         }
     }
 }
@@ -113,6 +117,11 @@ impl StackTable {
         }
         v.reverse();
         v
+    }
+    /// The stack with its numbered spans folded into their family (`ProfilerStep#12` as
+    /// `ProfilerStep#`), as `collect::model::fold` made it; the stack itself if not folded.
+    pub fn folded(&self, id: StackId) -> StackId {
+        self.fold.get(id as usize).copied().unwrap_or(id)
     }
     pub fn len(&self) -> usize {
         self.nodes.len()

@@ -63,6 +63,10 @@ pub struct Store {
     /// How the clocks of a capture joined from several traces were put together (None for a
     /// single source).
     pub clocks: Option<String>,
+    /// The ranks (-1: a process without one) whose clocks could not be put on the others'
+    /// (their collectives' ends agree on no one offset): which rank is late at a collective,
+    /// and how long the others wait for it, cannot be told then.
+    pub unaligned: Vec<i32>,
     /// What the source said about itself that a report should show: its format's version,
     /// and what it lacked and what that costs (an Nsight Systems export without call chains).
     pub notes: Vec<String>,
@@ -108,6 +112,7 @@ impl Store {
             evicted_ranges: 0,
             sampling_note: None,
             clocks: None,
+            unaligned: Vec::new(),
             notes: Vec::new(),
             unverified: Vec::new(),
             forward_of: HashMap::default(),
@@ -325,6 +330,19 @@ impl Store {
         self.bytes
     }
 
+    /// How many distinct ranks the processes have (0 when none has one).
+    pub fn rank_count(&self) -> usize {
+        let mut r: Vec<i32> = self
+            .procs
+            .iter()
+            .map(|p| p.rank)
+            .filter(|&r| r >= 0)
+            .collect();
+        r.sort_unstable();
+        r.dedup();
+        r.len()
+    }
+
     pub fn op_count(&self) -> usize {
         self.lanes.iter().map(|l| l.len()).sum()
     }
@@ -425,6 +443,7 @@ impl Store {
         c.stacks = self.stacks.clone();
         c.source = self.source.clone();
         c.notes = self.notes.clone();
+        c.unaligned = self.unaligned.clone();
         c.dropped_times = self.dropped_times.clone();
         c.forward_of = self.forward_of.clone();
         c.window = self.span();

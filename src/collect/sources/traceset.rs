@@ -347,6 +347,7 @@ fn align_clocks(store: &mut Store, reads: &[Read]) -> String {
         _ => file_label(&r.path),
     };
     let (mut moved, mut kept, mut shifts) = (Vec::new(), Vec::new(), Vec::new());
+    let mut unaligned = Vec::new();
     for (r, c) in &with_comm[1..] {
         match clock_offset(refc, c) {
             Ok(by) => {
@@ -354,7 +355,10 @@ fn align_clocks(store: &mut Store, reads: &[Read]) -> String {
                 moved.push(format!("{} {sign}{}", who(r), fmt_ns(by.saturating_abs())));
                 shifts.push((r.procs.clone(), by));
             }
-            Err(why) => kept.push(format!("{}: {why}", who(r))),
+            Err(why) => {
+                kept.push(format!("{}: {why}", who(r)));
+                unaligned.push(r.rank(store));
+            }
         }
     }
     let mut says = Vec::new();
@@ -368,6 +372,7 @@ fn align_clocks(store: &mut Store, reads: &[Read]) -> String {
     if !kept.is_empty() {
         says.push(format!("{recorded}, not aligned: {}", kept.join("; ")));
     }
+    store.unaligned = unaligned;
     for (procs, by) in shifts {
         for p in procs {
             store.shift_process(p, by);

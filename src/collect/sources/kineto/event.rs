@@ -332,10 +332,11 @@ impl Builder {
         let (Some(args), Some(pid)) = (ev.args, int_of(ev.pid)) else {
             return Ok(());
         };
-        let (mut label, mut rank) = (None, None);
+        let (mut label, mut rank, mut unaligned) = (None, None, false);
         let read = members(args, |k, v| match k {
             b"gaptop_label" => label = Some(v),
             b"gaptop_rank" => rank = int_of(Some(v)),
+            b"gaptop_unaligned" => unaligned = v == b"true",
             _ => {}
         });
         let (Ok(()), Some(label)) = (read, label) else {
@@ -350,6 +351,9 @@ impl Builder {
         {
             p.label = label.into_owned();
             p.rank = rank.unwrap_or(-1).clamp(-1, i32::MAX as i64) as i32;
+            if unaligned && !self.store.unaligned.contains(&p.rank) {
+                self.store.unaligned.push(p.rank);
+            }
         }
         Ok(())
     }

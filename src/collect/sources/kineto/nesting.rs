@@ -58,6 +58,7 @@ impl Builder {
         for p in st.procs.iter_mut() {
             p.stacks_from_spans();
         }
+        st.fold_stacks();
         st.finish_bulk();
         self.store
     }

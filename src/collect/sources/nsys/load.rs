@@ -148,6 +148,7 @@ pub fn load_sqlite(path: &Path, source: &str, budget: usize) -> anyhow::Result<S
         im.store.push_api_unsorted(proc, call);
     }
     let mut store = im.store;
+    store.fold_stacks();
     store.finish_bulk();
     if store.total_ops == 0 {
         bail!("an Nsight Systems export without GPU ops (its kernel, memcpy and memset tables are empty)");
