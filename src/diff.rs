@@ -100,6 +100,9 @@ pub struct DiffJson {
     pub sites: Vec<SiteDiff>,
     /// The GPU ops whose time a step changed most, biggest change first.
     pub kernels: Vec<KernelDiff>,
+    /// The regression gate's verdict (`--fail-if-slower`), absent without it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gate: Option<crate::gate::GateJson>,
 }
 
 /// The narrowest terminal the text form fits itself to.
@@ -139,6 +142,22 @@ impl Side<'_> {
     /// A total over the capture, per second of it.
     fn per_second(&self, total: f64) -> f64 {
         total * 1e9 / self.duration().max(1) as f64
+    }
+
+    /// What the regression gate takes from this side, with its ops by name (`ops`).
+    fn gate_input(&self, ops: &HashMap<NameId, (f64, f64)>) -> crate::gate::Input {
+        let st = self.d.steps.as_ref();
+        crate::gate::Input {
+            steps: st.map(|st| st.steps[st.steady()].iter().map(|s| s.wall()).collect()),
+            step_source: st.map(|st| match st.source.name() {
+                Some(n) => format!("{} {n}", st.source.as_str()),
+                None => st.source.as_str().to_string(),
+            }),
+            ops: ops
+                .iter()
+                .map(|(n, v)| (self.store.names.get(*n).to_string(), v.1))
+                .collect(),
+        }
     }
 
     fn capture(&self) -> CaptureJson {
@@ -203,8 +222,16 @@ impl Side<'_> {
 }
 
 /// Compares two captures, each over its whole span, on `cfg`'s basis, with steps found by
-/// `step_by` (see `collect::analysis::steps::find`) or as the report finds them.
-pub fn diff(a: &Store, b: &Store, cfg: &Config, step_by: Option<&str>) -> DiffJson {
+/// `step_by` (see `collect::analysis::steps::find`) or as the report finds them; with a
+/// `gate` threshold (a fraction), judges whether B's steps are slower beyond it
+/// (`crate::gate`).
+pub fn diff(
+    a: &Store,
+    b: &Store,
+    cfg: &Config,
+    step_by: Option<&str>,
+    gate: Option<f64>,
+) -> DiffJson {
     let side = |store| Side {
         store,
         d: advice::diagnose(store, Window::all(), cfg, 0, step_by),
@@ -256,9 +283,24 @@ pub fn diff(a: &Store, b: &Store, cfg: &Config, step_by: Option<&str>) -> DiffJs
         a_busy_ns: fa.3,
         b_busy_ns: fb.3,
     };
+    let (oa, ob) = (a.ops(per_step), b.ops(per_step));
+    let sites = sites(&a, &b, per_step);
+    let gate = gate.map(|t| {
+        let grew: Vec<crate::gate::Grew> = sites
+            .iter()
+            .map(|s| crate::gate::Grew {
+                site: s.site.clone(),
+                a_per_step_ns: s.a_per_step_ns,
+                b_per_step_ns: s.b_per_step_ns,
+                delta_per_step_ns: s.delta_per_step_ns,
+            })
+            .collect();
+        crate::gate::judge(&a.gate_input(&oa), &b.gate_input(&ob), &grew, t)
+    });
     DiffJson {
-        sites: sites(&a, &b, per_step),
-        kernels: kernels(&a, &b, per_step),
+        kernels: kernels(&a, &b, oa, ob),
+        sites,
+        gate,
         a: a.capture(),
         b: b.capture(),
         basis: cfg.basis.as_str(),
@@ -318,10 +360,15 @@ fn sites(a: &Side, b: &Side, per_step: bool) -> Vec<SiteDiff> {
 }
 
 /// The GPU ops whose time a step changed most, matched by name across the captures.
-fn kernels(a: &Side, b: &Side, per_step: bool) -> Vec<KernelDiff> {
+fn kernels(
+    a: &Side,
+    b: &Side,
+    oa: HashMap<NameId, (f64, f64)>,
+    ob: HashMap<NameId, (f64, f64)>,
+) -> Vec<KernelDiff> {
     let mut by_name: HashMap<&str, [(f64, f64); 2]> = HashMap::new();
-    for (i, s) in [a, b].iter().enumerate() {
-        for (name, v) in s.ops(per_step) {
+    for (i, (s, ops)) in [(a, oa), (b, ob)].into_iter().enumerate() {
+        for (name, v) in ops {
             by_name.entry(s.store.names.get(name)).or_default()[i] = v;
         }
     }
@@ -582,6 +629,9 @@ pub fn text(d: &DiffJson, width: Option<usize>) -> String {
             count(k.b_count),
             fit(&name, 45)
         );
+    }
+    if let Some(g) = &d.gate {
+        o.push_str(&crate::gate::text(g));
     }
     o
 }

@@ -8,8 +8,8 @@
 //!   checked, temporary files removed on every way out.
 //! - [`collect`]: sources (Kineto JSON, recordings, the live socket), the event store, the gap
 //!   analysis and the advice on what to fix.
-//! - [`report`], [`pprof`] and [`diff`]: the headless report, its pprof profile and the
-//!   comparison of two captures.
+//! - [`report`], [`pprof`], [`diff`] and [`gate`]: the headless report, its pprof profile,
+//!   the comparison of two captures and its regression verdict.
 //! - [`export`], [`record`] and [`serve`]: the Chrome-trace export, `gaptop record` and
 //!   `capture`, and `gaptop serve`'s Prometheus metrics.
 //! - [`app`]: the terminal UI's model (state, messages, one `update`, the view model) and its
@@ -41,6 +41,7 @@ pub mod diff;
 pub mod export;
 pub mod files;
 pub mod frames;
+pub mod gate;
 pub mod pprof;
 pub mod record;
 pub mod report;

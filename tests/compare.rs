@@ -14,7 +14,7 @@ fn app() -> App {
     let load = |n: &str| load_path(&asset(n), usize::MAX).unwrap();
     let mut a = App::new(load("llama_decode.rec"), SourceState::File);
     let b = load("llama_decode_nocudnn.rec");
-    a.compare = Some(gaptop::diff::diff(&a.store, &b, &a.cfg, None));
+    a.compare = Some(gaptop::diff::diff(&a.store, &b, &a.cfg, None, None));
     a.show_compare = true;
     a.refresh(true);
     a

@@ -168,7 +168,7 @@ fn names_are_whole_in_files_and_pipes_and_cut_in_the_middle_on_a_terminal() {
     // On a terminal 80 columns wide: every line fits, and the cut name keeps its two ends.
     let load = |p: &Path| gaptop::collect::sources::load_path(p, usize::MAX).unwrap();
     let cfg = gaptop::collect::analysis::gaps::Config::default();
-    let d = gaptop::diff::diff(&load(&a), &load(&b), &cfg, None);
+    let d = gaptop::diff::diff(&load(&a), &load(&b), &cfg, None, None);
     assert_eq!(gaptop::diff::text(&d, None), piped);
     for width in [80, 120] {
         let narrow = gaptop::diff::text(&d, Some(width));

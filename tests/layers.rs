@@ -1,6 +1,6 @@
 //! The viewer's modules depend on each other in one direction only (ARCHITECTURE.md):
 //!
-//! `units`, `frames`, `text`, `files` ← `collect` ← `report`, `pprof`, `diff` ← `export`, `record`, `serve` ← `app` ← `views` ← `cli`
+//! `units`, `frames`, `text`, `files` ← `collect` ← `report`, `pprof`, `diff`, `gate` ← `export`, `record`, `serve` ← `app` ← `views` ← `cli`
 //!
 //! Every `crate::…` path in a module must name a module of its own layer or one below it.
 //! Inside `collect`, the stages: `model` imports neither `sources` nor `analysis`, and those two
@@ -14,7 +14,7 @@ fn layer(module: &str) -> Option<u8> {
     Some(match module {
         "units" | "frames" | "text" | "files" => 0,
         "collect" => 1,
-        "report" | "pprof" | "diff" => 2,
+        "report" | "pprof" | "diff" | "gate" => 2,
         "export" | "record" | "serve" => 3,
         "app" => 4,
         "views" => 5,

@@ -193,6 +193,11 @@ pub(super) enum Cmd {
         /// Write to this file rather than to stdout
         #[arg(short, long, value_name = "FILE")]
         output: Option<PathBuf>,
+        /// The regression gate: exit 3 when B's steps are slower than A's by more than this
+        /// beyond their noise (a rank test), 4 when the two cannot be compared (different
+        /// programs or step sources, under 5 steady steps); 0 when they pass or got faster
+        #[arg(long, value_name = "PERCENT", value_parser = crate::gate::parse_threshold)]
+        fail_if_slower: Option<f64>,
         #[command(flatten)]
         analysis: AnalysisArgs,
     },

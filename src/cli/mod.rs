@@ -48,8 +48,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             b,
             format,
             output,
+            fail_if_slower,
             analysis,
-        } => read::diff(a, b, format, output, analysis),
+        } => read::diff(a, b, format, output, fail_if_slower, analysis),
         Cmd::Demo {
             speed,
             looping,

@@ -70,6 +70,7 @@ pub(super) fn diff(
     b: PathBuf,
     format: String,
     output: Option<PathBuf>,
+    fail_if_slower: Option<f64>,
     analysis: AnalysisArgs,
 ) -> anyhow::Result<ExitCode> {
     if let Some(o) = &output {
@@ -80,13 +81,21 @@ pub(super) fn diff(
         basis: analysis.basis(),
         ..Config::default()
     };
-    let d = crate::diff::diff(&sa, &sb, &cfg, analysis.step.as_deref());
+    let d = crate::diff::diff(&sa, &sb, &cfg, analysis.step.as_deref(), fail_if_slower);
     let out = match format.as_str() {
         "json" => serde_json::to_string_pretty(&d)? + "\n",
         _ => crate::diff::text(&d, crate::diff::width(output.as_deref())),
     };
     emit(out.as_bytes(), output.as_deref(), false)?;
-    Ok(ExitCode::SUCCESS)
+    // The gate's verdict: its exit status, and its line on stderr too where the text went
+    // elsewhere (JSON, or a file), so that a CI log shows why the job failed.
+    let Some(g) = &d.gate else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    if format == "json" || output.is_some() {
+        crate::say!("gaptop: {}", crate::gate::line(g));
+    }
+    Ok(ExitCode::from(g.exit_code()))
 }
 
 /// `gaptop export`.

@@ -80,7 +80,7 @@ pub(super) fn open(
     if let Some(other) = compare {
         let b = load_captured(&other)?;
         anyhow::ensure!(app.store.span().is_some(), "{}: no GPU ops", shown(&files));
-        let d = crate::diff::diff(&app.store, &b, &app.cfg, app.step_by.as_deref());
+        let d = crate::diff::diff(&app.store, &b, &app.cfg, app.step_by.as_deref(), None);
         app.compare = Some(d);
         app.show_compare = true;
     }

@@ -477,6 +477,9 @@ pub struct Spec {
     pub markers: bool,
     /// What-if: each layer's kernels fused into one of their summed duration, launched once.
     pub fused: bool,
+    /// Noise: (seed, max): each step starts with up to `max` ns more CPU work, drawn from the
+    /// seed, so that two captures of one program differ as two runs would.
+    pub jitter: Option<(u64, Ns)>,
     pub timing: Timing,
 }
 
@@ -502,6 +505,7 @@ impl Spec {
             allreduce_ns: None,
             markers: false,
             fused: false,
+            jitter: None,
             timing: Timing::default(),
         }
     }
@@ -575,7 +579,7 @@ impl Spec {
         if i < self.warmup {
             layers.insert(1.min(layers.len()), Node::Cpu(self.warmup_ns));
         }
-        let cpu = self.step_cpu_ns;
+        let cpu = self.step_cpu_ns + self.jitter.map_or(0, |(seed, max)| noise(seed, i, max));
         let mut body = vec![Node::Cpu(cpu)];
         match self.shape {
             Shape::Train { .. } => body.push(call("model.py(30): Model.forward", layers)),
@@ -633,6 +637,17 @@ impl Spec {
         let s = &v[self.warmup..];
         s.iter().sum::<Ns>() as f64 / s.len() as f64
     }
+}
+
+/// A number in [0, max) drawn from (seed, i) (SplitMix64's finalizer).
+fn noise(seed: u64, i: usize, max: Ns) -> Ns {
+    let mut z = seed
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        .wrapping_add(i as u64 + 1);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    (z % max.max(1) as u64) as Ns
 }
 
 /// The steps of a timeline: the calls of `frame`, from first op to the next call's first op.

@@ -172,11 +172,19 @@ pub fn find_collector() -> anyhow::Result<PathBuf> {
     let exe = std::env::current_exe().context("cannot locate the gaptop binary")?;
     let dir = exe.parent().unwrap_or(Path::new("."));
     let mut looked = Vec::new();
-    for cand in [
+    let mut cands = vec![
         dir.join("libgaptop_collector.so"),
         dir.join("../lib/libgaptop_collector.so"),
         dir.join("../lib/gaptop/libgaptop_collector.so"),
-    ] {
+    ];
+    // Installed by pip (the wheel): the binary in the environment's bin/, the library in its
+    // `gaptop` package.
+    cands.extend(
+        site_packages_near(dir)
+            .into_iter()
+            .map(|sp| sp.join("gaptop/libgaptop_collector.so")),
+    );
+    for cand in cands {
         if cand.is_file() {
             return Ok(cand);
         }
@@ -186,6 +194,19 @@ pub fn find_collector() -> anyhow::Result<PathBuf> {
         "the collector library libgaptop_collector.so is missing; looked in {} (set GAPTOP_COLLECTOR)",
         looked.join(", ")
     )
+}
+
+/// The site-packages (or Debian's dist-packages) folders of the Python environment whose
+/// `bin/` is `bin`: `bin/../lib/python3.*/site-packages` (a venv, `pip install --user`'s
+/// `~/.local`, a prefix).
+fn site_packages_near(bin: &Path) -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    for py in entries_named(&bin.join("../lib"), "python3") {
+        for name in ["site-packages", "dist-packages"] {
+            v.push(py.join(name));
+        }
+    }
+    v
 }
 
 /// Folders that may hold libcupti, in the order gaptop tries them.
@@ -207,7 +228,21 @@ pub fn cupti_candidates() -> Vec<PathBuf> {
         v.push(c.join("targets/x86_64-linux/lib"));
         v.push(c.join("lib64"));
     }
-    // The nvidia-cuda-cupti Python package (pip wheels of PyTorch bring it).
+    // The nvidia-cuda-cupti Python package (pip wheels of PyTorch bring it): in the
+    // environment gaptop itself was installed in by pip, then in the `python3` on PATH's.
+    let near = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(site_packages_near))
+        .unwrap_or_default();
+    for sp in near {
+        for sub in [
+            "nvidia/cuda_cupti/lib",
+            "nvidia/cu13/lib",
+            "nvidia/cu12/lib",
+        ] {
+            v.push(sp.join(sub));
+        }
+    }
     if let Ok(out) = Command::new("python3")
         .args([
             "-c",
