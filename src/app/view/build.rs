@@ -119,7 +119,7 @@ impl App {
         v.push((A::Details, "Details"));
         v.push((A::ZoomAll, "All"));
         if self.source == SourceState::Live {
-            v.push((A::Pause, "Pause"));
+            v.push((A::Pause, if self.paused { "Resume" } else { "Pause" }));
         }
         v.extend([(A::Export, "Export"), (A::Quit, "Quit")]);
         v.into_iter()

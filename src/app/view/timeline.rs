@@ -37,8 +37,8 @@ impl App {
             } else {
                 format!(
                     " GPU timeline  {} .. {}  (window {})  {cursor} {}",
-                    self.rel(self.lo),
-                    self.rel(self.hi),
+                    self.rel_edge(self.lo),
+                    self.rel_edge(self.hi),
                     fmt_ns(self.width()),
                     self.panes_note()
                         .map(|n| format!("· {n} "))
