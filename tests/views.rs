@@ -2085,3 +2085,38 @@ fn paused_analysing_messages_and_edges_are_current() {
     let title = s.lines().next().unwrap();
     assert!(title.contains("GPU timeline  0ns .. "), "{title}");
 }
+
+/// The timeline's key bar offers zoom and pan; zoomed in far enough, ops wide enough for
+/// their names carry them, as nsys draws them; the F-keys are htop's.
+#[test]
+fn the_timeline_names_ops_when_zoomed_in_and_its_bar_zooms_and_pans() {
+    let mut a = recording("gpt2.rec");
+    a.focus = Focus::Timeline;
+    let s = render(&mut a, 160, 48);
+    let bar = s.lines().last().unwrap();
+    for k in ["+Zoom in", "-Out", "hPan", "lPan"] {
+        assert!(bar.contains(k), "{bar}");
+    }
+    assert!(
+        a.view.timeline.rows[0].names.is_empty(),
+        "the whole capture: no names"
+    );
+    // The two-stream fixture's 150 µs: kernels of 10 to 32 µs are wide enough.
+    let mut a = app();
+    let s = render(&mut a, 160, 48);
+    let timeline = pane(&s, a.view.screen.timeline);
+    for k in ["kernel_a", "kernel_d"] {
+        assert!(timeline.contains(k), "{timeline}");
+    }
+    // htop's keys.
+    let keys = gaptop::app::KeyMap::default();
+    let f = |n| {
+        keys.action(&crossterm::event::KeyEvent::new(
+            crossterm::event::KeyCode::F(n),
+            crossterm::event::KeyModifiers::NONE,
+        ))
+    };
+    assert_eq!(f(1), Some(Action::Help));
+    assert_eq!(f(10), Some(Action::Quit));
+    assert_eq!(f(6), Some(Action::Sort));
+}

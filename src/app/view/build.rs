@@ -102,6 +102,14 @@ impl App {
                 (A::ByFunction, "By func"),
                 (A::Search, "Search"),
             ]),
+            Focus::Timeline => v.extend([
+                (A::ZoomIn, "Zoom in"),
+                (A::ZoomOut, "Out"),
+                (A::PanLeft, "Pan"),
+                (A::PanRight, "Pan"),
+                (A::BiggestGap, "Biggest"),
+                (A::NextGap, "Next gap"),
+            ]),
             Focus::Fix => v.extend([
                 (A::Enter, "Its gaps"),
                 (A::Replay, "Replay fix"),
