@@ -369,3 +369,28 @@ fn no_call_stack_is_claimed_where_only_op_names_are_known() {
     assert_eq!(j["kernels_with_python"], j["kernels_with_stack"]);
     assert_eq!(j["kernels_with_native"], 0);
 }
+
+/// `--full` prints every top gap it promises (`--top`'s count); a Kineto trace without Python
+/// stacks says how to record them; "Then:" names only sites with something to save.
+#[test]
+fn full_prints_its_top_gaps_and_a_stackless_trace_says_with_stack() {
+    let p = asset("gpt2.rec");
+    let t = text(&p, &["--full", "--top", "30"]);
+    let top = t.split("Top gaps").nth(1).expect("a Top gaps section");
+    let rows = top
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter(|l| !l.starts_with("      "))
+        .count();
+    assert_eq!(rows, 30, "{top}");
+    let short = text(&p, &["--top", "30"]);
+    assert!(
+        short.contains("More with --full: percentiles, 30 top gaps"),
+        "{short}"
+    );
+    let k = text(&kineto("hta-inference_rank_1.json.gz"), &[]);
+    assert!(k.contains("with_stack=True"), "{k}");
+    let then = k.lines().find(|l| l.starts_with("Then:")).unwrap();
+    assert!(!then.contains("(GPU busy)"), "{then}");
+}

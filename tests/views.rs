@@ -214,6 +214,9 @@ fn short_terminals_keep_every_pane() {
 #[test]
 fn gap_walk_zoom_and_filter() {
     let mut a = app();
+    // Sorted by duration, n/N walk the list's rows (see
+    // `one_offs_are_marked_and_hidden_and_n_follows_the_list`); sorted by time, the store.
+    a.update(Action::Sort);
     a.update(Action::BiggestOfAll);
     assert_eq!(a.selected_gap().unwrap().dur(), 75_000);
     // n/N walk in time order across streams: 75 µs at 30, 58 µs at 50, 40 µs at 110.
@@ -523,7 +526,7 @@ fn an_outlier_gap_is_called_a_one_off() {
     assert!(a.message.starts_with("step 6 of 25: "), "{}", a.message);
     a.update(Action::BiggestOfAll);
     let screen = render(&mut a, 240, 50);
-    assert!(!screen.contains("one-off"), "{screen}");
+    assert!(!screen.contains("one-off ("), "{screen}");
     let verdict = screen
         .lines()
         .find(|l| l.contains("recurring: in "))
@@ -1946,4 +1949,174 @@ fn b_picks_the_top_recurring_codes_biggest_gap_and_capital_b_the_biggest_of_all(
     let biggest = a.gaps().iter().map(|g| g.dur()).max().unwrap();
     assert_eq!(all.dur(), biggest);
     assert!(a.message.starts_with("biggest gap: "), "{}", a.message);
+}
+
+/// Enter on a What-to-fix row lands on a typical gap of that code's steady state, not its
+/// warm-up one-off, and the details describe that gap by its own verdict.
+#[test]
+fn enter_on_a_fix_row_lands_on_a_typical_steady_gap() {
+    let mut a = recording("gpt2.rec");
+    render(&mut a, 160, 48);
+    a.focus = Focus::Fix;
+    a.update(Action::Enter);
+    let g = a.selected_gap().expect("a gap selected");
+    let d = a.diagnosis.as_ref().unwrap();
+    let top = d.advice[0].clone();
+    assert_eq!(d.advice_for(&a.store, &g).unwrap().key, top.key);
+    assert!(!d.is_one_off(&a.store, &g), "a steady gap: {}", a.message);
+    assert!(
+        a.message.contains("a typical one selected"),
+        "{}",
+        a.message
+    );
+    let own = gaptop::app::fix::gap_verdict(&g, &a.store);
+    let s = render(&mut a, 160, 48);
+    let verdict = if own == top.verdict.as_str() {
+        own.to_string()
+    } else {
+        format!("this gap {own}")
+    };
+    assert!(s.contains(&verdict), "{verdict}: {s}");
+    assert!(!s.contains("one-off (warm-up"), "{s}");
+}
+
+/// The gap list marks one-offs with ◦ and `O` hides them; `n`/`N` walk the list in its order
+/// (longest first), the title's "k of N" following them.
+#[test]
+fn one_offs_are_marked_and_hidden_and_n_follows_the_list() {
+    let mut a = recording("gpt2.rec");
+    let s = render(&mut a, 160, 48);
+    let gaps = pane(&s, a.view.screen.gaps);
+    assert!(gaps.contains("◦ one-off, O hides"), "{gaps}");
+    assert!(
+        gaps.lines()
+            .any(|l| l.contains("◦") && !l.contains("one-off")),
+        "{gaps}"
+    );
+    let all = a.listed_gaps().len();
+    press(&mut a, Action::HideOneOffs);
+    let s = render(&mut a, 160, 48);
+    let gaps = pane(&s, a.view.screen.gaps);
+    assert!(!gaps.contains("◦"), "{gaps}");
+    assert!(gaps.contains("one-offs hidden"), "{gaps}");
+    let steady = a.listed_gaps().len();
+    assert!(steady < all && steady > 0, "{steady} of {all}");
+    // n walks the rows as listed: the first, then the second.
+    press(&mut a, Action::NextGap);
+    assert_eq!(a.gap_sel, 0);
+    assert!(a.view.gaps.title.contains("1 of") || render(&mut a, 160, 48).contains("· 1 of "));
+    press(&mut a, Action::NextGap);
+    let s = render(&mut a, 160, 48);
+    assert!(s.contains(&format!("· 2 of {steady} ")), "{s}");
+    assert_eq!(a.selected_gap(), Some(a.listed_gaps()[1]));
+    assert!(a.message.starts_with("gap 2 of "), "{}", a.message);
+    // N before the first row goes round to the last.
+    press(&mut a, Action::PrevGap);
+    press(&mut a, Action::PrevGap);
+    assert_eq!(a.gap_sel, steady - 1);
+    press(&mut a, Action::HideOneOffs);
+    assert_eq!(a.listed_gaps().len(), all);
+}
+
+/// A gap cut by the window's edge keeps its highlight and its "k of N" when selected.
+#[test]
+fn a_cut_gap_stays_selected_in_the_list() {
+    let mut a = recording("gpt2.rec");
+    press(&mut a, Action::BiggestOfAll);
+    press(&mut a, Action::Enter);
+    let mut found = false;
+    for _ in 0..40 {
+        press(&mut a, Action::Down);
+        a.refresh(false);
+        let s = render(&mut a, 160, 48);
+        let g = a.selected_gap().unwrap();
+        let (ws, we) = g.whole(&a.store);
+        if (ws, we) != (g.start, g.end) {
+            assert!(a.view.gaps.rows.iter().any(|r| r.selected), "{s}");
+            assert!(
+                a.view
+                    .gaps
+                    .title
+                    .contains(&format!("· {} of ", a.gap_sel + 1)),
+                "{}",
+                a.view.gaps.title
+            );
+            found = true;
+            break;
+        }
+    }
+    assert!(found, "some gap of the zoomed window is cut by its edge");
+}
+
+/// State the screen can trust: "analysing" shows only while an analysis runs; paused, new
+/// data leaves the panes on the paused window and the key bar offers Resume; a status message
+/// goes when the view changes; a window's edges never read "1ns".
+#[test]
+fn paused_analysing_messages_and_edges_are_current() {
+    let mut a = App::new(recording("gpt2.rec").store, SourceState::Live);
+    a.refresh(true);
+    if a.analysing().is_some() {
+        let s = render(&mut a, 160, 48);
+        assert!(s.contains("panes: analysing the window…"), "{s}");
+    }
+    a.settle();
+    let s = render(&mut a, 160, 48);
+    assert!(!s.contains("analysing"), "{s}");
+    assert!(a.view.key_bar.iter().any(|(_, w)| *w == "Pause"));
+    a.update(Action::Pause);
+    let s = render(&mut a, 160, 48);
+    assert!(a.view.key_bar.iter().any(|(_, w)| *w == "Resume"), "{s}");
+    // New data while paused: nothing is analysed again, nothing says so.
+    std::sync::Arc::get_mut(&mut a.store).unwrap().generation += 1;
+    a.refresh(false);
+    assert!(a.analysing().is_none());
+    let s = render(&mut a, 160, 48);
+    assert!(!s.contains("analysing"), "{s}");
+    // Messages describe the last key.
+    a.update(Action::ZoomAll);
+    assert_eq!(a.message, "the whole capture");
+    a.update(Action::ZoomIn);
+    assert!(!render(&mut a, 160, 48).contains("the whole capture"));
+    for _ in 0..6 {
+        a.update(Action::ZoomOut);
+    }
+    a.settle();
+    let s = render(&mut a, 160, 48);
+    let title = s.lines().next().unwrap();
+    assert!(title.contains("GPU timeline  0ns .. "), "{title}");
+}
+
+/// The timeline's key bar offers zoom and pan; zoomed in far enough, ops wide enough for
+/// their names carry them, as nsys draws them; the F-keys are htop's.
+#[test]
+fn the_timeline_names_ops_when_zoomed_in_and_its_bar_zooms_and_pans() {
+    let mut a = recording("gpt2.rec");
+    a.focus = Focus::Timeline;
+    let s = render(&mut a, 160, 48);
+    let bar = s.lines().last().unwrap();
+    for k in ["+Zoom in", "-Out", "hPan", "lPan"] {
+        assert!(bar.contains(k), "{bar}");
+    }
+    assert!(
+        a.view.timeline.rows[0].names.is_empty(),
+        "the whole capture: no names"
+    );
+    // The two-stream fixture's 150 µs: kernels of 10 to 32 µs are wide enough.
+    let mut a = app();
+    let s = render(&mut a, 160, 48);
+    let timeline = pane(&s, a.view.screen.timeline);
+    for k in ["kernel_a", "kernel_d"] {
+        assert!(timeline.contains(k), "{timeline}");
+    }
+    // htop's keys.
+    let keys = gaptop::app::KeyMap::default();
+    let f = |n| {
+        keys.action(&crossterm::event::KeyEvent::new(
+            crossterm::event::KeyCode::F(n),
+            crossterm::event::KeyModifiers::NONE,
+        ))
+    };
+    assert_eq!(f(1), Some(Action::Help));
+    assert_eq!(f(10), Some(Action::Quit));
+    assert_eq!(f(6), Some(Action::Sort));
 }

@@ -41,6 +41,29 @@ impl App {
                 return;
             }
         }
+        // A message describes what the last key did: one that changes the view (zoom, pan,
+        // step, pane, row) leaves none behind it unless it says something of its own.
+        if matches!(
+            a,
+            Action::ZoomIn
+                | Action::ZoomOut
+                | Action::PanLeft
+                | Action::PanRight
+                | Action::Left
+                | Action::Right
+                | Action::Up
+                | Action::Down
+                | Action::PageUp
+                | Action::PageDown
+                | Action::Top
+                | Action::Bottom
+                | Action::FocusNext
+                | Action::FocusPrev
+                | Action::Invert
+                | Action::Sort
+        ) {
+            self.message.clear();
+        }
         match a {
             Action::Quit => self.quit = true,
             Action::StopProgram => {
@@ -123,6 +146,15 @@ impl App {
             Action::PrevGap => self.step_gap(-1),
             Action::BiggestGap => self.select_biggest_recurring(),
             Action::BiggestOfAll => self.select_biggest(),
+            Action::HideOneOffs => {
+                self.hide_one_offs = !self.hide_one_offs;
+                self.message = if self.hide_one_offs {
+                    "gap list: one-offs (◦: warm-up, code that does not recur) hidden".into()
+                } else {
+                    "gap list: one-offs shown, marked ◦".into()
+                };
+                self.sync_gap_sel();
+            }
             Action::Enter => {
                 if self.focus == Focus::Fix {
                     self.filter_fix_row();

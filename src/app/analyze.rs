@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::cache::{Analysed, AnalysisKey, Cache, DisplayKey};
-use super::state::{App, SourceState, MAX_GAPS};
+use super::state::{App, MAX_GAPS};
 use super::tree::{build_rows, path_ids};
 use crate::collect::analysis::advice::{self, Diagnosis};
 use crate::collect::analysis::gaps::{self, Window};
@@ -128,7 +128,17 @@ impl App {
     pub(super) fn refresh_analysis(&mut self, force: bool) {
         self.poll_analysis();
         let key = self.analysis_key();
-        if self.cache.as_ref().is_some_and(|c| c.key == key) {
+        // Paused, new data alone does not change what the panes describe: the paused window
+        // as it was (collection goes on; resuming takes it in).
+        let same = |c: &Cache| {
+            c.key == key
+                || (self.paused
+                    && AnalysisKey {
+                        generation: key.generation,
+                        ..c.key.clone()
+                    } == key)
+        };
+        if self.cache.as_ref().is_some_and(same) {
             if self
                 .cache
                 .as_ref()
@@ -247,8 +257,8 @@ impl App {
     /// many ops.
     pub fn panes_note(&self) -> Option<String> {
         let c = self.cache.as_ref()?;
-        let following = self.follow && !self.paused && self.source == SourceState::Live;
-        if !following && (self.analysis_job.is_some() || c.key != self.analysis_key()) {
+        // Only while an analysis runs: a paused screen keeps the analysis of its window.
+        if self.analysis_job.is_some() {
             return Some("panes: analysing the window…".to_string());
         }
         let whole = gaps::window_extent(&self.store, Window::new(c.key.lo, c.key.hi));

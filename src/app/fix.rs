@@ -54,6 +54,23 @@ pub fn row(a: &Advice, steady: u32) -> FixRow {
     }
 }
 
+/// A gap's own verdict, in the words of a site's: its reason where it waited on something
+/// (a sync, an event, a graph), else by its length as a site's typical gap is judged
+/// (launch overhead below `HOST_WORK_NS`, host work at or above it).
+pub fn gap_verdict(g: &Gap, store: &crate::collect::model::store::Store) -> &'static str {
+    use crate::app::cause::Cause;
+    use crate::collect::analysis::verdict::{Verdict, HOST_WORK_NS};
+    let (ws, we) = g.whole(store);
+    match Cause::of(g) {
+        Cause::Sync => Verdict::Sync.as_str(),
+        Cause::EventWait => Verdict::EventWait.as_str(),
+        Cause::Graph => Verdict::Graph.as_str(),
+        Cause::HostWait if we - ws < HOST_WORK_NS => Verdict::LaunchBound.as_str(),
+        Cause::HostWait => Verdict::HostWork.as_str(),
+        c => c.label(),
+    }
+}
+
 impl App {
     /// A gap's verdict line: its code's verdict and usual fix in the window, said as a one-off
     /// where the gap is not part of its code's recurring pattern: in the capture's warm-up
@@ -74,11 +91,22 @@ impl App {
             let i = st.step_of(g.start)?;
             Some((i, st.steps.len(), st.steady().contains(&i)))
         });
-        let one_off = |why: String| {
-            format!("one-off ({why}): not what the usual fix removes; usually {pattern}")
+        // The gap by its own verdict first, where it differs from its code's usual one.
+        let own = gap_verdict(g, &self.store);
+        let this = format!("this gap {own} ({})", fmt_short(g.dur()));
+        let differs = own != a.verdict.as_str();
+        let one_off = |why: String| match differs {
+            true => format!(
+                "one-off ({why}): {this}, not what the usual fix removes; its code usually \
+                 {pattern}"
+            ),
+            false => format!("one-off ({why}): not what the usual fix removes; usually {pattern}"),
         };
         Some(match (&d.steps, in_capture) {
             (_, Some((i, n, false))) => one_off(format!("warm-up, step {} of {n}", i + 1)),
+            (Some(_), _) if a.recurring && own != a.verdict.as_str() => {
+                format!("{this}; its code {}", usual(pattern.clone()))
+            }
             (Some(_), _) if a.recurring => usual(pattern.clone()),
             (Some(_), Some(_)) => one_off(format!(
                 "its code idles in only {} of {steady} steps",
@@ -94,6 +122,7 @@ impl App {
                     fmt_short(a.typical_gap_ns)
                 )
             }
+            (None, _) if own != a.verdict.as_str() => format!("{this}; its code usually {pattern}"),
             (None, _) => pattern,
         })
     }

@@ -33,10 +33,11 @@ impl App {
         self.sync_gap_sel();
     }
 
-    /// Whether `g` is the selected gap (a gap is known by its lane and the op that ends it).
+    /// Whether `g` is the selected gap (a gap is known by its lane and the op that ends it:
+    /// the end of the gap whole, so that a gap the window cuts is still the one selected).
     pub fn is_selected(&self, g: &Gap) -> bool {
         self.selected
-            .is_some_and(|s| s.lane == g.lane && s.end == g.end)
+            .is_some_and(|s| s.lane == g.lane && s.end == g.whole(&self.store).1)
     }
 
     /// Puts the gap list's row back on the selected gap after the list was rebuilt or sorted
@@ -51,10 +52,41 @@ impl App {
 
     /// The gap list's rows: the window's gaps, or with a filter (a tree node's, a what-to-fix
     /// row's, typed text) the window's gaps it holds.
+    /// Without one-offs while they are hidden (`O`).
     pub fn listed_gaps(&self) -> Vec<Gap> {
-        match self.cache.as_ref().and_then(|c| c.filtered.as_ref()) {
+        let mut v = match self.cache.as_ref().and_then(|c| c.filtered.as_ref()) {
             Some(f) => f.gaps.clone(),
             None => self.gaps().to_vec(),
+        };
+        if self.hide_one_offs {
+            let mut one_off = self.one_off_test();
+            v.retain(|g| !one_off(g));
+        }
+        v
+    }
+
+    /// Whether a gap is a one-off (`Diagnosis::is_one_off`: in the warm-up, of code that does
+    /// not recur, or far longer than its code's usual gap), each site's advice looked up once.
+    pub fn one_off_test(&self) -> impl FnMut(&Gap) -> bool + '_ {
+        let mut recurring: std::collections::HashMap<GapKey, Option<bool>> = Default::default();
+        move |g: &Gap| {
+            let Some(d) = self.diagnosis.as_ref() else {
+                return false;
+            };
+            match &d.steps {
+                Some(st) => {
+                    let n = st.steps.len();
+                    let steady = n - (d.steady_steps() as usize).min(n)..n;
+                    if !st.step_of(g.start).is_some_and(|i| steady.contains(&i)) {
+                        return true;
+                    }
+                    let r = *recurring
+                        .entry(tree_key(g))
+                        .or_insert_with(|| d.advice_for(&self.store, g).map(|a| a.recurring));
+                    r == Some(false)
+                }
+                None => d.is_one_off(&self.store, g),
+            }
         }
     }
 
@@ -72,14 +104,21 @@ impl App {
         }
         let mut g = gaps::gap_ending_at(&self.store, s.lane, next, &self.cfg)?;
         g.start = s.start.max(g.start);
+        // As the window holds it, where it holds part of it (the details say how much).
+        let (lo, hi) = (g.start.max(self.lo), g.end.min(self.hi));
+        if lo < hi {
+            (g.start, g.end) = (lo, hi);
+        }
         Some(g)
     }
 
     pub(super) fn select(&mut self, g: &Gap) {
+        // Kept whole: a window's edge that cuts the gap does not change which gap it is.
+        let (start, end) = g.whole(&self.store);
         self.selected = Some(SelGap {
             lane: g.lane,
-            start: g.start,
-            end: g.end,
+            start,
+            end,
         });
         self.current = self.derive_selected();
         self.show_fix = false;
@@ -129,8 +168,19 @@ impl App {
         );
         self.focus = Focus::Gaps;
         self.gap_sel = 0;
-        if let Some(g) = self.listed_gaps().first().copied() {
+        // A typical gap of the code's steady state (the median of its steady gaps), not the
+        // longest, which is often a warm-up one-off.
+        let mut steady = self.site_gaps(&a.key);
+        steady.sort_by_key(|g| (g.dur(), g.start));
+        let typical = steady
+            .get(steady.len() / 2)
+            .copied()
+            .or_else(|| self.listed_gaps().first().copied());
+        if let Some(g) = typical {
             self.select(&g);
+            self.sync_gap_sel();
+            self.message
+                .push_str(&format!("; a typical one selected ({})", fmt_ns(g.dur())));
         }
     }
 
@@ -250,6 +300,9 @@ impl App {
     /// Past the last one, `n` goes round to the first (and `N` past the first to the last),
     /// and says so, as a search in vi or less does.
     pub(super) fn step_gap(&mut self, dir: i64) {
+        if self.sort == GapSort::Duration {
+            return self.step_in_list(dir);
+        }
         let from = match self.selected {
             Some(s) => s.start,
             None => self.cursor,
@@ -277,6 +330,40 @@ impl App {
             }
             None => self.message = "no gaps to walk".into(),
         }
+    }
+
+    /// `n`/`N` while the list is sorted by duration: its next or previous row, going round
+    /// past either end, so that the row and "k of N" follow the keys.
+    fn step_in_list(&mut self, dir: i64) {
+        let listed = self.listed_gaps();
+        let n = listed.len();
+        if n == 0 {
+            self.message = "no gaps to walk".into();
+            return;
+        }
+        let here = listed.iter().position(|g| self.is_selected(g));
+        let (i, wrapped) = match here {
+            None if dir > 0 => (0, false),
+            None => (n - 1, false),
+            Some(i) => {
+                let j = i as i64 + dir;
+                (j.rem_euclid(n as i64) as usize, !(0..n as i64).contains(&j))
+            }
+        };
+        let g = listed[i];
+        self.select(&g);
+        self.gap_sel = i;
+        self.message = format!(
+            "{}gap {} of {n}: {} at {}",
+            match (wrapped, dir > 0) {
+                (false, _) => "",
+                (true, true) => "past the last row, back to the first: ",
+                (true, false) => "before the first row, on to the last: ",
+            },
+            i + 1,
+            self.gap_whole_text(&g),
+            self.rel(g.whole(&self.store).0)
+        );
     }
 
     /// The first gap after (dir > 0) or before `from` over the whole store that passes the

@@ -25,6 +25,8 @@ pub enum Action {
     BiggestGap,
     /// The biggest gap of all.
     BiggestOfAll,
+    /// Hide or show the one-off gaps (warm-up, code that does not recur) in the gap list.
+    HideOneOffs,
     /// Zoom to the selected gap, or walk the selected tree node's gaps.
     Enter,
     ZoomAll,
@@ -78,7 +80,7 @@ pub enum Action {
 }
 
 impl Action {
-    pub const ALL: [(Action, &'static str, &'static str); 43] = [
+    pub const ALL: [(Action, &'static str, &'static str); 44] = [
         (Action::Quit, "quit", "quit (the terminal is restored)"),
         (
             Action::Pause,
@@ -112,6 +114,11 @@ impl Action {
             Action::BiggestOfAll,
             "biggest_of_all",
             "the biggest gap in the window, one-offs included",
+        ),
+        (
+            Action::HideOneOffs,
+            "hide_one_offs",
+            "gap list: hide or show one-offs (warm-up, rare code)",
         ),
         (
             Action::Enter,
@@ -237,6 +244,7 @@ impl Action {
             Action::PrevGap => "prev. gap (of the tree node)",
             Action::BiggestGap => "biggest gap, top recurring",
             Action::BiggestOfAll => "the biggest gap of all",
+            Action::HideOneOffs => "hide / show one-off gaps",
             Action::Enter => "zoom to gap; tree: its gaps",
             Action::ZoomAll => "whole capture; follow live",
             Action::FocusNext => "next pane",
@@ -348,6 +356,12 @@ impl Key {
             "pagedown" => KeyCode::PageDown,
             "home" => KeyCode::Home,
             "end" => KeyCode::End,
+            r if r.len() > 1
+                && r.starts_with('f')
+                && r[1..].parse::<u8>().is_ok_and(|n| (1..=12).contains(&n)) =>
+            {
+                KeyCode::F(r[1..].parse().unwrap_or(1))
+            }
             r if r.chars().count() == 1 => {
                 let c = r.chars().next().unwrap_or(' ');
                 KeyCode::Char(if mods.is_empty() {
@@ -377,6 +391,7 @@ impl Key {
             KeyCode::PageDown => "pagedown".into(),
             KeyCode::Home => "home".into(),
             KeyCode::End => "end".into(),
+            KeyCode::F(n) => format!("F{n}"),
             _ => "?".into(),
         };
         if self.mods.contains(KeyModifiers::CONTROL) {

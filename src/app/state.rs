@@ -100,6 +100,8 @@ pub struct App {
     pub cursor: Ns,
     pub focus: Focus,
     pub sort: GapSort,
+    /// The gap list leaves out one-offs (warm-up, code that does not recur) (`o`... see keys).
+    pub hide_one_offs: bool,
     pub gap_sel: usize,
     pub selected: Option<SelGap>,
     pub min_gap: Ns,
@@ -224,6 +226,7 @@ impl App {
             cursor: lo + (hi - lo) / 2,
             focus: Focus::Gaps,
             sort: GapSort::Duration,
+            hide_one_offs: false,
             gap_sel: 0,
             selected: None,
             min_gap: 0,
@@ -286,6 +289,14 @@ impl App {
                 fmt_ns(g.dur())
             )
         }
+    }
+
+    /// A window's edge relative to the capture start, to the window's thousandth (a window of
+    /// seconds never starts at "1ns").
+    pub fn rel_edge(&self, t: Ns) -> String {
+        let res = (self.width() / 1000).max(1);
+        let d = t - self.store.origin();
+        fmt_ns(d / res * res)
     }
 
     /// Time relative to the capture start, formatted.

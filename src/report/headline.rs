@@ -234,7 +234,12 @@ pub fn lines(j: &JsonReport) -> [String; 3] {
         .advice
         .iter()
         .skip(1)
-        .filter(|b| b.saving_ns.is_some_and(|s| s > 0) || j.steps.is_none())
+        // Only sites with something to save: a replayed saving with steps, and without them
+        // any verdict but a busy GPU's.
+        .filter(|b| match j.steps {
+            Some(_) => b.saving_ns.is_some_and(|s| s > 0),
+            None => b.verdict != crate::collect::analysis::verdict::Verdict::Busy,
+        })
         .take(3)
         .map(|b| {
             let fig = match b.saving_ns {

@@ -145,8 +145,15 @@ fn coverage(j: &JsonReport) -> String {
             j.kernels_with_launch - j.kernels_with_stack
         ));
     }
+    // A Kineto trace (JSON) without Python stacks: how to capture them.
+    let kineto = j.source.contains(".json");
+    let hint = if kineto && j.kernels_with_python == 0 && j.kernels > 0 {
+        "; torch.profiler.profile(with_stack=True) records the Python stacks that name the code"
+    } else {
+        ""
+    };
     format!(
-        "launch calls found for {} of {} kernels: {}",
+        "launch calls found for {} of {} kernels: {}{hint}",
         j.kernels_with_launch,
         j.kernels,
         kinds.join(", ")
@@ -576,8 +583,9 @@ fn top_gaps(j: &JsonReport) -> Section {
     if j.top_gaps.is_empty() {
         return s;
     }
+    // All that the short report's last line promises (`--top`'s count).
     s.line("Top gaps");
-    for g in j.top_gaps.iter().take(10) {
+    for g in &j.top_gaps {
         top_gap(&mut s, g);
     }
     s

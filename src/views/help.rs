@@ -21,7 +21,13 @@ const LEGEND: [&str; 5] = [
 /// Actions that go in pairs, one row for both (`h/l pan left / right`): the two actions, then
 /// what the row says in full and in at most 28 characters. Pairing keeps the help within 23
 /// rows (80x24, less tmux's status line) with its legend.
-const PAIRS: [(Action, Action, &str, &str); 11] = [
+const PAIRS: [(Action, Action, &str, &str); 12] = [
+    (
+        Action::Sort,
+        Action::HideOneOffs,
+        "gap list: sort by duration or time / hide one-offs",
+        "gaps: sort / hide one-offs",
+    ),
     (
         Action::BiggestGap,
         Action::BiggestOfAll,

@@ -111,6 +111,16 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App) -> (u16, u16) {
                 bc.set_char(ch).set_style(style);
             }
         }
+        // Zoomed in, an op wide enough for its name carries it, on its busy cells.
+        for (c, name) in &lane.names {
+            let w = cols.saturating_sub(*c) as usize;
+            buf.set_string(
+                x0 + c,
+                y,
+                crate::frames::cut(name, w),
+                Style::default().fg(Color::Black).bg(Color::Green),
+            );
+        }
     }
     if let Some(more) = &vm.more {
         let y = inner.y + first + vm.rows.len() as u16;

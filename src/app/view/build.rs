@@ -102,6 +102,14 @@ impl App {
                 (A::ByFunction, "By func"),
                 (A::Search, "Search"),
             ]),
+            Focus::Timeline => v.extend([
+                (A::ZoomIn, "Zoom in"),
+                (A::ZoomOut, "Out"),
+                (A::PanLeft, "Pan"),
+                (A::PanRight, "Pan"),
+                (A::BiggestGap, "Biggest"),
+                (A::NextGap, "Next gap"),
+            ]),
             Focus::Fix => v.extend([
                 (A::Enter, "Its gaps"),
                 (A::Replay, "Replay fix"),
@@ -119,7 +127,7 @@ impl App {
         v.push((A::Details, "Details"));
         v.push((A::ZoomAll, "All"));
         if self.source == SourceState::Live {
-            v.push((A::Pause, "Pause"));
+            v.push((A::Pause, if self.paused { "Resume" } else { "Pause" }));
         }
         v.extend([(A::Export, "Export"), (A::Quit, "Quit")]);
         v.into_iter()

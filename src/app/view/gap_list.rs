@@ -75,18 +75,38 @@ impl App {
             .gap_sel
             .saturating_sub(h / 2)
             .min(gaps.len().saturating_sub(h));
+        // One-offs (warm-up, code that does not recur) are marked: not what a fix of the
+        // recurring code removes. The title's legend shows while a row is marked.
+        let mut one_off = self.one_off_test();
+        let marks: Vec<bool> = gaps.iter().skip(first).take(h).map(&mut one_off).collect();
+        let hide = self
+            .keys
+            .keys_for(crate::app::keymap::Action::HideOneOffs)
+            .into_iter()
+            .next()
+            .map(|k| format!(", {k} hides"))
+            .unwrap_or_default();
+        let title = if self.hide_one_offs {
+            format!("{title}· one-offs hidden ")
+        } else if marks.contains(&true) {
+            format!("{title}· ◦ one-off{hide} ")
+        } else {
+            title
+        };
         let rows = gaps
             .iter()
             .skip(first)
             .take(h)
-            .map(|g| {
+            .zip(marks)
+            .map(|(g, marked)| {
                 let lane = &self.store.lanes[g.lane];
                 let next = short_kernel(self.store.names.get(lane.op(g.next).name));
                 let site = pretty_frame(&self.launch_site(g));
                 // A gap the window cuts is marked on the side it goes on: «3ms, 3ms», «3ms».
                 let (ws, we) = g.whole(&self.store);
                 let dur = format!(
-                    "{}{}{}",
+                    "{}{}{}{}",
+                    if marked { "◦" } else { "" },
                     if ws < g.start { "«" } else { "" },
                     fmt_short(g.dur()),
                     if we > g.end { "»" } else { "" }

@@ -63,6 +63,9 @@ pub struct Cell {
 pub struct LaneRow {
     pub label: String,
     pub cells: Vec<Cell>,
+    /// Op names drawn over their busy cells where an op is wide enough for its name (zoomed
+    /// in, as nsys does): first column and the name, cut to its width.
+    pub names: Vec<(u16, String)>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -91,12 +91,14 @@ pub(super) fn replay_vm(inner: Rect, r: &ReplayStep) -> TimelineVm {
     vm.rows.push(LaneRow {
         label: "measured".into(),
         cells: measured,
+        names: Vec::new(),
     });
     // Under the measured row: the fixed one, or (a single row) where it would be.
     if inner.height >= 3 {
         vm.rows.push(LaneRow {
             label: "with the fix".into(),
             cells: fixed,
+            names: Vec::new(),
         });
     } else {
         vm.more = Some("(the step with the fix needs a taller timeline)".into());

@@ -13,7 +13,44 @@ use crate::collect::analysis::gaps;
 use crate::collect::model::records::{OpKind, FLAG_COMM};
 use crate::units::{fmt_ns, fmt_short};
 
+/// The fewest columns an op needs for its name to be drawn on it.
+const NAME_MIN_COLS: u16 = 6;
+/// The fewest columns a name is drawn cut in.
+const NAME_CUT_COLS: usize = 12;
+
 impl App {
+    /// The names of a lane's ops in the window that are wide enough for them, only when the
+    /// window holds few enough ops that some can be (zoomed in).
+    fn op_names(&self, lane: usize, cols: u16, col_of: &dyn Fn(i64) -> u16) -> Vec<(u16, String)> {
+        let l = &self.store.lanes[lane];
+        let (a, b) = (
+            l.lower_bound(self.lo).saturating_sub(1),
+            l.lower_bound(self.hi),
+        );
+        if b.saturating_sub(a) > cols as usize {
+            return Vec::new();
+        }
+        let mut names = Vec::new();
+        let mut free = 0u16;
+        for i in a..b {
+            let Some(o) = l.get(i) else { continue };
+            if o.end <= self.lo || o.start >= self.hi {
+                continue;
+            }
+            let (c0, c1) = (col_of(o.start).max(free), col_of(o.end - 1) + 1);
+            if c1 >= c0 + NAME_MIN_COLS {
+                let name = crate::frames::short_kernel(self.store.names.get(o.name));
+                // Whole, or cut where enough of it is left to read.
+                let w = (c1 - c0) as usize;
+                if name.chars().count() <= w || w >= NAME_CUT_COLS {
+                    names.push((c0, crate::frames::cut(&name, w)));
+                    free = c1;
+                }
+            }
+        }
+        names
+    }
+
     /// One row per lane: busy blocks, gaps by cause, the cursor and the selected gap.
     pub(super) fn timeline_vm(&self, inner: Rect) -> TimelineVm {
         if let Some(r) = &self.replay_step {
@@ -37,8 +74,8 @@ impl App {
             } else {
                 format!(
                     " GPU timeline  {} .. {}  (window {})  {cursor} {}",
-                    self.rel(self.lo),
-                    self.rel(self.hi),
+                    self.rel_edge(self.lo),
+                    self.rel_edge(self.hi),
                     fmt_ns(self.width()),
                     self.panes_note()
                         .map(|n| format!("· {n} "))
@@ -146,6 +183,7 @@ impl App {
             vm.rows.push(LaneRow {
                 label: crate::frames::cut(&self.store.lane_label(lane), (LABEL_W - 1) as usize),
                 cells,
+                names: self.op_names(lane, cols, &col_of),
             });
         }
         if order.len() > shown {
