@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 29's diagnosis check on the GPU machine, from the carried folder gpu/ (as gpu-run.sh;
+# Issue 29's (and 36's: the replayed saving against the fix, graph_sched added) diagnosis check on the GPU machine, from the carried folder gpu/ (as gpu-run.sh;
 # docs/perf.md says how gpu/ is built). For each workload (loader_train, optim_loop,
 # backward_bound, shape_planning, each with its fix as `--fix`):
 #   a. bare runs, unfixed and fixed, interleaved (before, after, before, after, ...), REPS each,
@@ -26,7 +26,7 @@ REPS=${REPS:-3}
 T=${RUN_TIMEOUT:-120}
 BUDGET=${BUDGET:-420}
 KINETO=${KINETO:-shape_planning}
-W=${WORKLOADS:-"loader_train:30 optim_loop:40 backward_bound:60 shape_planning:30"}
+W=${WORKLOADS:-"loader_train:30 optim_loop:40 backward_bound:60 shape_planning:30 graph_sched:40"}
 START=$SECONDS
 nvidia-smi -L
 python3 -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda)'
@@ -144,7 +144,9 @@ for n in names:
     est = ms(t.get("saving_ns"))
     ratio = est / saved if est is not None and saved else None
     verdict = t.get("cause") or t.get("verdict") or "-"
-    print(f"{n:16s} {f(b)} {f(a_)} {f(saved)} {f(est)} {f(ratio, 9)}  {t.get('site', j.get('error', '(no advice)'))} [{verdict}]")
+    # The replayed saving (saving_ns) beside the summed gaps it replaced (gap_sum_ns).
+    summed = ms(t.get("gap_sum_ns"))
+    print(f"{n:16s} {f(b)} {f(a_)} {f(saved)} {f(est)} {f(ratio, 9)}  {t.get('site', j.get('error', '(no advice)'))} [{verdict}] summed {f(summed, 0)}")
     under = "-"
     try:
         for line in open(os.path.join(d, f"{n}.record.log")):

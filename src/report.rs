@@ -257,7 +257,7 @@ pub fn build_steps(
         basis: s.basis.as_str(),
         steps: d.steps.as_ref().map(|st| st.json()),
         replay: d.replay.as_ref().map(|r| r.json.clone()),
-        advice: d.advice.into_iter().take(5).collect(),
+        advice: d.advice.into_iter().take(10).collect(),
         one_off_gaps,
         top_stacks: top_stacks(store, &s, 20),
         top_gaps: s

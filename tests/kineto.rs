@@ -386,16 +386,19 @@ fn the_profilers_frames_are_no_site_and_backward_goes_by_its_node() {
 #[test]
 fn collectives_and_backward_ops_are_named_by_pattern() {
     let j = report_json(&[&data("hta-two-ranks")]);
-    let nccl = advised(&j, "nccl:all_reduce");
-    assert_eq!(nccl["cause"], "collective", "{nccl}");
-    assert!(nccl["fix"].as_str().unwrap().contains("late rank"));
-    assert!(
-        nccl["text"]
-            .as_str()
-            .unwrap()
-            .contains("Cause: communication or a late rank, not host work"),
-        "{nccl}"
-    );
+    // The collective's own launches are not what to fix (its wait is another rank's, which no
+    // change of host work here removes): the replay ranks it below the ten sites that save
+    // time. Its pattern, named where it shows, is checked in the patterns' unit tests
+    // (`collectives_are_communication_not_host_work`).
+    let advice = j["advice"].as_array().unwrap();
+    assert!(advice.len() >= 5, "{advice:?}");
+    if let Some(nccl) = advice
+        .iter()
+        .find(|a| a["site"].as_str().unwrap().starts_with("nccl:all_reduce"))
+    {
+        assert_eq!(nccl["cause"], "collective", "{nccl}");
+        assert!(nccl["fix"].as_str().unwrap().contains("late rank"));
+    }
     let ln = advised(&j, "NativeLayerNormBackward0");
     assert_eq!(ln["cause"], "backward", "{ln}");
     assert_eq!(ln["cause_name"], "backward of native_layer_norm");
@@ -405,7 +408,7 @@ fn collectives_and_backward_ops_are_named_by_pattern() {
     );
     let t = report_text(&[&data("hta-two-ranks")]);
     assert!(
-        t.contains("nccl:all_reduce  [host_work, collective]"),
+        t.contains("NativeLayerNormBackward0  [host_work, backward]"),
         "{t}"
     );
 }

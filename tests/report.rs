@@ -293,7 +293,7 @@ fn malformed_inputs_fail_with_one_line() {
     fails_with(
         b"{\"traceEvents\": [{\"ph\":\"X\",\"cat\":\"kernel\",\"name\":\"k\",\"pid\":0,\"tid\":7,\"ts\":5,\"dur\":-1}]}",
         "negative.json",
-        "negative duration",
+        "dropped 1 GPU op that ends before it starts",
     );
     fails_with(b"{\"traceEvents\": []}", "empty.json", "no GPU ops");
     fails_with(b"", "zero.json", "empty file");
@@ -305,11 +305,23 @@ fn malformed_inputs_fail_with_one_line() {
     );
     fails_with(b"GAPTOPR1", "empty.rec", "no GPU ops");
     let k = r#"{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":1,"dur":1,"args":{"device":0,"stream":7}}"#;
-    fails_with(
+    // A window that ends before it starts is an unreadable event: skipped, counted and named,
+    // and the trace read without it.
+    let window = input_file(
+        "window.json",
         format!(r#"{{"traceEvents": [{{"ph":"M","name":"gaptop_window","args":{{"from_ns":5,"to_ns":1}}}},{k}]}}"#)
             .as_bytes(),
-        "window.json",
-        "gaptop_window: needs from_ns < to_ns",
+    );
+    let out = Command::new(bin())
+        .arg("report")
+        .arg(&window)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("gaptop_window: needs from_ns < to_ns"),
+        "{err}"
     );
     // Metadata gaptop does not own may be odd; it is passed over.
     let odd = input_file(
@@ -357,17 +369,22 @@ fn two_gpu_recording_names_the_late_rank() {
         r0["wait_ns"].as_i64().unwrap() > 10 * r1["wait_ns"].as_i64().unwrap(),
         "{c}"
     );
-    // What made rank 1 late, by cause: the planted function's stack, at every collective.
-    let planted: Vec<&Value> = c["late_sites"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| s["frames"].to_string().contains("late_allreduce"))
-        .collect();
-    assert!(!planted.is_empty(), "the planted function is named: {c}");
-    assert!(planted.iter().all(|s| s["rank"] == 1), "{c}");
-    let count: u64 = planted.iter().map(|s| s["count"].as_u64().unwrap()).sum();
-    assert_eq!(count, 20, "{c}");
+    // What made rank 1 late, by cause: in the training loop, its GPU idle before the launches
+    // of `late_backward` (a host gap); in the all-reduce loop, nothing between two collectives
+    // but the late launch from `late_allreduce` (the collective's own stack). The first of each
+    // loop is late for reasons of its own (set-up, the first step).
+    let planted = |f: &str, cause: &str| -> u64 {
+        c["late_sites"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["frames"].to_string().contains(f) && s["cause"] == cause)
+            .inspect(|s| assert_eq!(s["rank"], 1, "{s}"))
+            .map(|s| s["count"].as_u64().unwrap())
+            .sum()
+    };
+    assert!(planted("late_backward", "host_gap") >= 19, "{c}");
+    assert!(planted("late_allreduce", "collective") >= 19, "{c}");
     // Each rank's process is listed with what arrived from it.
     let procs = j["processes"].as_array().unwrap();
     assert_eq!(procs.len(), 2, "{procs:?}");
@@ -377,11 +394,13 @@ fn two_gpu_recording_names_the_late_rank() {
     }
     let text = report_text(&p);
     assert!(
-        text.contains("\nProcesses\n  pid 615     rank 1         887 kernels, 887 with launch"),
+        text.contains("\n  pid 615     rank 1         887 kernels, 887 with launch"),
         "{text}"
     );
     assert!(
-        text.contains("launching from /work/main/gpu/ddp.py(25): main.<locals>.late_allreduce"),
+        text.contains(
+            "launching the collective from /work/main/gpu/ddp.py(25): main.<locals>.late_allreduce"
+        ),
         "{text}"
     );
 }
@@ -678,6 +697,37 @@ fn export(src: &Path, out: &Path, window: &[&str]) {
 }
 
 /// A report with what names the source, and where its clock starts, taken out.
+/// The replayed figures of a report, taken out of it: a window's copy (or an export) keeps
+/// the calls that explain its gaps, not every call of the whole store, so the replay of the
+/// same steps may differ by a few calls, by well under a percent.
+fn replayed(j: &mut Value) -> Vec<f64> {
+    let mut v = Vec::new();
+    if let Some(r) = j.get_mut("replay").and_then(|r| r.as_object_mut()) {
+        r.remove("calls");
+    }
+    for a in j["advice"].as_array_mut().unwrap() {
+        let a = a.as_object_mut().unwrap();
+        for k in ["saving_ns", "saving_changed_ns", "busy_after"] {
+            if a.contains_key("whatif") {
+                if let Some(x) = a.remove(k) {
+                    v.push(x.as_f64().unwrap_or(0.0));
+                }
+            }
+        }
+    }
+    v
+}
+
+/// Two reports' replayed figures agree to within a percent (and 2 µs).
+fn same_replayed(a: &[f64], b: &[f64], what: &str) {
+    assert_eq!(a.len(), b.len(), "{what}");
+    for (x, y) in a.iter().zip(b) {
+        let tol =
+            (x.abs().max(y.abs()) * 0.01).max(2_000.0_f64.min(x.abs().max(y.abs()) * 0.5 + 0.01));
+        assert!((x - y).abs() <= tol, "{what}: {x} against {y}");
+    }
+}
+
 fn analysis(mut j: Value) -> Value {
     let o = j.as_object_mut().unwrap();
     for k in ["source", "origin_ns", "window"] {
@@ -711,8 +761,10 @@ fn exports_reopen_with_the_analysis_they_were_taken_from() {
     ] {
         let out = dir.join(out);
         export(&src, &out, &window);
-        let want = report_json(&src, &window);
-        let got = report_json(&out, &[]);
+        let mut want = report_json(&src, &window);
+        let mut got = report_json(&out, &[]);
+        let (rw, rg) = (replayed(&mut want), replayed(&mut got));
+        same_replayed(&rg, &rw, &out.display().to_string());
         assert_eq!(
             analysis(got.clone()),
             analysis(want.clone()),
@@ -794,9 +846,26 @@ fn a_window_copy_analyses_as_the_whole_store_does() {
             );
             let copy = st.window_copy(wlo, whi);
             let rel = Window::new(wlo - lo, whi - lo);
-            let want = serde_json::to_value(gaptop::report::build(&st, rel, &cfg, 50).1).unwrap();
-            let got = serde_json::to_value(gaptop::report::build(&copy, rel, &cfg, 50).1).unwrap();
-            assert_eq!(got, want, "{} window {a}..{b}", src.display());
+            let mut want =
+                serde_json::to_value(gaptop::report::build(&st, rel, &cfg, 50).1).unwrap();
+            let mut got =
+                serde_json::to_value(gaptop::report::build(&copy, rel, &cfg, 50).1).unwrap();
+            let what = format!("{} window {a}..{b}", src.display());
+            let (rw, rg) = (replayed(&mut want), replayed(&mut got));
+            same_replayed(&rg, &rw, &what);
+            if got != want {
+                // Print the first difference of the advice to name it.
+                let (ga, wa) = (&got["advice"], &want["advice"]);
+                for (x, y) in ga.as_array().unwrap().iter().zip(wa.as_array().unwrap()) {
+                    assert_eq!(x, y, "{what}: advice");
+                }
+                assert_eq!(
+                    ga.as_array().unwrap().len(),
+                    wa.as_array().unwrap().len(),
+                    "{what}"
+                );
+            }
+            assert_eq!(got, want, "{what}");
         }
     }
 }

@@ -95,7 +95,8 @@ fn gain(j: &JsonReport, a: &Advice) -> String {
                     rj.steps
                 )
             } else {
-                let step = median;
+                // The mean step of the replayed steps: the saving is a mean over them.
+                let step = rj.measured_mean_ns;
                 format!(
                     "saves ~{} of a {} step ({:.0}%; {then})",
                     t(r.saving_ns),

@@ -363,7 +363,7 @@ fn what_to_fix(j: &JsonReport) -> Section {
     let steady = j.steps.as_ref().map_or(0, |s| s.steady) as u32;
     let mut said = Said::after_headline(j);
     let mut one_offs_said = false;
-    for (i, a) in j.advice.iter().enumerate() {
+    for (i, a) in j.advice.iter().take(5).enumerate() {
         let label = format!("#{}", i + 1);
         s.line(format!(
             "{label:<3}{:>7} {:5.1}%  {:>11}  {}  [{}{}]",
@@ -499,12 +499,13 @@ fn top_stacks(j: &JsonReport, full: bool) -> Section {
             ));
             continue;
         }
-        s.line(format!(
+        let line = format!(
             "  {:>7} {share:5.1}%  {:>11}  {}",
             t(st.gap_ns),
             gaps_n(st.gaps),
             ranks_label(&st.ranks).trim_end()
-        ));
+        );
+        s.line(line.trim_end().to_string());
         // The innermost frames, framework plumbing left out as in the UI's tree, so that the
         // modules that launched show rather than nn.Module's call machinery.
         let shown: Vec<&String> = st

@@ -19,8 +19,7 @@
 use crate::collect::analysis::summary;
 use std::collections::HashMap;
 
-use serde::Serialize;
-
+pub use crate::collect::analysis::advice_row::Advice;
 use crate::collect::analysis::gaps::{Config, Gap, Window};
 use crate::collect::analysis::oncpu::JsonCpu;
 use crate::collect::analysis::patterns;
@@ -33,66 +32,6 @@ use crate::collect::analysis::verdict::{fix, Framework, Verdict};
 use crate::collect::model::records::{NameId, Ns, StackId};
 use crate::collect::model::store::Store;
 use crate::units::fmt_short;
-
-#[derive(Clone, Debug, Serialize)]
-pub struct Advice {
-    /// The code the gaps are charged to, as displayed (`fn  file.py:12`).
-    pub site: String,
-    /// What `site_key` gives for the launch stacks grouped here.
-    #[serde(skip)]
-    pub key: String,
-    pub gaps: u64,
-    pub gap_ns: Ns,
-    /// Share of the gap time charged in the window (on the summary's basis): shares add up
-    /// to at most 1.
-    pub share: f64,
-    /// The median gap: exact when `typical_exact`, else to within a quarter of a power of two.
-    pub typical_gap_ns: Ns,
-    pub typical_exact: bool,
-    /// The gap length the verdict went by, which its text gives (`verdict::GapFigure`).
-    pub verdict_gap_ns: Ns,
-    #[serde(skip)]
-    pub figure: GapFigure,
-    /// Mean duration of the ops that waited.
-    pub mean_op_ns: Ns,
-    pub verdict: Verdict,
-    pub framework: Framework,
-    /// Its gaps occur in at least half of the steady steps (false without steps).
-    pub recurring: bool,
-    /// With steps: in how many steady steps the site had idle time, its median idle a step,
-    /// and what the usual fix would save a step (see the module's docs); None without steps.
-    pub steps_present: Option<u32>,
-    pub per_step_ns: Option<Ns>,
-    pub saving_ns: Option<Ns>,
-    /// The saving a step summed from the site's gaps (what `saving_ns` was before the replay:
-    /// an upper bound where something else would fill the freed time).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub gap_sum_ns: Option<Ns>,
-    /// The replayed fix (`collect::analysis::replay`): what it assumed, the GPU's busy share
-    /// of the step after it, and how the saving falls on the steps it changes. None where the
-    /// site was not replayed (then `saving_ns` is the summed gaps).
-    #[serde(flatten, skip_serializing_if = "Option::is_none")]
-    pub replay: Option<replay::SiteEstimate>,
-    /// Gaps outside recurring patterns (see the module's docs), and their time: the usual fix
-    /// does not address them.
-    pub one_offs: u64,
-    pub one_off_ns: Ns,
-    /// What the launching threads did during the gaps, where the program was sampled.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cpu: Option<JsonCpu>,
-    /// The cause a pattern of its evidence names (`collect::analysis::patterns`: its id, its name in
-    /// words and why its fix), when one matches.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cause: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cause_name: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// One sentence: what happened, the cause where a pattern names it, and the fix.
-    pub text: String,
-    /// The fix alone, for narrow places: the cause's, else the verdict's usual one.
-    pub fix: &'static str,
-}
 
 /// The frame a launch stack is charged to: its innermost non-plumbing Python frame outside
 /// the profiler's own frames (what runs inside `record_function.__enter__` or the profiler's
@@ -572,38 +511,17 @@ fn sync_advice(store: &Store, key: &str, e: &replay::SiteEstimate) -> Advice {
         "A sync ({}) makes the CPU wait for the GPU, which then waits for the next launch. Fix: {SYNC_FIX}.",
         store.names.get(api)
     );
-    Advice {
+    Advice::replayed(
         site,
-        key: key.to_string(),
-        gaps: 0,
-        gap_ns: 0,
-        share: 0.0,
-        typical_gap_ns: 0,
-        typical_exact: true,
-        verdict_gap_ns: 0,
-        figure: GapFigure {
-            ns: 0,
-            weighted: false,
-            exact: true,
-        },
-        mean_op_ns: 0,
-        verdict: Verdict::Sync,
-        framework: Framework::of_name(&qual).unwrap_or(Framework::Cuda),
-        recurring: true,
-        steps_present: None,
-        per_step_ns: None,
-        saving_ns: Some(e.saving_ns),
-        gap_sum_ns: None,
-        replay: Some(e.clone()),
-        one_offs: 0,
-        one_off_ns: 0,
-        cpu: None,
-        cause: None,
-        cause_name: None,
-        reason: None,
+        key.to_string(),
+        Verdict::Sync,
+        Framework::of_name(&qual).unwrap_or(Framework::Cuda),
+        e.saving_ns,
+        Some(e.clone()),
+        None,
         text,
-        fix: SYNC_FIX,
-    }
+        SYNC_FIX,
+    )
 }
 
 /// What to check on a GPU slower than its peers.
@@ -666,38 +584,20 @@ fn slow_gpus(
             "rank {}'s GPU runs {short} {ratio:.1}x slower than the others' median, which makes it late at {} collectives.{then} Fix: {SLOW_GPU_FIX}.",
             l.rank, l.count
         );
-        out.push(Advice {
-            site: format!("rank {}'s GPU: {short}", l.rank),
-            key: format!("\u{1f}slow-gpu {} {kernel}", l.rank),
-            gaps: 0,
-            gap_ns: 0,
-            share: 0.0,
-            typical_gap_ns: 0,
-            typical_exact: true,
-            verdict_gap_ns: 0,
-            figure: GapFigure {
-                ns: 0,
-                weighted: false,
-                exact: true,
-            },
-            mean_op_ns: 0,
-            verdict: Verdict::Busy,
-            framework: Framework::Cuda,
-            recurring: true,
-            steps_present: None,
-            per_step_ns: None,
-            saving_ns: Some(alone),
-            gap_sum_ns: None,
-            replay: None,
-            one_offs: 0,
-            one_off_ns: 0,
-            cpu: None,
-            cause: Some("slow_gpu"),
-            cause_name: Some(format!("a slow GPU ({ratio:.1}x the others' median)")),
-            reason: None,
+        out.push(Advice::replayed(
+            format!("rank {}'s GPU: {short}", l.rank),
+            format!("\u{1f}slow-gpu {} {kernel}", l.rank),
+            Verdict::Busy,
+            Framework::Cuda,
+            alone,
+            None,
+            Some((
+                "slow_gpu",
+                format!("a slow GPU ({ratio:.1}x the others' median)"),
+            )),
             text,
-            fix: SLOW_GPU_FIX,
-        });
+            SLOW_GPU_FIX,
+        ));
     }
     out
 }

@@ -58,9 +58,15 @@ fn late_cause(
     lists: &[&Vec<(Ns, Ns, StackId)>],
     late: usize,
     k: usize,
+    lo: Ns,
 ) -> (&'static str, Option<(String, f64)>, Ns, StackId) {
+    // Since the previous collective, or the window's start.
     let window = |i: usize| {
-        let from = if k == 0 { Ns::MIN } else { lists[i][k - 1].1 };
+        let from = if k == 0 {
+            lo
+        } else {
+            lists[i][k - 1].1.max(lo)
+        };
         (from, lists[i][k].0)
     };
     // Kernel time by name over each rank's stretch.
@@ -69,7 +75,7 @@ fn late_cause(
         let mut m: BTreeMap<u32, Ns> = BTreeMap::new();
         for &l in &lanes[i] {
             let lane = &store.lanes[l];
-            for op in lane.range(lane.lower_bound(a.max(Ns::MIN + 1))..lane.lower_bound(b)) {
+            for op in lane.range(lane.lower_bound(a)..lane.lower_bound(b)) {
                 if op.flags & FLAG_COMM == 0 {
                     *m.entry(op.name).or_default() += op.dur();
                 }
@@ -102,7 +108,7 @@ fn late_cause(
     let mut ops: Vec<(Ns, Ns, usize, u32)> = Vec::new();
     for &l in &lanes[late] {
         let lane = &store.lanes[l];
-        for op in lane.range(lane.lower_bound(a.max(Ns::MIN + 1))..lane.lower_bound(b)) {
+        for op in lane.range(lane.lower_bound(a)..lane.lower_bound(b)) {
             ops.push((op.start, op.end, l, op.corr));
         }
     }
@@ -217,7 +223,7 @@ pub fn analyze(store: &Store, lo: Ns, hi: Ns) -> CommReport {
         if by > 0 {
             r.per_rank[late_i].late_count += 1;
             r.per_rank[late_i].late_ns += by;
-            let (cause, kernel, cause_ns, stack) = late_cause(store, &lanes, &lists, late_i, k);
+            let (cause, kernel, cause_ns, stack) = late_cause(store, &lanes, &lists, late_i, k, lo);
             let (name, ratio) = kernel.unwrap_or_default();
             let e = sites.entry((late_i, cause, name, stack)).or_default();
             e.0 += 1;

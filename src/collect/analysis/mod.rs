@@ -3,6 +3,7 @@
 //! fix there, what the CPU did meanwhile, and the stalls between ranks.
 
 pub mod advice;
+pub mod advice_row;
 pub mod comm;
 pub mod gaps;
 pub mod oncpu;

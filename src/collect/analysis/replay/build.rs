@@ -57,9 +57,8 @@ fn calls_in(store: &Store, proc: usize, lo: Ns, hi: Ns) -> Vec<ApiCall> {
         .collect()
 }
 
-/// Builds the model of the calls that start in `[lo, hi)` and the ops they launched (with the
-/// ops of the window that no call of it launched), keying each call's site with `key(stack,
-/// api, op)`.
+/// Builds the model of the ops that start in `[lo, hi)` and the calls that start in it (but
+/// launches of ops outside it), keying each call's site with `key(stack, api, op)`.
 pub fn build(
     store: &Store,
     lo: Ns,
@@ -78,8 +77,17 @@ pub fn build(
     let mut launched_op: HashMap<(u32, u32), NameId> = HashMap::default();
     // Each call's process, stack, API and id, for its site.
     let mut origin: Vec<(u32, StackId, NameId, u32)> = Vec::new();
+    // The ops of the block: those that start in it. A call that launched an op outside it
+    // (after its end) is left out with its op, as a window's copy of the store leaves it.
+    let mut in_block: rustc_hash::FxHashSet<(u32, u32)> = Default::default();
+    for lane in &store.lanes {
+        let (a, b) = (lane.lower_bound(lo), lane.lower_bound(hi));
+        in_block.extend(lane.range(a..b).map(|o| (lane.key.proc, o.corr)));
+    }
+    let launches = |k: ApiKind| matches!(k, ApiKind::Launch | ApiKind::GraphLaunch | ApiKind::Copy);
     for (pi, _) in store.procs.iter().enumerate() {
-        let calls = calls_in(store, pi, lo, hi);
+        let mut calls = calls_in(store, pi, lo, hi);
+        calls.retain(|a| !launches(a.kind) || in_block.contains(&(pi as u32, a.corr)));
         if calls.is_empty() {
             continue;
         }
@@ -140,10 +148,10 @@ pub fn build(
         let mut raw: Vec<(u32, Ns, Ns, Ns)> = Vec::new(); // call, start, end, launch start
         while i < lane.len() {
             let op = lane.op(i);
-            let call = by_corr.get(&(proc, op.corr)).copied().unwrap_or(NONE);
-            if call == NONE && op.start >= hi {
+            if op.start >= hi {
                 break;
             }
+            let call = by_corr.get(&(proc, op.corr)).copied().unwrap_or(NONE);
             if call != NONE {
                 launched_op.insert((proc, op.corr), op.name);
             }
@@ -166,6 +174,7 @@ pub fn build(
                 floor: Ns::MIN,
                 group: NONE,
                 name: op.name,
+                idle_before: 0,
             });
             if op.flags & FLAG_COMM != 0 {
                 m.ops.last_mut().expect("pushed").group = NONE - 1; // a collective, grouped below
@@ -183,6 +192,7 @@ pub fn build(
         });
         bind_lane(&mut m.ops[first as usize..], &raw, before_end);
     }
+    idle_before(&mut m, store);
     bind_wakes(&mut m);
     bind_deps(&mut m, store);
     bind_syncs(&mut m);
@@ -236,6 +246,37 @@ fn python_span_at(spans: &[Span], python: &[bool], t: Ns) -> u32 {
         j = spans[j].parent as usize;
     }
     NONE
+}
+
+/// Each op's device idle before it: from the latest end of the ops of its device that started
+/// before it (the op before the block on each stream too) to its start.
+fn idle_before(m: &mut Model, store: &Store) {
+    let mut by_dev: HashMap<(u32, u32), Vec<u32>> = HashMap::default();
+    let mut reach: HashMap<(u32, u32), Ns> = HashMap::default();
+    for l in &m.lanes {
+        let k = store.lanes[l.lane].key;
+        by_dev
+            .entry((k.proc, k.device))
+            .or_default()
+            .extend(l.first..l.last);
+        if let Some(e) = l.before_end {
+            let r = reach.entry((k.proc, k.device)).or_insert(Ns::MIN);
+            *r = (*r).max(e);
+        }
+    }
+    for (dev, mut v) in by_dev {
+        v.sort_unstable_by_key(|&j| (m.ops[j as usize].start, j));
+        let mut r = reach.get(&dev).copied().unwrap_or(Ns::MIN);
+        for j in v {
+            let o = &mut m.ops[j as usize];
+            o.idle_before = if r == Ns::MIN {
+                0
+            } else {
+                (o.start - r).max(0)
+            };
+            r = r.max(o.end);
+        }
+    }
 }
 
 /// A thread idle for this long before a call was woken by another, when one of its process's

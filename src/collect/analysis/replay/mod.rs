@@ -24,6 +24,7 @@
 //! over the steady steps and puts the difference on its advice; [`step_picture`] draws one
 //! step as measured and with a site's fix, for the UI.
 
+mod anchors;
 mod build;
 mod model;
 mod run;

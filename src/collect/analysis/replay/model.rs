@@ -59,6 +59,8 @@ pub struct Op {
     pub group: u32,
     /// Its name.
     pub name: NameId,
+    /// How long its device had nothing running before it started (the gap charged to it).
+    pub idle_before: Ns,
 }
 
 /// A launching thread's calls.

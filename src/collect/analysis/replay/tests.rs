@@ -221,7 +221,7 @@ fn a_collective_ends_when_its_last_rank_arrives() {
     // kernel at 70 µs after.
     let mut p = Prog::new(2);
     let (a, b) = (p.lane(0, 7), p.lane(1, 7));
-    p.call(1, 1, "cudaGetDevice", ApiKind::Other, 0, US);
+    p.launch(1, 1, b, 0, 4 * US, US);
     p.comm(0, a, 0, 4 * US, 64 * US);
     p.comm(1, b, 50 * US, 54 * US, 64 * US);
     p.launch(0, 1, a, 70 * US, 74 * US, 5 * US);
@@ -233,7 +233,7 @@ fn a_collective_ends_when_its_last_rank_arrives() {
     let late = m
         .calls
         .iter()
-        .position(|c| m.threads[c.thread as usize].proc == 1 && c.kind == ApiKind::Launch)
+        .position(|c| m.threads[c.thread as usize].proc == 1 && c.start == 50 * US)
         .unwrap();
     m.calls[late].seg += 30 * US;
     let t = run(&m);

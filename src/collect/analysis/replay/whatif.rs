@@ -4,10 +4,11 @@
 use rustc_hash::FxHashMap as HashMap;
 use serde::Serialize;
 
-use super::build::{build, REPLAY_MAX_OPS};
+use super::anchors::{block, block_lo, cpu_anchored, median, periods, spans, walls, Anchors};
+use super::build::build;
 use super::model::{Model, NONE};
 use super::run::{run, Times};
-use crate::collect::analysis::steps::{StepSource, Steps};
+use crate::collect::analysis::steps::Steps;
 use crate::collect::model::records::{ApiKind, NameId, Ns, StackId};
 use crate::collect::model::store::Store;
 
@@ -16,8 +17,9 @@ use crate::collect::model::store::Store;
 pub enum WhatIf {
     /// Each call of the site's launches fused into one kernel: one launch, no spacing.
     Fuse,
-    /// The site's CPU work before its launches removed, down to the thread's typical time
-    /// between two calls.
+    /// The site's CPU time during its gaps removed: the CPU time before each launch, by as
+    /// much as the device sat idle before its op, down to the thread's typical time between
+    /// two calls.
     HostWork,
     /// Per-shape planning: as host work (each shape planned once, outside the steady steps).
     Planning,
@@ -34,7 +36,7 @@ impl WhatIf {
     pub fn assumes(self) -> &'static str {
         match self {
             WhatIf::Fuse => "each call's launches fused into one kernel of the same GPU time, launched once",
-            WhatIf::HostWork => "the CPU work before its launches removed, down to the thread's typical time between two calls",
+            WhatIf::HostWork => "its CPU time during its gaps removed (the CPU before each launch, by as much as the GPU sat idle before its op, down to the thread's typical time between two calls)",
             WhatIf::Planning => "each shape planned once, before the steady steps: its plans (CPU time before its launches of 10x its usual and over 1ms) removed",
             WhatIf::SlowLaunch => "its launch calls as fast as the thread's typical launch",
             WhatIf::Sync => "the syncs before its launches removed (the CPU no longer waits for the GPU there)",
@@ -135,161 +137,6 @@ pub struct Estimate {
     pub steps: std::ops::Range<usize>,
     pub model: Model,
     pub baseline: Times,
-}
-
-/// Where the steps' boundaries are read: on the GPU (steps found from ops) or on the CPU (spans
-/// and ranges).
-fn cpu_anchored(src: &StepSource) -> bool {
-    matches!(src, StepSource::ProfilerStep | StepSource::Spans(_))
-}
-
-/// The threads and lanes anchors are read on: the thread with the most launches and the lanes
-/// of the device with the most ops.
-struct Anchors {
-    thread: usize,
-    lanes: Vec<usize>,
-    cpu: bool,
-}
-
-impl Anchors {
-    fn new(m: &Model, store: &Store, cpu: bool) -> Anchors {
-        let mut launches = vec![0usize; m.threads.len()];
-        for o in m.ops.iter().filter(|o| o.call != NONE) {
-            launches[m.calls[o.call as usize].thread as usize] += 1;
-        }
-        let thread = (0..m.threads.len())
-            .max_by_key(|&t| (launches[t], std::cmp::Reverse(t)))
-            .unwrap_or(0);
-        let mut by_dev: HashMap<(u32, u32), (usize, Vec<usize>)> = HashMap::default();
-        for (s, l) in m.lanes.iter().enumerate() {
-            let k = store.lanes[l.lane].key;
-            let e = by_dev.entry((k.proc, k.device)).or_default();
-            e.0 += (l.last - l.first) as usize;
-            e.1.push(s);
-        }
-        let mut devs: Vec<_> = by_dev.into_iter().collect();
-        devs.sort_by_key(|d| (std::cmp::Reverse(d.1 .0), d.0));
-        let lanes = devs.into_iter().next().map(|d| d.1 .1).unwrap_or_default();
-        Anchors { thread, lanes, cpu }
-    }
-
-    /// The replayed time of measured time `b`: `b` moved as the first event at or after it
-    /// moved (`end`: as the last event ending at or before it).
-    fn at(&self, m: &Model, t: &Times, b: Ns, end: bool) -> Ns {
-        if self.cpu && self.thread < m.threads.len() {
-            let th = &m.threads[self.thread];
-            let calls = &m.calls[th.first as usize..th.last as usize];
-            if end {
-                let i = calls.partition_point(|c| c.end <= b);
-                if i > 0 {
-                    let c = th.first as usize + i - 1;
-                    return b + t.call_end[c] - m.calls[c].end;
-                }
-            } else {
-                let i = calls.partition_point(|c| c.start < b);
-                if i < calls.len() {
-                    let c = th.first as usize + i;
-                    return b + t.call_start[c] - m.calls[c].start;
-                }
-            }
-            return b;
-        }
-        let mut best: Option<(Ns, usize, bool)> = None;
-        for &s in &self.lanes {
-            let l = &m.lanes[s];
-            let ops = &m.ops[l.first as usize..l.last as usize];
-            if end {
-                // The latest end at or before b (ends follow starts on a stream).
-                let i = ops.partition_point(|o| o.start < b);
-                for (q, o) in ops[..i].iter().enumerate().rev().take(4) {
-                    if o.end <= b && best.is_none_or(|x| o.end > x.0) {
-                        best = Some((o.end, l.first as usize + q, true));
-                    }
-                }
-            } else {
-                let i = ops.partition_point(|o| o.start < b);
-                if let Some(o) = ops.get(i) {
-                    if best.is_none_or(|x| o.start < x.0) {
-                        best = Some((o.start, l.first as usize + i, false));
-                    }
-                }
-            }
-        }
-        match best {
-            Some((_, j, true)) => b + t.op_end[j] - m.ops[j].end,
-            Some((_, j, false)) => b + t.op_start[j] - m.ops[j].start,
-            None => b,
-        }
-    }
-}
-
-/// The replayed wall time of each step of `range`: a step lasts from its start to the next
-/// one's (an iteration's period: what a range leaves out between two steps, such as loading
-/// the next batch, is the step's too); the last one to its end.
-fn walls(
-    m: &Model,
-    t: &Times,
-    a: &Anchors,
-    steps: &Steps,
-    range: std::ops::Range<usize>,
-) -> Vec<Ns> {
-    spans(m, t, a, steps, range)
-        .into_iter()
-        .map(|(s, e)| e - s)
-        .collect()
-}
-
-/// The measured periods of the steps of `range`, as [`walls`] replays them.
-fn periods(steps: &Steps, range: std::ops::Range<usize>) -> Vec<Ns> {
-    range
-        .clone()
-        .map(|k| {
-            let s = &steps.steps[k];
-            match steps.steps.get(k + 1) {
-                Some(n) if k + 1 < range.end => n.start - s.start,
-                _ => s.wall(),
-            }
-        })
-        .collect()
-}
-
-/// The steps replayed: the last steady steps, up to [`REPLAY_MAX_OPS`] ops (at least one).
-fn block(steps: &Steps) -> std::ops::Range<usize> {
-    let steady = steps.steady();
-    let mut first = steady.end;
-    let mut ops = 0u64;
-    while first > steady.start {
-        let n = steps.steps[first - 1].launches;
-        if first < steady.end && ops + n > REPLAY_MAX_OPS as u64 {
-            break;
-        }
-        ops += n;
-        first -= 1;
-    }
-    first..steady.end
-}
-
-/// Where the block's calls start: the first step's start, or the launch of its first op when
-/// that came earlier (the CPU runs ahead of the GPU).
-fn block_lo(store: &Store, start: Ns, end: Ns) -> Ns {
-    let mut lo = start;
-    for (li, lane) in store.lanes.iter().enumerate() {
-        let i = lane.lower_bound(start);
-        if let Some(op) = lane.get(i).filter(|o| o.start < end) {
-            if let Some(a) = store.api_of(li, &op) {
-                lo = lo.min(a.start);
-            }
-        }
-    }
-    lo
-}
-
-fn median(mut v: Vec<Ns>) -> Ns {
-    if v.is_empty() {
-        return 0;
-    }
-    let mid = (v.len() - 1) / 2;
-    *v.select_nth_unstable(mid).1
 }
 
 /// Each thread's typical time between two calls and typical launch.
@@ -445,11 +292,18 @@ fn apply(m: &mut Model, s: u32, w: WhatIf, seg: &[Ns], own: &[Ns]) -> Undo {
             }
         }
         WhatIf::HostWork | WhatIf::Input => {
+            // Its CPU time during its gaps: each launch's CPU time before it, down to the
+            // thread's typical, by no more than the device sat idle before its op.
+            let mut idle = vec![0; m.calls.len()];
+            for o in m.ops.iter().filter(|o| o.call != NONE) {
+                idle[o.call as usize] = o.idle_before;
+            }
             for c in 0..m.calls.len() as u32 {
                 let call = m.calls[c as usize];
                 let floor = seg[call.thread as usize].max(0);
-                if call.site == s && call.seg > floor {
-                    u.call(m, c).seg = floor;
+                let cut = (call.seg - floor).min(idle[c as usize]);
+                if call.site == s && cut > 0 {
+                    u.call(m, c).seg = call.seg - cut;
                 }
             }
         }
@@ -634,27 +488,6 @@ pub struct SiteReplay {
     /// Each step of the block's replayed start and end, with the fix and unchanged.
     pub spans: Vec<(Ns, Ns)>,
     pub baseline_spans: Vec<(Ns, Ns)>,
-}
-
-/// Each step of `range`'s replayed start and end, read as [`walls`] reads them.
-fn spans(
-    m: &Model,
-    t: &Times,
-    a: &Anchors,
-    steps: &Steps,
-    range: std::ops::Range<usize>,
-) -> Vec<(Ns, Ns)> {
-    range
-        .clone()
-        .map(|k| {
-            let s = &steps.steps[k];
-            let end = match steps.steps.get(k + 1) {
-                Some(n) if k + 1 < range.end => a.at(m, t, n.start, false),
-                _ => a.at(m, t, s.end, true),
-            };
-            (a.at(m, t, s.start, false), end)
-        })
-        .collect()
 }
 
 /// Site `site_key`'s fix (`w`) replayed over the block of `est` (made from `store` and

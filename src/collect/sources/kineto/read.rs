@@ -170,8 +170,10 @@ impl Builder {
                     .skipped
                     .entry("unreadable events".into())
                     .or_insert(0) += self.bad;
-                // Said with the capture's notes (the report's), not on its own line: a trace
-                // that is then refused says it in its one line of error.
+                // A trace that is then refused (no GPU op) says it in its one line of error.
+                if self.store.op_count() > 0 {
+                    crate::say!("gaptop: {}: {line}", self.store.source);
+                }
                 self.store.notes.push(line);
             }
             if !(0..=MAX_BASE_NS).contains(&header.base_ns) {
@@ -191,7 +193,9 @@ impl Builder {
         let bad = self.first_bad.clone();
         let store = self.finish();
         if store.total_ops == 0 {
-            match bad {
+            // Why: an unreadable event, or GPU ops dropped for their times.
+            let why = bad.or_else(|| store.dropped_times.lines().into_iter().next());
+            match why {
                 Some(b) => anyhow::bail!("{}; {b}", no_gpu_ops(events)),
                 None => anyhow::bail!("{}", no_gpu_ops(events)),
             }

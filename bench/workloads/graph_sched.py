@@ -1,0 +1,92 @@
+# A serving loop's bubble (issue 36): each step serves two micro-batches, each a CUDA graph
+# replay of a small decoder step (captured once), and before each replay a Python scheduler
+# (pure-Python bookkeeping over the waiting requests, about SCHED_MS of CPU) picks what runs
+# next from the tokens the previous replay sampled, read back with .item(). The GPU idles
+# while the scheduler runs: the bubble serving engines show before each replay.
+# --fix (overlap): the second micro-batch is scheduled while the first one's graph runs (its
+# tokens read after), as engines that schedule one step ahead do: the same work, the
+# scheduler's CPU under the GPU's.
+#   python3 graph_sched.py [STEPS] [--fix [overlap]] [--sched-ms MS] [--kineto PATH]
+import random
+import torch
+import steploop
+
+HIDDEN, LAYERS = 2048, 6
+
+
+def build():
+    torch.manual_seed(0)
+    ws = [torch.randn(HIDDEN, HIDDEN, device="cuda", dtype=torch.bfloat16) / HIDDEN**0.5
+          for _ in range(LAYERS)]
+    x = torch.randn(64, HIDDEN, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty(64, dtype=torch.long, device="cuda")
+
+    def body():
+        h = x
+        for w in ws:
+            h = torch.nn.functional.gelu(h @ w)
+        out.copy_(h.float().sum(1).long() % 1000)
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            body()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        body()
+    return g, out
+
+
+class Scheduler:
+    """Pure-Python bookkeeping over waiting requests, about `ms` of CPU a call."""
+
+    def __init__(self, ms):
+        self.rng = random.Random(0)
+        self.queue = [(self.rng.random(), i) for i in range(512)]
+        self.n = 1
+        t0 = __import__("time").perf_counter()
+        self.schedule(0)
+        took = __import__("time").perf_counter() - t0
+        self.n = max(1, int(ms / 1e3 / max(took, 1e-6)))
+
+    def schedule(self, token):
+        picked = []
+        for _ in range(self.n):
+            self.queue = sorted((p * 0.999 + (token % 7) * 1e-4, i) for p, i in self.queue)
+            picked = [i for _, i in self.queue[:32]]
+        return picked
+
+
+def main():
+    ap = steploop.parser("graph_sched", 40, ["overlap"], warmup=5,
+                         doc="a Python scheduler between CUDA graph replays")
+    ap.add_argument("--sched-ms", type=float, default=1.5, help="the scheduler's CPU a call")
+    a = ap.parse_args()
+    steploop.check(a)
+    g, out = build()
+    sched = Scheduler(a.sched_ms)
+
+    def step(k):
+        if a.fix == "overlap":
+            sched.schedule(k)
+            g.replay()
+            sched.schedule(k + 1)  # the next micro-batch, while this one's graph runs
+            tok = int(out[0].item())
+            g.replay()
+            tok += int(out[0].item())
+        else:
+            sched.schedule(k)
+            g.replay()
+            tok = int(out[0].item())
+            sched.schedule(tok)
+            g.replay()
+            tok += int(out[0].item())
+        return tok
+
+    steploop.run("graph_sched", a, step, detail=f"sched_ms={a.sched_ms}")
+
+
+if __name__ == "__main__":
+    main()
