@@ -299,7 +299,7 @@ fn k_stops_the_program_and_keeps_the_ui() {
     s.wait_for("started");
     s.keys(&["K"]);
     let screen = s.wait_for("sent SIGINT to the program");
-    assert!(screen.contains("K again sends SIGTERM"), "{screen}");
+    assert!(screen.contains("again sends SIGTERM"), "{screen}");
     std::thread::sleep(Duration::from_millis(300));
     assert!(
         s.screen().contains(" LIVE "),

@@ -257,8 +257,10 @@ impl App {
     /// many ops.
     pub fn panes_note(&self) -> Option<String> {
         let c = self.cache.as_ref()?;
-        // Only while an analysis runs: a paused screen keeps the analysis of its window.
-        if self.analysis_job.is_some() {
+        // While an analysis runs, or one of newer data is due (the next starts once the last
+        // is in, at most once per its own time): a paused screen keeps its window's analysis.
+        let due = !self.paused && c.key.generation != self.analysis_key().generation;
+        if self.analysis_job.is_some() || due {
             return Some("panes: analysing the window…".to_string());
         }
         let whole = gaps::window_extent(&self.store, Window::new(c.key.lo, c.key.hi));
