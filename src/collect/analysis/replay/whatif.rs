@@ -92,22 +92,30 @@ fn ranks_of(store: &Store) -> Vec<i32> {
     r
 }
 
-/// The ranks a change touches.
+/// The ranks a change touches: those holding at least a tenth of the time it removes (CPU
+/// before and in calls, GPU time of ops), the largest share first.
 fn touched(m: &Model, store: &Store, u: &Undo) -> Vec<i32> {
-    let mut r: Vec<i32> = u
-        .calls
-        .iter()
-        .map(|(c, _)| m.threads[m.calls[*c as usize].thread as usize].proc)
-        .chain(u.ops.iter().map(|(j, _)| {
-            store.lanes[m.lanes[m.ops[*j as usize].lane as usize].lane]
-                .key
-                .proc
-        }))
-        .map(|p| store.procs[p as usize].rank)
+    let mut by: std::collections::BTreeMap<i32, Ns> = Default::default();
+    for (c, old) in &u.calls {
+        let new = &m.calls[*c as usize];
+        let p = m.threads[new.thread as usize].proc;
+        let cut = (old.seg - new.seg).max(0) + (old.own - new.own).max(0) + 1;
+        *by.entry(store.procs[p as usize].rank).or_default() += cut;
+    }
+    for (j, old) in &u.ops {
+        let new = &m.ops[*j as usize];
+        let p = store.lanes[m.lanes[new.lane as usize].lane].key.proc;
+        let cut = (old.dur - new.dur).max(0) + (old.gap - new.gap).max(0) + 1;
+        *by.entry(store.procs[p as usize].rank).or_default() += cut;
+    }
+    let total: Ns = by.values().sum();
+    let mut r: Vec<(Ns, i32)> = by
+        .into_iter()
+        .filter(|&(_, n)| n * 10 >= total)
+        .map(|(r, n)| (n, r))
         .collect();
-    r.sort_unstable();
-    r.dedup();
-    r
+    r.sort_unstable_by(|a, b| b.cmp(a));
+    r.into_iter().map(|(_, r)| r).collect()
 }
 
 /// The JSON `replay` object.
