@@ -76,22 +76,6 @@ fn is_zero(n: &usize) -> bool {
     *n == 0
 }
 
-/// The ranks of a capture's processes, when it has more than one.
-fn ranks_of(store: &Store) -> Vec<i32> {
-    let mut r: Vec<i32> = store
-        .procs
-        .iter()
-        .map(|p| p.rank)
-        .filter(|&r| r >= 0)
-        .collect();
-    r.sort_unstable();
-    r.dedup();
-    if r.len() < 2 {
-        r.clear();
-    }
-    r
-}
-
 /// The ranks a change touches: those holding at least a tenth of the time it removes (CPU
 /// before and in calls, GPU time of ops), the largest share first.
 fn touched(m: &Model, store: &Store, u: &Undo) -> Vec<i32> {
@@ -392,7 +376,11 @@ pub fn estimate(
         .enumerate()
         .map(|(i, k)| (k.clone(), i as u32))
         .collect();
-    let all_ranks = ranks_of(store);
+    // With several ranks, which ones each fix changes.
+    let of_ranks = match store.rank_count() {
+        n if n >= 2 => n,
+        _ => 0,
+    };
     let mut out = HashMap::default();
     // The syncs' own sites too (`.item()`, `.cpu()`: they launch nothing, so no gap is charged
     // to them), the ones that waited longest first.
@@ -424,7 +412,7 @@ pub fn estimate(
             continue;
         };
         let undo = apply(&mut model, s, *w, &seg, &own);
-        let ranks = if all_ranks.is_empty() {
+        let ranks = if of_ranks == 0 {
             Vec::new()
         } else {
             touched(&model, store, &undo)
@@ -466,7 +454,7 @@ pub fn estimate(
                 workers,
                 call: model.site_calls[s as usize],
                 ranks,
-                of_ranks: all_ranks.len(),
+                of_ranks,
             },
         );
     }
