@@ -9,7 +9,7 @@ use crate::collect::model::store::Store;
 
 /// Most ops a replay takes: a longer capture is replayed over its last steps up to this many
 /// ops (what the per-step figures are over).
-pub const REPLAY_MAX_OPS: usize = 100_000;
+pub const REPLAY_MAX_OPS: usize = 50_000;
 
 /// Spacing between two queued ops of a stream when the capture shows none (a microsecond, about
 /// what a GPU takes between kernels of one stream).
