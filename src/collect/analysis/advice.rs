@@ -561,9 +561,7 @@ fn slow_gpus(
         let (Some(kernel), Some(ratio)) = (&l.kernel, l.ratio) else {
             continue;
         };
-        let Some(proc) = store.procs.iter().position(|p| p.rank == l.rank) else {
-            continue;
-        };
+        let proc = l.proc as usize;
         let Some(name) = (0..store.names.len() as NameId).find(|&n| store.names.get(n) == kernel)
         else {
             continue;

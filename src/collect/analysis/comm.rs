@@ -28,6 +28,9 @@ pub struct RankStall {
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct LateSite {
     pub rank: i32,
+    /// The late process (the store's index: ranks may be unknown, all -1).
+    #[serde(skip)]
+    pub proc: u32,
     pub count: u64,
     pub late_ns: Ns,
     /// What made the rank late, found on its own timeline since its previous collective:
@@ -240,6 +243,7 @@ pub fn analyze(store: &Store, lo: Ns, hi: Ns) -> CommReport {
         .map(
             |((i, cause, kernel, stack), (count, late_ns, cause_ns, ratio))| LateSite {
                 rank: r.per_rank[i].rank,
+                proc: procs[i],
                 count,
                 late_ns,
                 cause,

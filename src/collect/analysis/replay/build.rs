@@ -15,6 +15,9 @@ pub const REPLAY_MAX_OPS: usize = 50_000;
 /// what a GPU takes between kernels of one stream).
 const DEFAULT_GAP: Ns = 1_000;
 
+/// Longest spacing taken as a queued op's (the typical one is a microsecond or two).
+const MAX_SPACING: Ns = 20_000;
+
 /// An op that started this much later than its launch and its stream allowed waited for
 /// something else (an event of another stream).
 const SLACK: Ns = 1_000;
@@ -357,7 +360,10 @@ fn bind_lane(ops: &mut [Op], raw: &[(u32, Ns, Ns, Ns)], before_end: Option<Ns>) 
             .enumerate()
             .filter_map(|(k, r)| {
                 let e = prev_end(k)?;
-                (r.0 != NONE && e > r.3 + lat).then_some((r.1 - e).max(0))
+                // A queued op's spacing is a microsecond or two; longer, it waited for
+                // something else (an event), which says nothing of the spacing.
+                let spacing = (r.1 - e).max(0);
+                (r.0 != NONE && e > r.3 + lat && spacing <= MAX_SPACING).then_some(spacing)
             })
             .collect(),
     )
@@ -441,8 +447,12 @@ fn bind_deps(m: &mut Model, store: &Store) {
                 let o = &mut m.ops[j as usize];
                 o.dep = d;
                 o.dep_gap = op.start - e;
-                // Its launch no longer explains its start: the typical latency.
+                // Neither its launch nor the op before it explains its start: the typical
+                // latency and spacing.
                 o.lat = (op.start - l).min(lat);
+                if let Some(p) = prev {
+                    o.gap = (op.start - p).min(typical_gap);
+                }
             }
         }
     }

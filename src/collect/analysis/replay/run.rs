@@ -190,8 +190,8 @@ pub fn run(m: &Model) -> Times {
         if done {
             break;
         }
-        // Stuck: the next item of the earliest measured cursor goes with what is missing as
-        // measured.
+        // Stuck (a cycle in what was read): the first blocked item, in thread then stream
+        // order, goes with what it misses as measured.
         force = !progress;
     }
     t

@@ -244,3 +244,23 @@ fn a_collective_ends_when_its_last_rank_arrives() {
         assert_eq!(t.op_end[j], 94 * US, "op {j}");
     }
 }
+
+#[test]
+fn an_op_queued_behind_its_stream_and_waiting_on_another_follows_the_other() {
+    // Stream 7: P runs to 100 µs; X, launched at 50 µs (its stream busy then), waits on an
+    // event of stream 8's D, which ends at 500 µs: X starts at 501 µs.
+    let mut p = Prog::new(1);
+    let (a, b) = (p.lane(0, 7), p.lane(0, 8));
+    p.launch(0, 1, a, 0, 4 * US, 96 * US);
+    p.launch(0, 1, b, 10 * US, 14 * US, 486 * US);
+    p.launch(0, 1, a, 50 * US, 501 * US, 5 * US);
+    let mut m = p.model();
+    assert_same(&run(&m), &measured(&m));
+    let x = m.ops.iter().position(|o| o.start == 501 * US).unwrap();
+    let d = m.ops.iter().position(|o| o.start == 14 * US).unwrap();
+    assert_eq!(m.ops[x].dep, d as u32);
+    // D 300 µs shorter: X follows it, 300 µs earlier.
+    m.ops[d].dur -= 300 * US;
+    let t = run(&m);
+    assert_eq!(t.op_start[x], 201 * US);
+}

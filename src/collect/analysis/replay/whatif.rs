@@ -279,7 +279,9 @@ fn apply(m: &mut Model, s: u32, w: WhatIf, seg: &[Ns], own: &[Ns]) -> Undo {
             for c in 0..m.calls.len() as u32 {
                 let call = m.calls[c as usize];
                 if call.site == s && call.seg > plan {
-                    u.call(m, c).seg = usual;
+                    let x = u.call(m, c);
+                    x.after_gap = (x.after_gap - (call.seg - usual)).max(0);
+                    x.seg = usual;
                 }
             }
         }
@@ -295,7 +297,10 @@ fn apply(m: &mut Model, s: u32, w: WhatIf, seg: &[Ns], own: &[Ns]) -> Undo {
                 let floor = seg[call.thread as usize].max(0);
                 let cut = (call.seg - floor).min(idle[c as usize]);
                 if call.site == s && cut > 0 {
-                    u.call(m, c).seg = call.seg - cut;
+                    let x = u.call(m, c);
+                    x.seg = call.seg - cut;
+                    // A call woken by another thread starts after that one's call.
+                    x.after_gap = (x.after_gap - cut).max(0);
                 }
             }
         }
