@@ -7,7 +7,7 @@ use super::build::REPLAY_MAX_OPS;
 use super::model::Model;
 use super::model::NONE;
 use super::run::Times;
-use crate::collect::analysis::steps::{StepSource, Steps};
+use crate::collect::analysis::steps::{quantile, StepSource, Steps};
 use crate::collect::model::records::Ns;
 use crate::collect::model::store::Store;
 
@@ -158,14 +158,6 @@ pub(super) fn block_lo(store: &Store, start: Ns, end: Ns) -> Ns {
     lo
 }
 
-pub(super) fn median(mut v: Vec<Ns>) -> Ns {
-    if v.is_empty() {
-        return 0;
-    }
-    let mid = (v.len() - 1) / 2;
-    *v.select_nth_unstable(mid).1
-}
-
 /// Each step of `range`'s replayed start and end, read as [`walls`] reads them.
 pub(super) fn spans(
     m: &Model,
@@ -185,4 +177,9 @@ pub(super) fn spans(
             (a.at(m, t, s.start, false), end)
         })
         .collect()
+}
+
+/// The median (the lower middle of an even count; 0 for none): the steps' quantile.
+pub(super) fn median(v: Vec<Ns>) -> Ns {
+    quantile(v, 0.5)
 }

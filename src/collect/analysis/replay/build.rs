@@ -4,6 +4,7 @@
 use rustc_hash::FxHashMap as HashMap;
 
 use super::model::{Call, LaneSeq, Model, Op, Thread, NONE};
+use crate::collect::analysis::steps::quantile;
 use crate::collect::model::records::{ApiCall, ApiKind, NameId, Ns, Span, StackId, FLAG_COMM};
 use crate::collect::model::store::Store;
 
@@ -25,13 +26,9 @@ const SLACK: Ns = 1_000;
 /// Calls looked back over for the op a sync waited for.
 const SYNC_LOOKBACK: usize = 4096;
 
-/// The median of a list (0 for none).
-fn median(mut v: Vec<Ns>) -> Option<Ns> {
-    if v.is_empty() {
-        return None;
-    }
-    let mid = (v.len() - 1) / 2;
-    Some(*v.select_nth_unstable(mid).1)
+/// The median of a list (the lower middle of an even count), None for none.
+fn median(v: Vec<Ns>) -> Option<Ns> {
+    (!v.is_empty()).then(|| quantile(v, 0.5))
 }
 
 /// The calls of a process that start in `[lo, hi)`, in their stored order (by start), but
