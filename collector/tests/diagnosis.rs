@@ -6,22 +6,25 @@
 
 mod support;
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use support::{build, fake_cuda};
 
-#[test]
-fn planted_stalls_are_diagnosed() {
-    let target = build();
-    let dir = fake_cuda(&target, "planted");
-    let rec = dir.join("planted.rec");
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/planted_decode.py");
+/// Records `script STEPS` (in this crate's tests folder) under `gaptop record` with the real
+/// collector against the fake libcupti: the recording's path and the run's output.
+fn record_fake(target: &Path, tag: &str, script: &str, steps: &str) -> (PathBuf, String) {
+    let dir = fake_cuda(target, tag);
+    let rec = dir.join(format!("{tag}.rec"));
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join(script);
     let out = Command::new(target.join("gaptop"))
         .args(["record", "-o"])
         .arg(&rec)
         .args(["--", "python3"])
         .arg(&script)
-        .arg("40")
+        .arg(steps)
         .env("CUDA_HOME", dir.join("cuda"))
         .env("GAPTOP_COLLECTOR", target.join("libgaptop_collector.so"))
         .env("GAPTOP_FAKE_CUPTI", "1")
@@ -34,6 +37,13 @@ fn planted_stalls_are_diagnosed() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success(), "{log}");
+    (rec, log)
+}
+
+#[test]
+fn planted_stalls_are_diagnosed() {
+    let target = build();
+    let (rec, log) = record_fake(&target, "planted", "planted_decode.py", "40");
     assert!(log.contains("PLANTED steps=40"), "{log}");
     let rep = Command::new(target.join("gaptop"))
         .args(["report", "--format", "json"])
@@ -108,4 +118,32 @@ fn planted_stalls_are_diagnosed() {
     // machine (CI's two cores shared by the test binaries) it waits for one part of the time,
     // and a thread-clock sampler sees only the part it ran (0.39 seen at a load of 6).
     assert!(cpu["on_cpu"].as_f64().unwrap() > 0.2, "{cpu}");
+}
+
+/// A loop that waits for its input in `queue.get` (a producer thread sleeps ~15 ms an item),
+/// then launches one function's six identical kernels: the steps are its 60 iterations (the
+/// waits show where each starts, the kernels' names cannot), not 360 steps of one kernel, and
+/// no saving is larger than a step.
+#[test]
+fn a_loop_fed_by_a_queue_has_its_iterations_as_steps() {
+    let target = build();
+    let (rec, log) = record_fake(&target, "queue", "queue_loop.py", "60");
+    assert!(log.contains("QUEUE_LOOP steps=60"), "{log}");
+    let j = support::report(&target, &rec).unwrap();
+    let steps = &j["steps"];
+    let count = steps["count"].as_i64().expect("steps found");
+    assert!((59..=61).contains(&count), "{steps}");
+    let median = steps["median_ns"].as_i64().unwrap();
+    assert!((14_000_000..60_000_000).contains(&median), "{steps}");
+    let advice = j["advice"].as_array().unwrap();
+    let first = &advice[0];
+    assert!(
+        first["site"].as_str().unwrap().starts_with("forward"),
+        "{first}"
+    );
+    assert_eq!(first["recurring"], true, "{first}");
+    for a in advice {
+        let saving = a["saving_ns"].as_i64().unwrap_or(0);
+        assert!(saving <= median * 11 / 10, "a saving above the step: {a}");
+    }
 }

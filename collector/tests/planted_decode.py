@@ -4,13 +4,9 @@
 # on the CPU, in C) before launching the attention kernel: a recurring stall. Only the first
 # three steps also call `warmup_stall`, ~40 ms of native work (OpenSSL's PBKDF2) before a
 # launch: a one-off.
-import ctypes, hashlib, os, sys, zlib
+import hashlib, os, sys, zlib
 
-fake = ctypes.CDLL("libcupti.so")  # through LD_LIBRARY_PATH, as the collector finds it
-fake.fake_launch.restype = ctypes.c_uint32
-collector = ctypes.CDLL(os.environ["CUDA_INJECTION64_PATH"])
-assert collector.InitializeInjection() == 1
-sum(range(10000))  # the interpreter runs the collector's pending calibration here
+from fakestart import fake
 
 steps = int(sys.argv[1]) if len(sys.argv) > 1 else 40
 DATA = bytes(range(256)) * (16 << 10)  # 4 MiB that deflate works at for ~15 ms

@@ -375,26 +375,31 @@ pub fn detect_period_with(
         }
         fi += 1;
     }
-    // Phase among the markers: the longest idle, then the first to occur.
-    let g = &groups[gi];
-    let lead = g[0].hi - g[0].lo + 1;
-    let mut best: Option<((std::cmp::Reverse<Ns>, usize), Cand)> = None;
-    for c in g.iter().filter(|c| (c.hi - c.lo + 1) * 10 >= lead * 9) {
-        let p = &positions(c.sym)[c.lo..=c.hi];
-        let idle = quantile(
-            p.iter()
-                .map(|&i| idle_before.get(i as usize).copied().unwrap_or(0))
-                .collect(),
-            0.5,
-        );
-        let key = (std::cmp::Reverse(idle), p[0] as usize);
-        if best.as_ref().is_none_or(|(k, _)| key < *k) {
-            best = Some((key, *c));
+    let (d, mut b) = match idle_period(&dense, idle_before, groups[gi][0].d, &mut counts) {
+        Some(found) => found,
+        None => {
+            // Phase among the markers: the longest idle, then the first to occur.
+            let g = &groups[gi];
+            let lead = g[0].hi - g[0].lo + 1;
+            let mut best: Option<((std::cmp::Reverse<Ns>, usize), Cand)> = None;
+            for c in g.iter().filter(|c| (c.hi - c.lo + 1) * 10 >= lead * 9) {
+                let p = &positions(c.sym)[c.lo..=c.hi];
+                let idle = quantile(
+                    p.iter()
+                        .map(|&i| idle_before.get(i as usize).copied().unwrap_or(0))
+                        .collect(),
+                    0.5,
+                );
+                let key = (std::cmp::Reverse(idle), p[0] as usize);
+                if best.as_ref().is_none_or(|(k, _)| key < *k) {
+                    best = Some((key, *c));
+                }
+            }
+            let (_, c) = best.expect("the group's lead qualifies");
+            (c.d, bounds(&c))
         }
-    }
-    let (_, c) = best.expect("the group's lead qualifies");
-    let (d, t) = (c.d, tol(c.d));
-    let mut b = bounds(&c);
+    };
+    let t = tol(d);
     // Phase from the stacks, first: the outermost loop-back found once in most periods.
     if let Some(lb) = loop_back_bounds(&b, d, n, &mut turn) {
         b = lb;
@@ -416,7 +421,47 @@ pub fn detect_period_with(
             steps.push(last..e);
         }
     }
-    (steps.len() >= MIN_STEPS).then_some(Period { len: c.d, steps })
+    (steps.len() >= MIN_STEPS).then_some(Period { len: d, steps })
+}
+
+/// The iteration that the device's idle shows when the ops' names show only a part of it:
+/// the long gaps (those of at least half the length above which half of all the idle lies)
+/// recur at a regular spacing of at least twice the names' period `d`, in a run over half the
+/// sequence, and the ops between them repeat faithfully. A loop that waits for its input and
+/// then launches one function's identical kernels has a names' period of one op; its
+/// iterations start at the waits. Returns the period and its boundaries.
+fn idle_period(
+    seq: &[u32],
+    idle_before: &[Ns],
+    d: usize,
+    counts: &mut [u32],
+) -> Option<(usize, Vec<usize>)> {
+    let total: i128 = idle_before.iter().map(|&x| x as i128).sum();
+    if total <= 0 {
+        return None;
+    }
+    let mut sorted: Vec<Ns> = idle_before.iter().copied().filter(|&x| x > 0).collect();
+    sorted.sort_unstable_by(|a, b| b.cmp(a));
+    let mut acc = 0i128;
+    let half = sorted
+        .iter()
+        .copied()
+        .find(|&x| {
+            acc += x as i128;
+            2 * acc >= total
+        })
+        .unwrap_or(0);
+    let long: Vec<u32> = (0..idle_before.len())
+        .filter(|&i| idle_before[i] > 0 && idle_before[i] >= half / 2)
+        .map(|i| i as u32)
+        .collect();
+    let mut scratch = Vec::new();
+    let c = marker(u32::MAX, &long, seq.len(), &mut scratch)?;
+    if c.d < 2 * d {
+        return None;
+    }
+    let b: Vec<usize> = long[c.lo..=c.hi].iter().map(|&p| p as usize).collect();
+    (fidelity(seq, &b, counts) >= FIDELITY).then_some((c.d, b))
 }
 
 /// Boundaries where the code goes back to an earlier line at the outermost depth at which it

@@ -227,3 +227,27 @@ fn a_device_sequence_merges_its_streams_by_start() {
         "ties: the first lane's first"
     );
 }
+
+#[test]
+fn the_idle_shows_the_iteration_when_the_names_do_not() {
+    // 60 iterations, each a wait of 15 ms for input, then one function's 6 identical kernels
+    // 4 µs apart: the names repeat every op, the iterations every 6.
+    let seq = vec![7u32; 360];
+    let idle: Vec<Ns> = (0..360)
+        .map(|i| if i % 6 == 0 { 15_000_000 } else { 4_000 })
+        .collect();
+    let p = detect_period(&seq, &idle).unwrap();
+    assert_eq!(p.len, 6);
+    assert_eq!(p.steps.len(), 60);
+    assert!(p.steps.iter().all(|r| r.start % 6 == 0 && r.len() == 6));
+    // Without the waits, nothing says where an iteration starts: one op a step.
+    let p = detect_period(&seq, &vec![4_000; 360]).unwrap();
+    assert_eq!(p.len, 1);
+    // A wait in every period of the names (a sync each token) keeps the names' period.
+    let body: Vec<u32> = (1..=10).collect();
+    let seq = repeat(&[], &body, 20);
+    let idle: Vec<Ns> = (0..seq.len())
+        .map(|i| if i % 10 == 0 { 1_000_000 } else { 4_000 })
+        .collect();
+    assert_eq!(detect_period(&seq, &idle).unwrap().len, 10);
+}
