@@ -244,6 +244,26 @@ fn launch_bound_saving_is_the_fused_cost() {
     assert!(within(saving(a), truth, 0.02), "{a} vs {truth}");
 }
 
+/// The same launch-bound layers, each step ending in a sync, and then without it: each step's
+/// launches captured as one CUDA graph save what the generator measured with one graph launch
+/// a step, within 2%.
+#[test]
+fn whole_step_graph_saving_is_its_cost() {
+    for sync in [true, false] {
+        let mut spec = Spec::new(30, 8, 8);
+        spec.kernel_ns = 2_000;
+        spec.sync = sync;
+        let (t, j) = run(if sync { "est-graph-sync" } else { "est-graph" }, &spec);
+        let truth = t.cost("graph");
+        assert!(truth > 0.0);
+        let got = j["replay"]["graph_saving_ns"].as_f64().unwrap();
+        assert!(within(got, truth, 0.02), "sync {sync}: {got} vs {truth}");
+        // Launch-bound: the headline says it.
+        let text = String::from_utf8(support::report_out(&t.path, "text", &[])).unwrap();
+        assert!(text.contains("A CUDA graph of each step"), "{text}");
+    }
+}
+
 /// Four ranks with an all-reduce after every layer; rank 2 stalls 400 µs before layer 5 (its
 /// CPU is ~135 µs ahead of its GPU there), so every rank waits for it at that all-reduce: the
 /// stall's site comes first, with the planted cost within 5%.

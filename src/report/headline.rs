@@ -162,6 +162,22 @@ fn capture_after(j: &JsonReport, a: &Advice) -> Option<String> {
     ))
 }
 
+/// What capturing each step's launches as CUDA graphs would save, where the first site is
+/// launch-bound or the graphs would save at least twice its fix: ` A CUDA graph of …`.
+fn graph_line(j: &JsonReport, a: &Advice) -> Option<String> {
+    let r = j.replay.as_ref().filter(|r| r.graph_saving_ns > 0)?;
+    let launch_bound = a.verdict == crate::collect::analysis::verdict::Verdict::LaunchBound;
+    if !launch_bound && r.graph_saving_ns < 2 * a.saving_ns.unwrap_or(0) {
+        return None;
+    }
+    Some(format!(
+        " A CUDA graph of each step's launches (between its syncs) would save ~{} of the {} step (replayed; the GPU then busy {:.0}%).",
+        t(r.graph_saving_ns),
+        t(r.measured_mean_ns),
+        100.0 * r.graph_busy_after
+    ))
+}
+
 /// The three headline lines.
 pub fn lines(j: &JsonReport) -> [String; 3] {
     let span = j.window.to_ns - j.window.from_ns;
@@ -231,6 +247,14 @@ pub fn lines(j: &JsonReport) -> [String; 3] {
         let stop = if c.ends_with('…') { "" } else { "." };
         second.push_str(&format!(" {c}{stop}"));
     }
+    // A saving worth naming: at least 1µs and 0.5% of the step.
+    let step = j
+        .replay
+        .as_ref()
+        .map_or(j.steps.as_ref().map_or(0, |s| s.median_ns), |r| {
+            r.measured_mean_ns
+        });
+    let worth = (step / 200).max(1_000);
     let others: Vec<String> = j
         .advice
         .iter()
@@ -238,7 +262,7 @@ pub fn lines(j: &JsonReport) -> [String; 3] {
         // Only sites with something to save: a replayed saving with steps, and without them
         // any verdict but a busy GPU's.
         .filter(|b| match j.steps {
-            Some(_) => b.saving_ns.is_some_and(|s| s > 0),
+            Some(_) => b.saving_ns.is_some_and(|s| s >= worth),
             None => b.verdict != crate::collect::analysis::verdict::Verdict::Busy,
         })
         .take(3)
@@ -258,10 +282,11 @@ pub fn lines(j: &JsonReport) -> [String; 3] {
         Some(x) => format!(" {x}."),
         None => String::new(),
     };
+    let graph = graph_line(j, a).unwrap_or_default();
     let third = if others.is_empty() {
-        format!("Then: nothing else.{after} {capture}.")
+        format!("Then: nothing else.{graph}{after} {capture}.")
     } else {
-        format!("Then: {}.{after} {capture}.", others.join(", "))
+        format!("Then: {}.{graph}{after} {capture}.", others.join(", "))
     };
     [first, second, third]
 }

@@ -70,6 +70,9 @@ pub enum Node {
     WaitEvent { stream: u32, on: u32 },
     /// `cudaStreamSynchronize` of a stream.
     Sync(u32),
+    /// `cudaGraphLaunch` of a graph of these kernels (name, duration, stream): one launch, all
+    /// of them ready at once, each running after the one before on its stream.
+    Graph(Vec<(String, Ns, u32)>),
 }
 
 pub fn call(frame: &str, body: Vec<Node>) -> Node {
@@ -294,6 +297,25 @@ impl Thread<'_> {
                 let d = end - self.t;
                 self.api("cudaStreamSynchronize", d);
             }
+            Act::Leaf(Node::Graph(kernels)) => {
+                let ready = self.t + tm.latency_ns;
+                let corr = self.api("cudaGraphLaunch", tm.launch_ns);
+                for (name, dur, stream) in kernels {
+                    let mut start = ready;
+                    if let Some(&p) = self.last.get(stream) {
+                        start = start.max(self.tl.ops[p].end + tm.spacing_ns);
+                    }
+                    self.tl.ops.push(Op {
+                        name: name.clone(),
+                        stream: *stream,
+                        start,
+                        end: start + dur,
+                        corr,
+                        coll: None,
+                    });
+                    self.last.insert(*stream, self.tl.ops.len() - 1);
+                }
+            }
             Act::Leaf(Node::Call(..)) => unreachable!("calls are flattened"),
         }
         self.pc += 1;
@@ -477,6 +499,9 @@ pub struct Spec {
     pub markers: bool,
     /// What-if: each layer's kernels fused into one of their summed duration, launched once.
     pub fused: bool,
+    /// What-if: each step's kernels one CUDA graph, launched once after the CPU work before the
+    /// step's first launch (one rank, one stream, nothing planted).
+    pub graphed: bool,
     /// Noise: (seed, max): each step starts with up to `max` ns more CPU work, drawn from the
     /// seed, so that two captures of one program differ as two runs would.
     pub jitter: Option<(u64, Ns)>,
@@ -505,6 +530,7 @@ impl Spec {
             allreduce_ns: None,
             markers: false,
             fused: false,
+            graphed: false,
             jitter: None,
             timing: Timing::default(),
         }
@@ -581,6 +607,16 @@ impl Spec {
         }
         let cpu = self.step_cpu_ns + self.jitter.map_or(0, |(seed, max)| noise(seed, i, max));
         let mut body = vec![Node::Cpu(cpu)];
+        if self.graphed {
+            let kernels = (0..self.layers * self.kernels)
+                .map(|j| {
+                    let name = format!("layer_kernel_{}(float*)", j % self.kernels);
+                    (name, self.kernel_ns, MAIN)
+                })
+                .collect();
+            body.extend([Node::Cpu(self.cpu_ns), Node::Graph(kernels)]);
+            layers.clear();
+        }
         match self.shape {
             Shape::Train { .. } => body.push(call("model.py(30): Model.forward", layers)),
             Shape::Decode { .. } => body.extend(layers),
@@ -727,6 +763,10 @@ pub fn generate(spec: &Spec, dir: &Path) -> Truth {
     }
     if spec.kernels > 1 && !spec.fused {
         without("fuse", &|s| s.fused = true);
+    }
+    let plain = spec.stall.is_none() && spec.slow.is_none() && !spec.side_stream;
+    if plain && spec.ranks == 1 && !spec.fused && !spec.graphed {
+        without("graph", &|s| s.graphed = true);
     }
     let path = if spec.ranks == 1 {
         dir.join("trace.json")

@@ -117,7 +117,15 @@ pub struct ReplayJson {
     pub measured_median_ns: Ns,
     pub replayed_median_ns: Ns,
     pub measured_mean_ns: Ns,
+    /// Each step's launches between its syncs captured as one CUDA graph
+    /// ([`GRAPH_ASSUMES`]): the mean saving a step, and the GPU's busy share after it.
+    pub graph_saving_ns: Ns,
+    pub graph_busy_after: f64,
+    pub graph_whatif: &'static str,
 }
+
+/// What the whole-step CUDA graph what-if assumes, in a line.
+pub const GRAPH_ASSUMES: &str = "each step's launches between its syncs captured as one CUDA graph: the CPU time between them (Python, dispatch, launch calls) gone, one graph launch each, the GPU's work and the syncs as measured";
 
 /// A window's estimates: the replay's figures and each site's fix.
 #[derive(Clone, Debug)]
@@ -331,6 +339,50 @@ fn apply(m: &mut Model, s: u32, w: WhatIf, seg: &[Ns], own: &[Ns]) -> Undo {
     u
 }
 
+/// Each step's launches between its syncs as one CUDA graph, in place: on every thread, a run
+/// of launches and copies whose ops lie in one step (`range` of `steps`), with no call between
+/// them that waited for the GPU, keeps its first call; the others take no CPU time before or
+/// in them, and their ops are ready when the first one's was (a graph launch makes all its
+/// kernels ready at once; they still run in order on their streams, spaced as measured).
+fn graphs(m: &mut Model, steps: &Steps, range: std::ops::Range<usize>) -> Undo {
+    let mut u = Undo::default();
+    let starts: Vec<Ns> = steps.steps[range].iter().map(|s| s.start).collect();
+    let mut op_of = vec![NONE; m.calls.len()];
+    for (j, o) in m.ops.iter().enumerate() {
+        if o.call != NONE {
+            op_of[o.call as usize] = j as u32;
+        }
+    }
+    for t in 0..m.threads.len() {
+        let (first, last) = (m.threads[t].first, m.threads[t].last);
+        // The open graph: its first call and op, and their step.
+        let mut open: Option<(u32, u32, usize)> = None;
+        for c in first..last {
+            let call = m.calls[c as usize];
+            let j = op_of[c as usize];
+            let capturable = matches!(call.kind, ApiKind::Launch | ApiKind::Copy)
+                && call.wait == NONE
+                && j != NONE;
+            if !capturable {
+                open = None;
+                continue;
+            }
+            let step = starts.partition_point(|&s| s <= m.ops[j as usize].start);
+            match open {
+                Some((c0, j0, s0)) if s0 == step => {
+                    let lat = m.ops[j0 as usize].lat - m.calls[c0 as usize].own;
+                    let x = u.call(m, c);
+                    x.seg = 0;
+                    x.own = 0;
+                    u.op(m, j).lat = lat;
+                }
+                _ => open = Some((c, j, step)),
+            }
+        }
+    }
+    u
+}
+
 /// Replays the steady steps of `store` unchanged and with each site's fix (`sites`: a site's
 /// key, as advice's `site_key_of` gives it, and its what-if), with `key` giving a call's site
 /// key. None without steps or calls.
@@ -463,8 +515,21 @@ pub fn estimate(
             },
         );
     }
+    // The whole step as CUDA graphs.
+    let undo = graphs(&mut model, steps, range.clone());
+    let t = run(&model);
+    let after = walls(&model, &t, &anchors, steps, range.clone());
+    drop(t);
+    undo.revert(&mut model);
+    let n = after.len().max(1) as Ns;
+    let graph_saving_ns = (before.iter().zip(&after).map(|(b, a)| b - a).sum::<Ns>() / n).max(0);
+    let graph_busy_after =
+        (busy.iter().sum::<Ns>() as f64 / after.iter().sum::<Ns>().max(1) as f64).min(1.0);
     Some(Estimate {
         json: ReplayJson {
+            graph_saving_ns,
+            graph_busy_after,
+            graph_whatif: GRAPH_ASSUMES,
             baseline_error,
             steps: range.len(),
             ops: model.ops.len(),
