@@ -97,7 +97,8 @@ impl Memory for Process {
 /// `PyUnstable_InterpreterFrame_GetLasti`'s type.
 pub type LastiFn = unsafe extern "C" fn(*mut c_void) -> c_int;
 
-/// This process's memory, read in place: what the collector's walk at a launch reads.
+/// This process's memory, read in place: what the collector's walk at a launch reads (its
+/// reads inlined into the walk: a load a field, as the collector's walk always did).
 #[derive(Debug)]
 pub struct Local {
     lasti: Option<LastiFn>,
@@ -126,6 +127,7 @@ impl Local {
 }
 
 impl Memory for Local {
+    #[inline]
     fn read(&self, addr: usize, buf: &mut [u8]) -> bool {
         if addr < 4096 {
             return false;
@@ -136,6 +138,7 @@ impl Memory for Local {
         true
     }
 
+    #[inline]
     fn word(&self, addr: usize) -> Option<usize> {
         if addr < 4096 {
             return None;
@@ -144,6 +147,7 @@ impl Memory for Local {
         Some(unsafe { std::ptr::read_unaligned(addr as *const usize) })
     }
 
+    #[inline]
     fn words<const N: usize>(&self, base: usize, offs: [usize; N]) -> Option<[usize; N]> {
         let mut out = [0usize; N];
         for (o, &off) in out.iter_mut().zip(&offs) {
@@ -152,6 +156,7 @@ impl Memory for Local {
         Some(out)
     }
 
+    #[inline]
     fn api_lasti(&self, frame: usize) -> Option<i32> {
         let g = self.lasti?;
         // SAFETY: `g` is PyUnstable_InterpreterFrame_GetLasti, which only reads the live frame
