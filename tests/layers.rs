@@ -485,6 +485,7 @@ fn no_modules_import_each_other_in_a_circle() {
         root.join("src"),
         root.join("collector/src"),
         root.join("wire/src"),
+        root.join("pystack/src"),
     ] {
         let graph = graph_of(&src);
         assert!(!graph.is_empty(), "{}: modules not found", src.display());
@@ -505,6 +506,7 @@ fn no_file_holds_over_700_lines_before_its_tests() {
         root.join("src"),
         root.join("collector/src"),
         root.join("wire/src"),
+        root.join("pystack/src"),
     ] {
         let mut files = Vec::new();
         rust_files(&src, &mut files);
@@ -579,4 +581,43 @@ fn the_checks_catch_a_reader_importing_analysis_and_a_circle() {
     let text = "fn a() {}\n#[cfg(test)]\nmod tests;\nfn b() {}\n#[cfg(test)]\nmod tests {\n}\n";
     assert_eq!(lines_before_tests(Path::new("src/a.rs"), text), 4);
     assert_eq!(lines_before_tests(Path::new("src/x/tests.rs"), text), 0);
+}
+
+/// The workspace's crates (folder, package) and the gaptop crates each may depend on: the
+/// record format and the Python-stack reader at the bottom, depending on no other; the
+/// collector and the viewer on those two; the test double on none.
+const CRATES: &[(&str, &[&str])] = &[
+    ("wire", &[]),
+    ("pystack", &[]),
+    ("collector", &["gaptop-wire", "gaptop-pystack"]),
+    ("collector/fake-cupti", &[]),
+    (".", &["gaptop-wire", "gaptop-pystack"]),
+];
+
+#[test]
+fn crates_depend_one_way() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let workspace = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    for (dir, allowed) in CRATES {
+        assert!(
+            workspace.contains(&format!("\"{dir}\"")),
+            "{dir} is not a workspace member"
+        );
+        let toml = std::fs::read_to_string(root.join(dir).join("Cargo.toml")).unwrap();
+        // Only [dependencies]: dev-dependencies may reach up (the collector's tests drive the
+        // viewer).
+        let deps = toml
+            .split("\n[")
+            .find(|s| s.starts_with("dependencies]"))
+            .unwrap_or("");
+        for line in deps.lines().skip(1) {
+            let name = line.split([' ', '=']).next().unwrap_or("");
+            if name.starts_with("gaptop") {
+                assert!(
+                    allowed.contains(&name),
+                    "{dir}/Cargo.toml depends on {name}: only {allowed:?} may be"
+                );
+            }
+        }
+    }
 }

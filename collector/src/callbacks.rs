@@ -10,10 +10,11 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use gaptop_pystack::MAX_DEPTH;
 use gaptop_wire as w;
 
 use crate::cupti::{self, ApiCall, CallbackId, Domain, RawDomain};
-use crate::limits::{MAX_DEPTH, MAX_NATIVE, RECENT_STACKS, THREAD_CAP};
+use crate::limits::{MAX_NATIVE, RECENT_STACKS, THREAD_CAP};
 use crate::state::Collector;
 use crate::{CB_NOOP, COLLECTOR, EPOCH, FORKED};
 

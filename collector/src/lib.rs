@@ -12,8 +12,9 @@
 //! - if the viewer or CUPTI is missing, or CUPTI refuses, it says so once on stderr and stays
 //!   out of the way; it never exits, never installs signal handlers and never writes to stdout.
 //!
-//! This crate is the only place in gaptop with `unsafe` code; every unsafe block says why it
-//! is sound, and only `cupti` calls into libcupti.
+//! This crate and `gaptop-pystack`'s `memory` (the reads of Python frames, in place and through
+//! `process_vm_readv`) are the only places in gaptop with `unsafe` code; every unsafe block
+//! says why it is sound, and only `cupti` calls into libcupti.
 //!
 //! Modules:
 //! - `cupti`: the safe CUPTI layer, the only code that calls libcupti, and its rules;
@@ -23,7 +24,8 @@
 //!   socket its own thread serves, and what the threads share about attaching;
 //! - `callbacks`: the API callbacks (the hot path) and switching them on and off;
 //! - `stacks`: launch stacks walked and interned;
-//! - `pyframes`, `native`: the Python frames (calibration, raw reads) and native frames;
+//! - `pyframes`, `native`: the Python frames' calibration (the walk is `gaptop_pystack`'s) and
+//!   native frames;
 //! - `pycalib`: the calibration's pending call; `pyremote`: the layout for the CPU sampler;
 //! - `activity`, `records`: CUPTI's activity buffers, and their records decoded;
 //! - `sender`: the sender thread, the only socket I/O;

@@ -17,7 +17,6 @@ pub(crate) const MAX_BUFFERS: usize = 48;
 /// Completed activity buffers kept for reuse instead of being freed (their pages stay mapped,
 /// so CUPTI does not fault in fresh ones on the launching thread).
 pub(crate) const POOL_KEEP: usize = 8;
-pub(crate) const MAX_DEPTH: usize = 96;
 /// Native frames kept per launch (between the interpreter, or the thread's base, and CUDA).
 pub(crate) const MAX_NATIVE: usize = 48;
 /// A launch from a known (Python stack, kernel) pair reuses the native frames of the last

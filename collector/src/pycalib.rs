@@ -6,7 +6,9 @@
 
 use std::ffi::{c_int, c_void};
 
-use crate::pyframes::{calibrate_inner, sym, FnPending, Lines, LAYOUT};
+use gaptop_pystack::Instr;
+
+use crate::pyframes::{calibrate_inner, sym, FnPending, LAYOUT};
 use crate::pyremote::publish;
 
 /// Calibrates the Python frame layout from inside the interpreter, when it next runs.
@@ -39,25 +41,26 @@ pub(crate) unsafe extern "C" fn calibrate(_: *mut c_void) -> c_int {
             // SAFETY: still inside the pending call: the GIL is held, Python code running.
             let _ = std::panic::catch_unwind(|| unsafe { publish(&l) });
             if std::env::var_os("GAPTOP_VERBOSE").is_some() {
+                let f = &l.frames;
                 say!(
                     "python frames: tstate+{} {} code@{} prev@{} file@{} qual@{} lines {}",
-                    l.ts_off,
-                    match l.indirect {
+                    f.ts_frame,
+                    match f.ts_frame_indirect {
                         Some(o) => format!("via cframe+{o}"),
                         None => "direct".into(),
                     },
-                    l.code_off,
-                    l.prev_off,
-                    l.filename_off,
-                    l.qualname_off,
-                    match l.lines {
-                        Lines::Api(_) => "by PyUnstable_InterpreterFrame_GetLasti".to_string(),
-                        Lines::Pointer {
+                    f.frame_code,
+                    f.frame_prev,
+                    f.code_filename,
+                    f.code_qualname,
+                    match f.instr {
+                        Instr::Api => "by PyUnstable_InterpreterFrame_GetLasti".to_string(),
+                        Instr::Pointer {
                             frame_off,
                             code_off,
                         } => format!("by instr@{frame_off} - code+{code_off}"),
-                        Lines::Index { frame_off } => format!("by lasti@{frame_off}"),
-                        Lines::Unknown => "unknown (functions' first lines)".to_string(),
+                        Instr::Index { frame_off } => format!("by lasti@{frame_off}"),
+                        Instr::Unknown => "unknown (functions' first lines)".to_string(),
                     }
                 );
             }

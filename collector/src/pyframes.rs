@@ -6,6 +6,9 @@
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::OnceLock;
 
+use gaptop_pystack::memory::LastiFn;
+use gaptop_pystack::{Instr, Layout, Memory, Process};
+
 // PyTorch releases the GIL before it launches a kernel, so the launching thread cannot use the
 // CPython API at that moment. Its own frames are frozen while it is inside the launch, though,
 // and can be read directly, the way out-of-process samplers do. The struct offsets are not
@@ -40,78 +43,33 @@ pub(crate) unsafe fn sym<T: Copy>(name: &CStr) -> Option<T> {
     }
 }
 
-/// Offsets found by calibration, and the functions the walk may call without the GIL.
+/// What calibration found: the frames' layout (`gaptop_pystack::Layout`; its `instr` is
+/// `Api` where the interpreter has `PyUnstable_InterpreterFrame_GetLasti`), and the functions
+/// the walk may call without the GIL.
 #[derive(Clone, Copy)]
-pub(crate) struct Layout {
+pub(crate) struct Calibrated {
+    pub(crate) frames: Layout,
     pub(crate) this_tstate: FnPtr,
-    /// Where a frame's current instruction is, for its line number.
-    pub(crate) lines: Lines,
+    /// `PyUnstable_InterpreterFrame_GetLasti`, for `Instr::Api`.
+    pub(crate) lasti: Option<LastiFn>,
     pub(crate) addr2line: Option<FnAddr2Line>,
-    pub(crate) code_type: usize,
-    pub(crate) unicode_type: usize,
-    /// tstate + ts_off holds a pointer; through `indirect` more (3.12's cframe) it is the
-    /// current interpreter frame.
-    pub(crate) ts_off: usize,
-    /// Offset of the current frame inside 3.11/3.12's `_PyCFrame`, when there is one.
-    pub(crate) indirect: Option<usize>,
-    pub(crate) code_off: usize,
-    pub(crate) prev_off: usize,
-    pub(crate) filename_off: usize,
-    pub(crate) qualname_off: usize,
-    /// Where a compact ASCII string's bytes start.
-    pub(crate) ascii_data_off: usize,
 }
 
-/// How a frame's current instruction offset (the one `PyCode_Addr2Line` takes, in bytes) is
-/// found.
-#[derive(Clone, Copy)]
-pub(crate) enum Lines {
-    /// 3.12 and later: `PyUnstable_InterpreterFrame_GetLasti`.
-    Api(FnPtrInt),
-    /// 3.11: an instruction pointer at `frame + frame_off`, into bytecode at `code + code_off`.
-    Pointer { frame_off: usize, code_off: usize },
-    /// 3.10: an instruction index (an int, in 2-byte units) at `frame + frame_off`.
-    Index { frame_off: usize },
-    /// Not found: frames show their function's first line.
-    Unknown,
-}
-
-pub(crate) static LAYOUT: OnceLock<Layout> = OnceLock::new();
+pub(crate) static LAYOUT: OnceLock<Calibrated> = OnceLock::new();
 
 /// Reads 8 bytes from `addr` without risking a fault (process_vm_readv on ourselves).
 pub(crate) fn checked_read(addr: usize) -> Option<usize> {
-    if addr < 4096 || !addr.is_multiple_of(8) {
+    if !addr.is_multiple_of(8) {
         return None;
     }
-    let mut v: usize = 0;
-    let local = libc::iovec {
-        iov_base: &mut v as *mut usize as *mut c_void,
-        iov_len: 8,
-    };
-    let remote = libc::iovec {
-        iov_base: addr as *mut c_void,
-        iov_len: 8,
-    };
-    // SAFETY: the kernel writes at most 8 bytes into `v` (the local iovec) and reads the
-    // remote range itself, failing instead of faulting where it is not mapped.
-    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
-    (n == 8).then_some(v)
-}
-
-/// Reads the word at `addr`, unchecked (the walk's fast read).
-///
-/// # Safety
-/// `addr` must be a readable, aligned `usize` (a field of a live object).
-pub(crate) unsafe fn rd(addr: usize) -> usize {
-    // SAFETY: the contract above.
-    unsafe { std::ptr::read(addr as *const usize) }
+    Process::current().word(addr)
 }
 
 /// Finds the frame layout from the running frame and its caller.
 ///
 /// # Safety
 /// Call with the GIL held, from a thread running Python code.
-pub(crate) unsafe fn calibrate_inner() -> Result<Layout, &'static str> {
+pub(crate) unsafe fn calibrate_inner() -> Result<Calibrated, &'static str> {
     type FnVoid = unsafe extern "C" fn();
     // SAFETY: each symbol is taken at the type of its declaration in CPython's C API (the
     // type objects below only by address, which is only compared).
@@ -147,7 +105,7 @@ pub(crate) unsafe fn calibrate_inner() -> Result<Layout, &'static str> {
     // SAFETY: as above.
     let (lasti, addr2line) = unsafe {
         (
-            sym::<FnPtrInt>(c"PyUnstable_InterpreterFrame_GetLasti"),
+            sym::<LastiFn>(c"PyUnstable_InterpreterFrame_GetLasti"),
             sym::<FnAddr2Line>(c"PyCode_Addr2Line"),
         )
     };
@@ -279,8 +237,8 @@ pub(crate) unsafe fn calibrate_inner() -> Result<Layout, &'static str> {
             return Err("line numbers do not match");
         }
     }
-    let lines = match (lasti, addr2line) {
-        (Some(g), _) => Lines::Api(g),
+    let instr = match (lasti, addr2line) {
+        (Some(_), _) => Instr::Api,
         (None, Some(a)) => {
             // The caller's frame (past any shim frames), to confirm on a second frame what
             // the first one suggests.
@@ -300,24 +258,27 @@ pub(crate) unsafe fn calibrate_inner() -> Result<Layout, &'static str> {
                     // SAFETY: as just above.
                     unsafe { find_lines(pointer, a, &b, (here, back_frame), &taken) }
                 }
-                None => Lines::Unknown,
+                None => Instr::Unknown,
             }
         }
-        (None, None) => Lines::Unknown,
+        (None, None) => Instr::Unknown,
     };
-    Ok(Layout {
+    Ok(Calibrated {
+        frames: Layout {
+            ts_frame: ts_off,
+            ts_frame_indirect: indirect,
+            frame_code: code_off,
+            frame_prev: prev_off,
+            instr,
+            code_type,
+            unicode_type,
+            code_filename: filename_off,
+            code_qualname: qualname_off,
+            str_ascii_data: ascii_data_off,
+        },
         this_tstate,
-        lines,
+        lasti,
         addr2line,
-        code_type,
-        unicode_type,
-        ts_off,
-        indirect,
-        code_off,
-        prev_off,
-        filename_off,
-        qualname_off,
-        ascii_data_off,
     })
 }
 
@@ -379,18 +340,7 @@ unsafe fn code_bytes(
 /// Reads `n` bytes at `addr` without risking a fault.
 fn checked_bytes(addr: usize, n: usize) -> Option<Vec<u8>> {
     let mut buf = vec![0u8; n];
-    let local = libc::iovec {
-        iov_base: buf.as_mut_ptr() as *mut c_void,
-        iov_len: n,
-    };
-    let remote = libc::iovec {
-        iov_base: addr as *mut c_void,
-        iov_len: n,
-    };
-    // SAFETY: as in `checked_read`: the kernel writes at most `n` bytes into `buf` and
-    // fails instead of faulting on an unmapped remote range.
-    let got = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
-    (got == n as isize).then_some(buf)
+    Process::current().read(addr, &mut buf).then_some(buf)
 }
 
 /// Whether `live` (a code object's running bytecode, which 3.11 specializes in place and whose
@@ -452,7 +402,7 @@ unsafe fn find_lines(
     bytecode: &[u8],
     known: (Known, Option<Known>),
     taken: &[usize],
-) -> Lines {
+) -> Instr {
     let limit = bytecode.len();
     if !pointer {
         let index = |f: usize, _code: usize, fo: usize| {
@@ -464,14 +414,14 @@ unsafe fn find_lines(
         return unsafe {
             first_fitting(addr2line, (40..=160).step_by(4), taken, known, limit, index)
         }
-        .map_or(Lines::Unknown, |fo| Lines::Index { frame_off: fo });
+        .map_or(Instr::Unknown, |fo| Instr::Index { frame_off: fo });
     }
     let (_, code, _) = known.0;
     let probe = limit.min(128) & !1;
     let Some(cs) = (48..=512).step_by(2).find(|&cs| {
         checked_bytes(code + cs, probe).is_some_and(|live| same_bytecode(&bytecode[..probe], &live))
     }) else {
-        return Lines::Unknown;
+        return Instr::Unknown;
     };
     let instr = |f: usize, code: usize, fo: usize| {
         let p = checked_read(f + fo)?;
@@ -480,8 +430,8 @@ unsafe fn find_lines(
     };
     // SAFETY: this function's contract, which is `first_fitting`'s.
     unsafe { first_fitting(addr2line, (0..=96).step_by(8), taken, known, limit, instr) }.map_or(
-        Lines::Unknown,
-        |fo| Lines::Pointer {
+        Instr::Unknown,
+        |fo| Instr::Pointer {
             frame_off: fo,
             code_off: cs,
         },
@@ -506,81 +456,4 @@ pub(crate) fn python_minor() -> Option<u32> {
     let major: u32 = parts.next()?.parse().ok()?;
     let minor: u32 = parts.next()?.parse().ok()?;
     (major == 3).then_some(minor)
-}
-
-/// The instruction offset `addr2line` takes for interpreter frame `f` running `code`, or -1.
-///
-/// # Safety
-/// `f` must be a live interpreter frame of the layout `l` describes, running `code`, and
-/// holding still (see `launch_stack`).
-pub(crate) unsafe fn frame_lasti(l: &Layout, f: usize, code: usize) -> c_int {
-    match l.lines {
-        // SAFETY: PyUnstable_InterpreterFrame_GetLasti only reads the live frame `f`.
-        Lines::Api(g) => unsafe { g(f as *mut c_void) },
-        Lines::Pointer {
-            frame_off,
-            code_off,
-        } => {
-            // SAFETY: calibration confirmed the frame's instruction pointer at `frame_off`.
-            let p = unsafe { rd(f + frame_off) };
-            let start = code + code_off;
-            if p >= start && p - start < 1 << 24 {
-                (p - start) as c_int
-            } else {
-                -1
-            }
-        }
-        Lines::Index { frame_off } => {
-            // SAFETY: calibration confirmed the frame's instruction index (an int) there.
-            let v = unsafe { std::ptr::read_unaligned((f + frame_off) as *const i32) };
-            if (0..1 << 23).contains(&v) {
-                v * 2
-            } else {
-                -1
-            }
-        }
-        Lines::Unknown => -1,
-    }
-}
-
-/// Decodes a str object's text without the GIL (compact strings only).
-///
-/// # Safety
-/// `s` must be 0 or a live object that holds still while it is read (a name field of a code
-/// object a held-still frame runs).
-pub(crate) unsafe fn read_str(l: &Layout, s: usize) -> String {
-    // SAFETY: a live object's type field (the contract above).
-    if s == 0 || unsafe { rd(s + 8) } != l.unicode_type {
-        return "?".into();
-    }
-    // SAFETY: `s` is a str object: its length and state fields are read where CPython's
-    // PyASCIIObject keeps them.
-    let (len, state) = unsafe { (rd(s + 16).min(4096), std::ptr::read((s + 32) as *const u32)) };
-    let kind = (state >> 2) & 7;
-    let compact = (state >> 5) & 1 == 1;
-    let ascii = (state >> 6) & 1 == 1;
-    if !compact {
-        return "?".into();
-    }
-    if ascii {
-        // SAFETY: a compact ASCII string keeps its `len` bytes inline at `ascii_data_off`
-        // (calibrated), capped at 4096 as read above.
-        let b = unsafe { std::slice::from_raw_parts((s + l.ascii_data_off) as *const u8, len) };
-        return String::from_utf8_lossy(b).into_owned();
-    }
-    let data = s + l.ascii_data_off + 16;
-    (0..len)
-        .map(|i| {
-            // SAFETY: a compact non-ASCII string keeps `len` code units of `kind` bytes inline
-            // after its PyCompactUnicodeObject header (16 bytes past the ASCII data start).
-            let cp = unsafe {
-                match kind {
-                    1 => *((data + i) as *const u8) as u32,
-                    2 => *((data + 2 * i) as *const u16) as u32,
-                    _ => *((data + 4 * i) as *const u32),
-                }
-            };
-            char::from_u32(cp).unwrap_or('?')
-        })
-        .collect()
 }

@@ -17,17 +17,19 @@
 //!   objects), and where a bytes object keeps its size and bytes.
 
 use std::ffi::c_void;
-use std::fmt::Write as _;
+
+use gaptop_pystack::{Instr, LineFields, ProcessLayout, Threads};
 
 use crate::pyframes::{
-    checked_read, python_minor, sym, FnAttr, FnDec, FnPtr, FnPtrPtr, Layout, Lines,
+    checked_read, python_minor, sym, Calibrated, FnAttr, FnDec, FnPtr, FnPtrPtr,
 };
 
-/// The text of the remote layout: `key value` lines (numbers in decimal, addresses in hex).
+/// The remote layout, as its published text (`gaptop_pystack::ProcessLayout::to_text`).
 ///
 /// # Safety
-/// Call with the GIL held, from a thread running Python code, after `l` was calibrated.
-pub(crate) unsafe fn remote_layout(l: &Layout) -> Result<String, &'static str> {
+/// Call with the GIL held, from a thread running Python code, after `c` was calibrated.
+pub(crate) unsafe fn remote_layout(c: &Calibrated) -> Result<String, &'static str> {
+    let l = &c.frames;
     type FnLong = unsafe extern "C" fn(*mut c_void) -> std::ffi::c_long;
     type FnVoid = unsafe extern "C" fn();
     // SAFETY: each symbol is taken at its C API declaration's type.
@@ -57,7 +59,7 @@ pub(crate) unsafe fn remote_layout(l: &Layout) -> Result<String, &'static str> {
         let interp = interp_head() as usize;
         (
             interp,
-            (l.this_tstate)() as usize,
+            (c.this_tstate)() as usize,
             thread_head(interp as *mut c_void) as usize,
         )
     };
@@ -81,8 +83,8 @@ pub(crate) unsafe fn remote_layout(l: &Layout) -> Result<String, &'static str> {
         .ok_or("thread id not found in the thread state")?;
     // The running frame and its caller, as interpreter frames (the collector's walk) and as
     // the API gives their code objects.
-    let mut f = checked_read(ts + l.ts_off).ok_or("no frame")?;
-    if let Some(o) = l.indirect {
+    let mut f = checked_read(ts + l.ts_frame).ok_or("no frame")?;
+    if let Some(o) = l.ts_frame_indirect {
         f = checked_read(f + o).ok_or("no frame")?;
     }
     // SAFETY: the GIL is held and Python code is running: the frame and its caller are live;
@@ -105,20 +107,17 @@ pub(crate) unsafe fn remote_layout(l: &Layout) -> Result<String, &'static str> {
         };
         (code, back_code)
     };
-    if checked_read(f + l.code_off) != Some(code) {
+    if checked_read(f + l.frame_code) != Some(code) {
         return Err("the running frame is not where calibration found it");
     }
     let mut g = f;
     let back_frame = (0..4).find_map(|_| {
-        g = checked_read(g + l.prev_off).filter(|&x| x != 0)?;
-        (checked_read(g + l.code_off) == Some(back_code)).then_some(g)
+        g = checked_read(g + l.frame_prev).filter(|&x| x != 0)?;
+        (checked_read(g + l.frame_code) == Some(back_code)).then_some(g)
     });
-    let instr = match l.lines {
-        Lines::Pointer {
-            frame_off,
-            code_off,
-        } => Some((frame_off, code_off)),
-        Lines::Api(lasti) => back_frame.and_then(|b| {
+    let instr = match (l.instr, c.lasti) {
+        (Instr::Pointer { .. }, _) => Some(l.instr),
+        (Instr::Api, Some(lasti)) => back_frame.and_then(|b| {
             // SAFETY: `lasti` is PyUnstable_InterpreterFrame_GetLasti; both frames are live.
             let (la, lb) = unsafe { (lasti(f as *mut c_void), lasti(b as *mut c_void)) };
             (0..=96).step_by(8).find_map(|fo| {
@@ -126,7 +125,10 @@ pub(crate) unsafe fn remote_layout(l: &Layout) -> Result<String, &'static str> {
                 let pb = checked_read(b + fo)?;
                 let cs = pa.checked_sub(code + la as usize)?;
                 ((48..=512).contains(&cs) && pb.checked_sub(back_code + lb as usize) == Some(cs))
-                    .then_some((fo, cs))
+                    .then_some(Instr::Pointer {
+                        frame_off: fo,
+                        code_off: cs,
+                    })
             })
         }),
         _ => None,
@@ -170,41 +172,30 @@ pub(crate) unsafe fn remote_layout(l: &Layout) -> Result<String, &'static str> {
             int_at(code, o) == Some(fa) && fb.is_none_or(|b| int_at(back_code, o) == Some(b))
         })
     });
-    let mut out = String::new();
-    let mut kv = |k: &str, v: String| {
-        let _ = writeln!(out, "{k} {v}");
+    let lines = match (linetable, firstlineno, bytes_at) {
+        (Some(linetable), Some(firstlineno), Some(bytes_data)) => Some(LineFields {
+            linetable,
+            firstlineno,
+            bytes_size: 16,
+            bytes_data,
+        }),
+        _ => None,
     };
-    kv("gaptop_python_layout", "1".into());
-    kv(
-        "minor",
-        python_minor().map_or("?".into(), |m| m.to_string()),
-    );
-    kv("interp", format!("{interp:#x}"));
-    kv("threads_head", threads_head.to_string());
-    kv("ts_next", "8".into());
-    kv("ts_native_tid", native_tid.to_string());
-    kv("ts_frame", l.ts_off.to_string());
-    if let Some(o) = l.indirect {
-        kv("ts_frame_indirect", o.to_string());
-    }
-    kv("frame_code", l.code_off.to_string());
-    kv("frame_prev", l.prev_off.to_string());
-    kv("code_type", format!("{:#x}", l.code_type));
-    kv("unicode_type", format!("{:#x}", l.unicode_type));
-    kv("code_filename", l.filename_off.to_string());
-    kv("code_qualname", l.qualname_off.to_string());
-    kv("str_ascii_data", l.ascii_data_off.to_string());
-    if let Some((fo, cs)) = instr {
-        kv("frame_instr", fo.to_string());
-        kv("code_units", cs.to_string());
-    }
-    if let (Some(lt), Some(fl), Some(b)) = (linetable, firstlineno, bytes_at) {
-        kv("code_linetable", lt.to_string());
-        kv("code_firstlineno", fl.to_string());
-        kv("bytes_size", "16".into());
-        kv("bytes_data", b.to_string());
-    }
-    Ok(out)
+    let published = ProcessLayout {
+        minor: python_minor(),
+        threads: Threads {
+            interp,
+            head: threads_head,
+            next: 8,
+            native_tid,
+        },
+        frames: gaptop_pystack::Layout {
+            instr: instr.unwrap_or(Instr::Unknown),
+            ..*l
+        },
+        lines,
+    };
+    Ok(published.to_text())
 }
 
 /// The remote layout, once calibration found it, for each viewer that attaches later.
@@ -216,9 +207,9 @@ static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 ///
 /// # Safety
 /// As [`remote_layout`].
-pub(crate) unsafe fn publish(l: &Layout) {
+pub(crate) unsafe fn publish(c: &Calibrated) {
     // SAFETY: this function's contract, which is `remote_layout`'s.
-    match unsafe { remote_layout(l) } {
+    match unsafe { remote_layout(c) } {
         Ok(t) => {
             let _ = TEXT.set(t);
         }

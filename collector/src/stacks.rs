@@ -7,9 +7,11 @@ use std::ffi::{c_int, c_void};
 
 use gaptop_wire as w;
 
-use crate::limits::{MAX_DEPTH, MAX_STACKS, NATIVE_REWALK};
+use gaptop_pystack::{is_entry_shim, read_str, walk, Local, Memory};
+
+use crate::limits::{MAX_STACKS, NATIVE_REWALK};
 use crate::native::{native_name, walk_native};
-use crate::pyframes::{frame_lasti, rd, read_str, LAYOUT};
+use crate::pyframes::LAYOUT;
 use crate::state::{Collector, StackCache};
 
 /// Spreads a walk hash's high bits into its low ones (the walk's multiply-xor mixing leaves
@@ -35,8 +37,8 @@ impl Collector {
     /// # Safety
     /// The calling thread's Python frames must hold still during the walk: call it from inside
     /// a C call the thread is making (a CUDA API callback, a ctypes call), never from inside
-    /// the interpreter's own frame bookkeeping (a signal handler, say). The walk reads them raw,
-    /// through the offsets calibration confirmed.
+    /// the interpreter's own frame bookkeeping (a signal handler, say). The walk reads them in
+    /// place (`gaptop_pystack::Local`), through the offsets calibration confirmed.
     pub(crate) unsafe fn launch_stack(
         &self,
         frames: &mut Vec<(usize, c_int)>,
@@ -53,32 +55,28 @@ impl Collector {
         } else {
             None
         };
-        if let Some(l) = layout {
+        // SAFETY: `mem` reads only the calling thread's own frames, found by the one walk
+        // from its own thread state (through the offsets calibration confirmed), and the code
+        // and str objects they name: they hold still while the thread is in this call (the
+        // contract above). `lasti` is this interpreter's PyUnstable_InterpreterFrame_GetLasti.
+        let mem = unsafe { Local::new(layout.and_then(|py| py.lasti)) };
+        if let Some(py) = layout {
+            let l = &py.frames;
             // SAFETY: `this_tstate` is PyGILState_GetThisThreadState, callable without the GIL.
-            // The addresses read are the calling thread's state and its chain of frames and
-            // code objects at the offsets calibration confirmed; they hold still while the
-            // thread is in this call (the contract above), and the chain ends at a null or a
-            // non-code object.
-            unsafe {
-                let ts = (l.this_tstate)() as usize;
-                let mut f = if ts == 0 { 0 } else { rd(ts + l.ts_off) };
-                if let (Some(o), true) = (l.indirect, f != 0) {
-                    f = rd(f + o);
-                }
-                while f != 0 && frames.len() < MAX_DEPTH {
-                    let code = rd(f + l.code_off);
-                    if code == 0 || rd(code + 8) != l.code_type {
-                        break;
-                    }
-                    let at = frame_lasti(l, f, code);
+            let ts = unsafe { (py.this_tstate)() } as usize;
+            walk(
+                &mem,
+                l,
+                ts,
+                |_| false,
+                |(code, at)| {
                     frames.push((code, at));
                     h = mix(h, code as u64);
                     h = mix(h, at as u32 as u64);
-                    h = mix(h, rd(code + l.filename_off) as u64);
-                    h = mix(h, rd(code + l.qualname_off) as u64);
-                    f = rd(f + l.prev_off);
-                }
-            }
+                    h = mix(h, mem.word(code + l.code_filename).unwrap_or(0) as u64);
+                    h = mix(h, mem.word(code + l.code_qualname).unwrap_or(0) as u64);
+                },
+            );
         }
         let memo_key = mix(h, site);
         // Only Python stacks are cached per thread: with native frames the shared memo
@@ -127,27 +125,25 @@ impl Collector {
         // New stack: name its frames, outermost first, and intern the chain: the Python frames,
         // then the native frames from the interpreter down to the CUDA call.
         let mut parent = 0u32;
-        if let Some(l) = layout {
+        if let Some(py) = layout {
+            let l = &py.frames;
             for &(code, at) in frames.iter().rev() {
                 let frame = match c.frames.get(&(code, at)) {
                     Some(&0) => continue,
                     Some(&id) => id,
                     None => {
-                        // SAFETY: `code` is a code object of the walk above, still alive (its
-                        // frame holds it, and holds still); its name fields are str objects,
-                        // which `read_str` checks before reading them.
-                        let (file, qual) = unsafe {
-                            (
-                                read_str(l, rd(code + l.filename_off)),
-                                read_str(l, rd(code + l.qualname_off)),
-                            )
-                        };
-                        if file.starts_with('<') && qual.starts_with('<') && file != "<stdin>" {
-                            // CPython's own entry shims ("<shim>", "<interpreter trampoline>").
+                        // `code` is a code object of the walk above, still alive (its frame
+                        // holds it, and holds still); its name fields are str objects, which
+                        // `read_str` checks before reading them.
+                        let (file, qual) = (
+                            read_str(&mem, l, mem.word(code + l.code_filename).unwrap_or(0)),
+                            read_str(&mem, l, mem.word(code + l.code_qualname).unwrap_or(0)),
+                        );
+                        if is_entry_shim(&file, &qual) {
                             c.frames.insert((code, at), 0);
                             continue;
                         }
-                        let line = match l.addr2line {
+                        let line = match py.addr2line {
                             // SAFETY: PyCode_Addr2Line only reads the code object, alive as
                             // above, and maps any offset (-1 too) to a line.
                             Some(a2l) => unsafe { a2l(code as *mut c_void, at) },

@@ -14,8 +14,8 @@ class Model:
         return self.inner(depth)
     def inner(self, depth):
         if depth:
-            return self.inner(depth - 1)
-        n = free.gaptop_selftest_stack(buf, len(buf))
+            return self.inner(depth - 1)  # at:recurse
+        n = free.gaptop_selftest_stack(buf, len(buf))  # at:launch
         assert n > 0, "no stack"
         return buf.raw[:n].decode()
 
@@ -27,6 +27,14 @@ def native_site():
     assert n > 0, "no native stack"
     return buf.raw[:n].decode().splitlines()
 
+# Qualified names from 3.11 (co_qualname), plain ones before; lines from 3.10 (3.9's frames
+# show their function's first line).
+M = "Model." if sys.version_info >= (3, 11) else ""
+at = {}
+for i, text in enumerate(open(__file__), 1):
+    if "# at:" in text and "at[" not in text:
+        at[text.rsplit("# at:", 1)[1].strip()] = i
+
 out = {}
 def worker():
     out["thread"] = launch_site()
@@ -36,7 +44,10 @@ for name, s in (("main", main), ("thread", out["thread"])):
     frames = s.splitlines()
     print(name, frames)
     quals = [f.split(": ", 1)[1] for f in frames]
-    assert quals[-4:] == ["Model.forward", "Model.inner", "Model.inner", "Model.inner"], quals
+    assert quals[-4:] == [M + "forward", M + "inner", M + "inner", M + "inner"], quals
+    if sys.version_info >= (3, 10):
+        lines = [int(f.rsplit("(", 1)[1].split(")")[0]) for f in frames[-3:]]
+        assert lines == [at["recurse"], at["recurse"], at["launch"]], (lines, at)
     assert "launch_site" in quals, quals
     assert frames[-1].startswith(__file__), frames[-1]
 # Walks from the same few stacks in turn, as a layer's launches come: the walk's per-thread
@@ -44,7 +55,7 @@ for name, s in (("main", main), ("thread", out["thread"])):
 for rnd in range(3):
     for depth in (0, 3, 3, 1, 4, 4, 2, 0):
         quals = [f.split(": ", 1)[1] for f in launch_site(depth).splitlines()]
-        assert quals.count("Model.inner") == depth + 1, (rnd, depth, quals)
+        assert quals.count(M + "inner") == depth + 1, (rnd, depth, quals)
 # --native: the Python frames, then the native frames from the interpreter down to the call
 # (here ctypes' foreign call), without gaptop's own frames or the interpreter's.
 import os

@@ -1,6 +1,9 @@
 //! The Python stack walk, without a GPU: a Python script loads the built collector with ctypes,
 //! calibrates with the GIL held and walks with it released, in the main thread and another.
 
+#[path = "../../pystack/tests/support/pythons.rs"]
+mod pythons;
+
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -33,14 +36,20 @@ fn walks_python_frames_without_the_gil() {
         lib.display()
     );
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/pystack.py");
-    let out = Command::new("python3")
-        .arg(&script)
-        .arg(&lib)
-        .output()
-        .expect("python3 is needed for this test");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "stdout: {stdout}\nstderr: {stderr}");
-    assert!(stdout.contains("PYSTACK OK"), "{stdout}");
-    assert!(stdout.contains("Model.inner"), "{stdout}");
+    // Every CPython version here walks the same stacks (with qualified names from 3.11).
+    for (version, python) in pythons::pythons() {
+        let out = Command::new(&python)
+            .arg(&script)
+            .arg(&lib)
+            .output()
+            .expect("the interpreter runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "{version:?}: stdout: {stdout}\nstderr: {stderr}"
+        );
+        assert!(stdout.contains("PYSTACK OK"), "{version:?}: {stdout}");
+        assert!(stdout.contains("inner"), "{version:?}: {stdout}");
+    }
 }

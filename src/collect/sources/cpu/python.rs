@@ -9,121 +9,24 @@
 //!
 //! Where the structures lie is not guessed: the collector, once its calibration ran inside the
 //! interpreter, writes what it confirmed as `python-<pid>` beside the viewer's socket
-//! ([`Layout::parse`]). A program without the collector, or an interpreter whose layout it did
-//! not recognize, keeps native samples.
+//! ([`gaptop_pystack::ProcessLayout::parse`]). A program without the collector, or an
+//! interpreter whose layout it did not recognize, keeps native samples. The threads, frames and
+//! strings are read by `gaptop_pystack`'s walker and string reader, the collector's own,
+//! here over [`gaptop_pystack::Process`].
 //!
 //! A frame reads as the collector's launch stacks do: `path/file.py(LINE): Class.method`, the
-//! line found from the code object's location table ([`line_of`], CPython 3.11's format and
-//! later's) at the frame's current instruction, or the function's first line where that is
-//! not known.
+//! line found from the code object's location table ([`gaptop_pystack::line_of`], CPython
+//! 3.11's format and later's) at the frame's current instruction, or the function's first line
+//! where that is not known.
 
 use std::collections::{HashMap, VecDeque};
-use std::io::IoSliceMut;
 use std::sync::Arc;
 
-use nix::sys::uio::{process_vm_readv, RemoteIoVec};
-use nix::unistd::Pid;
-
-/// Where the program's interpreter keeps what a walk reads: the collector's `python-<pid>`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Layout {
-    pub interp: usize,
-    pub threads_head: usize,
-    pub ts_next: usize,
-    pub ts_native_tid: usize,
-    pub ts_frame: usize,
-    pub ts_frame_indirect: Option<usize>,
-    pub frame_code: usize,
-    pub frame_prev: usize,
-    pub code_type: usize,
-    pub unicode_type: usize,
-    pub code_filename: usize,
-    pub code_qualname: usize,
-    pub str_ascii_data: usize,
-    /// A frame's current instruction (a pointer) and where the code object's bytecode starts.
-    pub instr: Option<(usize, usize)>,
-    /// `co_linetable`, `co_firstlineno` and a bytes object's size and data offsets.
-    pub lines: Option<LineFields>,
-}
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct LineFields {
-    pub linetable: usize,
-    pub firstlineno: usize,
-    pub bytes_size: usize,
-    pub bytes_data: usize,
-}
-
-impl Layout {
-    /// Reads the collector's `key value` lines; one line says what is missing or wrong.
-    pub fn parse(text: &str) -> Result<Layout, String> {
-        let mut kv: HashMap<&str, &str> = HashMap::new();
-        for line in text.lines() {
-            if let Some((k, v)) = line.split_once(' ') {
-                kv.insert(k, v.trim());
-            }
-        }
-        if kv.get("gaptop_python_layout") != Some(&"1") {
-            return Err("not a gaptop Python layout (version 1)".into());
-        }
-        let num = |k: &str| -> Result<usize, String> {
-            let v = kv.get(k).ok_or_else(|| format!("Python layout: no {k}"))?;
-            let parsed = match v.strip_prefix("0x") {
-                Some(h) => usize::from_str_radix(h, 16),
-                None => v.parse(),
-            };
-            parsed.map_err(|_| format!("Python layout: {k} is not a number"))
-        };
-        let opt = |k: &str| kv.contains_key(k).then(|| num(k)).transpose();
-        let small = |k: &str| -> Result<usize, String> {
-            let v = num(k)?;
-            (v < 1 << 16)
-                .then_some(v)
-                .ok_or_else(|| format!("Python layout: {k} out of range"))
-        };
-        let instr = match (opt("frame_instr")?, opt("code_units")?) {
-            (Some(f), Some(c)) => Some((f, c)),
-            _ => None,
-        };
-        let lines = match opt("code_linetable")? {
-            Some(linetable) => Some(LineFields {
-                linetable,
-                firstlineno: small("code_firstlineno")?,
-                bytes_size: small("bytes_size")?,
-                bytes_data: small("bytes_data")?,
-            }),
-            None => None,
-        };
-        Ok(Layout {
-            interp: num("interp")?,
-            threads_head: small("threads_head")?,
-            ts_next: small("ts_next")?,
-            ts_native_tid: small("ts_native_tid")?,
-            ts_frame: small("ts_frame")?,
-            ts_frame_indirect: opt("ts_frame_indirect")?,
-            frame_code: small("frame_code")?,
-            frame_prev: small("frame_prev")?,
-            code_type: num("code_type")?,
-            unicode_type: num("unicode_type")?,
-            code_filename: small("code_filename")?,
-            code_qualname: small("code_qualname")?,
-            str_ascii_data: small("str_ascii_data")?,
-            instr,
-            lines,
-        })
-    }
-}
+use gaptop_pystack::{self as pystack, Memory, Process, ProcessLayout};
 
 /// One frame of a thread's Python stack: the code object and the byte offset of its current
 /// instruction (-1 where not known).
-pub type RawFrame = (usize, i32);
-
-/// The deepest Python stack read.
-const MAX_DEPTH: usize = 256;
-/// Threads of one interpreter looked at, at most.
-const MAX_THREADS: usize = 4096;
-/// The longest location table read.
-const MAX_TABLE: usize = 1 << 20;
+pub use gaptop_pystack::RawFrame;
 
 /// A code object as read: how its frames are named.
 #[derive(Debug)]
@@ -136,8 +39,8 @@ struct Code {
 
 /// Reads one process's Python stacks. See the module's documentation.
 pub struct Reader {
-    pid: Pid,
-    l: Layout,
+    mem: Process,
+    l: ProcessLayout,
     codes: HashMap<usize, Arc<Code>>,
     /// (native thread id, thread state) as last listed.
     threads: Vec<(u32, usize)>,
@@ -145,28 +48,14 @@ pub struct Reader {
 }
 
 impl Reader {
-    pub fn new(pid: u32, l: Layout) -> Reader {
+    pub fn new(pid: u32, l: ProcessLayout) -> Reader {
         Reader {
-            pid: Pid::from_raw(pid as i32),
+            mem: Process::new(pid),
             l,
             codes: HashMap::new(),
             threads: Vec::new(),
             listed: None,
         }
-    }
-
-    fn read(&self, addr: usize, buf: &mut [u8]) -> bool {
-        if addr < 4096 || buf.is_empty() {
-            return false;
-        }
-        let n = buf.len();
-        let remote = [RemoteIoVec { base: addr, len: n }];
-        matches!(process_vm_readv(self.pid, &mut [IoSliceMut::new(buf)], &remote), Ok(k) if k == n)
-    }
-
-    fn word(&self, addr: usize) -> Option<usize> {
-        let mut b = [0u8; 8];
-        self.read(addr, &mut b).then(|| usize::from_ne_bytes(b))
     }
 
     /// The interpreter's threads, (native id, state), listed again every 100 ms.
@@ -176,14 +65,10 @@ impl Reader {
         }
         self.listed = Some(std::time::Instant::now());
         self.threads.clear();
-        let mut ts = self.word(self.l.interp + self.l.threads_head).unwrap_or(0);
-        while ts != 0 && self.threads.len() < MAX_THREADS {
-            let Some(tid) = self.word(ts + self.l.ts_native_tid) else {
-                break;
-            };
-            self.threads.push((tid as u32, ts));
-            ts = self.word(ts + self.l.ts_next).unwrap_or(0);
-        }
+        let threads = &mut self.threads;
+        pystack::threads(&self.mem, &self.l.threads, |tid, ts| {
+            threads.push((tid, ts))
+        });
     }
 
     /// How many threads the interpreter had when last listed.
@@ -195,50 +80,17 @@ impl Reader {
     /// frame first; threads running no Python are left out.
     pub fn stacks(&mut self, want: impl Fn(u32) -> bool) -> Vec<(u32, Vec<RawFrame>)> {
         self.list_threads();
-        let threads = self.threads.clone();
-        threads
-            .into_iter()
-            .filter(|&(tid, _)| want(tid))
-            .filter_map(|(tid, ts)| {
-                let s = self.walk(ts);
+        self.threads
+            .iter()
+            .filter(|&&(tid, _)| want(tid))
+            .filter_map(|&(tid, ts)| {
+                let mut s = Vec::new();
+                // A code object named before needs no check of its type.
+                let known = |code| self.codes.contains_key(&code);
+                pystack::walk(&self.mem, &self.l.frames, ts, known, |f| s.push(f));
                 (!s.is_empty()).then_some((tid, s))
             })
             .collect()
-    }
-
-    fn walk(&self, ts: usize) -> Vec<RawFrame> {
-        let l = &self.l;
-        let mut out = Vec::new();
-        let mut f = self.word(ts + l.ts_frame).unwrap_or(0);
-        if let (Some(o), true) = (l.ts_frame_indirect, f != 0) {
-            f = self.word(f + o).unwrap_or(0);
-        }
-        let span = [l.frame_code, l.frame_prev, l.instr.map_or(0, |i| i.0)]
-            .into_iter()
-            .max()
-            .unwrap_or(0)
-            + 8;
-        let mut buf = vec![0u8; span];
-        let at = |b: &[u8], o: usize| usize::from_ne_bytes(b[o..o + 8].try_into().unwrap());
-        while f != 0 && out.len() < MAX_DEPTH {
-            if !self.read(f, &mut buf) {
-                break;
-            }
-            let code = at(&buf, l.frame_code);
-            if !self.codes.contains_key(&code) && self.word(code + 8) != Some(l.code_type) {
-                break;
-            }
-            let lasti = match l.instr {
-                Some((fo, cs)) => at(&buf, fo)
-                    .checked_sub(code + cs)
-                    .filter(|&d| d < 1 << 24)
-                    .map_or(-1, |d| d as i32),
-                None => -1,
-            };
-            out.push((code, lasti));
-            f = at(&buf, l.frame_prev);
-        }
-        out
     }
 
     /// A frame's name (`file(line): qual`), or None for an entry shim of the interpreter.
@@ -256,156 +108,26 @@ impl Reader {
         };
         let (file, qual) = c.name.as_ref()?;
         let line = (lasti >= 0)
-            .then(|| line_of(&c.table, c.first, lasti as usize / 2))
+            .then(|| pystack::line_of(&c.table, c.first, lasti as usize / 2))
             .flatten()
             .unwrap_or(c.first);
         Some(format!("{file}({line}): {qual}"))
     }
 
     fn read_code(&self, code: usize) -> Code {
-        let l = &self.l;
-        let file = self.string(self.word(code + l.code_filename).unwrap_or(0));
-        let qual = self.string(self.word(code + l.code_qualname).unwrap_or(0));
-        let (mut first, mut table) = (0, Vec::new());
-        if let Some(lf) = l.lines {
-            if let Some(w) = self.word((code + lf.firstlineno) & !7) {
-                first = (w >> (8 * ((code + lf.firstlineno) & 7))) as u32 as i32 as i64;
-            }
-            let b = self.word(code + lf.linetable).unwrap_or(0);
-            let n = self.word(b + lf.bytes_size).unwrap_or(0);
-            if n > 0 && n <= MAX_TABLE {
-                let mut t = vec![0u8; n];
-                if self.read(b + lf.bytes_data, &mut t) {
-                    table = t;
-                }
-            }
-        }
-        let shim = file.starts_with('<') && qual.starts_with('<') && file != "<stdin>";
+        let (m, l) = (&self.mem, &self.l.frames);
+        let file = pystack::read_str(m, l, m.word(code + l.code_filename).unwrap_or(0));
+        let qual = pystack::read_str(m, l, m.word(code + l.code_qualname).unwrap_or(0));
+        let (first, table) = match &self.l.lines {
+            Some(lf) => pystack::code_lines(m, lf, code),
+            None => (0, Vec::new()),
+        };
         Code {
-            name: (!shim).then_some((file, qual)),
+            name: (!pystack::is_entry_shim(&file, &qual)).then_some((file, qual)),
             first,
             table,
         }
     }
-
-    /// A str object's text (compact strings; `?` for what cannot be read).
-    fn string(&self, s: usize) -> String {
-        let l = &self.l;
-        if s == 0 || self.word(s + 8) != Some(l.unicode_type) {
-            return "?".into();
-        }
-        let (Some(len), Some(state)) = (self.word(s + 16), self.word(s + 32)) else {
-            return "?".into();
-        };
-        let state = state as u32;
-        let (kind, compact, ascii) = (
-            (state >> 2) & 7,
-            (state >> 5) & 1 == 1,
-            (state >> 6) & 1 == 1,
-        );
-        let len = len.min(4096);
-        if !compact || len == 0 {
-            return "?".into();
-        }
-        if ascii {
-            let mut b = vec![0u8; len];
-            return if self.read(s + l.str_ascii_data, &mut b) {
-                String::from_utf8_lossy(&b).into_owned()
-            } else {
-                "?".into()
-            };
-        }
-        let width = match kind {
-            1 => 1,
-            2 => 2,
-            _ => 4,
-        };
-        let mut b = vec![0u8; len * width];
-        if !self.read(s + l.str_ascii_data + 16, &mut b) {
-            return "?".into();
-        }
-        b.chunks_exact(width)
-            .map(|c| {
-                let cp = match width {
-                    1 => c[0] as u32,
-                    2 => u16::from_ne_bytes([c[0], c[1]]) as u32,
-                    _ => u32::from_ne_bytes([c[0], c[1], c[2], c[3]]),
-                };
-                char::from_u32(cp).unwrap_or('?')
-            })
-            .collect()
-    }
-}
-
-/// The line of the instruction at code unit `index`, from a location table in CPython 3.11's
-/// format (`Objects/locations.md`): entries of `(length, line delta, columns)`, a start byte
-/// each (bit 7 set, the form in bits 3..6, the length less one in bits 0..2), 6-bit varints.
-/// None where the table says the instruction has no line, or ends before it.
-pub fn line_of(table: &[u8], first: i64, index: usize) -> Option<i64> {
-    let mut i = 0;
-    let mut line = first;
-    let mut addr = 0usize;
-    let varint = |i: &mut usize| -> Option<u64> {
-        let mut v = 0u64;
-        let mut shift = 0;
-        loop {
-            let b = *table.get(*i)?;
-            *i += 1;
-            v |= ((b & 63) as u64) << shift;
-            if b & 64 == 0 {
-                return Some(v);
-            }
-            shift += 6;
-            if shift > 60 {
-                return None;
-            }
-        }
-    };
-    let svarint = |i: &mut usize| -> Option<i64> {
-        let v = varint(i)?;
-        Some(if v & 1 == 1 {
-            -((v >> 1) as i64)
-        } else {
-            (v >> 1) as i64
-        })
-    };
-    while i < table.len() {
-        let b = table[i];
-        if b & 128 == 0 {
-            return None;
-        }
-        i += 1;
-        let form = (b >> 3) & 15;
-        let len = (b & 7) as usize + 1;
-        let here = match form {
-            15 => None,
-            14 => {
-                line += svarint(&mut i)?;
-                varint(&mut i)?;
-                varint(&mut i)?;
-                varint(&mut i)?;
-                Some(line)
-            }
-            13 => {
-                line += svarint(&mut i)?;
-                Some(line)
-            }
-            10..=12 => {
-                line += (form - 10) as i64;
-                i += 2;
-                Some(line)
-            }
-            _ => {
-                i += 1;
-                Some(line)
-            }
-        };
-        if index < addr + len {
-            return here;
-        }
-        addr += len;
-    }
-    None
 }
 
 /// Threads' Python stacks as read, the latest last, for pairing with their native samples.
@@ -644,60 +366,5 @@ mod tests {
         assert_eq!(near(&h, 14_000_000), None, "the stack changed in between");
         h.trim(1_500_000);
         assert_eq!(near(&h, 1_000_000), Some(b.clone()));
-    }
-
-    #[test]
-    fn a_layout_without_its_version_or_a_field_is_refused_in_one_line() {
-        assert!(Layout::parse("interp 0x10\n").is_err());
-        let e = Layout::parse("gaptop_python_layout 1\ninterp 0x10\n").unwrap_err();
-        assert!(e.contains("threads_head"), "{e}");
-    }
-
-    /// The line of every instruction, as CPython itself maps them (`co_lines`), from the
-    /// location table of real code objects of the python3 on this machine (3.11 or later).
-    #[test]
-    fn lines_match_what_cpython_says_of_its_own_code() {
-        let script = r#"
-import sys, json, dis, inspect, collections
-if sys.version_info < (3, 11):
-    print("SKIP"); sys.exit(0)
-out = []
-for fn in (json.dumps, json.JSONEncoder.iterencode, dis.dis, inspect.getsourcelines, collections.namedtuple):
-    c = fn.__code__
-    want = []
-    for start, end, line in c.co_lines():
-        for off in range(start, end, 2):
-            want.append([off // 2, -1 if line is None else line])
-    out.append([c.co_linetable.hex(), c.co_firstlineno, want])
-print(json.dumps(out))
-"#;
-        let Ok(o) = std::process::Command::new("python3")
-            .args(["-c", script])
-            .output()
-        else {
-            panic!("python3 is needed for this test");
-        };
-        let text = String::from_utf8_lossy(&o.stdout);
-        if text.trim() == "SKIP" {
-            return;
-        }
-        /// A location table (hex), the first line, and (instruction, line) pairs.
-        type Case = (String, i64, Vec<(usize, i64)>);
-        let cases: Vec<Case> = serde_json::from_str(text.trim()).expect("the script's JSON");
-        assert_eq!(cases.len(), 5);
-        for (hex, first, want) in cases {
-            let table: Vec<u8> = (0..hex.len())
-                .step_by(2)
-                .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
-                .collect();
-            assert!(want.len() > 10);
-            for (index, line) in want {
-                let got = line_of(&table, first, index).unwrap_or(-1);
-                assert_eq!(
-                    got, line,
-                    "instruction {index} of a code object at line {first}"
-                );
-            }
-        }
     }
 }

@@ -14,6 +14,7 @@ use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use gaptop_pystack::ProcessLayout;
 use gaptop_wire::{Frame, Sample};
 
 use super::clock::now_ns;
@@ -72,7 +73,7 @@ impl Pythons {
             let Ok(text) = std::fs::read_to_string(dir.join(format!("python-{pid}"))) else {
                 continue;
             };
-            match python::Layout::parse(&text) {
+            match ProcessLayout::parse(&text) {
                 Ok(l) => {
                     self.readers.insert(pid, Reader::new(pid, l));
                 }
