@@ -25,11 +25,11 @@ pub struct Store {
     pub names: Interner,
     pub stacks: StackTable,
     pub lanes: Vec<Lane>,
-    lane_index: HashMap<LaneKey, usize>,
+    pub(super) lane_index: HashMap<LaneKey, usize>,
     pub procs: Vec<Process>,
     /// Memory budget in bytes for ops and API calls.
     pub budget: usize,
-    bytes: usize,
+    pub(super) bytes: usize,
     pub evicted_ops: u64,
     pub evicted_apis: u64,
     /// Records the sources could not keep (collector queue, CUPTI, socket errors).
