@@ -96,11 +96,7 @@ pub fn top_stacks(store: &Store, s: &Summary, n: usize) -> Vec<JsonStack> {
             frames: stack_frames(store, stack, api, op),
             gaps,
             gap_ns,
-            ranks: s
-                .stack_ranks
-                .get(&(stack, api, op))
-                .cloned()
-                .unwrap_or_default(),
+            ranks: s.ranks_of(&(stack, api, op)),
         })
         .collect()
 }

@@ -25,6 +25,12 @@ fn spec(ranks: usize, steps: usize, layers: usize, kernels: usize) -> Spec {
     spec
 }
 
+/// The ranks of the report's processes, in its order.
+fn ranks_of(j: &Value) -> Vec<i64> {
+    let procs = j["processes"].as_array().unwrap();
+    procs.iter().map(|p| p["rank"].as_i64().unwrap()).collect()
+}
+
 fn text(path: &std::path::Path) -> String {
     String::from_utf8(report_out(path, "text", &[])).unwrap()
 }
@@ -58,12 +64,7 @@ fn sixty_four_ranks_of_100k_ops_report_within_20s() {
 fn processes_in_rank_order_and_summed_up_past_eight() {
     let t = generate(&spec(12, 4, 6, 2), &tempdir("ranks-12"));
     let j = report_json(&t.path, &[]);
-    let ranks: Vec<i64> = j["processes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["rank"].as_i64().unwrap())
-        .collect();
+    let ranks = ranks_of(&j);
     assert_eq!(ranks, (0..12).collect::<Vec<i64>>());
     let out = text(&t.path);
     let procs: Vec<&str> = out
@@ -105,4 +106,140 @@ fn clocks_that_cannot_be_aligned_name_no_late_rank() {
     let j = report_json(&support::fixture("skewed_ranks"), &[]);
     assert!(j["comm_unknown"].is_null());
     assert_eq!(j["comm"]["late_sites"][0]["rank"], 1);
+}
+
+/// Eight ranks whose traces meet names in different orders: rank 3 stalls in `Model.stall`
+/// (a frame no rank before it has) and rank 5 runs a slow kernel.
+fn mixed_set(tag: &str) -> std::path::PathBuf {
+    let mut s = spec(8, 6, 8, 3);
+    s.stall = Some(Plant {
+        rank: Some(3),
+        layer: 2,
+        ns: 300_000,
+        factor: 1,
+    });
+    s.slow = Some(Plant {
+        rank: Some(5),
+        layer: 4,
+        ns: 0,
+        factor: 3,
+    });
+    s.side_stream = true;
+    generate(&s, &tempdir(tag)).path
+}
+
+/// `gaptop report`'s output with `GAPTOP_READ_THREADS` set to `threads`.
+fn report_with_threads(path: &std::path::Path, format: &str, threads: usize) -> Vec<u8> {
+    let out = std::process::Command::new(support::bin())
+        .arg("report")
+        .arg(path)
+        .args(["--format", format, "--full"])
+        .env("GAPTOP_READ_THREADS", threads.to_string())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// Reading the rank files one after another and several at once gives the same report, byte
+/// for byte (text and JSON: processes, ranks, ids and order alike).
+#[test]
+fn serial_and_parallel_reading_report_the_same() {
+    let dir = mixed_set("ranks-threads");
+    for format in ["text", "json"] {
+        let one = report_with_threads(&dir, format, 1);
+        assert!(one.len() > 1000, "{}", String::from_utf8_lossy(&one));
+        for threads in [2, 4, 8] {
+            let many = report_with_threads(&dir, format, threads);
+            assert!(
+                one == many,
+                "{format}, {threads} threads:\n{}\n---\n{}",
+                String::from_utf8_lossy(&one),
+                String::from_utf8_lossy(&many)
+            );
+        }
+    }
+    let j: Value = serde_json::from_slice(&report_with_threads(&dir, "json", 4)).unwrap();
+    let ranks = ranks_of(&j);
+    assert_eq!(ranks, (0..8).collect::<Vec<i64>>());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Everything a store holds that a report or the UI reads, as text: names by id, processes
+/// with their calls and spans, lanes with their ops. Stacks are given by their frames (the
+/// spans' stacks are made after reading, in an order of their own).
+fn digest(st: &gaptop::collect::model::store::Store) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    for i in 0..st.names.len() {
+        writeln!(s, "name {i} {}", st.names.get(i as u32)).unwrap();
+    }
+    let frames = |id| st.frame_strings(id).join(" > ");
+    for p in &st.procs {
+        writeln!(s, "proc {} {} {}", p.pid, p.rank, p.label).unwrap();
+        for a in p.apis() {
+            let stack = frames(a.stack);
+            writeln!(
+                s,
+                "  {} {} {} {} {} {stack}",
+                a.start, a.end, a.corr, a.tid, a.name
+            )
+            .unwrap();
+        }
+        let mut tids: Vec<_> = p.spans.keys().collect();
+        tids.sort();
+        for t in tids {
+            for x in &p.spans[t] {
+                let stack = frames(x.stack);
+                writeln!(s, "  span {t} {} {} {} {stack}", x.start, x.end, x.parent).unwrap();
+            }
+        }
+    }
+    for l in &st.lanes {
+        writeln!(s, "lane {:?}", l.key).unwrap();
+        for op in l.iter() {
+            writeln!(s, "  {op:?}").unwrap();
+        }
+    }
+    writeln!(s, "{} {:?} {:?}", st.total_ops, st.skipped, st.clocks).unwrap();
+    s
+}
+
+/// The traces read into one builder, one after another (how a rank set was read before the
+/// files were read at once), and through `load_traces_with` on 1 and 4 threads, each file in
+/// a builder of its own: the same store, id for id.
+#[test]
+fn files_read_apart_join_as_if_read_into_one_builder() {
+    use gaptop::collect::sources::kineto::{file_label, open_maybe_gz, rank_in_name, Builder};
+    use gaptop::collect::sources::traceset::{expand, load_traces_with};
+    let dir = mixed_set("ranks-apart");
+    let files = expand(std::slice::from_ref(&dir)).unwrap();
+    let mut b = Builder::new(usize::MAX, "set");
+    for f in &files {
+        let label = file_label(f);
+        b.begin_file(&label);
+        let h = b.read(open_maybe_gz(f).unwrap()).unwrap();
+        b.end_file(&h, rank_in_name(&label));
+    }
+    let want = digest(&b.finish());
+    assert!(want.contains("Model.stall"), "the set has its stall");
+    for threads in [1, 4] {
+        let mut got = load_traces_with(&files, "set", usize::MAX, threads).unwrap();
+        // The joined capture's clocks are aligned after reading (one clock here: nothing
+        // moves), which says so; the rest is as read.
+        got.clocks = None;
+        let got = digest(&got);
+        let first = got.lines().zip(want.lines()).position(|(a, b)| a != b);
+        assert!(
+            got == want,
+            "{threads} threads: first difference at line {first:?}: {:?} (read apart) against {:?}",
+            first.and_then(|i| got.lines().nth(i)),
+            first.and_then(|i| want.lines().nth(i))
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
 }

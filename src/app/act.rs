@@ -41,6 +41,10 @@ impl App {
                 return;
             }
         }
+        // The rank summary shown, it takes the keys that move and sort it.
+        if self.ranks_shown && self.rank_key(a) {
+            return;
+        }
         // A message describes what the last key did: one that changes the view (zoom, pan,
         // step, pane, row) leaves none behind it unless it says something of its own.
         if matches!(
@@ -385,6 +389,7 @@ impl App {
                 self.refresh(true);
             }
             Action::Replay => self.toggle_replay(),
+            Action::Ranks => self.toggle_ranks(),
             Action::NextStep => self.step_to(1),
             Action::PrevStep => self.step_to(-1),
             Action::CpuSamples => {

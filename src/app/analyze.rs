@@ -91,6 +91,7 @@ pub fn analyse(
         let c = crate::collect::analysis::comm::analyze(store, lo, hi);
         (c.ranks >= 2).then_some(c)
     };
+    let ranks = crate::collect::analysis::ranks::summarize(store, lo, hi, comm.as_ref());
     Analysed {
         key,
         span: (lo, hi),
@@ -100,6 +101,7 @@ pub fn analyse(
         advice,
         replay,
         comm,
+        ranks,
         took: t.elapsed(),
     }
 }
@@ -279,7 +281,10 @@ impl App {
         self.capture_steps = Some(((a.key.generation, a.key.step_by.clone()), a.capture_steps));
         let mut summary = a.summary;
         let gaps = std::mem::take(&mut summary.top_gaps);
-        let raw_tree = std::mem::take(&mut summary.tree);
+        let mut raw_tree = std::mem::take(&mut summary.tree);
+        // Where ranks differ, a leaf's gaps by rank.
+        let store = &self.store;
+        raw_tree.add_rank_level(&summary.stack_ranks, summary.ranks, |r| store.rank_frame(r));
         self.diagnosis = Some(Diagnosis {
             steps: a.steps,
             summary: summary.clone(),
@@ -301,6 +306,7 @@ impl App {
             built: Instant::now(),
             analyzed: a.span,
             comm: a.comm,
+            ranks: a.ranks,
             filtered: None,
         });
         self.rebuild_display();

@@ -10,6 +10,7 @@ use super::tree::TreeRow;
 use crate::collect::analysis::advice::Advice;
 use crate::collect::analysis::comm::CommReport;
 use crate::collect::analysis::gaps::{Config, Gap};
+use crate::collect::analysis::ranks::RankRow;
 use crate::collect::analysis::steps::Steps;
 use crate::collect::analysis::summary::Summary;
 use crate::collect::analysis::tree::CallTree;
@@ -48,6 +49,8 @@ pub struct Analysed {
     /// The replay of the window's steady steps and each replayed site's fix.
     pub replay: Option<crate::collect::analysis::replay::Estimate>,
     pub comm: Option<CommReport>,
+    /// The ranks side by side (empty with fewer than two).
+    pub ranks: Vec<RankRow>,
     pub took: Duration,
 }
 
@@ -79,6 +82,9 @@ pub struct Cache {
     pub analyzed: (Ns, Ns),
     /// Communication stalls across ranks in that part (None with fewer than two ranks).
     pub comm: Option<CommReport>,
+    /// The ranks side by side in that part, in rank order (empty with fewer than two): the
+    /// rank summary's rows.
+    pub ranks: Vec<RankRow>,
     /// With a filter (a tree node's, a what-to-fix row's, typed text): every gap of the
     /// window it holds at or over the threshold (`app::filter`).
     pub filtered: Option<Filtered>,

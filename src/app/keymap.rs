@@ -54,6 +54,8 @@ pub enum Action {
     /// Zoom to the next or previous step.
     NextStep,
     PrevStep,
+    /// The rank summary in place of the gap list and the call tree (`s` sorts it).
+    Ranks,
     /// Show the CPU samples taken during each site's gaps as its subtree.
     CpuSamples,
     /// The call tree by function rather than by line.
@@ -80,7 +82,7 @@ pub enum Action {
 }
 
 impl Action {
-    pub const ALL: [(Action, &'static str, &'static str); 44] = [
+    pub const ALL: [(Action, &'static str, &'static str); 45] = [
         (Action::Quit, "quit", "quit (the terminal is restored)"),
         (
             Action::Pause,
@@ -180,6 +182,11 @@ impl Action {
             "replay",
             "what to fix: a step replayed with the row's fix",
         ),
+        (
+            Action::Ranks,
+            "ranks",
+            "rank summary: idle, waits, late time and cause a rank",
+        ),
         (Action::NextStep, "next_step", "zoom to the next step"),
         (Action::PrevStep, "prev_step", "zoom to the previous step"),
         (
@@ -261,6 +268,7 @@ impl Action {
             Action::Basis => "device idle / per stream",
             Action::WhatToFix => "what to fix / the gap",
             Action::Replay => "fix row: replay with the fix",
+            Action::Ranks => "rank summary (s sorts it)",
             Action::NextStep => "next step",
             Action::PrevStep => "previous step",
             Action::CpuSamples => "tree: CPU samples in gaps",
@@ -557,6 +565,7 @@ mod tests {
             ),
             (KeyCode::Left, KeyModifiers::NONE, Some(Action::Left)),
             (KeyCode::Char('?'), KeyModifiers::NONE, Some(Action::Help)),
+            (KeyCode::Char('R'), KeyModifiers::SHIFT, Some(Action::Ranks)),
             (KeyCode::Char('x'), KeyModifiers::NONE, None),
             (KeyCode::Char('q'), KeyModifiers::CONTROL, None),
         ];

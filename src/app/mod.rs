@@ -16,6 +16,7 @@
 //! - `filter`: the gap list's filters (a tree node's sites, typed text) over the whole window.
 //! - `tree`: the call tree's rows; `tree_nav`: its selection, search, inversion and node filter.
 //! - `fix`: what to fix, in the details pane; `replay`: a step replayed with a row's fix.
+//! - `ranks`: the rank summary (`R`): its order, selection and keys.
 //! - `view`: the view model the panes draw.
 //! - `layout`: where the panes go on a screen.
 //!
@@ -34,6 +35,7 @@ pub mod keymap;
 pub mod lane;
 pub mod layout;
 pub mod msg;
+mod ranks;
 mod replay;
 pub mod state;
 pub mod term;
@@ -47,5 +49,5 @@ pub use cache::Cache;
 pub use cause::Cause;
 pub use keymap::{Action, KeyMap};
 pub use msg::{Drawn, Effect, MouseKind, Msg};
-pub use state::{App, Focus, GapKey, GapSort, HitAreas, SelGap, SourceState, MAX_GAPS};
+pub use state::{App, Focus, GapKey, GapSort, HitAreas, RankSort, SelGap, SourceState, MAX_GAPS};
 pub use view::ViewModel;

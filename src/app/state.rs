@@ -39,6 +39,37 @@ pub enum GapSort {
     Time,
 }
 
+/// The rank summary's order: most late time, most waiting, most idle first, or by rank.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RankSort {
+    #[default]
+    Late,
+    Waits,
+    Idle,
+    Rank,
+}
+
+impl RankSort {
+    /// The order after this one (`s`).
+    pub fn next(self) -> RankSort {
+        match self {
+            RankSort::Late => RankSort::Waits,
+            RankSort::Waits => RankSort::Idle,
+            RankSort::Idle => RankSort::Rank,
+            RankSort::Rank => RankSort::Late,
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            RankSort::Late => "late time",
+            RankSort::Waits => "waits",
+            RankSort::Idle => "idle",
+            RankSort::Rank => "rank",
+        }
+    }
+}
+
 /// Where the data comes from, and whether it is still arriving.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SourceState {
@@ -156,6 +187,11 @@ pub struct App {
     pub show_compare: bool,
     /// The call tree shows CPU samples during each site's gaps (`c`).
     pub cpu_tree: bool,
+    /// The rank summary is shown in place of the gap list and the call tree (`R`), in this
+    /// order, this row (of the order shown) selected.
+    pub ranks_shown: bool,
+    pub rank_sort: RankSort,
+    pub rank_sel: usize,
     /// What the panes show, for the last known screen size.
     pub view: ViewModel,
     /// The selected gap as the store has it now (None if it left the store).
@@ -182,7 +218,11 @@ pub(super) fn tree_key(g: &Gap) -> GapKey {
 
 impl App {
     pub fn new(store: impl Into<Arc<Store>>, source: SourceState) -> App {
-        let store = store.into();
+        let mut store = store.into();
+        // Ranks as frames, for the call tree's rank level.
+        if let Some(st) = Arc::get_mut(&mut store) {
+            st.name_ranks();
+        }
         let (lo, hi) = store.span().unwrap_or((0, 1));
         let live = source == SourceState::Live;
         // A recording cut short says so at once, not only once the UI has gone.
@@ -258,6 +298,9 @@ impl App {
             compare: None,
             show_compare: false,
             cpu_tree: false,
+            ranks_shown: false,
+            rank_sort: RankSort::default(),
+            rank_sel: 0,
             view: ViewModel::default(),
             current: None,
             size: (0, 0),

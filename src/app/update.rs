@@ -103,8 +103,12 @@ impl App {
             LiveEvent::Frames(conn, frames) => {
                 if let Some(store) = Arc::get_mut(&mut self.store) {
                     let dropped = store.dropped_times.total();
+                    let procs = store.procs.len();
                     for f in frames {
                         self.ingest.apply(store, conn, f);
+                    }
+                    if store.procs.len() != procs {
+                        store.name_ranks();
                     }
                     // Records dropped for their times are said as they come.
                     if store.dropped_times.total() != dropped {
@@ -158,6 +162,11 @@ impl App {
             }
         }
         let rows = layout::inner(s.gaps);
+        // The rank summary covers the gap list and the tree: a click there picks nothing.
+        let covered = s.gaps.contains(at) || s.tree.contains(at);
+        if self.ranks_shown && covered && matches!(kind, MouseKind::Click) {
+            return;
+        }
         match kind {
             MouseKind::Click if rows.contains(at) && row > rows.y => {
                 self.focus = Focus::Gaps;

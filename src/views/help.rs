@@ -21,12 +21,12 @@ const LEGEND: [&str; 5] = [
 /// Actions that go in pairs, one row for both (`h/l pan left / right`): the two actions, then
 /// what the row says in full and in at most 28 characters. Pairing keeps the help within 23
 /// rows (80x24, less tmux's status line) with its legend.
-const PAIRS: [(Action, Action, &str, &str); 12] = [
+const PAIRS: [(Action, Action, &str, &str); 13] = [
     (
         Action::Sort,
         Action::HideOneOffs,
-        "gap list: sort by duration or time / hide one-offs",
-        "gaps: sort / hide one-offs",
+        "sort the gap list (or the ranks) / hide one-offs",
+        "sort gaps, ranks / one-offs",
     ),
     (
         Action::BiggestGap,
@@ -87,6 +87,12 @@ const PAIRS: [(Action, Action, &str, &str); 12] = [
         Action::PageDown,
         "a page up / down in the focused list",
         "page up / down",
+    ),
+    (
+        Action::CopyStack,
+        Action::Edit,
+        "copy the stack (OSC 52) / open its line in $EDITOR",
+        "copy stack / open its line",
     ),
     (
         Action::Top,

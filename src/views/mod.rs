@@ -9,7 +9,8 @@
 //! ├ launches/s · busy ────────────────────────────────────────┤  rate.rs
 //! │ ▂▃▅▇▇▅▃▂                                                  │
 //! ├ gaps ────────────────────────┬ call tree ─────────────────┤  gaps.rs, tree.rs
-//! │ 12.3ms host_wait  rope       │ ▼ 40ms 80% model.py: fwd   │
+//! │ 12.3ms host_wait  rope       │ ▼ 40ms 80% model.py: fwd   │  (ranks.rs: the rank
+//! │                              │                            │   summary, `R`, over both)
 //! ├ details ─────────────────────┴────────────────────────────┤  details.rs (output.rs beside)
 //! │ gap 12.3ms at 4.1ms, cause host_wait, launched from ...   │
 //! └ status: source · span · ops kept/dropped · LIVE · window ─┘  status.rs (help.rs over all)
@@ -21,6 +22,7 @@ mod gaps;
 mod help;
 mod keybar;
 mod output;
+mod ranks;
 mod rate;
 mod status;
 mod style;
@@ -56,8 +58,12 @@ pub fn draw(f: &mut Frame, app: &App, tree_state: &mut TreeState<usize>) -> HitA
         timeline_x: timeline::draw(f, s.timeline, app),
     };
     rate::draw(f, s.rate, app);
-    gaps::draw(f, s.gaps, app);
-    tree::draw(f, s.tree, app, tree_state);
+    if app.view.ranks.is_some() {
+        ranks::draw(f, s.gaps.union(s.tree), app);
+    } else {
+        gaps::draw(f, s.gaps, app);
+        tree::draw(f, s.tree, app, tree_state);
+    }
     details::draw(f, s.details, app);
     if let Some(o) = s.output {
         output::draw(f, o, app);

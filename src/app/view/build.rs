@@ -58,6 +58,7 @@ impl App {
             timeline: self.timeline_vm(layout::inner(screen.timeline)),
             rate: self.rate_vm(layout::inner(screen.rate)),
             gaps: self.gap_list_vm(layout::inner(screen.gaps)),
+            ranks: self.rank_list_vm(layout::inner(screen.gaps.union(screen.tree))),
             tree_title: self.tree_title(),
             details: self.details_vm(),
             status: self.status_vm(),
@@ -96,6 +97,7 @@ impl App {
         use crate::app::keymap::Action as A;
         let mut v: Vec<(A, &'static str)> = vec![(A::Help, "Help")];
         match self.focus {
+            _ if self.ranks_shown => v.extend([(A::Sort, "Sort ranks"), (A::Ranks, "Close")]),
             Focus::Tree => v.extend([
                 (A::Enter, "Its gaps"),
                 (A::Invert, "Invert"),
@@ -114,6 +116,13 @@ impl App {
                 (A::Enter, "Its gaps"),
                 (A::Replay, "Replay fix"),
                 (A::WhatToFix, "Hide"),
+            ]),
+            _ if self.store.rank_count() >= 2 => v.extend([
+                (A::BiggestGap, "Biggest"),
+                (A::NextGap, "Next gap"),
+                (A::Ranks, "Ranks"),
+                (A::FilterGaps, "Filter"),
+                (A::Sort, "Sort"),
             ]),
             _ => v.extend([
                 (A::BiggestGap, "Biggest"),

@@ -119,6 +119,27 @@ pub struct GapListVm {
     pub first: usize,
 }
 
+/// One row of the rank summary.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RankRowVm {
+    pub text: String,
+    /// It arrived last at some collective; `worst`: the most late time of all ranks.
+    pub late: bool,
+    pub worst: bool,
+    pub selected: bool,
+}
+
+/// The rank summary (`R`), in place of the gap list and the call tree.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RankListVm {
+    pub title: String,
+    pub header: String,
+    /// The rows that fit, around the selected one.
+    pub rows: Vec<RankRowVm>,
+    /// Why there are none, when there are none.
+    pub empty: String,
+}
+
 /// One "what to fix" row.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FixRow {
@@ -197,6 +218,8 @@ pub struct ViewModel {
     pub timeline: TimelineVm,
     pub rate: RateVm,
     pub gaps: GapListVm,
+    /// The rank summary, while it is shown.
+    pub ranks: Option<RankListVm>,
     pub tree_title: String,
     pub details: DetailsVm,
     pub status: StatusVm,

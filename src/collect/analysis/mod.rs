@@ -8,6 +8,7 @@ pub mod comm;
 pub mod gaps;
 pub mod oncpu;
 pub mod patterns;
+pub mod ranks;
 pub mod rate;
 pub mod replay;
 pub mod site;

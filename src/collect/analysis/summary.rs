@@ -10,7 +10,7 @@ use super::gaps::{
 };
 use super::site::{bucket, LeafAcc, Site, GRAPH_GAP_NS, SLOW_LAUNCH_NS};
 use super::steps::Steps;
-use super::tree::CallTree;
+use super::tree::{CallTree, RankShare};
 use crate::collect::model::records::{NameId, Ns, StackId};
 use crate::collect::model::store::Store;
 
@@ -44,9 +44,10 @@ pub struct Summary {
     pub kernel_max_ns: Ns,
     /// Per (stack, api, op) leaf: (gaps, gap_ns).
     pub stacks: HashMap<(StackId, NameId, NameId), (u64, Ns)>,
-    /// Per (stack, api, op) leaf, the ranks its gaps came from, sorted (only in a capture of
-    /// several ranks: so that a line of one rank says which).
-    pub stack_ranks: HashMap<(StackId, NameId, NameId), Vec<i32>>,
+    /// Per (stack, api, op) leaf, the ranks its gaps came from, sorted, with each rank's
+    /// gaps in the tree (only in a capture of several ranks: so that a line of one rank says
+    /// which, and the UI's tree splits a leaf by rank where ranks differ).
+    pub stack_ranks: HashMap<(StackId, NameId, NameId), Vec<RankShare>>,
     /// How many distinct ranks the capture's processes have.
     pub ranks: usize,
     /// Per launch site: what its gaps were like (for advice).
@@ -64,6 +65,12 @@ pub struct Summary {
 }
 
 impl Summary {
+    /// The ranks the gaps of a leaf came from, sorted.
+    pub fn ranks_of(&self, key: &(StackId, NameId, NameId)) -> Vec<i32> {
+        let v = self.stack_ranks.get(key).map_or(&[][..], |v| v.as_slice());
+        v.iter().map(|r| r.rank).collect()
+    }
+
     pub fn idle(&self, c: Category) -> Bucket {
         self.idle[c as usize]
     }
@@ -160,8 +167,16 @@ fn charge(
             .stack_ranks
             .entry((g.stack, g.api, g.op_name))
             .or_default();
-        if let Err(i) = v.binary_search(&rank) {
-            v.insert(i, rank);
+        let i = match v.binary_search_by_key(&rank, |r| r.rank) {
+            Ok(i) => i,
+            Err(i) => {
+                v.insert(i, RankShare::of(rank));
+                i
+            }
+        };
+        if d >= s.min_ns {
+            v[i].gaps += 1;
+            v[i].gap_ns += d;
         }
     }
     let op = store.lanes[g.lane].op(g.next);

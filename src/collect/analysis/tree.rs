@@ -8,6 +8,26 @@ use super::gaps::Gap;
 use crate::collect::model::records::{GpuOp, NameId, Ns, StackId};
 use crate::collect::model::store::Store;
 
+/// One rank's part of a leaf's gaps: those the call tree holds (at or over the threshold).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RankShare {
+    pub rank: i32,
+    pub gaps: u64,
+    pub gap_ns: Ns,
+}
+
+impl RankShare {
+    pub fn of(rank: i32) -> RankShare {
+        RankShare {
+            rank,
+            ..Default::default()
+        }
+    }
+}
+
+/// A leaf's gaps differ by rank when one rank has this many times the ranks' median.
+pub const RANK_DIFFERS: f64 = 1.5;
+
 /// One call-tree node: a frame, with inclusive totals.
 #[derive(Clone, Debug, Default)]
 pub struct TreeNode {
@@ -127,6 +147,47 @@ impl CallTree {
     pub fn add_op(&mut self, store: &Store, stack: StackId, api: NameId, op: &GpuOp, clip: Ns) {
         let n = self.leaf(store, stack, api, op.name);
         self.add(n, 0, 0, 1, clip);
+    }
+
+    /// Where ranks differ, a level of ranks under the leaves: a leaf whose gaps some of the
+    /// capture's `ranks` ranks lack, or one rank has at least [`RANK_DIFFERS`] times the
+    /// ranks' median of, gets a child a rank that has its gaps (frame `frame(rank)`, skipped
+    /// where it gives none), with that rank's gap time and count. A leaf the ranks share
+    /// alike stays as it is: 64 equal rows would only hide the one that differs.
+    pub fn add_rank_level(
+        &mut self,
+        shares: &HashMap<(StackId, NameId, NameId), Vec<RankShare>>,
+        ranks: usize,
+        frame: impl Fn(i32) -> Option<NameId>,
+    ) {
+        if ranks < 2 {
+            return;
+        }
+        let mut leaves: Vec<(usize, &Vec<RankShare>)> = self
+            .leaf_cache
+            .iter()
+            .filter_map(|(k, &n)| Some((n, shares.get(k)?)))
+            .collect();
+        leaves.sort_unstable_by_key(|l| l.0);
+        for (leaf, v) in leaves {
+            let mut ns: Vec<Ns> = v.iter().map(|r| r.gap_ns).filter(|&t| t > 0).collect();
+            if ns.is_empty() {
+                continue;
+            }
+            ns.resize(ranks.max(ns.len()), 0);
+            ns.sort_unstable();
+            let median = ns[(ns.len() - 1) / 2];
+            let top = ns[ns.len() - 1];
+            if ns[0] > 0 && (top as f64) < RANK_DIFFERS * median as f64 {
+                continue;
+            }
+            for r in v.iter().filter(|r| r.gap_ns > 0) {
+                let Some(f) = frame(r.rank) else { continue };
+                let c = self.child(leaf, f);
+                self.nodes[c].gap_ns += r.gap_ns;
+                self.nodes[c].gaps += r.gaps;
+            }
+        }
     }
 
     /// Leaf node for a gap (to highlight its path).

@@ -440,6 +440,19 @@ impl Lane {
         self.set(i, &op);
     }
 
+    /// Renames every op: `name` gives the id its name has in another store (a lane read on
+    /// its own, joining a capture). Order and sums stay.
+    pub(crate) fn map_names(&mut self, name: impl Fn(NameId) -> NameId) {
+        for i in 0..self.ops.len() {
+            let mut op = self.op(i);
+            let to = name(op.name);
+            if to != op.name {
+                op.name = to;
+                self.set(i, &op);
+            }
+        }
+    }
+
     /// Moves every op `by` ns later (saturating), as [`Store::shift_process`] does; sums stay.
     ///
     /// [`Store::shift_process`]: super::store::Store::shift_process

@@ -2,6 +2,7 @@
 //! lane, host API calls per process, their call stacks, NVTX ranges, CPU samples), packed so a
 //! million ops fit in tens of megabytes, and the one rule for which times gaptop believes.
 
+pub mod absorb;
 pub(crate) mod calls;
 pub(crate) mod chunked;
 pub mod dropped;

@@ -344,6 +344,15 @@ impl Drops {
         }
     }
 
+    /// Adds `other`'s drops (read apart, after these): counts add up, and the example of a
+    /// kind and cause stays the first one seen.
+    pub fn absorb(&mut self, other: Drops) {
+        self.total += other.total;
+        for (k, (n, example)) in other.by {
+            self.by.entry(k).or_insert_with(|| (0, example)).0 += n;
+        }
+    }
+
     /// Records dropped so far.
     pub fn total(&self) -> u64 {
         self.total

@@ -25,11 +25,11 @@ pub struct Store {
     pub names: Interner,
     pub stacks: StackTable,
     pub lanes: Vec<Lane>,
-    lane_index: HashMap<LaneKey, usize>,
+    pub(super) lane_index: HashMap<LaneKey, usize>,
     pub procs: Vec<Process>,
     /// Memory budget in bytes for ops and API calls.
     pub budget: usize,
-    bytes: usize,
+    pub(super) bytes: usize,
     pub evicted_ops: u64,
     pub evicted_apis: u64,
     /// Records the sources could not keep (collector queue, CUPTI, socket errors).
@@ -343,6 +343,25 @@ impl Store {
         r.len()
     }
 
+    /// The frame under which the UI's call tree gives one rank's part of a launch site's
+    /// gaps (`[rank 3]`), if the store has one: [`Store::name_ranks`] makes them.
+    pub fn rank_frame(&self, rank: i32) -> Option<NameId> {
+        self.names.lookup(&rank_frame_text(rank))
+    }
+
+    /// Names a frame for each rank of a capture of several ranks ([`Store::rank_frame`]).
+    pub fn name_ranks(&mut self) {
+        if self.rank_count() < 2 {
+            return;
+        }
+        let mut ranks: Vec<i32> = self.procs.iter().map(|p| p.rank).collect();
+        ranks.sort_unstable();
+        ranks.dedup();
+        for r in ranks.into_iter().filter(|&r| r >= 0) {
+            self.names.intern(&rank_frame_text(r));
+        }
+    }
+
     pub fn op_count(&self) -> usize {
         self.lanes.iter().map(|l| l.len()).sum()
     }
@@ -549,6 +568,11 @@ impl Store {
             .map(|f| self.names.get(f).to_string())
             .collect()
     }
+}
+
+/// How a rank reads as a frame of the call tree.
+pub fn rank_frame_text(rank: i32) -> String {
+    format!("[rank {rank}]")
 }
 
 #[cfg(test)]

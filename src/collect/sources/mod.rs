@@ -6,6 +6,7 @@
 pub mod attach;
 pub mod cpu;
 pub mod fwdbwd;
+pub mod in_order;
 pub mod ingest;
 pub mod jsonscan;
 pub mod kineto;

@@ -108,37 +108,74 @@ impl Read {
     }
 }
 
-/// Loads Kineto traces (at least two) as one capture. Errors are one line and name the file.
+/// How many traces are read at once: `GAPTOP_READ_THREADS` when set (1 reads them one after
+/// another), else one a core (each trace's reading is itself three threads that overlap).
+pub fn read_threads() -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    threads_from(std::env::var("GAPTOP_READ_THREADS").ok().as_deref(), cores)
+}
+
+/// The reading threads `GAPTOP_READ_THREADS` asks for (`var`), else `cores`; 1 to 64.
+fn threads_from(var: Option<&str>, cores: usize) -> usize {
+    var.and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(cores)
+        .clamp(1, 64)
+}
+
+/// One trace read into a builder of its own, its file ended (its rank and clock set).
+fn read_trace(path: &Path, source: &str, budget: usize) -> anyhow::Result<(Builder, Header)> {
+    let label = file_label(path);
+    let mut b = Builder::new(budget, source);
+    b.begin_file(&label);
+    let header = open_maybe_gz(path)
+        .and_then(|r| b.read(r))
+        .map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))?;
+    if b.store.window.is_some() {
+        bail!(
+            "{}: a gaptop export opens alone, not joined with other traces",
+            path.display()
+        );
+    }
+    b.end_file(&header, rank_in_name(&label));
+    Ok((b, header))
+}
+
+/// Loads Kineto traces (at least two) as one capture, [`read_threads`] of them at once, each
+/// into a builder of its own, taken into the capture's in the files' order: the capture is
+/// the same however many are read at once. Errors are one line and name the file (the first
+/// file in order that has one).
 pub fn load_traces(files: &[PathBuf], source: &str, budget: usize) -> anyhow::Result<Store> {
+    load_traces_with(files, source, budget, read_threads())
+}
+
+/// [`load_traces`] reading `threads` traces at once.
+pub fn load_traces_with(
+    files: &[PathBuf],
+    source: &str,
+    budget: usize,
+    threads: usize,
+) -> anyhow::Result<Store> {
     let mut b = Builder::new(budget, source);
     let mut reads: Vec<Read> = Vec::new();
-    for path in files {
-        let label = file_label(path);
-        b.begin_file(&label);
+    let read = |i: usize| read_trace(&files[i], source, budget);
+    super::in_order::run(files.len(), threads, read, |i, got| {
+        let (file, header) = got?;
         let (ops, events) = (b.store.total_ops, b.events);
-        let header = open_maybe_gz(path)
-            .and_then(|r| b.read(r))
-            .map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))?;
-        if b.store.window.is_some() {
-            bail!(
-                "{}: a gaptop export opens alone, not joined with other traces",
-                path.display()
-            );
-        }
-        b.end_file(&header, rank_in_name(&label));
+        let procs = b.absorb(file);
         let read = Read {
-            path: path.clone(),
+            path: files[i].clone(),
             header,
-            procs: b.file_procs(),
+            procs,
             ops: b.store.total_ops - ops,
         };
         if read.ops == 0 {
             // A rank that ran nothing on a GPU (HTA's test sets have them): said, not fatal.
-            let why = format!("trace without GPU ops ({label})");
+            let why = format!("trace without GPU ops ({})", file_label(&files[i]));
             *b.store.skipped.entry(why).or_insert(0) += b.events - events;
         }
         reads.push(read);
-    }
+        Ok(())
+    })?;
     check_one_run(&reads, &b.store)?;
     joined(b.finish_checked()?, &reads)
 }

@@ -82,14 +82,19 @@ impl Builder {
         }
     }
 
+    /// Whether nothing was read yet: the next file's events go to the process
+    /// [`Builder::new`] made.
+    fn fresh(&self) -> bool {
+        self.store.total_ops == 0
+            && self.store.procs.len() == 1
+            && self.store.procs[0].api_count() == 0
+            && self.spans.is_empty()
+    }
+
     /// Starts another trace file of the same capture: its events go to a process of their
     /// own, labelled `label` (the first file's is the one [`Builder::new`] made).
     pub fn begin_file(&mut self, label: &str) {
-        let fresh = self.store.total_ops == 0
-            && self.store.procs.len() == 1
-            && self.store.procs[0].api_count() == 0
-            && self.spans.is_empty();
-        let p = if fresh {
+        let p = if self.fresh() {
             self.store.procs[0].label = label.to_string();
             0
         } else {
@@ -144,6 +149,43 @@ impl Builder {
                 }
             }
         }
+    }
+
+    /// Takes in a trace file read on its own (a builder of its own, its file ended), as if
+    /// it had been read here after what was: the same processes, names, stacks and ids, in
+    /// the same order. Returns the processes it made.
+    pub fn absorb(&mut self, file: Builder) -> std::ops::Range<u32> {
+        let into = self.fresh().then_some(0);
+        let map = self.store.intern_all_of(&file.store);
+        let procs = self.store.absorb(file.store, &map, into);
+        // Its processes, numbered from 0 in its own store, are these in order.
+        let proc = |p: u32| procs.start + p;
+        for ((p, tid), mut v) in file.spans {
+            if !map.is_same() {
+                for s in v.iter_mut() {
+                    s.name = map.name(s.name);
+                    s.pystack = map.stack(s.pystack);
+                }
+            }
+            self.spans.entry((proc(p), tid)).or_default().extend(v);
+        }
+        for ((p, device, stream), mut v) in file.gpu_annotations {
+            for r in v.iter_mut() {
+                r.name = map.name(r.name);
+                r.domain = map.name(r.domain);
+            }
+            let key = (proc(p), device, stream);
+            self.gpu_annotations.entry(key).or_default().extend(v);
+        }
+        self.events += file.events;
+        self.bad += file.bad;
+        if self.first_bad.is_none() {
+            self.first_bad = file.first_bad;
+        }
+        self.file_first = procs.start;
+        self.file_proc = procs.start;
+        self.last_lane = None;
+        procs
     }
 
     /// Drops the file's records whose times cannot be right (`collect::model::plausible`), judged
