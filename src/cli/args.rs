@@ -262,7 +262,7 @@ pub(super) enum Cmd {
     /// KEY=VALUE lines, for a service's unit file, a pod spec or a batch script.
     #[command(display_order = 11)]
     Env {
-        /// `export KEY='VALUE'` lines, for a shell's eval
+        /// `export KEY='VALUE'` lines, for a shell's eval (LD_LIBRARY_PATH before the shell's own)
         #[arg(long)]
         shell: bool,
         /// The job's label, which `gaptop attach NAME` matches (GAPTOP_JOB)

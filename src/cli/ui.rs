@@ -103,6 +103,9 @@ pub(super) fn run(
     cmd: Vec<String>,
 ) -> anyhow::Result<ExitCode> {
     use crate::app::{term, SourceState};
+    // What is missing for collecting at all (libcupti, the GPU) is said first: without it
+    // the terminal does not matter.
+    crate::collect::sources::live::find_cupti()?;
     term::need_terminal("run")?;
     let log = log.unwrap_or_else(|| PathBuf::from(format!("gaptop-{}.log", std::process::id())));
     let stop = term::stop_flag()?;
