@@ -196,6 +196,11 @@ impl App {
                 let damaged = |n: &&String| n.contains(" damaged frame");
                 store.notes.iter().find(damaged).cloned()
             })
+            // One rank's trace of a run of several: the others' traces show its waits.
+            .or_else(|| {
+                let ranks = crate::collect::sources::kineto::OTHER_RANKS;
+                store.notes.iter().find(|n| n.contains(ranks)).cloned()
+            })
             // Records dropped for their times.
             .or_else(|| {
                 let lines = store.dropped_times.lines();
