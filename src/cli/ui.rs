@@ -17,7 +17,7 @@ fn ui_app(
     ui: &UiArgs,
 ) -> anyhow::Result<crate::app::App> {
     let mut app = crate::app::App::new(store, source);
-    app.export_dir = ui.export_dir.clone();
+    app.export_to = ui.export_to.clone();
     app.cfg.basis = ui.analysis.basis();
     app.cfg.kernel_wait_ns = ui.analysis.kernel_wait;
     app.step_by = ui.analysis.step.clone();
