@@ -125,7 +125,9 @@ fn main() {
     app.settle();
     // A folder that does not exist: the copy is made, then creating the file fails at once
     // (writing ten million ops would take minutes and load the machine for the live part).
-    app.export_dir = std::env::temp_dir().join("gaptop-draw-bench-no-such-folder");
+    app.export_to = std::env::temp_dir().join("gaptop-draw-bench-no-such-folder/x.json.gz");
+    // Written without asking first, however large (the estimate is still made).
+    app.export_ask_over = u64::MAX;
     let t = Instant::now();
     let fx = app.update(Action::Export);
     gaptop::app::term::perform(&mut app, fx, &mut gaptop::app::term::Feed::None);

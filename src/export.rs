@@ -121,6 +121,8 @@ pub struct Written {
     pub blocking: u64,
     /// CPU spans (python_function and operator events of torch.profiler traces).
     pub spans: u64,
+    /// The JSON written, before any gzip.
+    pub json_bytes: u64,
 }
 
 impl Written {
@@ -129,12 +131,120 @@ impl Written {
     /// `exported 108 MB to ./gaptop-demo-gpt2-rec-1712345678.json.gz (1234567 ops)`.
     pub fn said(&self, path: &Path) -> String {
         let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+        let json = if path.extension().is_some_and(|e| e == "gz") {
+            format!(", {} of JSON", bytes(self.json_bytes))
+        } else {
+            String::new()
+        };
         format!(
-            "exported {} to {} ({})",
+            "exported {} to {} ({}{json}); {}",
             bytes(size),
             path.display(),
+            crate::units::count(self.ops, "op"),
+            opens_with(self.json_bytes)
+        )
+    }
+}
+
+/// The most JSON chrome://tracing (catapult's trace viewer) loads: about 256 MB.
+pub const CHROME_TRACING_BYTES: u64 = 256_000_000;
+/// About the most JSON ui.perfetto.dev loads in a browser tab (its memory, typically 2 GB,
+/// holds the trace at several times its size on disk); `trace_processor --httpd` lifts it.
+pub const PERFETTO_UI_BYTES: u64 = 1_000_000_000;
+
+/// What opens an export of `json` bytes of JSON (gzipped or not: the viewers inflate it).
+pub fn opens_with(json: u64) -> &'static str {
+    if json <= CHROME_TRACING_BYTES {
+        "opens in ui.perfetto.dev, chrome://tracing and gaptop open"
+    } else if json <= PERFETTO_UI_BYTES {
+        "too big for chrome://tracing (256 MB of JSON); ui.perfetto.dev and gaptop open open it"
+    } else {
+        "too big for ui.perfetto.dev (about 1 GB of JSON) and chrome://tracing: `trace_processor \
+         --httpd FILE` then ui.perfetto.dev, or gaptop open, opens it"
+    }
+}
+
+/// What an export of a window would write, measured on a part of it before anything is
+/// written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Estimate {
+    /// The window's GPU ops.
+    pub ops: u64,
+    /// Its JSON, and that gzipped as exports are.
+    pub json_bytes: u64,
+    pub gz_bytes: u64,
+}
+
+/// How many ops of the window are written to measure what an op takes.
+const SAMPLE_OPS: u64 = 2_000;
+
+/// What exporting [lo, hi) would write: the whole window written to nowhere when it holds at
+/// most [`SAMPLE_OPS`] ops, else its first part of about that many ops, scaled by the ops.
+pub fn estimate(store: &Store, lo: Ns, hi: Ns, cfg: &Config) -> Estimate {
+    let count = |a: Ns, b: Ns| -> u64 {
+        store
+            .lanes
+            .iter()
+            .map(|l| l.lower_bound(b).saturating_sub(l.lower_bound(a)) as u64)
+            .sum()
+    };
+    let ops = count(lo, hi);
+    let mut part_hi = hi;
+    if ops > SAMPLE_OPS {
+        // The first part of the window holding about SAMPLE_OPS ops, by bisection.
+        let (mut a, mut b) = (lo, hi);
+        while b - a > 1 && count(lo, b) > SAMPLE_OPS * 2 {
+            let m = a + (b - a) / 2;
+            if count(lo, m) >= SAMPLE_OPS {
+                b = m;
+            } else {
+                a = m;
+            }
+        }
+        part_hi = b;
+    }
+    let part = count(lo, part_hi).max(1);
+    let sink = Counted(std::io::sink(), 0);
+    let mut z = flate2::write::GzEncoder::new(sink, flate2::Compression::fast());
+    let json = write(store, lo, part_hi, cfg, &mut z)
+        .map(|w| w.json_bytes)
+        .unwrap_or(0);
+    let gz = z.finish().map(|c| c.1).unwrap_or(0);
+    let scale = |n: u64| (n as f64 * ops.max(1) as f64 / part as f64) as u64;
+    Estimate {
+        ops,
+        json_bytes: scale(json),
+        gz_bytes: scale(gz),
+    }
+}
+
+/// What is said before an export of `e` is written where it is large (more than
+/// chrome://tracing opens), else None.
+pub fn large(e: &Estimate) -> Option<String> {
+    (e.json_bytes > CHROME_TRACING_BYTES).then(|| e.to_string())
+}
+
+impl std::fmt::Display for Estimate {
+    /// `~1.70 GB of JSON (~106 MB gzipped, 1000000 ops)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "~{} of JSON (~{} gzipped, {})",
+            bytes(self.json_bytes),
+            bytes(self.gz_bytes),
             crate::units::count(self.ops, "op")
         )
+    }
+}
+
+/// Where an export goes: `to` itself, or where it is a folder, a new
+/// `gaptop-<source>-<time>.json.gz` in it ([`export_path`]). The CLI's `-o` and the UI's
+/// `-o`/`--output` take the same; without one, the current folder.
+pub fn target(to: &Path, source: &str) -> PathBuf {
+    if to.is_dir() {
+        export_path(to, source)
+    } else {
+        to.to_path_buf()
     }
 }
 
@@ -179,7 +289,7 @@ fn write_copy(
     cfg: &Config,
     out: impl Write,
 ) -> anyhow::Result<Written> {
-    let mut out = std::io::BufWriter::new(out);
+    let mut out = std::io::BufWriter::new(Counted(out, 0));
     let mut n = Written::default();
     let (_, report) = crate::report::build(
         store,
@@ -396,7 +506,22 @@ fn write_copy(
     serde_json::to_writer_pretty(&mut out, &meta)?;
     writeln!(out, "\n}}")?;
     out.flush()?;
+    n.json_bytes = out.get_ref().1;
     Ok(n)
+}
+
+/// A writer and how much went through it.
+struct Counted<W>(W, u64);
+
+impl<W: Write> Write for Counted<W> {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        let k = self.0.write(b)?;
+        self.1 += k as u64;
+        Ok(k)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
 }
 
 fn sanitize(s: &str) -> String {
@@ -487,6 +612,8 @@ fn create_then<T>(
 /// program's data) must not wait for it.
 pub struct ExportJob {
     pub path: PathBuf,
+    /// Its estimated size, said while it is written, where it is large.
+    pub large: Option<String>,
     done: std::sync::mpsc::Receiver<anyhow::Result<Written>>,
 }
 
@@ -497,6 +624,14 @@ impl ExportJob {
             Ok(r) => Some(r),
             Err(std::sync::mpsc::TryRecvError::Empty) => None,
             Err(std::sync::mpsc::TryRecvError::Disconnected) => Some(Err(thread_stopped())),
+        }
+    }
+
+    /// What the UI says while it is written: `exporting ~300 MB of JSON (…) to PATH`.
+    pub fn doing(&self) -> String {
+        match &self.large {
+            Some(l) => format!("exporting {l} to {}", self.path.display()),
+            None => format!("exporting to {}", self.path.display()),
         }
     }
 
@@ -518,10 +653,13 @@ pub struct ExportRequest {
     pub lo: Ns,
     pub hi: Ns,
     pub cfg: Config,
-    pub dir: PathBuf,
+    /// A file, or a folder for a new name in it ([`target`]).
+    pub to: PathBuf,
+    /// What it is estimated to write, where that is large ([`large`]).
+    pub large: Option<String>,
 }
 
-/// Starts writing the window to a new file in the request's directory.
+/// Starts writing the window to the request's file, or a new file in its folder.
 ///
 /// Nothing is copied on the caller's thread: the export thread shares the store, copies the
 /// window out of it (seconds for ten million ops) and lets go of it before writing. Meanwhile
@@ -532,9 +670,10 @@ pub fn start(req: ExportRequest) -> anyhow::Result<ExportJob> {
         lo,
         hi,
         cfg,
-        dir,
+        to,
+        large,
     } = req;
-    let path = export_path(&dir, &store.source);
+    let path = target(&to, &store.source);
     let (tx, done) = std::sync::mpsc::channel();
     let p = path.clone();
     std::thread::Builder::new()
@@ -545,7 +684,7 @@ pub fn start(req: ExportRequest) -> anyhow::Result<ExportJob> {
             let _ = tx.send(copy_to_file(&copy, lo, hi, &cfg, &p));
         })
         .context("cannot start the export thread")?;
-    Ok(ExportJob { path, done })
+    Ok(ExportJob { path, large, done })
 }
 
 /// The CPU-side ranges of a process that overlap `[lo, hi)`, by thread, extent and name.

@@ -161,6 +161,33 @@ pub fn cut(s: &str, n: usize) -> String {
     }
 }
 
+/// A frame as people read it (`Class.method  file.py:42`) in at most `n` characters: where it
+/// is longer, its function whole and its location cut at its start so that its line number
+/// stays (`<module>  …ecode.py:12`); where even that does not fit, or for a name without a
+/// line number, cut at its end ([`cut`]): the function is what names the row.
+pub fn cut_frame(s: &str, n: usize) -> String {
+    let len = s.chars().count();
+    if len <= n {
+        return s.to_string();
+    }
+    let Some((func, loc)) = s.split_once("  ") else {
+        return cut(s, n);
+    };
+    let line = loc
+        .rsplit_once(':')
+        .filter(|(_, l)| !l.is_empty() && l.bytes().all(|b| b.is_ascii_digit()))
+        .map(|(_, l)| l.len() + 1);
+    let keep = n.saturating_sub(func.chars().count() + 3);
+    match line {
+        Some(line) if keep >= line => {
+            let loc_len = loc.chars().count();
+            let tail: String = loc.chars().skip(loc_len - keep.min(loc_len)).collect();
+            format!("{func}  …{tail}")
+        }
+        _ => cut(s, n),
+    }
+}
+
 /// NCCL and other collective kernels are communication, not compute.
 pub fn is_comm_kernel(name: &str) -> bool {
     name.starts_with("ncclKernel")
@@ -291,5 +318,16 @@ mod tests {
         assert!(!is_comm_kernel(
             "void at::native::vectorized_elementwise_kernel"
         ));
+    }
+
+    #[test]
+    fn a_frame_is_cut_in_its_middle_keeping_its_line() {
+        let f = "<module>  llama_decode.py:12";
+        assert_eq!(cut_frame(f, 40), f);
+        assert_eq!(cut_frame(f, 22), "<module>  …ecode.py:12");
+        assert_eq!(cut_frame(f, 14), "<module>  …:12");
+        // Too narrow for the line, or no line: cut at the end, the function first.
+        assert_eq!(cut_frame(f, 12), "<module>  l…");
+        assert_eq!(cut_frame("cudaLaunchKernel_v7000", 10), "cudaLaunc…");
     }
 }

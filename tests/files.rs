@@ -342,3 +342,51 @@ fn a_fifo_among_the_ranks_is_skipped_with_a_note() {
     );
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// One `-o` for exports, the CLI's and the UI's alike: a file, or a folder where gaptop names
+/// the file `gaptop-<source>-<time>.json.gz`; without it, the current folder. The line that
+/// says it was written gives its size and what opens it.
+#[test]
+fn exports_take_a_file_or_a_folder_and_say_what_opens_them() {
+    let dir = tempdir("export-o");
+    let rec = asset("gpt2.rec");
+    let run = |args: &[&std::ffi::OsStr], cwd: &Path| {
+        let o = Command::new(bin())
+            .arg("export")
+            .arg(&rec)
+            .args(args)
+            .current_dir(cwd)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(o.status.success(), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(
+            err.contains(" MB); opens in ui.perfetto.dev, chrome://tracing and gaptop open"),
+            "{err}"
+        );
+        err
+    };
+    let here = dir.join("here");
+    let into = dir.join("into");
+    std::fs::create_dir_all(&here).unwrap();
+    std::fs::create_dir_all(&into).unwrap();
+    run(&[], &here);
+    run(&["-o".as_ref(), into.as_os_str()], &dir);
+    let file = dir.join("mine.json");
+    let err = run(&["-o".as_ref(), file.as_os_str()], &here);
+    assert!(err.contains(&format!("-> {} (", file.display())), "{err}");
+    for d in [&here, &into] {
+        let names = names_in(d, ".json.gz");
+        assert_eq!(names.len(), 1, "{}: {names:?}", d.display());
+        assert!(names[0].starts_with("gaptop-gpt2-"), "{names:?}");
+    }
+    // The UI takes the same -o (and its former --export-dir).
+    let help = Command::new(bin())
+        .args(["open", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("-o, --output <FILE|DIR>"), "{help}");
+    assert!(help.contains("export-dir"), "{help}");
+}

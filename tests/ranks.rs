@@ -243,3 +243,51 @@ fn files_read_apart_join_as_if_read_into_one_builder() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// One rank's trace of a run of several (`distributedInfo.world_size` over 1), opened alone,
+/// says that the other ranks' traces opened with it would show what its collectives wait for:
+/// in the report, its JSON notes and the UI's first message. Two of 128 ranks say how many
+/// were opened; a trace without the header, and all of a run's ranks, say nothing of it.
+#[test]
+fn one_rank_of_many_says_to_open_the_others_with_it() {
+    let kineto = support::root().join("tests/data/kineto");
+    let one = kineto.join("hta-cuda-graphs.json.gz");
+    let out = text(&one);
+    let note = out
+        .lines()
+        .find(|l| l.contains("open the other ranks' traces"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        note.starts_with("note: rank 1 of a run of 2 ranks, opened alone:"),
+        "{note}"
+    );
+    assert!(note.contains("several files, or their folder"), "{note}");
+    // Near the top: among the report's first dozen lines.
+    assert!(out.lines().take(12).any(|l| l == note), "{out}");
+    let j = report_json(&one, &[]);
+    assert!(
+        j["notes"].to_string().contains("rank 1 of a run of 2"),
+        "{j}"
+    );
+    let app = gaptop::app::App::new(
+        gaptop::collect::sources::load_path(&one, usize::MAX).unwrap(),
+        gaptop::app::SourceState::File,
+    );
+    assert!(
+        app.message.contains("rank 1 of a run of 2 ranks"),
+        "{}",
+        app.message
+    );
+    let rank0 = kineto.join("hta-two-ranks/sampled_rank-0.json.gz");
+    assert!(text(&rank0).contains("note: rank 0 of a run of 128 ranks, opened alone"));
+    let two = text(&kineto.join("hta-two-ranks"));
+    assert!(
+        two.contains(
+            "note: 2 of the run's 128 ranks opened: open the other ranks' traces with them"
+        ),
+        "{two}"
+    );
+    assert!(!text(&kineto.join("shape_planning.json.gz")).contains("other ranks' traces"));
+    // Every rank of the run opened: nothing to say.
+    assert!(!text(&support::fixture("skewed_ranks")).contains("other ranks' traces"));
+}

@@ -364,6 +364,92 @@ fn env_without_libcupti_prints_the_variables_and_warns() {
     );
 }
 
+/// `gaptop env --shell` puts libcupti's folder before the shell's own library path, which it
+/// keeps (and adds no stray `:` where there is none), quoted for a folder holding a space or a
+/// quote: checked by a shell evaluating the lines.
+#[test]
+fn env_shell_prepends_to_the_library_path_and_quotes_it() {
+    let dir = support::tempdir("env-shell");
+    let (cuda, coll) = fake_cuda(&dir);
+    let odd = dir.join("it's a cuda");
+    std::fs::rename(&cuda, &odd).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_gaptop"))
+        .args(["env", "--shell"])
+        .env("GAPTOP_COLLECTOR", &coll)
+        .env("CUDA_HOME", &odd)
+        .env("LD_LIBRARY_PATH", "")
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let lib = odd.join("lib64").display().to_string();
+    for (before, after) in [
+        (Some("/mine:/other dir"), format!("{lib}:/mine:/other dir")),
+        (None, lib.clone()),
+        (Some(""), lib.clone()),
+    ] {
+        let mut sh = Command::new("sh");
+        sh.arg("-c")
+            .arg(format!("{out}\nprintf '%s' \"$LD_LIBRARY_PATH\""))
+            .env_remove("LD_LIBRARY_PATH");
+        if let Some(b) = before {
+            sh.env("LD_LIBRARY_PATH", b);
+        }
+        let got = sh.output().unwrap();
+        assert_eq!(String::from_utf8_lossy(&got.stdout), after, "{out}");
+    }
+    // The other lines stay plain exports.
+    assert!(
+        out.contains(&format!(
+            "export CUDA_INJECTION64_PATH='{}'",
+            coll.display()
+        )),
+        "{out}"
+    );
+}
+
+/// `gaptop run` where libcupti is missing says so in one line, before it needs a terminal:
+/// whether the driver is missing too, every folder it looked in whole (no path cut in its
+/// middle), and the commands that work without a GPU.
+#[test]
+fn run_without_libcupti_says_what_is_missing_and_what_works_without_a_gpu() {
+    let dir = support::tempdir("nocupti");
+    let (_, coll) = fake_cuda(&dir);
+    let home = dir.join("no-cuda-here");
+    let o = Command::new(env!("CARGO_BIN_EXE_gaptop"))
+        .args(["run", "--", "true"])
+        .env("GAPTOP_COLLECTOR", &coll)
+        .env("CUDA_HOME", &home)
+        .env("LD_LIBRARY_PATH", "/nowhere/one:/nowhere/two")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    let driver = std::path::Path::new("/proc/driver/nvidia").exists()
+        || std::path::Path::new("/dev/nvidiactl").exists();
+    assert_eq!(err.contains("no NVIDIA driver or GPU,"), !driver, "{err}");
+    assert!(err.contains("libcupti"), "{err}");
+    assert!(!err.contains('…'), "nothing is cut: {err}");
+    assert!(
+        err.contains(&format!("not in CUDA toolkits {}", home.display())),
+        "{err}"
+    );
+    assert!(
+        err.contains("/nowhere/one") || err.contains(" more"),
+        "{err}"
+    );
+    for w in [
+        "`gaptop demo`",
+        "`gaptop open FILE`",
+        "`gaptop report FILE`",
+    ] {
+        assert!(err.contains(w), "{w}: {err}");
+    }
+    assert!(!err.contains("stdout is not one"), "{err}");
+}
+
 /// An output that is one of the command's inputs (its script, or any file it is given that
 /// is not a recording) is refused before the command starts, in one line; the file is left
 /// as it was. A recording given to the command may be replaced.

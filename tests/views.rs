@@ -622,7 +622,7 @@ fn a_focused_tree_takes_the_width_its_names_need() {
         tree.iter().any(|r| r.contains("Conv1D.forward")),
         "the deep frame is not named:\n{s}"
     );
-    assert!(s.contains("61.8ms host_wait"), "{s}");
+    assert!(s.contains("61.8ms "), "{s}");
 }
 
 /// The frames from the root to the selected tree node, outermost first.
@@ -862,6 +862,88 @@ fn runpy_frames_are_not_tree_rows() {
     );
 }
 
+/// An export larger than the viewers open is not written at the first `e`: the status line
+/// says its estimated size, what opens it and how to export less; `e` again on the same
+/// window writes it, saying its size while it does; a new window asks again. `-o` may name a
+/// file, which `e` writes.
+#[test]
+fn a_very_large_export_is_asked_for_twice() {
+    let dir = support::tempdir("ask-export");
+    let mut a = recording("gpt2.rec");
+    a.export_to = dir.join("mine.json.gz");
+    // GPT-2's whole capture is about 40 MB of JSON: as if the limit were 1 MB.
+    a.export_ask_over = 1_000_000;
+    press(&mut a, Action::Export);
+    assert!(a.export_job.is_none(), "{}", a.message);
+    assert!(
+        a.message.starts_with("not written: this window exports ~")
+            && a.message.contains(" of JSON (~")
+            && a.message.contains("e again writes it, or zoom in"),
+        "{}",
+        a.message
+    );
+    assert!(std::fs::read_dir(&dir).unwrap().next().is_none());
+    // Zoomed: another window, asked again.
+    press(&mut a, Action::ZoomIn);
+    press(&mut a, Action::Export);
+    assert!(
+        a.export_job.is_none() && a.message.starts_with("not written"),
+        "{}",
+        a.message
+    );
+    press(&mut a, Action::Export);
+    let m = a.finish_export().expect("written the second time");
+    assert!(
+        m.starts_with("exported ")
+            && m.contains(&format!("to {}", dir.join("mine.json.gz").display())),
+        "{m}"
+    );
+    assert!(dir.join("mine.json.gz").is_file());
+}
+
+/// The estimate of an export, made from a part of the window before anything is written,
+/// comes within a third of what is written, on recordings and traces.
+#[test]
+fn an_exports_size_is_estimated_before_it_is_written() {
+    let cfg = gaptop::collect::analysis::gaps::Config::default();
+    for p in [
+        support::asset("gpt2.rec"),
+        support::asset("llama_decode.rec"),
+        support::root().join("tests/data/kineto/loader_train.json.gz"),
+        support::shared_fixture("llama-decode/kineto-llama16-cudnn.json.gz"),
+    ] {
+        let store = load_path(&p, usize::MAX).unwrap();
+        let (lo, hi) = store.span().unwrap();
+        let est = gaptop::export::estimate(&store, lo, hi + 1, &cfg);
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        let w = gaptop::export::write(&store, lo, hi + 1, &cfg, &mut gz).unwrap();
+        let gz = gz.finish().unwrap().len() as f64;
+        assert_eq!(est.ops, w.ops, "{}", p.display());
+        let near = |e: u64, real: f64| (e as f64 / real - 1.0).abs() < 0.34;
+        assert!(
+            near(est.json_bytes, w.json_bytes as f64),
+            "{}: {est:?} {w:?}",
+            p.display()
+        );
+        assert!(near(est.gz_bytes, gz), "{}: {est:?} {gz}", p.display());
+    }
+    // What is said of each size.
+    use gaptop::export::{large, opens_with, Estimate};
+    assert!(opens_with(100_000_000).contains("chrome://tracing and gaptop open"));
+    assert!(opens_with(300_000_000).starts_with("too big for chrome://tracing"));
+    assert!(opens_with(1_700_000_000).contains("trace_processor --httpd FILE"));
+    let e = |json| Estimate {
+        ops: 1_000_000,
+        json_bytes: json,
+        gz_bytes: json / 16,
+    };
+    assert_eq!(large(&e(200_000_000)), None);
+    assert_eq!(
+        large(&e(1_700_000_000)).unwrap(),
+        "~1.70 GB of JSON (~106 MB gzipped, 1000000 ops)"
+    );
+}
+
 /// `e` writes the export on its own thread from a copy of the window: the UI says it is being
 /// written, then that it was; an export still being written when the user quits is finished
 /// first, and the file is whole.
@@ -869,7 +951,7 @@ fn runpy_frames_are_not_tree_rows() {
 fn exports_are_written_in_the_background_and_finished_on_quit() {
     let dir = support::tempdir("bg-export");
     let mut a = recording("gpt2.rec");
-    a.export_dir = dir.clone();
+    a.export_to = dir.clone();
     press(&mut a, Action::Export);
     assert!(a.message.starts_with("exporting to "), "{}", a.message);
     // Asked again at once (writing GPT-2's window takes a tenth of a second): one at a time.
@@ -896,7 +978,13 @@ fn exports_are_written_in_the_background_and_finished_on_quit() {
         "{}",
         a.message
     );
-    assert!(a.message.ends_with(" ops)"), "{}", a.message);
+    assert!(
+        a.message.contains(" ops, ")
+            && a.message
+                .contains(" of JSON); opens in ui.perfetto.dev, chrome://tracing"),
+        "{}",
+        a.message
+    );
     let status = render(&mut a, 160, 40);
     assert!(status.contains(&format!("exported {size} to ")), "{status}");
     // A second export (a new name: the first file exists), pending when the UI quits.
@@ -1140,7 +1228,7 @@ fn the_status_line_says_when_live_data_waits_for_an_export() {
     // Writing this window takes a quarter of a second: the export is still running at the
     // next two ticks.
     let mut a = App::new(recording("launchbound.rec").store, SourceState::Live);
-    a.export_dir = dir.clone();
+    a.export_to = dir.clone();
     press(&mut a, Action::Export);
     // Shared beyond the export thread's own copy, so that it stays shared while we look.
     let held = std::sync::Arc::clone(&a.store);
@@ -1284,7 +1372,10 @@ fn the_steps_strip_shows_a_bar_a_step() {
 fn the_gap_list_moves_by_rows_pages_and_ends() {
     let mut a = recording("gpt2.rec");
     let s = render(&mut a, 120, 40);
-    assert!(s.contains("     gap cause             at before"), "{s}");
+    assert!(
+        s.contains("     gap       at before         launched from"),
+        "{s}"
+    );
     let listed = a.listed_gaps();
     a.update(Action::Down);
     assert_eq!(

@@ -198,13 +198,7 @@ impl App {
                 if let Some(j) = &self.export_job {
                     self.message = format!("still writing {}", j.path.display());
                 } else {
-                    fx.push(Effect::Export(ExportRequest {
-                        store: Arc::clone(&self.store),
-                        lo: self.lo,
-                        hi: self.hi,
-                        cfg: self.cfg,
-                        dir: self.export_dir.clone(),
-                    }));
+                    self.export(fx);
                 }
             }
             Action::ThresholdUp => {
@@ -405,5 +399,37 @@ impl App {
                 self.refresh(true);
             }
         }
+    }
+    /// `e`: the window's export, started; or, where it would be more JSON than the viewers
+    /// open (ui.perfetto.dev, chrome://tracing), not yet: its size, what opens it and how to
+    /// export less are said, and `e` again on the same window writes it.
+    fn export(&mut self, fx: &mut Vec<Effect>) {
+        let window = (self.lo, self.hi);
+        let est = crate::export::estimate(&self.store, self.lo, self.hi, &self.cfg);
+        if est.json_bytes > self.export_ask_over && self.export_asked != Some(window) {
+            self.export_asked = Some(window);
+            let key = self
+                .keys
+                .keys_for(Action::Export)
+                .into_iter()
+                .next()
+                .unwrap_or_else(|| "e".into());
+            self.message = format!(
+                "not written: this window exports {}, {}; {key} again writes it, or zoom in to \
+                 export a shorter window",
+                est,
+                crate::export::opens_with(est.json_bytes)
+            );
+            return;
+        }
+        self.export_asked = None;
+        fx.push(Effect::Export(ExportRequest {
+            store: Arc::clone(&self.store),
+            lo: self.lo,
+            hi: self.hi,
+            cfg: self.cfg,
+            to: self.export_to.clone(),
+            large: crate::export::large(&est),
+        }));
     }
 }

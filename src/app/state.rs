@@ -158,7 +158,14 @@ pub struct App {
     pub gap_query: Option<String>,
     pub help: bool,
     pub message: String,
-    pub export_dir: PathBuf,
+    /// Where `e` writes: a file, or a folder for a new `gaptop-<source>-<time>.json.gz` in it
+    /// (`-o`, as `gaptop export -o`).
+    pub export_to: PathBuf,
+    /// The window whose export was found too big for the viewers and not written: `e` again
+    /// on the same window writes it.
+    pub export_asked: Option<(Ns, Ns)>,
+    /// The JSON an export may write before `e` asks first (what ui.perfetto.dev opens).
+    pub export_ask_over: u64,
     /// The export being written in the background, if any.
     pub export_job: Option<ExportJob>,
     /// Times the user asked to stop the profiled program (each asks harder).
@@ -236,6 +243,11 @@ impl App {
                 let damaged = |n: &&String| n.contains(" damaged frame");
                 store.notes.iter().find(damaged).cloned()
             })
+            // One rank's trace of a run of several: the others' traces show its waits.
+            .or_else(|| {
+                let ranks = crate::collect::sources::kineto::OTHER_RANKS;
+                store.notes.iter().find(|n| n.contains(ranks)).cloned()
+            })
             // Records dropped for their times.
             .or_else(|| {
                 let lines = store.dropped_times.lines();
@@ -283,7 +295,9 @@ impl App {
             node_filter: None,
             help: false,
             message,
-            export_dir: PathBuf::from("."),
+            export_to: PathBuf::from("."),
+            export_asked: None,
+            export_ask_over: crate::export::PERFETTO_UI_BYTES,
             export_job: None,
             stop_requests: 0,
             cache: None,

@@ -23,16 +23,13 @@ impl App {
                 Err(e) => format!("export failed: {e:#}"),
             };
             self.export_job = None;
-        } else if self.message.starts_with("exporting to ") {
+        } else if self.message.starts_with(&j.doing()) {
             // (A message that came since stays.) Live, say while new data waits for the copy.
             let copying = Arc::strong_count(&self.store) > 1 && self.is_live();
             self.message = if copying {
-                format!(
-                    "exporting to {}: copying the window (new data waits)…",
-                    j.path.display()
-                )
+                format!("{}: copying the window (new data waits)…", j.doing())
             } else {
-                format!("exporting to {}…", j.path.display())
+                format!("{}…", j.doing())
             };
         }
     }
@@ -83,7 +80,7 @@ impl App {
             }
             Msg::ExportStarted(r) => match r {
                 Ok(j) => {
-                    self.message = format!("exporting to {}…", j.path.display());
+                    self.message = format!("{}…", j.doing());
                     self.export_job = Some(j);
                 }
                 Err(e) => self.message = format!("export failed: {e:#}"),

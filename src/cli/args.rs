@@ -145,8 +145,9 @@ pub(super) enum Cmd {
         files: Vec<PathBuf>,
         #[command(flatten)]
         window: WindowArgs,
-        /// The file to write; gzipped when its name ends in .gz
-        #[arg(short, long, value_name = "FILE")]
+        /// Where to write: a file (gzipped when its name ends in .gz), or a folder for a new
+        /// gaptop-<source>-<time>.json.gz in it, as the UI's `e` and its -o (default: .)
+        #[arg(short, long, value_name = "FILE|DIR", default_value = ".")]
         output: PathBuf,
     },
     /// Summarize a capture: what to fix first, idle by cause, top gaps and stacks, percentiles
@@ -262,7 +263,7 @@ pub(super) enum Cmd {
     /// KEY=VALUE lines, for a service's unit file, a pod spec or a batch script.
     #[command(display_order = 11)]
     Env {
-        /// `export KEY='VALUE'` lines, for a shell's eval
+        /// `export KEY='VALUE'` lines, for a shell's eval (LD_LIBRARY_PATH before the shell's own)
         #[arg(long)]
         shell: bool,
         /// The job's label, which `gaptop attach NAME` matches (GAPTOP_JOB)

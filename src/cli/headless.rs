@@ -96,12 +96,24 @@ pub(super) fn env(shell: bool, job: Option<String>) -> anyhow::Result<ExitCode> 
     for (k, v) in env {
         let v = v.to_string_lossy();
         if shell {
-            println!("export {k}='{}'", v.replace('\'', "'\\''"));
+            println!("{}", shell_export(k, &v));
         } else {
             println!("{k}={v}");
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `export K='V'` for a POSIX shell's eval, `V` quoted whole (a `'` in it closed, escaped and
+/// reopened). A search path (`LD_LIBRARY_PATH`) is put before the one the shell has, which it
+/// keeps: `export LD_LIBRARY_PATH='/cupti'"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"`.
+fn shell_export(k: &str, v: &str) -> String {
+    let quoted = format!("'{}'", v.replace('\'', "'\\''"));
+    if k == "LD_LIBRARY_PATH" {
+        format!("export {k}={quoted}\"${{{k}:+:${k}}}\"")
+    } else {
+        format!("export {k}={quoted}")
+    }
 }
 
 /// `gaptop record`.

@@ -117,9 +117,16 @@ impl WindowArgs {
 
 #[derive(clap::Args, Clone)]
 pub(super) struct UiArgs {
-    /// Where `e` writes exports
-    #[arg(long, default_value = ".", value_name = "DIR")]
-    pub(super) export_dir: PathBuf,
+    /// Where `e` writes exports: a file, or a folder for a new gaptop-<source>-<time>.json.gz
+    /// in it (as `gaptop export -o`)
+    #[arg(
+        short = 'o',
+        long = "output",
+        visible_alias = "export-dir",
+        default_value = ".",
+        value_name = "FILE|DIR"
+    )]
+    pub(super) export_to: PathBuf,
     /// Key map file (`action = key, key` lines) applied over the defaults
     #[arg(long, value_name = "FILE")]
     pub(super) keys: Option<PathBuf>,

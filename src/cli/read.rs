@@ -104,7 +104,9 @@ pub(super) fn export(
     window: WindowArgs,
     output: PathBuf,
 ) -> anyhow::Result<ExitCode> {
-    crate::files::refuse_input(&output, &files)?;
+    if !output.is_dir() {
+        crate::files::refuse_input(&output, &files)?;
+    }
     let store = crate::collect::sources::load_paths(&files, usize::MAX)?;
     if store.span().is_none() {
         anyhow::bail!("{}: no GPU ops", shown(&files));
@@ -113,19 +115,33 @@ pub(super) fn export(
         .check(&store)
         .map_err(|e| anyhow::anyhow!("{}: {e}", shown(&files)))?;
     let (from, to) = (store.origin() + from, store.origin() + to);
-    let n = crate::export::write_file(&store, from, to, &Config::default(), &output)?;
+    let output = crate::export::target(&output, &store.source);
+    let cfg = Config::default();
+    // A large one says its size and what opens it before the wait.
+    let est = crate::export::estimate(&store, from, to, &cfg);
+    if let Some(l) = crate::export::large(&est) {
+        crate::say!(
+            "gaptop: writing {l} to {}; {}; --from/--to export a shorter window",
+            output.display(),
+            crate::export::opens_with(est.json_bytes)
+        );
+    }
+    let n = crate::export::write_file(&store, from, to, &cfg, &output)?;
     let spans = if n.spans > 0 {
         format!(", {} CPU spans", n.spans)
     } else {
         String::new()
     };
+    let size = std::fs::metadata(&output).map(|m| m.len()).unwrap_or(0);
     crate::say!(
-        "gaptop: wrote {} ops, {} launches, {} syncs and waits{spans}, {} gaps -> {}",
+        "gaptop: wrote {} ops, {} launches, {} syncs and waits{spans}, {} gaps -> {} ({}); {}",
         n.ops,
         n.launches,
         n.blocking,
         n.gaps,
-        output.display()
+        output.display(),
+        crate::export::bytes(size),
+        crate::export::opens_with(n.json_bytes)
     );
     Ok(ExitCode::SUCCESS)
 }

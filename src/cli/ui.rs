@@ -17,7 +17,7 @@ fn ui_app(
     ui: &UiArgs,
 ) -> anyhow::Result<crate::app::App> {
     let mut app = crate::app::App::new(store, source);
-    app.export_dir = ui.export_dir.clone();
+    app.export_to = ui.export_to.clone();
     app.cfg.basis = ui.analysis.basis();
     app.cfg.kernel_wait_ns = ui.analysis.kernel_wait;
     app.step_by = ui.analysis.step.clone();
@@ -103,6 +103,9 @@ pub(super) fn run(
     cmd: Vec<String>,
 ) -> anyhow::Result<ExitCode> {
     use crate::app::{term, SourceState};
+    // What is missing for collecting at all (libcupti, the GPU) is said first: without it
+    // the terminal does not matter.
+    crate::collect::sources::live::find_cupti()?;
     term::need_terminal("run")?;
     let log = log.unwrap_or_else(|| PathBuf::from(format!("gaptop-{}.log", std::process::id())));
     let stop = term::stop_flag()?;

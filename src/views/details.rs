@@ -19,6 +19,66 @@ fn tone_lines(lines: &[(Tone, String)], w: usize) -> Vec<Line<'static>> {
         .collect()
 }
 
+/// The lines in `h` rows of `w` characters, by what matters most on a short pane: first a
+/// row each for the frame (and its figures) or stack (where) and the verdict (why, and the
+/// fix), then the rest
+/// of the verdict wrapped, then a row each for the others (the launching call, the ops
+/// around, the CPU) while rows are left; in their order, each cut to a row, a verdict cut
+/// short ending in `…`.
+fn fit_lines(lines: &[(Tone, String)], h: usize, w: usize) -> Vec<Line<'static>> {
+    let w = w.max(1);
+    let wrapped: Vec<Vec<String>> = lines
+        .iter()
+        .map(|(t, s)| match t {
+            Tone::Verdict => super::fix::wrap(&[(s.clone(), Style::default())], w)
+                .into_iter()
+                .map(|spans| spans.iter().map(|x| x.content.as_ref()).collect())
+                .collect(),
+            _ => vec![cut(s, w)],
+        })
+        .collect();
+    // What a line names (a frame in bold) keeps its figures (the plain line under it).
+    let first = |i: usize| {
+        matches!(lines[i].0, Tone::Bold | Tone::Stack | Tone::Verdict)
+            || (lines[i].0 == Tone::Plain && i > 0 && lines[i - 1].0 == Tone::Bold)
+    };
+    let mut rows = vec![0usize; lines.len()];
+    let mut left = h;
+    let mut give = |rows: &mut Vec<usize>, i: usize, n: usize| {
+        let n = n.min(left);
+        rows[i] += n;
+        left -= n;
+    };
+    for i in 0..lines.len() {
+        if first(i) {
+            give(&mut rows, i, 1);
+        }
+    }
+    for (i, (t, _)) in lines.iter().enumerate() {
+        if *t == Tone::Verdict && rows[i] > 0 {
+            give(&mut rows, i, wrapped[i].len() - 1);
+        }
+    }
+    for i in 0..lines.len() {
+        if !first(i) {
+            give(&mut rows, i, 1);
+        }
+    }
+    let mut out = Vec::new();
+    for (i, (t, _)) in lines.iter().enumerate() {
+        let shown = &wrapped[i][..rows[i]];
+        for (k, l) in shown.iter().enumerate() {
+            let l = if k + 1 == rows[i] && rows[i] < wrapped[i].len() {
+                cut(&format!("{l} …"), w)
+            } else {
+                l.clone()
+            };
+            out.push(Line::styled(l, tone_style(*t)));
+        }
+    }
+    out
+}
+
 pub fn draw(f: &mut Frame, area: Rect, app: &App) {
     match &app.view.details {
         DetailsVm::Gap {
@@ -41,7 +101,8 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App) {
                         .add_modifier(Modifier::BOLD),
                 ),
             ])];
-            out.extend(tone_lines(lines, inner.width as usize));
+            let h = (inner.height as usize).saturating_sub(1);
+            out.extend(fit_lines(lines, h, inner.width as usize));
             f.render_widget(Paragraph::new(out), inner);
         }
         DetailsVm::Node(lines) => {
@@ -51,7 +112,11 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App) {
             let inner = block.inner(area);
             f.render_widget(block, area);
             f.render_widget(
-                Paragraph::new(tone_lines(lines, inner.width as usize)),
+                Paragraph::new(fit_lines(
+                    lines,
+                    inner.height as usize,
+                    inner.width as usize,
+                )),
                 inner,
             );
         }

@@ -131,6 +131,19 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, title: &str, rows: &[FixRow], 
             l
         })
         .collect();
+    // A short pane shows the next row too (its code and a line of its fix): the chosen row's
+    // fix gives up its last lines for it, ending in `…` (the details at full size, `d`, and
+    // the gap's details give it whole).
+    let mut laid = laid;
+    if chosen + 1 < laid.len() {
+        let keep = for_rows.saturating_sub(2).max(2);
+        if laid[chosen].len() > keep {
+            laid[chosen].truncate(keep);
+            if let Some(last) = laid[chosen].last_mut() {
+                ellipsis(last, w);
+            }
+        }
+    }
     // The first row shown: the chosen row stays in view, whole.
     let mut first = 0;
     while first < chosen && laid[first..=chosen].iter().map(Vec::len).sum::<usize>() > for_rows {
@@ -148,6 +161,31 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, title: &str, rows: &[FixRow], 
         lines.push(Line::styled(cut(hint, w), tone_style(Tone::Dim)));
     }
     f.render_widget(Paragraph::new(lines), inner);
+}
+
+/// `line` ending in ` …` within `w` characters, its last words cut where needed.
+fn ellipsis(line: &mut Line<'static>, w: usize) {
+    let mut over = (line.width() + 2).saturating_sub(w);
+    while over > 0 {
+        let Some(last) = line.spans.last_mut() else {
+            break;
+        };
+        let n = last.content.chars().count();
+        if n <= over {
+            over -= n;
+            line.spans.pop();
+        } else {
+            last.content = last
+                .content
+                .chars()
+                .take(n - over)
+                .collect::<String>()
+                .into();
+            over = 0;
+        }
+    }
+    let style = line.spans.last().map(|s| s.style).unwrap_or_default();
+    line.spans.push(Span::styled(" …", style));
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use tui_tree_widget::{Tree, TreeItem, TreeState};
 use super::style::focus_style;
 use crate::app::tree::TreeRow;
 use crate::app::{App, Focus};
+use crate::frames::cut_frame;
 
 /// The widget's item for a row. Only open rows get their children in full: a closed row's
 /// children are bare placeholders (they only make it show as expandable), so that a frame
@@ -20,16 +21,25 @@ fn item(
     r: &TreeRow,
     path: &mut Vec<usize>,
     opened: &HashSet<Vec<usize>>,
+    width: usize,
 ) -> TreeItem<'static, usize> {
-    // The counts are dimmed: they are what a narrow pane cuts.
+    // The counts are dimmed: they are what a narrow pane cuts. A frame longer than the row's
+    // room (the pane's width less its indentation, arrow and figures) is cut in its middle,
+    // keeping its line number.
+    let room = width
+        .saturating_sub(2 * path.len() + 2 + r.head.chars().count())
+        .max(8);
     let text = Line::from(vec![
         Span::raw(r.head.clone()),
-        Span::raw(r.name.clone()),
+        Span::raw(cut_frame(&r.name, room)),
         Span::styled(r.counts.clone(), Style::default().fg(Color::DarkGray)),
     ]);
     path.push(r.id);
     let children: Vec<_> = if opened.contains(path) {
-        r.children.iter().map(|c| item(c, path, opened)).collect()
+        r.children
+            .iter()
+            .map(|c| item(c, path, opened, width))
+            .collect()
     } else {
         r.children
             .iter()
@@ -51,7 +61,12 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, state: &mut TreeState<usize>) 
     };
     let mut path = Vec::new();
     let opened = state.opened();
-    let items: Vec<_> = c.rows.iter().map(|r| item(r, &mut path, opened)).collect();
+    let width = block.inner(area).width as usize;
+    let items: Vec<_> = c
+        .rows
+        .iter()
+        .map(|r| item(r, &mut path, opened, width))
+        .collect();
     match Tree::new(&items) {
         Ok(t) => {
             let t = t

@@ -93,6 +93,9 @@ impl App {
         } else {
             title
         };
+        // What a row is (its time, where it was launched) outlives why: on a narrow pane the
+        // cause column goes first (the row's colour still says it), then the op before.
+        let cols = Columns::fit(inner.width as usize);
         let rows = gaps
             .iter()
             .skip(first)
@@ -112,29 +115,103 @@ impl App {
                     if we > g.end { "»" } else { "" }
                 );
                 GapRow {
-                    text: format!(
-                        "{:>8} {:<11} {:>8} {} {}",
-                        dur,
-                        App::cause_label(g),
-                        self.rel(g.start),
-                        crate::frames::cut(&next, 14),
-                        site
-                    ),
+                    text: cols.row(&dur, App::cause_label(g), &self.rel(g.start), &next, &site),
                     cause: Cause::of(g),
                     highlighted: self.highlighted(g),
                     selected: self.is_selected(g),
                 }
             })
             .collect();
-        let header = format!(
-            "{:>8} {:<11} {:>8} {:<14} {}",
-            "gap", "cause", "at", "before", "launched from"
-        );
+        let header = cols.row("gap", "cause", "at", "before", "launched from");
         GapListVm {
             title,
             header,
             rows,
             first,
         }
+    }
+}
+
+/// The gap list's columns that fit a pane `width` wide: the gap and where it was launched
+/// always, then its time, the op it ends before and its cause while the launch site keeps
+/// [`Columns::SITE`] characters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Columns {
+    at: bool,
+    before: bool,
+    cause: bool,
+    /// What is left for the launch site.
+    site: usize,
+}
+
+impl Columns {
+    /// The fewest characters the launch site keeps.
+    const SITE: usize = 24;
+
+    pub(crate) fn fit(width: usize) -> Columns {
+        let mut c = Columns {
+            at: false,
+            before: false,
+            cause: false,
+            site: width.saturating_sub(9),
+        };
+        for (col, w) in [(0, 9), (1, 15), (2, 12)] {
+            if c.site < w + Self::SITE {
+                break;
+            }
+            c.site -= w;
+            match col {
+                0 => c.at = true,
+                1 => c.before = true,
+                _ => c.cause = true,
+            }
+        }
+        c
+    }
+
+    /// A row (or the header) of these columns; the launch site cut in its middle, keeping
+    /// its line number.
+    pub(crate) fn row(&self, dur: &str, cause: &str, at: &str, before: &str, site: &str) -> String {
+        let mut s = format!("{dur:>8} ");
+        if self.cause {
+            s += &format!("{cause:<11} ");
+        }
+        if self.at {
+            s += &format!("{at:>8} ");
+        }
+        if self.before {
+            s += &format!("{:<14} ", crate::frames::cut(before, 14));
+        }
+        s + &crate::frames::cut_frame(site, self.site.max(1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Columns;
+
+    #[test]
+    fn the_cause_column_goes_first_and_the_launch_site_stays() {
+        let row = |w| {
+            Columns::fit(w).row(
+                "15.2µs",
+                "host_wait",
+                "1.20s",
+                "vectorized_elementwise",
+                "<module>  llama_decode.py:12",
+            )
+        };
+        // 80x24's pane: the gap and where it was launched, whole.
+        assert_eq!(row(38), "  15.2µs <module>  llama_decode.py:12");
+        // Narrower: the site is cut in its middle, keeping its line.
+        assert_eq!(row(30), "  15.2µs <module>  …code.py:12");
+        // Wider: its time, then the op before.
+        assert_eq!(row(48), "  15.2µs    1.20s <module>  llama_decode.py:12");
+        // Wide: every column.
+        assert_eq!(
+            row(80),
+            "  15.2µs host_wait      1.20s vectorized_el… <module>  llama_decode.py:12"
+        );
+        assert!(!row(58).contains("host_wait") && row(58).contains("vectorized_el…"));
     }
 }

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 
-use super::kineto::{file_label, open_maybe_gz, rank_in_name, Builder, Header};
+use super::kineto::{file_label, open_maybe_gz, other_ranks_note, rank_in_name, Builder, Header};
 use crate::collect::model::records::{NameId, Ns, FLAG_COMM};
 use crate::collect::model::store::Store;
 use crate::units::fmt_ns;
@@ -177,7 +177,11 @@ pub fn load_traces_with(
         Ok(())
     })?;
     check_one_run(&reads, &b.store)?;
-    joined(b.finish_checked()?, &reads)
+    let mut store = b.finish_checked()?;
+    let ranks: Vec<i32> = reads.iter().map(|r| r.rank(&store)).collect();
+    let world = reads.iter().find_map(|r| r.header.world_size);
+    store.notes.extend(other_ranks_note(&ranks, world));
+    joined(store, &reads)
 }
 
 /// The sources of one run, read into one store, put on one clock (`align_clocks`) and

@@ -42,6 +42,37 @@ impl Header {
     }
 }
 
+/// What a capture holding some of a run's ranks says about the others, when its traces'
+/// headers give a larger world: a rank's waits at a collective are another rank's lateness,
+/// which only that rank's trace shows. `ranks` are those opened (-1 where unknown).
+pub fn other_ranks_note(ranks: &[i32], world: Option<i64>) -> Option<String> {
+    let world = world.filter(|&w| w > ranks.len() as i64)?;
+    let (what, them, its) = match ranks {
+        [r] if *r >= 0 => (
+            format!("rank {r} of a run of {world} ranks, opened alone"),
+            "it",
+            "its",
+        ),
+        [_] => (
+            format!("one rank of a run of {world}, opened alone"),
+            "it",
+            "its",
+        ),
+        _ => (
+            format!("{} of the run's {world} ranks opened", ranks.len()),
+            "them",
+            "their",
+        ),
+    };
+    Some(format!(
+        "{what}: {OTHER_RANKS} {them} (several files, or their folder) to see which rank \
+         {its} collectives wait for"
+    ))
+}
+
+/// How [`other_ranks_note`]'s advice reads, for those who show it.
+pub const OTHER_RANKS: &str = "open the other ranks' traces with";
+
 /// A file's name, as labels and sources show it.
 pub fn file_label(path: &Path) -> String {
     path.file_name()

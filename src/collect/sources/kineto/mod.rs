@@ -28,6 +28,6 @@ mod numbers;
 mod read;
 
 pub use builder::Builder;
-pub use files::{file_label, open_maybe_gz, rank_in_name, Header};
+pub use files::{file_label, open_maybe_gz, other_ranks_note, rank_in_name, Header, OTHER_RANKS};
 pub use numbers::us_to_ns;
 pub use read::{load, load_reader, no_gpu_ops};

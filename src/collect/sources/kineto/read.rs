@@ -7,7 +7,9 @@ use std::path::Path;
 use std::sync::mpsc::{sync_channel, Receiver};
 
 use super::builder::Builder;
-use super::files::{file_label, open_maybe_gz, rank_in_name, Header, MAX_BASE_NS};
+use super::files::{
+    file_label, open_maybe_gz, other_ranks_note, rank_in_name, Header, MAX_BASE_NS,
+};
 use super::members::{spans, Spans};
 use crate::collect::model::store::Store;
 use crate::collect::sources::jsonscan::Scanner;
@@ -223,8 +225,13 @@ pub fn load(path: &Path, budget: usize) -> anyhow::Result<Store> {
     let src = file_label(path);
     let mut b = Builder::new(budget, &src);
     let h = b.read(open_maybe_gz(path)?)?;
-    b.end_file(&h, rank_in_name(&src));
-    b.finish_checked()
+    let rank = h.rank.or(rank_in_name(&src));
+    b.end_file(&h, rank);
+    let mut store = b.finish_checked()?;
+    store
+        .notes
+        .extend(other_ranks_note(&[rank.unwrap_or(-1)], h.world_size));
+    Ok(store)
 }
 
 #[cfg(test)]

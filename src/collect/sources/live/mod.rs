@@ -19,7 +19,9 @@ use gaptop_wire::Decoder;
 
 pub use event::LiveEvent;
 
+mod cupti;
 pub mod event;
+pub use cupti::{cupti_candidates, find_cupti};
 
 /// A private directory holding the socket, removed on drop (or, after a SIGKILL, by the next
 /// viewer's [`SocketDir::create`]).
@@ -199,7 +201,7 @@ pub fn find_collector() -> anyhow::Result<PathBuf> {
 /// The site-packages (or Debian's dist-packages) folders of the Python environment whose
 /// `bin/` is `bin`: `bin/../lib/python3.*/site-packages` (a venv, `pip install --user`'s
 /// `~/.local`, a prefix).
-fn site_packages_near(bin: &Path) -> Vec<PathBuf> {
+pub(super) fn site_packages_near(bin: &Path) -> Vec<PathBuf> {
     let mut v = Vec::new();
     for py in entries_named(&bin.join("../lib"), "python3") {
         for name in ["site-packages", "dist-packages"] {
@@ -207,76 +209,6 @@ fn site_packages_near(bin: &Path) -> Vec<PathBuf> {
         }
     }
     v
-}
-
-/// Folders that may hold libcupti, in the order gaptop tries them.
-pub fn cupti_candidates() -> Vec<PathBuf> {
-    let mut v = Vec::new();
-    for var in ["CUDA_HOME", "CUDA_PATH"] {
-        if let Some(h) = std::env::var_os(var) {
-            let h = PathBuf::from(h);
-            v.push(h.join("extras/CUPTI/lib64"));
-            v.push(h.join("targets/x86_64-linux/lib"));
-            v.push(h.join("lib64"));
-        }
-    }
-    for c in entries_named(Path::new("/usr/local"), "cuda")
-        .into_iter()
-        .rev()
-    {
-        v.push(c.join("extras/CUPTI/lib64"));
-        v.push(c.join("targets/x86_64-linux/lib"));
-        v.push(c.join("lib64"));
-    }
-    // The nvidia-cuda-cupti Python package (pip wheels of PyTorch bring it): in the
-    // environment gaptop itself was installed in by pip, then in the `python3` on PATH's.
-    let near = std::env::current_exe()
-        .ok()
-        .and_then(|e| e.parent().map(site_packages_near))
-        .unwrap_or_default();
-    for sp in near {
-        for sub in [
-            "nvidia/cuda_cupti/lib",
-            "nvidia/cu13/lib",
-            "nvidia/cu12/lib",
-        ] {
-            v.push(sp.join(sub));
-        }
-    }
-    if let Ok(out) = Command::new("python3")
-        .args([
-            "-c",
-            "import sys,site;print('\\n'.join(site.getsitepackages()+[site.getusersitepackages()]))",
-        ])
-        .stderr(Stdio::null())
-        .output()
-    {
-        for line in String::from_utf8_lossy(&out.stdout).lines() {
-            let sp = PathBuf::from(line.trim());
-            v.push(sp.join("nvidia/cuda_cupti/lib"));
-            v.push(sp.join("nvidia/cu13/lib"));
-            v.push(sp.join("nvidia/cu12/lib"));
-        }
-    }
-    if let Some(ld) = std::env::var_os("LD_LIBRARY_PATH") {
-        v.extend(std::env::split_paths(&ld));
-    }
-    v.push("/usr/lib/x86_64-linux-gnu".into());
-    v
-}
-
-pub fn find_cupti() -> anyhow::Result<PathBuf> {
-    let cands = cupti_candidates();
-    for d in &cands {
-        if !entries_named(d, "libcupti.so").is_empty() {
-            return Ok(d.clone());
-        }
-    }
-    let shown: Vec<String> = cands.iter().map(|p| p.display().to_string()).collect();
-    bail!(
-        "libcupti was not found; looked in {} (set CUDA_HOME or LD_LIBRARY_PATH)",
-        shown.join(", ")
-    )
 }
 
 /// What NVTX_INJECTION64_PATH should be for the program: libcupti in `dir` (the folder put
@@ -297,7 +229,7 @@ pub fn nvtx_injection(dir: &Path) -> Option<PathBuf> {
 }
 
 /// The entries of `dir` whose names start with `prefix`, sorted (none where it cannot be read).
-fn entries_named(dir: &Path, prefix: &str) -> Vec<PathBuf> {
+pub(super) fn entries_named(dir: &Path, prefix: &str) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
         .into_iter()
         .flatten()
