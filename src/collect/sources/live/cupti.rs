@@ -5,8 +5,6 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use super::{entries_named, site_packages_near};
-
 /// Where a CUDA toolkit (CUDA_HOME, /usr/local/cuda*) keeps libcupti, in the order tried.
 const TOOLKIT_DIRS: [&str; 3] = ["extras/CUPTI/lib64", "targets/x86_64-linux/lib", "lib64"];
 /// Where NVIDIA's pip packages (PyTorch's dependencies) keep it, under a site-packages folder.
@@ -167,6 +165,32 @@ fn looked_in(cands: &[PathBuf], room: usize) -> String {
             _ => return text,
         }
     }
+}
+
+/// The site-packages (or Debian's dist-packages) folders of the Python environment whose
+/// `bin/` is `bin`: `bin/../lib/python3.*/site-packages` (a venv, `pip install --user`'s
+/// `~/.local`, a prefix).
+pub(super) fn site_packages_near(bin: &Path) -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    for py in entries_named(&bin.join("../lib"), "python3") {
+        for name in ["site-packages", "dist-packages"] {
+            v.push(py.join(name));
+        }
+    }
+    v
+}
+
+/// The entries of `dir` whose names start with `prefix`, sorted (none where it cannot be read).
+pub(super) fn entries_named(dir: &Path, prefix: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
+        .map(|e| e.path())
+        .collect();
+    v.sort();
+    v
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ pub use event::LiveEvent;
 mod cupti;
 pub mod event;
 pub use cupti::{cupti_candidates, find_cupti};
+use cupti::{entries_named, site_packages_near};
 
 /// A private directory holding the socket, removed on drop (or, after a SIGKILL, by the next
 /// viewer's [`SocketDir::create`]).
@@ -198,19 +199,6 @@ pub fn find_collector() -> anyhow::Result<PathBuf> {
     )
 }
 
-/// The site-packages (or Debian's dist-packages) folders of the Python environment whose
-/// `bin/` is `bin`: `bin/../lib/python3.*/site-packages` (a venv, `pip install --user`'s
-/// `~/.local`, a prefix).
-pub(super) fn site_packages_near(bin: &Path) -> Vec<PathBuf> {
-    let mut v = Vec::new();
-    for py in entries_named(&bin.join("../lib"), "python3") {
-        for name in ["site-packages", "dist-packages"] {
-            v.push(py.join(name));
-        }
-    }
-    v
-}
-
 /// What NVTX_INJECTION64_PATH should be for the program: libcupti in `dir` (the folder put
 /// first on its LD_LIBRARY_PATH, so the library CUDA's CUPTI is), as CUPTI documents for its
 /// NVTX records; `libcupti.so` itself where it exists. None when GAPTOP_NVTX=0, or when the
@@ -226,19 +214,6 @@ pub fn nvtx_injection(dir: &Path) -> Option<PathBuf> {
         return Some(plain);
     }
     entries_named(dir, "libcupti.so.").into_iter().next()
-}
-
-/// The entries of `dir` whose names start with `prefix`, sorted (none where it cannot be read).
-pub(super) fn entries_named(dir: &Path, prefix: &str) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
-        .map(|e| e.path())
-        .collect();
-    v.sort();
-    v
 }
 
 pub struct Launch {
