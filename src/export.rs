@@ -580,7 +580,7 @@ fn window_ranges(
 
 #[cfg(test)]
 mod tests {
-    use super::{create_then, sanitize};
+    use super::{create_then, out::sanitize};
 
     #[test]
     fn sizes_read_to_three_figures() {
