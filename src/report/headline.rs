@@ -82,8 +82,18 @@ fn gain(j: &JsonReport, a: &Advice) -> String {
                 Some(n) => format!(" with {n} loader worker{}", if n == 1 { "" } else { "s" }),
                 None => String::new(),
             };
+            // Overlapped on its own thread, host work saves less where that thread's CPU
+            // time then makes the step (said where the samples show it working through the
+            // gaps, not waiting).
+            let working = a.cpu.as_ref().is_some_and(|c| c.on_cpu >= 0.5);
+            let overlapped = match r.saving_overlapped_ns {
+                Some(o) if working && (o as f64) < 0.8 * r.saving_ns as f64 => {
+                    format!("; ~{} if overlapped on its own thread instead", t(o))
+                }
+                _ => String::new(),
+            };
             let then = format!(
-                "replayed{with}; the GPU then busy {:.0}%",
+                "replayed{with}; the GPU then busy {:.0}%{overlapped}",
                 100.0 * r.busy_after
             );
             return if r.steps_changed * 10 < rj.steps * 9 && r.steps_changed > 0 {

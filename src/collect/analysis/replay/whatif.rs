@@ -70,6 +70,11 @@ pub struct SiteEstimate {
     pub ranks: Vec<i32>,
     #[serde(skip_serializing_if = "is_zero")]
     pub of_ranks: usize,
+    /// Host work: the mean saving a step when the work is overlapped with the GPU on its own
+    /// thread rather than removed from it: no step shorter than the busiest launching
+    /// thread's CPU time in it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub saving_overlapped_ns: Option<Ns>,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -296,9 +301,11 @@ fn apply(m: &mut Model, s: u32, w: WhatIf, seg: &[Ns], own: &[Ns]) -> Undo {
         WhatIf::HostWork | WhatIf::Input => {
             // Its CPU time during its gaps: each launch's CPU time before it, down to the
             // thread's typical, by no more than the device sat idle before its op.
+            // A graph launch's ops share its call: the idle before the first of them.
             let mut idle = vec![0; m.calls.len()];
             for o in m.ops.iter().filter(|o| o.call != NONE) {
-                idle[o.call as usize] = o.idle_before;
+                let i = &mut idle[o.call as usize];
+                *i = (*i).max(o.idle_before);
             }
             for c in 0..m.calls.len() as u32 {
                 let call = m.calls[c as usize];
@@ -337,6 +344,29 @@ fn apply(m: &mut Model, s: u32, w: WhatIf, seg: &[Ns], own: &[Ns]) -> Undo {
         }
     }
     u
+}
+
+/// Per step of `range`, the CPU time of its busiest launching thread: the time before and in
+/// each call, less what a call spent waiting for the GPU (a call that waited counts its time
+/// after the op it waited for). Calls belong to the step their measured start lies in.
+fn cpu_busy(m: &Model, steps: &Steps, range: std::ops::Range<usize>) -> Vec<Ns> {
+    let starts: Vec<Ns> = steps.steps[range.clone()].iter().map(|s| s.start).collect();
+    let mut out = vec![0; range.len()];
+    for t in &m.threads {
+        let mut mine = vec![0; range.len()];
+        for c in &m.calls[t.first as usize..t.last as usize] {
+            let k = starts.partition_point(|&s| s <= c.start);
+            if k == 0 {
+                continue;
+            }
+            let busy = if c.wait == NONE { c.own } else { c.tail };
+            mine[k - 1] += c.seg + busy;
+        }
+        for (o, x) in out.iter_mut().zip(mine) {
+            *o = (*o).max(x);
+        }
+    }
+    out
 }
 
 /// Each step's launches between its syncs as one CUDA graph, in place: on every thread, a run
@@ -427,6 +457,7 @@ pub fn estimate(
         .map(|k| steps.steps[k].busy_ns / steps.devices.max(1) as Ns)
         .collect();
     let (seg, own) = typical(&model);
+    let cpu = cpu_busy(&model, steps, range.clone());
     let index: HashMap<String, u32> = model
         .sites
         .iter()
@@ -489,6 +520,15 @@ pub fn estimate(
             .collect();
         let after_total: Ns = after.iter().sum::<Ns>().max(1);
         let busy_after = (busy.iter().sum::<Ns>() as f64 / after_total as f64).min(1.0);
+        let saving_overlapped_ns = (*w == WhatIf::HostWork).then(|| {
+            let cut: Ns = before
+                .iter()
+                .zip(&after)
+                .zip(&cpu)
+                .map(|((b, a), c)| (b - a.max(c)).max(0))
+                .sum();
+            cut / n
+        });
         let workers = (*w == WhatIf::Input).then(|| {
             let loading: Ns = model
                 .calls
@@ -512,6 +552,7 @@ pub fn estimate(
                 call: model.site_calls[s as usize],
                 ranks,
                 of_ranks,
+                saving_overlapped_ns,
             },
         );
     }
