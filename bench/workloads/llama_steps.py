@@ -3,14 +3,16 @@
 # layers, 32 heads, 4 KV heads, bf16, nothing downloaded), SDPA attention, batch 1, a prompt of
 # 16 tokens, then one token a step with its KV cache, as generation runs. Every timed token is a
 # new sequence length, so where PyTorch takes cuDNN's SDPA backend each step plans anew.
-# --fix (nocudnn): torch.backends.cuda.enable_cudnn_sdp(False), the fix for per-shape planning.
-#   python3 llama_steps.py [STEPS] [--fix [nocudnn]] [--kineto PATH]
+# --fix (nocudnn): torch.backends.cuda.enable_cudnn_sdp(False), another backend for attention.
+# --fix warm: each shape planned once before the timed steps (the same decode run once first,
+# on a cache of its own), which is the replay's what-if for per-shape planning.
+#   python3 llama_steps.py [STEPS] [--fix [nocudnn|warm]] [--kineto PATH]
 import torch
 import steploop
 
 
 def main():
-    ap = steploop.parser("llama_steps", 24, ["nocudnn"], warmup=2,
+    ap = steploop.parser("llama_steps", 24, ["nocudnn", "warm"], warmup=2,
                          doc="a Llama decode, one token a step")
     a = ap.parse_args()
     steploop.check(a)
@@ -26,9 +28,12 @@ def main():
     m = m.to(torch.bfloat16).eval()
     ids = torch.randint(0, 32000, (1, 16), device="cuda")
     state = {}
-    with torch.no_grad():
-        out = m(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True)
-    state["tok"], state["past"], state["len"] = out.logits[:, -1:].argmax(-1), out.past_key_values, 16
+
+    def prefill():
+        with torch.no_grad():
+            out = m(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True)
+        state["tok"], state["past"] = out.logits[:, -1:].argmax(-1), out.past_key_values
+        state["len"] = 16
 
     def step(k):
         with torch.no_grad():
@@ -38,6 +43,12 @@ def main():
                     use_cache=True)
             state["tok"], state["past"] = out.logits[:, -1:].argmax(-1), out.past_key_values
 
+    if a.fix == "warm":
+        prefill()
+        for k in range(a.warmup + a.steps):
+            step(k)
+        torch.cuda.synchronize()
+    prefill()
     steploop.run("llama_steps", a, step, detail=f"cudnn_sdp={a.fix != 'nocudnn'}")
 
 
