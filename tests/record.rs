@@ -127,9 +127,10 @@ fn missing_collector_or_cupti_is_named() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
-        err.contains("libcupti was not found") && err.contains("looked in"),
+        err.contains("no libcupti") && err.contains("not in CUDA toolkits"),
         "{err}"
     );
+    assert!(err.contains("gaptop demo"), "{err}");
 }
 
 /// `--native` reaches the profiled command as the collector's switch.

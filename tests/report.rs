@@ -707,7 +707,12 @@ fn replayed(j: &mut Value) -> Vec<f64> {
     }
     for a in j["advice"].as_array_mut().unwrap() {
         let a = a.as_object_mut().unwrap();
-        for k in ["saving_ns", "saving_changed_ns", "busy_after"] {
+        for k in [
+            "saving_ns",
+            "saving_changed_ns",
+            "busy_after",
+            "saving_overlapped_ns",
+        ] {
             if a.contains_key("whatif") {
                 if let Some(x) = a.remove(k) {
                     v.push(x.as_f64().unwrap_or(0.0));

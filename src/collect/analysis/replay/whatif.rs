@@ -348,19 +348,21 @@ fn apply(m: &mut Model, s: u32, w: WhatIf, seg: &[Ns], own: &[Ns]) -> Undo {
 
 /// Per step of `range`, the CPU time of its busiest launching thread: the time before and in
 /// each call, less what a call spent waiting for the GPU (a call that waited counts its time
-/// after the op it waited for). Calls belong to the step their measured start lies in.
+/// after the op it waited for). Calls belong to the step their measured start lies in (the
+/// last step ends at its end), and count their time before them from the step's start only.
 fn cpu_busy(m: &Model, steps: &Steps, range: std::ops::Range<usize>) -> Vec<Ns> {
     let starts: Vec<Ns> = steps.steps[range.clone()].iter().map(|s| s.start).collect();
+    let end = steps.steps[range.end - 1].end;
     let mut out = vec![0; range.len()];
     for t in &m.threads {
         let mut mine = vec![0; range.len()];
         for c in &m.calls[t.first as usize..t.last as usize] {
             let k = starts.partition_point(|&s| s <= c.start);
-            if k == 0 {
+            if k == 0 || c.start >= end {
                 continue;
             }
             let busy = if c.wait == NONE { c.own } else { c.tail };
-            mine[k - 1] += c.seg + busy;
+            mine[k - 1] += c.seg.min(c.start - starts[k - 1]) + busy;
         }
         for (o, x) in out.iter_mut().zip(mine) {
             *o = (*o).max(x);
