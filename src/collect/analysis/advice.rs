@@ -41,27 +41,12 @@ use crate::units::fmt_short;
 pub fn site_of(store: &Store, stack: StackId) -> NameId {
     let frames = store.stacks.frames(stack);
     let name = |f: &&NameId| store.names.get(**f);
-    let python = |f: &&NameId| {
-        let s = name(f);
-        s.contains(".py(") && !crate::frames::is_plumbing(s) && !patterns::is_profiler_frame(s)
-    };
-    let outside = match frames
-        .iter()
-        .position(|f| patterns::is_profiler_frame(name(&f)))
-    {
-        Some(i) => &frames[..i],
-        None => &frames[..],
-    };
-    outside
-        .iter()
-        .rev()
-        .find(python)
-        .or_else(|| frames.iter().rev().find(python))
+    crate::frames::hide::innermost_python(&frames, |&f| store.names.get(f), false)
         .or_else(|| {
             // Not for a collective launched from a node's hook: that is named by its op.
             let other = |f: &NameId| {
-                let s = store.names.get(*f);
-                s.contains(".py(") || patterns::is_comm_frame(s)
+                store.names.frame(*f).py_source().is_some()
+                    || patterns::is_comm_frame(store.names.get(*f))
             };
             let node = |f: &&NameId| crate::frames::backward_node(name(f)).is_some();
             (!frames.iter().any(other))
@@ -76,14 +61,10 @@ pub fn site_of(store: &Store, stack: StackId) -> NameId {
 /// A site's function, without its line: `(file, function)` for a Python frame
 /// (`/x/model.py(12): Model.forward`), else the frame as it is.
 fn function_of(frame: &str) -> (String, String, Option<u32>) {
-    if let Some((loc, qual)) = frame.split_once("): ") {
-        if let Some((file, line)) = loc.rsplit_once('(') {
-            if let Ok(line) = line.parse::<u32>() {
-                return (file.to_string(), qual.to_string(), Some(line));
-            }
-        }
+    match crate::frames::frame(frame).python() {
+        Some(p) if p.line().is_some() => (p.file.to_string(), p.function.to_string(), p.line()),
+        _ => (String::new(), frame.to_string(), None),
     }
-    (String::new(), frame.to_string(), None)
 }
 
 /// The key advice groups a gap under (its launch site's function).
