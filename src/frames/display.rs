@@ -22,9 +22,14 @@ pub fn pretty(frame: StackFrame<'_>, name: &str) -> String {
 /// A frame as the tree shows it by function: a Python frame without its line
 /// (`Class.method  file.py`); other frames as [`pretty_frame`] has them.
 pub fn pretty_function(f: &str) -> String {
-    match StackFrame::parse(f).py_source() {
+    pretty_function_of(StackFrame::parse(f), f)
+}
+
+/// [`pretty_function`] of a frame already read (`name` its text).
+pub fn pretty_function_of(frame: StackFrame<'_>, name: &str) -> String {
+    match frame.py_source() {
         Some(p) => format!("{}  {}", p.function, p.file_name()),
-        None => f.to_string(),
+        None => name.to_string(),
     }
 }
 

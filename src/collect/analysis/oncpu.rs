@@ -77,11 +77,11 @@ pub fn shared_frames(store: &Store, stacks: &[StackId]) -> Vec<(NameId, f64)> {
         let next = keys.len() + functions.len() + 1;
         *keys
             .entry(f)
-            .or_insert_with(|| match crate::frames::python_parts(store.names.get(f)) {
-                Some((path, _, qual)) => *functions
-                    .entry((path.to_string(), qual.to_string()))
+            .or_insert_with(|| match store.names.frame(f).python() {
+                Some(p) if p.line().is_some() => *functions
+                    .entry((p.file.to_string(), p.function.to_string()))
                     .or_insert(next),
-                None => next,
+                _ => next,
             })
     };
     // Per function: the samples that hold it and its distance from their innermost frame,
