@@ -96,9 +96,7 @@ pub(super) fn build_rows(
             None if by_fn => display::pretty_function_of(frame, text),
             None => display::pretty(frame, text),
         };
-        if name.chars().count() > 90 {
-            name = name.chars().take(89).collect::<String>() + "…";
-        }
+        name = display::cut(&name, 90);
         let children = if depth < TREE_DEPTH {
             visible_children(store, t, n)
                 .into_iter()

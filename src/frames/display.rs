@@ -14,8 +14,19 @@ pub fn pretty_frame(f: &str) -> String {
 /// [`pretty_frame`] of a frame already read (`name` its text).
 pub fn pretty(frame: StackFrame<'_>, name: &str) -> String {
     match frame.py_source() {
-        Some(p) => format!("{}  {}:{}", p.function, p.file_name(), p.line_text),
+        Some(p) => function_at(p.function, p.file, p.line_text),
         None => name.to_string(),
+    }
+}
+
+/// A function as people read it, first so that narrow panes keep it, then where it is, its
+/// file's path cut to its name: `Class.method  file.py:42` (`line` as given: `42`, `12,14`),
+/// or `Class.method  file.py` where `line` is empty.
+pub fn function_at(function: &str, path: &str, line: &str) -> String {
+    let file = path.rsplit('/').next().unwrap_or(path);
+    match line {
+        "" => format!("{function}  {file}"),
+        _ => format!("{function}  {file}:{line}"),
     }
 }
 
@@ -28,7 +39,7 @@ pub fn pretty_function(f: &str) -> String {
 /// [`pretty_function`] of a frame already read (`name` its text).
 pub fn pretty_function_of(frame: StackFrame<'_>, name: &str) -> String {
     match frame.py_source() {
-        Some(p) => format!("{}  {}", p.function, p.file_name()),
+        Some(p) => function_at(p.function, p.file, ""),
         None => name.to_string(),
     }
 }
@@ -134,12 +145,19 @@ pub fn cut(s: &str, n: usize) -> String {
 /// `s` cut to at most `n` characters in its middle, keeping both ends (a kernel's name and its
 /// template arguments, a function and its file): `pytorch_flash::flash…<float, 128>`.
 pub fn cut_middle(s: &str, n: usize) -> String {
+    let tail = n.saturating_sub(1) / 2;
+    cut_keeping(s, n, n.saturating_sub(1) - tail)
+}
+
+/// `s` cut to at most `n` characters: its first `head` characters, `…` and its last ones (a
+/// message cut in its middle, a path keeping its file's name).
+pub fn cut_keeping(s: &str, n: usize, head: usize) -> String {
     let len = s.chars().count();
     if len <= n {
         return s.to_string();
     }
-    let tail = n.saturating_sub(1) / 2;
-    let head = n.saturating_sub(1) - tail;
+    let head = head.min(n.saturating_sub(1));
+    let tail = n.saturating_sub(1) - head;
     let mut out: String = s.chars().take(head).collect();
     out.push('…');
     out.extend(s.chars().skip(len - tail));

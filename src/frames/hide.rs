@@ -86,21 +86,19 @@ pub fn is_profiler_frame(frame: &str) -> bool {
 /// The innermost Python frame (of a `.py` file) of a stack, outermost first, that the list does
 /// not hide: one outside the profiler's frames first (what runs inside
 /// `record_function.__enter__` is the code that called it), else any. Plumbing frames may be
-/// the one where `plumbing` says so.
+/// the one where `plumbing` says so. `read` gives a frame's name and its typed frame.
 pub fn innermost_python<'s, T>(
     frames: &'s [T],
-    name: impl Fn(&'s T) -> &'s str,
+    read: impl Fn(&'s T) -> (&'s str, StackFrame<'s>),
     plumbing: bool,
 ) -> Option<&'s T> {
-    let outside = match frames.iter().position(|f| is_profiler_frame(name(f))) {
+    let outside = match frames.iter().position(|f| is_profiler_frame(read(f).0)) {
         Some(i) => &frames[..i],
         None => frames,
     };
     let py = |f: &&'s T| {
-        let s = name(f);
-        StackFrame::parse(s).py_source().is_some()
-            && !is_profiler_frame(s)
-            && (plumbing || !is_plumbing(s))
+        let (s, frame) = read(f);
+        frame.py_source().is_some() && !is_profiler_frame(s) && (plumbing || !is_plumbing(s))
     };
     outside
         .iter()

@@ -82,7 +82,7 @@ pub fn backward_node(f: &str) -> Option<&str> {
         // A native frame: the first part of its symbol that is a node's name, cut after its
         // number (`torch::autograd::generated::MulBackward0::apply`,
         // `SigmoidBackward0_apply_functional [libtorch_cpu.so]`; not `generated::details`).
-        let sym = f.split(" [").next().unwrap_or(f);
+        let sym = native_parts(f).map_or(f, |(sym, _)| sym);
         return sym.split("::").find_map(|part| {
             let i = part.find("Backward")? + "Backward".len();
             let digits = part[i..].bytes().take_while(u8::is_ascii_digit).count();

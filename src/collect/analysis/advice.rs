@@ -31,6 +31,7 @@ use crate::collect::analysis::verdict::{self as vd, GapFigure};
 use crate::collect::analysis::verdict::{fix, Framework, Verdict};
 use crate::collect::model::records::{NameId, Ns, StackId};
 use crate::collect::model::store::Store;
+use crate::frames::display::function_at;
 use crate::units::fmt_short;
 
 /// The frame a launch stack is charged to: its innermost non-plumbing Python frame outside
@@ -41,7 +42,8 @@ use crate::units::fmt_short;
 pub fn site_of(store: &Store, stack: StackId) -> NameId {
     let frames = store.stacks.frames(stack);
     let name = |f: &&NameId| store.names.get(**f);
-    crate::frames::hide::innermost_python(&frames, |&f| store.names.get(f), false)
+    let read = |&f: &NameId| (store.names.get(f), store.names.frame(f));
+    crate::frames::hide::innermost_python(&frames, read, false)
         .or_else(|| {
             // Not for a collective launched from a node's hook: that is named by its op.
             let other = |f: &NameId| {
@@ -149,7 +151,7 @@ fn key_of(file: &str, qual: &str) -> String {
 pub fn key_name(key: &str) -> String {
     match key.split_once('\u{1f}') {
         Some(("", qual)) => qual.to_string(),
-        Some((file, qual)) => format!("{qual}  {}", file.rsplit('/').next().unwrap_or(file)),
+        Some((file, qual)) => function_at(qual, file, ""),
         None => key.to_string(),
     }
 }
@@ -294,7 +296,6 @@ pub fn advise(store: &Store, s: &Summary, n: usize) -> Vec<Advice> {
                 .take(4)
                 .map(|l| l.to_string())
                 .collect();
-            let short_file = f.file.rsplit('/').next().unwrap_or(&f.file);
             let site = if shown.is_empty() {
                 f.qual.clone()
             } else {
@@ -303,7 +304,7 @@ pub fn advise(store: &Store, s: &Summary, n: usize) -> Vec<Advice> {
                 } else {
                     ""
                 };
-                format!("{}  {short_file}:{}{more}", f.qual, shown.join(","))
+                function_at(&f.qual, &f.file, &format!("{}{more}", shown.join(",")))
             };
             // Across the steady steps: how often, how much a step, and what a fix saves.
             let (recurring, steps_present, per_step_ns, saving_ns, one_offs) = if steady > 0 {
@@ -483,9 +484,8 @@ const SYNC_FIX: &str = "defer the sync (read the value a step later, or every N 
 fn sync_advice(store: &Store, key: &str, e: &replay::SiteEstimate) -> Advice {
     let (stack, api) = e.call;
     let (file, qual, line) = site_function(store, Site::of_key(stack, api, 0));
-    let short_file = file.rsplit('/').next().unwrap_or(&file);
     let site = match line {
-        Some(l) => format!("{qual}  {short_file}:{l}"),
+        Some(l) => function_at(&qual, &file, &l.to_string()),
         None => qual.clone(),
     };
     let text = format!(

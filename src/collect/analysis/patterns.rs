@@ -224,7 +224,10 @@ fn is_python(frame: &str) -> bool {
 /// profiler's: one outside the profiler's frames first (what runs inside
 /// `record_function.__enter__` is the code that called it), else any.
 pub fn python_site<S: AsRef<str>>(frames: &[S]) -> Option<&str> {
-    crate::frames::hide::innermost_python(frames, |f| f.as_ref(), true).map(|f| f.as_ref())
+    fn read<S: AsRef<str>>(f: &S) -> (&str, crate::frames::StackFrame<'_>) {
+        (f.as_ref(), crate::frames::frame(f.as_ref()))
+    }
+    crate::frames::hide::innermost_python(frames, read, true).map(|f| f.as_ref())
 }
 
 /// A frame of a collective's launch path (c10d, NCCL's process group, a trace's `nccl:` op).
