@@ -93,7 +93,7 @@ pub(super) fn build_rows(
         let (text, frame) = (store.names.get(node.frame), store.names.frame(node.frame));
         let mut name = match frame.unnamed_binary() {
             Some(lib) => format!("{lib} (frames without symbols)"),
-            None if by_fn => display::pretty_function_of(frame, text),
+            None if by_fn => display::pretty_function(frame, text),
             None => display::pretty(frame, text),
         };
         name = display::cut(&name, 90);

@@ -30,14 +30,9 @@ pub fn function_at(function: &str, path: &str, line: &str) -> String {
     }
 }
 
-/// A frame as the tree shows it by function: a Python frame without its line
+/// A frame as the tree shows it by function (`name` its text): a Python frame without its line
 /// (`Class.method  file.py`); other frames as [`pretty_frame`] has them.
-pub fn pretty_function(f: &str) -> String {
-    pretty_function_of(StackFrame::parse(f), f)
-}
-
-/// [`pretty_function`] of a frame already read (`name` its text).
-pub fn pretty_function_of(frame: StackFrame<'_>, name: &str) -> String {
+pub fn pretty_function(frame: StackFrame<'_>, name: &str) -> String {
     match frame.py_source() {
         Some(p) => function_at(p.function, p.file, ""),
         None => name.to_string(),
@@ -199,7 +194,10 @@ mod tests {
     fn frames_read_as_people_read_them() {
         let f = "torch/nn/x.py(12): Net.forward";
         assert_eq!(pretty_frame(f), "Net.forward  x.py:12");
-        assert_eq!(pretty_function(f), "Net.forward  x.py");
+        assert_eq!(
+            pretty_function(StackFrame::parse(f), f),
+            "Net.forward  x.py"
+        );
         assert_eq!(pretty_frame("<frozen runpy>(1): f"), "<frozen runpy>(1): f");
         assert_eq!(
             traceback([f, "cudaLaunchKernel"].into_iter()),

@@ -9,7 +9,7 @@
 pub mod display;
 pub mod hide;
 
-pub use display::{cut, cut_frame, pretty_frame, pretty_function, short_kernel, traceback};
+pub use display::{cut, cut_frame, pretty_frame, short_kernel, traceback};
 pub use gaptop_wire::stackframe::{PyFrame, StackFrame};
 pub use hide::{is_plumbing, is_profiler_frame};
 
@@ -52,17 +52,6 @@ pub fn is_unnamed_native(f: &str) -> bool {
 /// The library of a native frame the viewer could not name (`libfoo.so` of `libfoo.so+0x1a2b`).
 pub fn unnamed_lib(f: &str) -> Option<&str> {
     frame(f).unnamed_binary()
-}
-
-/// A Python frame's file and line (`dir/file.py`, 42).
-pub fn python_location(f: &str) -> Option<(&str, u32)> {
-    let p = frame(f).py_source()?;
-    Some((p.file, p.line()?))
-}
-
-/// `(path, qualified name)` of a Python frame of a `.py` file: the function, whichever line.
-pub fn python_function(f: &str) -> Option<(&str, &str)> {
-    frame(f).py_source().map(|p| (p.file, p.function))
 }
 
 /// NCCL and other collective kernels are communication, not compute.
