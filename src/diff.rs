@@ -26,6 +26,7 @@ use crate::collect::analysis::gaps::{Config, Window};
 use crate::collect::analysis::steps::{quantile, StepsJson};
 use crate::collect::model::records::{NameId, Ns};
 use crate::collect::model::store::Store;
+use crate::frames::display::cut_middle;
 use crate::frames::short_kernel;
 use crate::units::fmt_short;
 
@@ -481,21 +482,6 @@ pub fn width(output: Option<&std::path::Path>) -> Option<usize> {
     Some((w as usize).max(MIN_WIDTH))
 }
 
-/// `s` cut to at most `n` characters in its middle, keeping both ends (a kernel's name and its
-/// template arguments, a function and its file): `pytorch_flash::flash…<float, 128>`.
-fn cut_middle(s: &str, n: usize) -> String {
-    let len = s.chars().count();
-    if len <= n {
-        return s.to_string();
-    }
-    let tail = n.saturating_sub(1) / 2;
-    let head = n.saturating_sub(1) - tail;
-    let mut out: String = s.chars().take(head).collect();
-    out.push('…');
-    out.extend(s.chars().skip(len - tail));
-    out
-}
-
 /// The text form: names whole, or where `width` is given (a terminal's), cut in the middle to
 /// keep each line within it.
 pub fn text(d: &DiffJson, width: Option<usize>) -> String {
@@ -642,23 +628,5 @@ fn count(n: f64) -> String {
         format!("{n:.0}")
     } else {
         format!("{n:.1}")
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::cut_middle;
-
-    #[test]
-    fn a_middle_cut_keeps_both_ends_and_the_width() {
-        assert_eq!(cut_middle("short", 5), "short");
-        assert_eq!(cut_middle("abcdefgh", 5), "ab…gh");
-        assert_eq!(cut_middle("abcdefgh", 6), "abc…gh");
-        let k = "pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<float, 128>";
-        let c = cut_middle(k, 34);
-        assert_eq!(c.chars().count(), 34);
-        assert_eq!(c, "pytorch_flash::fl…aits<float, 128>");
-        // Characters, not bytes.
-        assert_eq!(cut_middle("µµµµµµµµ", 5), "µµ…µµ");
     }
 }

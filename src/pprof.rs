@@ -35,6 +35,7 @@ use std::io::Write;
 use crate::collect::analysis::gaps::{self, Category, Config, Reason, Window};
 use crate::collect::model::records::{NameId, Ns, StackId};
 use crate::collect::model::store::Store;
+use crate::frames::StackFrame;
 
 /// The messages of pprof's `profile.proto` (github.com/google/pprof, proto/profile.proto),
 /// with its field numbers.
@@ -249,17 +250,21 @@ impl<'a> Tables<'a> {
             return id;
         }
         let text = self.store.names.get(frame);
-        let (function, line) = if let Some((file, line, qual)) = crate::frames::python_parts(text) {
-            // A system name unlike the name tells pprof the name is final: it leaves
-            // `<module>` and `<lambda>` whole rather than strip them as C++ templates.
-            (
-                self.function(qual, &format!("{file}: {qual}"), file),
-                line as i64,
-            )
-        } else if let Some((sym, lib)) = crate::frames::native_parts(text) {
-            (self.function(sym, sym, lib), 0)
-        } else {
-            (self.function(text, text, ""), 0)
+        let store = self.store;
+        let (function, line) = match store.names.frame(frame) {
+            StackFrame::Python(p) if p.line().is_some() => {
+                let (file, qual) = (p.file, p.function);
+                // A system name unlike the name tells pprof the name is final: it leaves
+                // `<module>` and `<lambda>` whole rather than strip them as C++ templates.
+                let f = self.function(qual, &format!("{file}: {qual}"), file);
+                (f, p.line().unwrap_or(0) as i64)
+            }
+            StackFrame::Native {
+                binary,
+                symbol: Some(sym),
+                ..
+            } => (self.function(sym, sym, binary), 0),
+            _ => (self.function(text, text, ""), 0),
         };
         let id = self.locations.len() as u64 + 1;
         self.locations.push(Location {

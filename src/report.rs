@@ -12,6 +12,7 @@ use crate::collect::analysis::gaps::{Category, Config, Gap, Reason, Window};
 use crate::collect::analysis::summary::Summary;
 use crate::collect::model::records::{NameId, Ns, StackId};
 use crate::collect::model::store::Store;
+use crate::frames::StackFrame;
 
 /// Percentiles of a histogram, with its exact maximum (the histogram's own is rounded up to
 /// its precision, and would read above the longest gap listed).
@@ -344,11 +345,9 @@ fn launch_coverage(store: &Store, lo: Ns, hi: Ns) -> Vec<JsonProcess> {
                 per[i].kernels_with_stack += 1;
                 let (python, native) = *kinds.entry(a.stack).or_insert_with(|| {
                     let frames = store.stacks.frames(a.stack);
-                    let any = |f: fn(&str) -> bool| frames.iter().any(|&n| f(store.names.get(n)));
-                    (
-                        any(|f| f.contains(".py(")),
-                        any(crate::frames::is_native_frame),
-                    )
+                    let any =
+                        |f: fn(StackFrame) -> bool| frames.iter().any(|&n| f(store.names.frame(n)));
+                    (any(|f| f.py_source().is_some()), any(|f| f.is_native()))
                 });
                 per[i].kernels_with_python += python as u64;
                 per[i].kernels_with_native += (native && !python) as u64;

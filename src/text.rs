@@ -2,6 +2,8 @@
 //! quote (an event name can be megabytes long); what a file that is none of gaptop's formats
 //! looked like; and the formats gaptop reads.
 
+use crate::frames::display::cut_keeping;
+
 /// The most characters a message line has.
 pub const MAX_LINE: usize = 300;
 
@@ -64,29 +66,12 @@ fn fit(s: &str, max: usize) -> String {
 /// `s` if it has at most `max` characters, else its first and last characters around `…`,
 /// `max` in all; the start keeps two thirds.
 fn middle_cut(s: &str, max: usize) -> String {
-    let n = s.chars().count();
-    if n <= max {
-        return s.to_string();
-    }
-    let head = (max - 1) * 2 / 3;
-    let tail = max - 1 - head;
-    let mut out: String = s.chars().take(head).collect();
-    out.push('…');
-    out.extend(s.chars().skip(n - tail));
-    out
+    cut_keeping(s, max, max.saturating_sub(1) * 2 / 3)
 }
 
 /// A path `s` in `max` characters: its start and, twice as long, its end (the file's name).
 fn tail_cut(s: &str, max: usize) -> String {
-    let n = s.chars().count();
-    if n <= max {
-        return s.to_string();
-    }
-    let head = (max - 1) / 3;
-    let mut out: String = s.chars().take(head).collect();
-    out.push('…');
-    out.extend(s.chars().skip(n - (max - 1 - head)));
-    out
+    cut_keeping(s, max, max.saturating_sub(1) / 3)
 }
 
 /// What a file whose first bytes are `head` looks like, for an error that says it is none of

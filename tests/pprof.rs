@@ -10,6 +10,7 @@ use std::path::Path;
 use std::process::Command;
 
 use gaptop::pprof::proto::Profile;
+use gaptop_wire::stackframe;
 use serde_json::Value;
 use support::{asset, bin, report_out as report, shared_trace, tempdir};
 
@@ -42,9 +43,9 @@ fn frame_text(p: &Profile, loc: u64) -> String {
     // A Python function's system name is its file and name; the others' is their name.
     let python = string(p, f.system_name) != name;
     match (python, file) {
-        (true, file) => format!("{file}({}): {name}", l.line[0].line),
+        (true, file) => stackframe::python_name(file, l.line[0].line, name),
         (false, "") => name.to_string(),
-        (false, lib) => format!("{name} [{lib}]"),
+        (false, lib) => stackframe::native_name(name, lib),
     }
 }
 

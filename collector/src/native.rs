@@ -3,6 +3,8 @@
 
 use std::ffi::{c_int, c_void, CStr};
 
+use gaptop_wire::stackframe::native_address_name;
+
 use crate::limits::MAX_NATIVE;
 
 // The walk uses the unwinder the process already has (libgcc's, which finds unwind tables
@@ -179,7 +181,7 @@ pub(crate) fn native_name(ip: usize, known: &mut Vec<Module>) -> String {
     let find = |mods: &[Module]| {
         mods.iter()
             .find(|m| m.0 <= at && at < m.1)
-            .map(|m| format!("native:{}+0x{:x}", m.3, at - m.2))
+            .map(|m| native_address_name(&m.3, (at - m.2) as u64))
     };
     // The module list is read again only for an address it does not cover (a library loaded
     // since): new frames are named under the stack table's lock.
@@ -187,5 +189,5 @@ pub(crate) fn native_name(ip: usize, known: &mut Vec<Module>) -> String {
         return n;
     }
     *known = modules();
-    find(known).unwrap_or_else(|| format!("native:?+0x{at:x}"))
+    find(known).unwrap_or_else(|| native_address_name("?", at as u64))
 }

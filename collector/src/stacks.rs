@@ -6,6 +6,7 @@
 use std::ffi::{c_int, c_void};
 
 use gaptop_wire as w;
+use gaptop_wire::stackframe::python_name;
 
 use gaptop_pystack::{is_entry_shim, read_str, walk, Local, Memory};
 
@@ -149,7 +150,7 @@ impl Collector {
                             Some(a2l) => unsafe { a2l(code as *mut c_void, at) },
                             None => 0,
                         };
-                        let id = self.names.name(&format!("{file}({line}): {qual}"));
+                        let id = self.names.name(&python_name(&file, line, &qual));
                         c.frames.insert((code, at), id);
                         id
                     }

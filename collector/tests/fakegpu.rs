@@ -5,6 +5,8 @@
 use std::path::Path;
 use std::process::Command;
 
+use gaptop_wire::stackframe::StackFrame;
+
 mod support;
 use support::{build, fake_cuda, report, script};
 
@@ -608,8 +610,8 @@ fn nvtx_ranges_are_frames_of_their_launches_and_the_steps() {
                 .map(|f| {
                     let f = f.as_str().unwrap();
                     // Python frames by function: `.../fakegpu.py(31): rope` reads `rope()`.
-                    match f.rsplit_once("): ") {
-                        Some((_, func)) => format!("{func}()"),
+                    match StackFrame::parse(f).python() {
+                        Some(p) => format!("{}()", p.function),
                         None => f.to_string(),
                     }
                 })

@@ -19,6 +19,7 @@ use gaptop::collect::sources::cpu::python::Reader;
 use gaptop::collect::sources::cpu::{stream, SamplerConfig};
 use gaptop::collect::sources::live::LiveEvent;
 use gaptop_pystack::{Instr, ProcessLayout};
+use gaptop_wire::stackframe::StackFrame;
 use gaptop_wire::Frame;
 
 struct Program {
@@ -81,7 +82,7 @@ fn quals(frames: &[Option<String>]) -> Vec<&str> {
     frames
         .iter()
         .flatten()
-        .filter_map(|f| f.split_once("): ").map(|x| x.1))
+        .filter_map(|f| StackFrame::parse(f).python().map(|p| p.function))
         .collect()
 }
 

@@ -348,11 +348,11 @@ impl App {
             Action::Edit => {
                 // The innermost frame of the user's code: not framework plumbing, and a file.
                 let target = self.selected_frames().iter().rev().find_map(|&f| {
-                    let name = self.store.names.get(f);
-                    if crate::frames::is_plumbing(name) {
+                    if crate::frames::is_plumbing(self.store.names.get(f)) {
                         return None;
                     }
-                    crate::frames::python_location(name)
+                    let p = self.store.names.frame(f).py_source()?;
+                    Some((p.file, p.line()?))
                 });
                 match target {
                     Some((path, line)) => fx.push(Effect::Edit {

@@ -5,7 +5,7 @@
 
 use crate::collect::analysis::tree::CallTree;
 use crate::collect::model::store::Store;
-use crate::frames::{is_plumbing, pretty_frame};
+use crate::frames::{display, is_plumbing};
 use crate::units::fmt_short;
 
 /// One row of the call tree pane and the rows under it.
@@ -90,15 +90,13 @@ pub(super) fn build_rows(
     ) -> TreeRow {
         let node = &t.nodes[n];
         let share = tree_share(t, n);
-        let frame = store.names.get(node.frame);
-        let mut name = match crate::frames::unnamed_lib(frame) {
+        let (text, frame) = (store.names.get(node.frame), store.names.frame(node.frame));
+        let mut name = match frame.unnamed_binary() {
             Some(lib) => format!("{lib} (frames without symbols)"),
-            None if by_fn => crate::frames::pretty_function(frame),
-            None => pretty_frame(frame),
+            None if by_fn => display::pretty_function(frame, text),
+            None => display::pretty(frame, text),
         };
-        if name.chars().count() > 90 {
-            name = name.chars().take(89).collect::<String>() + "…";
-        }
+        name = display::cut(&name, 90);
         let children = if depth < TREE_DEPTH {
             visible_children(store, t, n)
                 .into_iter()

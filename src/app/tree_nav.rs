@@ -188,28 +188,28 @@ impl App {
     /// its parent: a run of them is one row); by function, every line of a Python function
     /// is the function's one frame (the lowest name id of its lines).
     pub(super) fn frame_map(&self) -> impl FnMut(NameId, Option<NameId>) -> Option<NameId> + '_ {
-        use crate::frames::{is_native_frame, python_function, unnamed_lib};
         let names = &self.store.names;
+        let function = |id| names.frame(id).py_source().map(|p| (p.file, p.function));
         let mut reps: std::collections::HashMap<(&str, &str), NameId> = Default::default();
         if self.tree_by_function {
             for id in 0..names.len() as NameId {
-                if let Some(k) = python_function(names.get(id)) {
+                if let Some(k) = function(id) {
                     reps.entry(k).or_insert(id);
                 }
             }
         }
         let hide_native = self.hide_native;
         move |f, parent| {
-            let name = names.get(f);
-            if hide_native && is_native_frame(name) {
+            let frame = names.frame(f);
+            if hide_native && frame.is_native() {
                 return None;
             }
-            if let Some(lib) = unnamed_lib(name) {
-                if parent.and_then(|p| unnamed_lib(names.get(p))) == Some(lib) {
+            if let Some(lib) = frame.unnamed_binary() {
+                if parent.and_then(|p| names.frame(p).unnamed_binary()) == Some(lib) {
                     return None;
                 }
             }
-            Some(match python_function(name) {
+            Some(match function(f) {
                 Some(k) if !reps.is_empty() => reps.get(&k).copied().unwrap_or(f),
                 _ => f,
             })

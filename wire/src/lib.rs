@@ -25,6 +25,7 @@
 #![forbid(unsafe_code)]
 
 pub mod control;
+pub mod stackframe;
 
 use std::fmt;
 
@@ -79,8 +80,7 @@ pub const OP_KERNEL: u8 = 0;
 pub const OP_MEMCPY: u8 = 1;
 pub const OP_MEMSET: u8 = 2;
 
-/// How a memcpy op is named, by CUPTI's `CUpti_ActivityMemcpyKind` (the collector's records and
-/// Nsight Systems' `copyKind` alike).
+/// A memcpy op's name by CUPTI's `CUpti_ActivityMemcpyKind` (also Nsight Systems' `copyKind`).
 pub const COPY_KINDS: [&str; 11] = [
     "Memcpy",
     "Memcpy HtoD",

@@ -147,8 +147,9 @@ impl App {
             let shared: Vec<(&str, f64)> = d
                 .shared
                 .iter()
+                .filter(|&&(f, _)| self.store.names.frame(f).unnamed_binary().is_none())
                 .map(|&(f, share)| (self.store.names.get(f), share))
-                .filter(|(f, _)| !is_plumbing(f) && !is_unnamed_native(f))
+                .filter(|(f, _)| !is_plumbing(f))
                 .collect();
             match crate::collect::analysis::oncpu::headline(&shared) {
                 Some(line) => format!(

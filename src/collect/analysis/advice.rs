@@ -31,6 +31,7 @@ use crate::collect::analysis::verdict::{self as vd, GapFigure};
 use crate::collect::analysis::verdict::{fix, Framework, Verdict};
 use crate::collect::model::records::{NameId, Ns, StackId};
 use crate::collect::model::store::Store;
+use crate::frames::display::function_at;
 use crate::units::fmt_short;
 
 /// The frame a launch stack is charged to: its innermost non-plumbing Python frame outside
@@ -41,27 +42,13 @@ use crate::units::fmt_short;
 pub fn site_of(store: &Store, stack: StackId) -> NameId {
     let frames = store.stacks.frames(stack);
     let name = |f: &&NameId| store.names.get(**f);
-    let python = |f: &&NameId| {
-        let s = name(f);
-        s.contains(".py(") && !crate::frames::is_plumbing(s) && !patterns::is_profiler_frame(s)
-    };
-    let outside = match frames
-        .iter()
-        .position(|f| patterns::is_profiler_frame(name(&f)))
-    {
-        Some(i) => &frames[..i],
-        None => &frames[..],
-    };
-    outside
-        .iter()
-        .rev()
-        .find(python)
-        .or_else(|| frames.iter().rev().find(python))
+    let read = |&f: &NameId| (store.names.get(f), store.names.frame(f));
+    crate::frames::hide::innermost_python(&frames, read, false)
         .or_else(|| {
             // Not for a collective launched from a node's hook: that is named by its op.
             let other = |f: &NameId| {
-                let s = store.names.get(*f);
-                s.contains(".py(") || patterns::is_comm_frame(s)
+                store.names.frame(*f).py_source().is_some()
+                    || patterns::is_comm_frame(store.names.get(*f))
             };
             let node = |f: &&NameId| crate::frames::backward_node(name(f)).is_some();
             (!frames.iter().any(other))
@@ -76,14 +63,10 @@ pub fn site_of(store: &Store, stack: StackId) -> NameId {
 /// A site's function, without its line: `(file, function)` for a Python frame
 /// (`/x/model.py(12): Model.forward`), else the frame as it is.
 fn function_of(frame: &str) -> (String, String, Option<u32>) {
-    if let Some((loc, qual)) = frame.split_once("): ") {
-        if let Some((file, line)) = loc.rsplit_once('(') {
-            if let Ok(line) = line.parse::<u32>() {
-                return (file.to_string(), qual.to_string(), Some(line));
-            }
-        }
+    match crate::frames::frame(frame).python() {
+        Some(p) if p.line().is_some() => (p.file.to_string(), p.function.to_string(), p.line()),
+        _ => (String::new(), frame.to_string(), None),
     }
-    (String::new(), frame.to_string(), None)
 }
 
 /// The key advice groups a gap under (its launch site's function).
@@ -168,7 +151,7 @@ fn key_of(file: &str, qual: &str) -> String {
 pub fn key_name(key: &str) -> String {
     match key.split_once('\u{1f}') {
         Some(("", qual)) => qual.to_string(),
-        Some((file, qual)) => format!("{qual}  {}", file.rsplit('/').next().unwrap_or(file)),
+        Some((file, qual)) => function_at(qual, file, ""),
         None => key.to_string(),
     }
 }
@@ -313,7 +296,6 @@ pub fn advise(store: &Store, s: &Summary, n: usize) -> Vec<Advice> {
                 .take(4)
                 .map(|l| l.to_string())
                 .collect();
-            let short_file = f.file.rsplit('/').next().unwrap_or(&f.file);
             let site = if shown.is_empty() {
                 f.qual.clone()
             } else {
@@ -322,7 +304,7 @@ pub fn advise(store: &Store, s: &Summary, n: usize) -> Vec<Advice> {
                 } else {
                     ""
                 };
-                format!("{}  {short_file}:{}{more}", f.qual, shown.join(","))
+                function_at(&f.qual, &f.file, &format!("{}{more}", shown.join(",")))
             };
             // Across the steady steps: how often, how much a step, and what a fix saves.
             let (recurring, steps_present, per_step_ns, saving_ns, one_offs) = if steady > 0 {
@@ -502,9 +484,8 @@ const SYNC_FIX: &str = "defer the sync (read the value a step later, or every N 
 fn sync_advice(store: &Store, key: &str, e: &replay::SiteEstimate) -> Advice {
     let (stack, api) = e.call;
     let (file, qual, line) = site_function(store, Site::of_key(stack, api, 0));
-    let short_file = file.rsplit('/').next().unwrap_or(&file);
     let site = match line {
-        Some(l) => format!("{qual}  {short_file}:{l}"),
+        Some(l) => function_at(&qual, &file, &l.to_string()),
         None => qual.clone(),
     };
     let text = format!(

@@ -77,11 +77,11 @@ pub fn shared_frames(store: &Store, stacks: &[StackId]) -> Vec<(NameId, f64)> {
         let next = keys.len() + functions.len() + 1;
         *keys
             .entry(f)
-            .or_insert_with(|| match crate::frames::python_parts(store.names.get(f)) {
-                Some((path, _, qual)) => *functions
-                    .entry((path.to_string(), qual.to_string()))
+            .or_insert_with(|| match store.names.frame(f).python() {
+                Some(p) if p.line().is_some() => *functions
+                    .entry((p.file.to_string(), p.function.to_string()))
                     .or_insert(next),
-                None => next,
+                _ => next,
             })
     };
     // Per function: the samples that hold it and its distance from their innermost frame,
@@ -154,15 +154,18 @@ impl SiteSamples {
         let mut python = 0;
         shared_frames(store, &self.stacks)
             .into_iter()
-            .map(|(f, share)| (store.names.get(f), share))
-            .filter(|(f, _)| !crate::frames::is_unnamed_native(f))
+            .filter(|&(f, _)| store.names.frame(f).unnamed_binary().is_none())
             .enumerate()
-            .filter(|(i, (f, _))| {
-                let py = crate::frames::python_parts(f).is_some();
+            .filter(|&(i, (f, _))| {
+                let py = store
+                    .names
+                    .frame(f)
+                    .python()
+                    .is_some_and(|p| p.line().is_some());
                 python += py as usize;
-                *i < n || (py && python <= 3)
+                i < n || (py && python <= 3)
             })
-            .map(|(_, x)| x)
+            .map(|(_, (f, share))| (store.names.get(f), share))
             .map(|(f, share)| JsonFrameShare {
                 frame: f.to_string(),
                 share,

@@ -32,7 +32,7 @@ use crate::collect::analysis::site::{LeafAcc, Site};
 use crate::collect::analysis::verdict::Verdict;
 use crate::collect::model::records::{NameId, Ns, StackId};
 use crate::collect::model::store::Store;
-use crate::frames::{backward_node, forward_op, node_op};
+use crate::frames::{backward_node, forward_op, is_profiler_frame, node_op, pretty_frame};
 
 /// One pattern of the table.
 pub struct Pattern {
@@ -215,38 +215,19 @@ fn yes() -> Option<Detail> {
     Some(Detail::default())
 }
 
-/// A Python frame (`file.py(12): fn`).
+/// A Python frame of a `.py` file (`file.py(12): fn`).
 fn is_python(frame: &str) -> bool {
-    frame.contains(".py(")
-}
-
-/// A frame of the profiler itself, never a site: torch.profiler's and record_function's
-/// (`torch/profiler/…`, `torch/autograd/profiler.py`: `__enter__`, `__exit__`, `step`), or
-/// gaptop's own.
-pub fn is_profiler_frame(frame: &str) -> bool {
-    frame.contains("torch/profiler/")
-        || frame.contains("torch/autograd/profiler.py(")
-        || frame.contains("torch/autograd/profiler_util.py(")
-        || frame.starts_with("gaptop/")
-        || frame.contains("/gaptop/")
-        || frame.contains("gaptop.py(")
+    crate::frames::frame(frame).py_source().is_some()
 }
 
 /// The innermost Python frame of a launch stack (outermost first) that is not the
 /// profiler's: one outside the profiler's frames first (what runs inside
 /// `record_function.__enter__` is the code that called it), else any.
 pub fn python_site<S: AsRef<str>>(frames: &[S]) -> Option<&str> {
-    let outside = match frames.iter().position(|f| is_profiler_frame(f.as_ref())) {
-        Some(i) => &frames[..i],
-        None => frames,
-    };
-    let py = |f: &&S| is_python(f.as_ref()) && !is_profiler_frame(f.as_ref());
-    outside
-        .iter()
-        .rev()
-        .find(py)
-        .or_else(|| frames.iter().rev().find(py))
-        .map(|f| f.as_ref())
+    fn read<S: AsRef<str>>(f: &S) -> (&str, crate::frames::StackFrame<'_>) {
+        (f.as_ref(), crate::frames::frame(f.as_ref()))
+    }
+    crate::frames::hide::innermost_python(frames, read, true).map(|f| f.as_ref())
 }
 
 /// A frame of a collective's launch path (c10d, NCCL's process group, a trace's `nccl:` op).
@@ -408,21 +389,14 @@ fn forward_site(e: &Evidence) -> Option<String> {
         .map(name)
         .find(|f| is_python(f) && !is_profiler_frame(f) && !crate::frames::is_plumbing(f));
     Some(match (py, frames.last().map(name)) {
-        (Some(py), Some(op)) => format!("{} in {}", op.trim_start_matches("aten::"), short(py)),
+        (Some(py), Some(op)) => format!(
+            "{} in {}",
+            op.trim_start_matches("aten::"),
+            pretty_frame(py)
+        ),
         (None, Some(op)) => op.to_string(),
         _ => return None,
     })
-}
-
-/// A Python frame with its file's path cut to its name: `Net.forward  model.py:3`.
-fn short(frame: &str) -> String {
-    match frame.split_once("): ") {
-        Some((loc, qual)) => {
-            let loc = loc.rsplit('/').next().unwrap_or(loc).replacen('(', ":", 1);
-            format!("{qual}  {loc}")
-        }
-        None => frame.to_string(),
-    }
 }
 
 /// A stack and its parents, innermost first.

@@ -5,6 +5,7 @@
 //! twin ([`StackTable::folded`]) and the API calls take it. The CPU spans keep their own names
 //! (the timeline, the steps, a single gap's CPU frames show the step's number).
 
+use gaptop_wire::stackframe::StackFrame;
 use rustc_hash::FxHashMap as HashMap;
 
 use super::ranges::{family, is_step_name};
@@ -13,22 +14,30 @@ use super::stacks::Interner;
 use super::store::Store;
 
 /// The frame a numbered span of a family folds into, if `name` is one: its trailing number
-/// after `#` or a space (`ProfilerStep#12`, `step 12`, `forward 3`), or after anything when
-/// the family names an iteration (`iteration_3`). Not `aten::conv2d` or `nn.Module: Linear_0`.
+/// after `#` or a space (`ProfilerStep#12`, `step 12`, `forward 3`: a numbered frame), or after
+/// anything when the family names an iteration (`iteration_3`). Not `aten::conv2d` or
+/// `nn.Module: Linear_0`.
 pub fn numbered(name: &str) -> Option<String> {
-    let base = name.trim_end_matches(|c: char| c.is_ascii_digit());
-    if base.len() == name.len() || base.trim().is_empty() {
-        return None;
+    numbered_frame(StackFrame::parse(name))
+}
+
+fn numbered_frame(frame: StackFrame<'_>) -> Option<String> {
+    match frame {
+        StackFrame::Numbered { base, .. } if base.ends_with('#') => Some(base.to_string()),
+        StackFrame::Numbered { base, .. } => Some(format!("{base}#")),
+        StackFrame::Op(name) => {
+            let fam = family(name);
+            (fam != name && is_step_name(&fam)).then(|| fam.into_owned())
+        }
+        _ => None,
     }
-    let fam = family(name);
-    (base.ends_with(['#', ' ']) || is_step_name(&fam)).then(|| fam.into_owned())
 }
 
 fn fold_name(names: &mut Interner, memo: &mut HashMap<NameId, NameId>, f: NameId) -> NameId {
     if let Some(&g) = memo.get(&f) {
         return g;
     }
-    let g = match numbered(names.get(f)) {
+    let g = match numbered_frame(names.frame(f)) {
         Some(fam) => names.intern(&fam),
         None => f,
     };

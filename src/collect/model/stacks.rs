@@ -5,14 +5,18 @@
 
 use std::sync::Arc;
 
+use gaptop_wire::stackframe::{Shape, StackFrame};
 use rustc_hash::FxHashMap as HashMap;
 
 use super::records::{NameId, StackId};
 
+/// Names, each once, and what each says it is as a frame (read when it is interned: see
+/// `gaptop_wire::stackframe`).
 #[derive(Default, Clone)]
 pub struct Interner {
     map: HashMap<Arc<str>, NameId>,
     strs: Vec<Arc<str>>,
+    shapes: Vec<Shape>,
 }
 
 impl Interner {
@@ -27,12 +31,20 @@ impl Interner {
         }
         let a: Arc<str> = Arc::from(s);
         let id = self.strs.len() as NameId;
+        self.shapes.push(Shape::of(s));
         self.strs.push(a.clone());
         self.map.insert(a, id);
         id
     }
     pub fn get(&self, id: NameId) -> &str {
         self.strs.get(id as usize).map(|s| &**s).unwrap_or("?")
+    }
+    /// The name as a typed frame, read when it was interned.
+    pub fn frame(&self, id: NameId) -> StackFrame<'_> {
+        match (self.strs.get(id as usize), self.shapes.get(id as usize)) {
+            (Some(s), Some(shape)) => shape.view(s),
+            _ => StackFrame::Op("?"),
+        }
     }
     pub fn lookup(&self, s: &str) -> Option<NameId> {
         self.map.get(s).copied()

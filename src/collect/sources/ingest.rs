@@ -13,7 +13,9 @@ use crate::collect::model::records::{
     ApiCall, ApiKind, CpuSample, GpuOp, LaneKey, NameId, Ns, OpKind, StackId, FLAG_COMM,
 };
 use crate::collect::model::store::Store;
+use crate::frames::display::{demangle, short_path, Demangled};
 use crate::frames::is_comm_kernel;
+use gaptop_wire::stackframe::{is_native_address, StackFrame};
 
 #[derive(Default)]
 struct Conn {
@@ -43,34 +45,6 @@ pub struct Ingest {
     symbols: super::symbols::Symbolizer,
     /// The store's processes from this index on are this source's: its pids name only them.
     procs_from: u32,
-}
-
-/// Shortens a Python frame's file path the way users read it: packages from their package
-/// folder on (`torch/nn/modules/module.py(1790): Module._call_impl`).
-pub fn short_frame(name: &str) -> String {
-    for marker in ["/site-packages/", "/dist-packages/"] {
-        if let Some(i) = name.rfind(marker) {
-            return name[i + marker.len()..].to_string();
-        }
-    }
-    if let Some(i) = name.find("/lib/python3") {
-        if let Some(j) = name[i + 12..].find('/') {
-            return name[i + 12 + j + 1..].to_string();
-        }
-    }
-    name.to_string()
-}
-
-/// Demangles C++ kernel names; anything else is kept as is.
-pub fn demangle(name: &str) -> String {
-    if name.starts_with("_Z") {
-        if let Ok(sym) = cpp_demangle::Symbol::new(name) {
-            if let Ok(s) = sym.demangle() {
-                return s;
-            }
-        }
-    }
-    name.to_string()
 }
 
 impl Ingest {
@@ -139,12 +113,12 @@ impl Ingest {
         match f {
             Frame::Hello(_) => {}
             Frame::Name { id, text } => {
-                let d = if super::symbols::is_native(&text) {
+                let d = if is_native_address(&text) {
                     self.symbols.resolve(&text)
-                } else if text.contains(".py(") {
-                    short_frame(&text)
+                } else if StackFrame::parse(&text).py_source().is_some() {
+                    short_path(&text)
                 } else {
-                    demangle(&text)
+                    demangle(&text, Demangled::Whole)
                 };
                 c.comm.insert(id, is_comm_kernel(&d));
                 let n = store.names.intern(&d);
@@ -351,24 +325,6 @@ impl Ingest {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn frames_and_names_read_well() {
-        assert_eq!(
-            short_frame("/opt/v/lib/python3.12/site-packages/torch/nn/modules/module.py(1790): Module._call_impl"),
-            "torch/nn/modules/module.py(1790): Module._call_impl"
-        );
-        assert_eq!(
-            short_frame("/usr/lib/python3.12/threading.py(1010): Thread.run"),
-            "threading.py(1010): Thread.run"
-        );
-        assert_eq!(
-            short_frame("/work/x/model.py(3): f"),
-            "/work/x/model.py(3): f"
-        );
-        assert_eq!(demangle("_Z3fooi"), "foo(int)");
-        assert_eq!(demangle("ampere_sgemm"), "ampere_sgemm");
-    }
 
     /// A store and an ingest with connection 1 greeted.
     fn connected() -> (Store, Ingest) {

@@ -4,7 +4,10 @@
 
 use std::collections::HashMap;
 
+use gaptop_wire::stackframe;
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
+
+use crate::frames::display::{demangle, Demangled};
 
 /// Function symbols of one module, sorted by address: (address, size, name).
 #[derive(Debug)]
@@ -133,22 +136,7 @@ pub struct Symbolizer {
 
 /// Whether a frame name is an unresolved native frame from the collector.
 pub fn is_native(text: &str) -> bool {
-    text.starts_with("native:")
-}
-
-/// A C++ or Rust symbol as people read it in a call tree: demangled, without parameter lists.
-fn readable(sym: &str) -> String {
-    if sym.starts_with("_Z") {
-        if let Ok(s) = cpp_demangle::Symbol::new(sym) {
-            let opts = cpp_demangle::DemangleOptions::new()
-                .no_params()
-                .no_return_type();
-            if let Ok(d) = s.demangle_with_options(&opts) {
-                return d;
-            }
-        }
-    }
-    sym.to_string()
+    stackframe::is_native_address(text)
 }
 
 impl Symbolizer {
@@ -159,16 +147,11 @@ impl Symbolizer {
     /// `native:/usr/lib/libfoo.so+0x1a2b` becomes `foo::bar [libfoo.so]`, or `libfoo.so+0x1a2b`
     /// when the module or the symbol cannot be read. Other names are returned unchanged.
     pub fn resolve(&mut self, text: &str) -> String {
-        let Some(rest) = text.strip_prefix("native:") else {
-            return text.to_string();
-        };
-        let Some((path, off)) = rest.rsplit_once("+0x") else {
-            return rest.to_string();
-        };
-        let Ok(off) = u64::from_str_radix(off, 16) else {
-            return rest.to_string();
-        };
-        self.name(path, off)
+        match stackframe::native_address(text) {
+            None => text.to_string(),
+            Some(Err(rest)) => rest.to_string(),
+            Some(Ok((path, off))) => self.name(path, off),
+        }
     }
 
     /// Names the code at `offset` in the module at `path`, as [`Symbolizer::resolve`] does for
@@ -181,8 +164,8 @@ impl Symbolizer {
         }
         let module = self.modules.get(path).and_then(Option::as_ref);
         match module.and_then(|m| m.lookup(offset)) {
-            Some(sym) => format!("{} [{file}]", readable(sym)),
-            None => format!("{file}+0x{offset:x}"),
+            Some(sym) => stackframe::native_name(&demangle(sym, Demangled::NoParams), file),
+            None => stackframe::unnamed_native_name(file, offset),
         }
     }
 }
@@ -216,7 +199,7 @@ mod tests {
             .map(|l| usize::from_str_radix(l.split('-').next().unwrap(), 16).unwrap())
             .min()
             .unwrap();
-        format!("native:{path}+0x{:x}", addr - base)
+        stackframe::native_address_name(&path, (addr - base) as u64)
     }
 
     extern "C" {
@@ -329,6 +312,7 @@ mod tests {
 
     #[test]
     fn cpp_symbols_read_without_parameters() {
+        let readable = |s| demangle(s, Demangled::NoParams);
         assert_eq!(readable("_ZN2at6native3addEv"), "at::native::add");
         assert_eq!(readable("cudaLaunchKernel"), "cudaLaunchKernel");
     }

@@ -10,7 +10,7 @@ use crate::collect::model::process::Process;
 use crate::collect::model::ranges::{family, is_step_name, Range as NvtxRange};
 use crate::collect::model::records::{NameId, Ns, StackId};
 use crate::collect::model::store::Store;
-use crate::frames::{short_kernel, split_python_frame};
+use crate::frames::short_kernel;
 
 use super::period::DeviceSeq;
 use super::step::quantile;
@@ -201,9 +201,10 @@ pub fn frame_matches(frame: &str, name: &str) -> bool {
     if frame == name {
         return true;
     }
-    let Some((path, func)) = split_python_frame(frame) else {
+    let Some(p) = crate::frames::frame(frame).python() else {
         return false;
     };
+    let (path, func) = (p.file, p.function);
     let func_is = |want: &str| {
         !want.is_empty()
             && (func == want

@@ -8,7 +8,6 @@ use rustc_hash::FxHashMap as HashMap;
 use crate::collect::model::lane::Lane;
 use crate::collect::model::records::{GpuOp, NameId, Ns, StackId};
 use crate::collect::model::store::Store;
-use crate::frames::split_python_frame;
 
 use super::step::quantile;
 
@@ -135,12 +134,6 @@ impl DeviceSeq {
     }
 }
 
-/// The line number of a Python frame `path(LINE): func`.
-fn frame_line(frame: &str) -> Option<u32> {
-    let loc = &frame[..frame.rfind("): ")?];
-    loc[loc.rfind('(')? + 1..].parse().ok()
-}
-
 /// How the code moved from one launch stack to the next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StackTurn {
@@ -177,16 +170,14 @@ pub fn stack_turn(store: &Store, a: StackId, b: StackId) -> Option<StackTurn> {
         y = st.node(y).parent;
     }
     let (fx, fy) = (
-        store.names.get(st.node(x).frame),
-        store.names.get(st.node(y).frame),
+        store.names.frame(st.node(x).frame).python(),
+        store.names.frame(st.node(y).frame).python(),
     );
-    let back = match (
-        split_python_frame(fx),
-        split_python_frame(fy),
-        frame_line(fx),
-        frame_line(fy),
-    ) {
-        (Some(px), Some(py), Some(lx), Some(ly)) => px == py && ly < lx,
+    let back = match (fx, fy) {
+        (Some(px), Some(py)) => match (px.line(), py.line()) {
+            (Some(lx), Some(ly)) => (px.file, px.function) == (py.file, py.function) && ly < lx,
+            _ => false,
+        },
         _ => false,
     };
     Some(StackTurn {

@@ -32,7 +32,6 @@ use rustc_hash::FxHashMap as HashMap;
 
 use crate::collect::model::records::{Ns, StackId};
 use crate::collect::model::store::Store;
-use crate::frames::split_python_frame;
 
 use super::named::function_ranges;
 use super::period::MIN_STEPS;
@@ -106,12 +105,12 @@ pub(super) fn structure_steps(store: &Store, lo: Ns, hi: Ns) -> Option<(String, 
             continue;
         };
         if *f == u32::MAX - 1 {
-            *f = match split_python_frame(store.names.get(frame)) {
-                Some((path, qual)) => *by_key.entry((path, qual)).or_insert_with(|| {
+            *f = match store.names.frame(frame).python() {
+                Some(p) => *by_key.entry((p.file, p.function)).or_insert_with(|| {
                     funcs.push(Func {
-                        path: path.to_string(),
-                        qual: qual.to_string(),
-                        module: path.ends_with("torch/nn/modules/module.py"),
+                        path: p.file.to_string(),
+                        qual: p.function.to_string(),
+                        module: p.file.ends_with("torch/nn/modules/module.py"),
                     });
                     funcs.len() as u32 - 1
                 }),

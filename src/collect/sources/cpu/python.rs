@@ -23,6 +23,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use gaptop_pystack::{self as pystack, Memory, Process, ProcessLayout};
+use gaptop_wire::stackframe::python_name;
 
 /// One frame of a thread's Python stack: the code object and the byte offset of its current
 /// instruction (-1 where not known).
@@ -111,7 +112,7 @@ impl Reader {
             .then(|| pystack::line_of(&c.table, c.first, lasti as usize / 2))
             .flatten()
             .unwrap_or(c.first);
-        Some(format!("{file}({line}): {qual}"))
+        Some(python_name(file, line, qual))
     }
 
     fn read_code(&self, code: usize) -> Code {

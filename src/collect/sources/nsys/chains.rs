@@ -163,6 +163,6 @@ fn frame_text(sym: &str, base: &str, unresolved: bool) -> String {
     } else if base.is_empty() {
         sym.to_string()
     } else {
-        format!("{sym} [{base}]")
+        gaptop_wire::stackframe::native_name(sym, base)
     }
 }

@@ -14,6 +14,7 @@
 //! is not zeroed by nsys: only the bytes a field owns are read.
 
 use base64::Engine;
+use gaptop_wire::stackframe::python_name;
 
 /// The NVTX domain nsys puts Python backtraces in.
 pub const DOMAIN: &str = "Python Backtrace";
@@ -166,7 +167,7 @@ pub fn unescape(s: &str) -> std::borrow::Cow<'_, str> {
 pub fn frame_text(function: &str, file: &str, line: u32) -> String {
     let function = if function.is_empty() { "?" } else { function };
     let file = if file.is_empty() { "?" } else { file };
-    format!("{}({line}): {}", unescape(file), unescape(function))
+    python_name(&unescape(file), line, &unescape(function))
 }
 
 #[cfg(test)]
