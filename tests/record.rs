@@ -176,7 +176,7 @@ fn ui_commands_without_a_terminal_say_so_and_start_nothing() {
     let cases: [(Vec<String>, &str); 3] = [
         (
             vec!["demo".into()],
-            "`gaptop demo` shows its UI in a terminal",
+            "`gaptop demo` shows its UI in a terminal, and stdout is not one; `gaptop demo --once` prints",
         ),
         (
             vec!["open".into(), rec.display().to_string()],
@@ -213,6 +213,56 @@ fn ui_commands_without_a_terminal_say_so_and_start_nothing() {
     }
     std::thread::sleep(Duration::from_millis(200));
     assert!(!marker.exists(), "`gaptop run` started the program");
+}
+
+/// `gaptop demo --once` without a terminal (CI, a pipe) plays the sample at once and prints the
+/// UI's screen at its end, $COLUMNS×$LINES (120×40 when they are unset or not sizes), and
+/// exits 0; `--loop` with it is a usage error.
+#[test]
+fn demo_once_without_a_terminal_prints_its_last_screen() {
+    for (cols, lines, w, h) in [
+        (None, None, 120, 40),
+        (Some("100"), Some("30"), 100, 30),
+        (Some("wide"), Some("0"), 120, 40),
+    ] {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_gaptop"));
+        c.args(["demo", "--once"]).stdin(Stdio::null());
+        c.env_remove("COLUMNS").env_remove("LINES");
+        if let (Some(cols), Some(lines)) = (cols, lines) {
+            c.env("COLUMNS", cols).env("LINES", lines);
+        }
+        let t = Instant::now();
+        let o = c.output().unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(
+            o.stderr.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+        assert_eq!(out.lines().count(), h, "{out}");
+        assert!(out.lines().all(|l| l.chars().count() <= w), "{out}");
+        // Drawn the full width: the frames' corners end on the last column.
+        assert!(out.lines().any(|l| l.chars().count() == w), "{out}");
+        // The end of the recording, its steps found and its panes filled.
+        assert!(out.contains("ENDED (demo finished)"), "{out}");
+        assert!(out.contains("25 steps"), "{out}");
+        assert!(out.contains("Conv1D.forward"), "{out}");
+        assert!(out.contains("What to fix"), "{out}");
+    }
+    let o = Command::new(env!("CARGO_BIN_EXE_gaptop"))
+        .args(["demo", "--once", "--loop"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(o.stdout.is_empty());
 }
 
 /// `gaptop record -o OUT -- CMD` with the fake CUDA install: its status and stderr.
