@@ -580,7 +580,8 @@ fn window_ranges(
 
 #[cfg(test)]
 mod tests {
-    use super::{create_then, sanitize};
+    use super::create_then;
+    use super::out::sanitize;
 
     #[test]
     fn sizes_read_to_three_figures() {

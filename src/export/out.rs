@@ -95,7 +95,7 @@ impl<W: Write> Write for Counted<W> {
     }
 }
 
-fn sanitize(s: &str) -> String {
+pub(super) fn sanitize(s: &str) -> String {
     let mut t = String::with_capacity(s.len());
     for c in s.chars() {
         let c = if c.is_ascii_alphanumeric() || c == '_' {
