@@ -74,8 +74,14 @@ pub(crate) unsafe fn remote_layout(c: &Calibrated) -> Result<String, &'static st
     if checked_read(ts + 16) != Some(interp) {
         return Err("thread state layout not recognized");
     }
-    // SAFETY: plain calls with no preconditions.
-    let (me, tid) = unsafe { (libc::pthread_self() as usize, libc::gettid() as usize) };
+    // SAFETY: plain calls with no preconditions. gettid through syscall(2): glibc's wrapper
+    // is 2.30's, and the wheel's collector links against glibc 2.17.
+    let (me, tid) = unsafe {
+        (
+            libc::pthread_self() as usize,
+            libc::syscall(libc::SYS_gettid) as usize,
+        )
+    };
     let native_tid = (24..1024)
         .step_by(8)
         .find(|o| checked_read(ts + o) == Some(me) && checked_read(ts + o + 8) == Some(tid))

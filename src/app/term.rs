@@ -345,6 +345,7 @@ pub fn need_terminal(cmd: &str) -> anyhow::Result<()> {
         "run" => "; `gaptop record -o FILE -- CMD` records without one",
         "open" => "; `gaptop report FILE` prints the analysis as text",
         "attach" => "; `gaptop capture PID -o FILE` records without one",
+        "demo" => "; `gaptop demo --once` prints its last screen without one",
         _ => "",
     };
     anyhow::bail!("`gaptop {cmd}` shows its UI in a terminal, and stdout is not one{instead}")

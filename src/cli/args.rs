@@ -77,7 +77,8 @@ pub(super) enum Cmd {
         /// Keep playing laps until you quit
         #[arg(long = "loop", conflicts_with = "once")]
         looping: bool,
-        /// Play the recording once (a few seconds), without laps
+        /// Play the recording once (a few seconds), without laps; without a terminal on
+        /// stdout, print the UI's screen at its end ($COLUMNS×$LINES, else 120×40) and exit
         #[arg(long)]
         once: bool,
         #[command(flatten)]

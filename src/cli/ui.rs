@@ -33,6 +33,9 @@ fn ui_app(
 /// `gaptop demo`.
 pub(super) fn demo(speed: f64, looping: bool, once: bool, ui: UiArgs) -> anyhow::Result<ExitCode> {
     use crate::app::{term, SourceState};
+    if once && !std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+        return demo_screen(ui);
+    }
     term::need_terminal("demo")?;
     let mut store = crate::collect::model::store::Store::new(1 << 30);
     store.source = "demo (gpt2.rec)".into();
@@ -57,6 +60,56 @@ pub(super) fn demo(speed: f64, looping: bool, once: bool, ui: UiArgs) -> anyhow:
         crate::views::render,
     )?;
     Ok(ExitCode::from(term::exit_status()))
+}
+
+/// `gaptop demo --once` without a terminal (CI, a pipe): the recording played at once, and the
+/// UI's screen at its end printed as text, $COLUMNS×$LINES where they are set (120×40 if not).
+fn demo_screen(ui: UiArgs) -> anyhow::Result<ExitCode> {
+    use crate::app::{term, SourceState};
+    use crate::collect::sources::live::LiveEvent;
+    let mut store = crate::collect::model::store::Store::new(1 << 30);
+    store.source = "demo (gpt2.rec)".into();
+    let mut app = ui_app(store, SourceState::Live, &ui)?;
+    app.program = false;
+    let rx = term::demo_feed(
+        DEMO,
+        term::DemoOptions {
+            speed: 1e9,
+            looping: false,
+            at_least: std::time::Duration::ZERO,
+        },
+    );
+    while let Ok(ev) = rx.recv() {
+        let end = matches!(ev, LiveEvent::Exited(_));
+        app.update(crate::app::Msg::Source(ev));
+        if end {
+            break;
+        }
+    }
+    // The panes describe the whole capture once its analysis is in.
+    app.tick();
+    while app.analysing().is_some() {
+        app.settle();
+    }
+    let size = |var: &str, default: u16| {
+        std::env::var(var)
+            .ok()
+            .and_then(|v| v.trim().parse::<u16>().ok())
+            .filter(|n| (20..=1000).contains(n))
+            .unwrap_or(default)
+    };
+    let (w, h) = (size("COLUMNS", 120), size("LINES", 40));
+    let mut t = ratatui::Terminal::new(ratatui::backend::TestBackend::new(w, h))?;
+    crate::views::render(&mut t, &mut app)?;
+    let buf = t.backend().buffer();
+    let mut out = String::new();
+    for y in 0..h {
+        let line: String = (0..w).map(|x| buf[(x, y)].symbol()).collect();
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    std::io::Write::write_all(&mut std::io::stdout().lock(), out.as_bytes())?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `gaptop open`.

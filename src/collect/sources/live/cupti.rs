@@ -20,23 +20,32 @@ pub fn cupti_candidates() -> Vec<PathBuf> {
     let toolkit = |v: &mut Vec<PathBuf>, root: &Path| {
         v.extend(TOOLKIT_DIRS.iter().map(|d| root.join(d)));
     };
+    let pip = |v: &mut Vec<PathBuf>, sites: Vec<PathBuf>| {
+        for sp in sites {
+            v.extend(PIP_DIRS.iter().map(|d| sp.join(d)));
+        }
+    };
     for var in ["CUDA_HOME", "CUDA_PATH"] {
         if let Some(h) = std::env::var_os(var) {
             toolkit(&mut v, Path::new(&h));
         }
     }
+    // The nvidia-cuda-cupti Python package (pip wheels of PyTorch bring it) of the environment
+    // gaptop itself was pip-installed into: the CUPTI of the CUDA that environment's PyTorch
+    // runs, so before the machine's toolkits, which may be another CUDA's.
+    let own = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(site_packages_near))
+        .unwrap_or_default();
+    pip(&mut v, own);
     for c in entries_named(Path::new("/usr/local"), "cuda")
         .into_iter()
         .rev()
     {
         toolkit(&mut v, &c);
     }
-    // The nvidia-cuda-cupti Python package (pip wheels of PyTorch bring it): in the
-    // environment gaptop itself was installed in by pip, then in the `python3` on PATH's.
-    let mut sites = std::env::current_exe()
-        .ok()
-        .and_then(|e| e.parent().map(site_packages_near))
-        .unwrap_or_default();
+    // Then that package in the `python3` on PATH's environment.
+    let mut sites = Vec::new();
     if let Ok(out) = Command::new("python3")
         .args([
             "-c",
@@ -51,9 +60,7 @@ pub fn cupti_candidates() -> Vec<PathBuf> {
                 .map(|l| PathBuf::from(l.trim())),
         );
     }
-    for sp in sites {
-        v.extend(PIP_DIRS.iter().map(|d| sp.join(d)));
-    }
+    pip(&mut v, sites);
     if let Some(ld) = std::env::var_os("LD_LIBRARY_PATH") {
         v.extend(std::env::split_paths(&ld).filter(|p| !p.as_os_str().is_empty()));
     }
@@ -172,7 +179,10 @@ fn looked_in(cands: &[PathBuf], room: usize) -> String {
 /// `~/.local`, a prefix).
 pub(super) fn site_packages_near(bin: &Path) -> Vec<PathBuf> {
     let mut v = Vec::new();
-    for py in entries_named(&bin.join("../lib"), "python3") {
+    let Some(prefix) = bin.parent() else {
+        return v;
+    };
+    for py in entries_named(&prefix.join("lib"), "python3") {
         for name in ["site-packages", "dist-packages"] {
             v.push(py.join(name));
         }

@@ -174,28 +174,30 @@ pub fn find_collector() -> anyhow::Result<PathBuf> {
     }
     let exe = std::env::current_exe().context("cannot locate the gaptop binary")?;
     let dir = exe.parent().unwrap_or(Path::new("."));
-    let mut looked = Vec::new();
-    let mut cands = vec![
-        dir.join("libgaptop_collector.so"),
-        dir.join("../lib/libgaptop_collector.so"),
-        dir.join("../lib/gaptop/libgaptop_collector.so"),
-    ];
+    let near = ["", "../lib", "../lib/gaptop"];
     // Installed by pip (the wheel): the binary in the environment's bin/, the library in its
     // `gaptop` package.
-    cands.extend(
-        site_packages_near(dir)
-            .into_iter()
-            .map(|sp| sp.join("gaptop/libgaptop_collector.so")),
-    );
+    let sites: Vec<PathBuf> = site_packages_near(dir)
+        .into_iter()
+        .filter(|sp| sp.is_dir())
+        .collect();
+    let cands = near
+        .iter()
+        .map(|d| dir.join(d))
+        .chain(sites.iter().map(|sp| sp.join("gaptop")))
+        .map(|d| d.join("libgaptop_collector.so"));
     for cand in cands {
         if cand.is_file() {
             return Ok(cand);
         }
-        looked.push(cand.display().to_string());
     }
+    let pkg: String = sites
+        .iter()
+        .map(|sp| format!(", not in {}", sp.join("gaptop").display()))
+        .collect();
     bail!(
-        "the collector library libgaptop_collector.so is missing; looked in {} (set GAPTOP_COLLECTOR)",
-        looked.join(", ")
+        "libgaptop_collector.so (the collector) is missing: not next to {} (or in ../lib, ../lib/gaptop){pkg}; set GAPTOP_COLLECTOR",
+        exe.display()
     )
 }
 
