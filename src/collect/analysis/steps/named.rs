@@ -12,7 +12,7 @@ use crate::collect::model::records::{NameId, Ns, StackId};
 use crate::collect::model::store::Store;
 use crate::frames::{short_kernel, split_python_frame};
 
-use super::period::DeviceSeq;
+use super::seq::DeviceSeq;
 use super::step::quantile;
 
 /// Memoized string tests over interned names.
