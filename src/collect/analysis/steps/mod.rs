@@ -134,12 +134,14 @@ pub fn find(store: &Store, lo: Ns, hi: Ns, by: Option<&str>) -> Option<Steps> {
             });
             drop((idle, stacks, memo));
             let steps = merge_slivers(p?.steps);
-            let seq = DeviceSeq::new(store, &lanes, lo, hi);
-            let r = seq.times(&steps);
-            let suggest = suggest_span(store, &seq, &steps, lo, hi)
-                .or_else(|| suggest_op(store, &seq.names, &steps));
-            drop((seq, steps));
-            let mut found = from_ranges(store, StepSource::Auto, r, lo, hi)?;
+            let heads = seq::Heads::of(store, &lanes, lo, hi, &steps);
+            let suggest = suggest_span(store, &heads.stacks, lo, hi).or_else(|| {
+                suggest_op(store, &heads.names, |f| {
+                    seq::each_name(store, &lanes, lo, hi, f)
+                })
+            });
+            drop(steps);
+            let mut found = from_ranges(store, StepSource::Auto, heads.times, lo, hi)?;
             found.suggest = suggest;
             Some(found)
         }
@@ -242,16 +244,11 @@ fn merge_slivers(steps: Vec<Range<usize>>) -> Vec<Range<usize>> {
 /// The `--step` name that gives guessed steps from the CPU: the outermost frame of the launch
 /// stack of the op that starts most of them (a Kineto `cpu_op` such as `aten::embedding`), when
 /// the spans of that name are as many as the steps (±1).
-fn suggest_span(
-    store: &Store,
-    seq: &DeviceSeq,
-    steps: &[Range<usize>],
-    lo: Ns,
-    hi: Ns,
-) -> Option<String> {
+fn suggest_span(store: &Store, firsts: &[StackId], lo: Ns, hi: Ns) -> Option<String> {
+    let steps = firsts;
     let mut roots: HashMap<NameId, usize> = HashMap::default();
-    for r in steps {
-        let mut s = seq.stack(store, r.start);
+    for &first in firsts {
+        let mut s = first;
         if s == 0 {
             continue;
         }
@@ -274,10 +271,14 @@ fn suggest_span(
 /// The `--step` name that gives guessed steps: the GPU op that starts most of them, when it
 /// occurs once a step (as many times as there are steps, ±1); its short name when that is
 /// as telling, else its full name.
-fn suggest_op(store: &Store, names: &[NameId], steps: &[Range<usize>]) -> Option<String> {
+fn suggest_op(
+    store: &Store,
+    steps: &[NameId],
+    each_name: impl FnOnce(&mut dyn FnMut(NameId)),
+) -> Option<String> {
     let mut firsts: HashMap<NameId, usize> = HashMap::default();
-    for r in steps {
-        *firsts.entry(names[r.start]).or_default() += 1;
+    for &first in steps {
+        *firsts.entry(first).or_default() += 1;
     }
     let (&id, &n) = firsts
         .iter()
@@ -290,7 +291,7 @@ fn suggest_op(store: &Store, names: &[NameId], steps: &[Range<usize>]) -> Option
     let (mut exact, mut by_short) = (0usize, 0usize);
     // 0: not looked at, 1: another short name, 2: the same.
     let mut memo: Vec<u8> = vec![0; store.names.len()];
-    for &x in names {
+    each_name(&mut |x| {
         exact += (x == id) as usize;
         if let Some(m) = memo.get_mut(x as usize) {
             if *m == 0 {
@@ -298,7 +299,7 @@ fn suggest_op(store: &Store, names: &[NameId], steps: &[Range<usize>]) -> Option
             }
             by_short += (*m == 2) as usize;
         }
-    }
+    });
     let once = |k: usize| k.abs_diff(steps.len()) <= 1;
     if once(by_short) {
         Some(short)

@@ -26,11 +26,16 @@ impl<'a, F: Fn(&str) -> bool> NameTest<'a, F> {
     fn new(store: &'a Store, f: F) -> Self {
         NameTest {
             store,
-            memo: vec![0; store.names.len()],
+            // Listed at the first test: one byte for each of the store's names, which a
+            // capture without spans never needs.
+            memo: Vec::new(),
             f,
         }
     }
     fn test(&mut self, id: NameId) -> bool {
+        if self.memo.is_empty() {
+            self.memo = vec![0; self.store.names.len()];
+        }
         let Some(m) = self.memo.get_mut(id as usize) else {
             return false;
         };
