@@ -79,20 +79,21 @@ pub struct LeafAcc {
 /// together: each run of them is one entry, added to the last one while the step stays the
 /// same (a step may still hold several entries, which [`PerStep::each`] sums).
 ///
-/// An entry is 16 bytes, (step, what a fix cannot remove, gap time), in chunks that grow
+/// An entry is 12 bytes, (step, what a fix cannot remove, gap time), in chunks that grow
 /// without copying: a capture of short steps has a third of its ops' count of them a site.
 /// What a fix cannot remove is at most [`GRAPH_GAP_NS`] a gap, so it fits in 32 bits for
-/// two million gaps; a run that would pass that starts another entry, and a gap whose part
-/// does not fit at all (none that [`LeafAcc`] adds) goes to a list of full-width entries.
+/// two million gaps, and a step's gap time for 4.29 s; a run that would pass either starts
+/// another entry, and a gap that does not fit alone (or whose removable part is not within
+/// it, none that [`LeafAcc`] adds) goes to a list of full-width entries.
 #[derive(Clone, Debug, Default)]
 pub struct PerStep {
-    runs: Chunked<(u32, u32, Ns)>,
+    runs: Chunked<(u32, u32, u32)>,
     wide: Vec<(u32, Ns, Ns)>,
 }
 
 impl PerStep {
     pub fn add(&mut self, step: u32, gap: Ns, removable: Ns) {
-        let Ok(kept) = u32::try_from(gap - removable) else {
+        let (Ok(kept), Ok(g)) = (u32::try_from(gap - removable), u32::try_from(gap)) else {
             match self.wide.last_mut() {
                 Some(e) if e.0 == step => {
                     e.1 += gap;
@@ -109,14 +110,14 @@ impl PerStep {
             .and_then(|i| self.runs.get_mut(i))
         {
             if e.0 == step {
-                if let Some(k) = e.1.checked_add(kept) {
+                if let (Some(k), Some(t)) = (e.1.checked_add(kept), e.2.checked_add(g)) {
                     e.1 = k;
-                    e.2 += gap;
+                    e.2 = t;
                     return;
                 }
             }
         }
-        self.runs.push_back((step, kept, gap));
+        self.runs.push_back((step, kept, g));
     }
 
     /// How many entries it holds.
@@ -140,8 +141,8 @@ impl PerStep {
     pub fn add_each(&self, each: &mut [(Ns, Ns)]) {
         for &(i, kept, gap) in self.runs.iter() {
             if let Some(e) = each.get_mut(i as usize) {
-                e.0 += gap;
-                e.1 += gap - kept as Ns;
+                e.0 += gap as Ns;
+                e.1 += gap as Ns - kept as Ns;
             }
         }
         for &(i, a, b) in &self.wide {

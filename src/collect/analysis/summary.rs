@@ -539,8 +539,17 @@ mod tests {
         p.add(0, 10, 0);
         p.add(0, 5, 9);
         p.add(1, 3_000, 1_000);
-        assert_eq!(p.len(), 4);
-        assert_eq!(p.each(2), vec![(big + 15, 9), (3_000, 1_000)]);
+        p.add(1, big, big - 2_000);
+        p.add(2, big + 1, big - 1_999);
+        assert_eq!(p.len(), 6);
+        assert_eq!(
+            p.each(3),
+            vec![
+                (big + 15, 9),
+                (big + 3_000, big - 1_000),
+                (big + 1, big - 1_999)
+            ]
+        );
     }
 
     /// One stream: a [0,10], b [10,20] (starts as a ends), c [15,30] (starts 5 before b ends),
