@@ -469,7 +469,7 @@ fn profiler_steps_are_the_steps_exactly() {
     let r = steps::from_ranges(
         &st,
         StepSource::Spans("nvtx".into()),
-        &[(11_000_000, 11_800_000), (10_000_000, 10_800_000)],
+        vec![(11_000_000, 11_800_000), (10_000_000, 10_800_000)],
         Ns::MIN,
         Ns::MAX,
     )

@@ -4,6 +4,7 @@
 
 use super::gaps::{Gap, Reason};
 use super::oncpu::{SiteSamples, SpanTime};
+use crate::collect::model::chunked::Chunked;
 use crate::collect::model::records::{NameId, Ns, StackId};
 
 /// Where advice charges a gap: the stack of the call that launched the op after it; for a
@@ -77,18 +78,55 @@ pub struct LeafAcc {
 /// launch-overhead fix can remove. Gaps come in time order, so a step's gaps are mostly
 /// together: each run of them is one entry, added to the last one while the step stays the
 /// same (a step may still hold several entries, which [`PerStep::each`] sums).
+///
+/// An entry is 12 bytes, (step, what a fix cannot remove, gap time), in chunks that grow
+/// without copying: a capture of short steps has a third of its ops' count of them a site.
+/// What a fix cannot remove is at most [`GRAPH_GAP_NS`] a gap, so it fits in 32 bits for
+/// two million gaps, and a step's gap time for 4.29 s; a run that would pass either starts
+/// another entry, and a gap that does not fit alone (or whose removable part is not within
+/// it, none that [`LeafAcc`] adds) goes to a list of full-width entries.
 #[derive(Clone, Debug, Default)]
-pub struct PerStep(pub(super) Vec<(u32, Ns, Ns)>);
+pub struct PerStep {
+    runs: Chunked<(u32, u32, u32)>,
+    wide: Vec<(u32, Ns, Ns)>,
+}
 
 impl PerStep {
     pub fn add(&mut self, step: u32, gap: Ns, removable: Ns) {
-        match self.0.last_mut() {
-            Some(e) if e.0 == step => {
-                e.1 += gap;
-                e.2 += removable;
+        let (Ok(kept), Ok(g)) = (u32::try_from(gap - removable), u32::try_from(gap)) else {
+            match self.wide.last_mut() {
+                Some(e) if e.0 == step => {
+                    e.1 += gap;
+                    e.2 += removable;
+                }
+                _ => self.wide.push((step, gap, removable)),
             }
-            _ => self.0.push((step, gap, removable)),
+            return;
+        };
+        if let Some(e) = self
+            .runs
+            .len()
+            .checked_sub(1)
+            .and_then(|i| self.runs.get_mut(i))
+        {
+            if e.0 == step {
+                if let (Some(k), Some(t)) = (e.1.checked_add(kept), e.2.checked_add(g)) {
+                    e.1 = k;
+                    e.2 = t;
+                    return;
+                }
+            }
         }
+        self.runs.push_back((step, kept, g));
+    }
+
+    /// How many entries it holds.
+    pub fn len(&self) -> usize {
+        self.runs.len() + self.wide.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// Each of the first `steps` steps' figures (none: 0), summed over its entries.
@@ -101,7 +139,13 @@ impl PerStep {
     /// Adds its entries to each step's figures in `each` (steps past its end left out): the
     /// figures of several sites together, without a list of all their entries.
     pub fn add_each(&self, each: &mut [(Ns, Ns)]) {
-        for &(i, a, b) in &self.0 {
+        for &(i, kept, gap) in self.runs.iter() {
+            if let Some(e) = each.get_mut(i as usize) {
+                e.0 += gap as Ns;
+                e.1 += gap as Ns - kept as Ns;
+            }
+        }
+        for &(i, a, b) in &self.wide {
             if let Some(e) = each.get_mut(i as usize) {
                 e.0 += a;
                 e.1 += b;

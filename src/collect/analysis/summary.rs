@@ -517,7 +517,7 @@ mod tests {
         p.add(1, 7, 5);
         p.add(0, 1, 0);
         p.add(1, 2, 0);
-        assert_eq!(p.0.len(), 4, "a run of one step's gaps is one entry");
+        assert_eq!(p.len(), 4, "a run of one step's gaps is one entry");
         // Another site's list, added to the same steps' figures (as advice reads a function's
         // sites); step 9 lies past the steps asked for and is left out.
         let mut q = PerStep::default();
@@ -527,6 +527,29 @@ mod tests {
         assert_eq!(each, vec![(11, 8), (14, 8), (0, 0)]);
         q.add_each(&mut each);
         assert_eq!(each, vec![(11, 8), (14, 8), (4, 2)]);
+    }
+
+    #[test]
+    fn per_step_keeps_exact_sums_past_its_narrow_entries() {
+        // What a fix cannot remove passes 32 bits in one step's run (a new entry), and a gap
+        // whose removable part is larger than itself does not fit at all (the wide list).
+        let mut p = PerStep::default();
+        let big = u32::MAX as Ns;
+        p.add(0, big, 0);
+        p.add(0, 10, 0);
+        p.add(0, 5, 9);
+        p.add(1, 3_000, 1_000);
+        p.add(1, big, big - 2_000);
+        p.add(2, big + 1, big - 1_999);
+        assert_eq!(p.len(), 6);
+        assert_eq!(
+            p.each(3),
+            vec![
+                (big + 15, 9),
+                (big + 3_000, big - 1_000),
+                (big + 1, big - 1_999)
+            ]
+        );
     }
 
     /// One stream: a [0,10], b [10,20] (starts as a ends), c [15,30] (starts 5 before b ends),

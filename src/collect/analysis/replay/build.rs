@@ -91,6 +91,9 @@ pub fn build(
         if calls.is_empty() {
             continue;
         }
+        // Every one of them becomes a call: room for them at once (doubling would leave up to
+        // as much again unused).
+        m.calls.reserve_exact(calls.len());
         let mut tids: Vec<u32> = calls.iter().map(|a| a.tid).collect();
         tids.sort_unstable();
         tids.dedup();
@@ -139,6 +142,13 @@ pub fn build(
     }
     // Ops by stream: those launched by the block's calls, and those of the block's time that
     // were launched before it (constants) or by no call seen.
+    m.ops.reserve_exact(
+        store
+            .lanes
+            .iter()
+            .map(|l| l.lower_bound(hi) - l.lower_bound(lo))
+            .sum(),
+    );
     for (li, lane) in store.lanes.iter().enumerate() {
         let proc = lane.key.proc;
         let mut i = lane.lower_bound(lo);

@@ -377,7 +377,11 @@ fn cpu_busy(m: &Model, steps: &Steps, range: std::ops::Range<usize>) -> Vec<Ns> 
 /// in them, and their ops are ready when the first one's was (a graph launch makes all its
 /// kernels ready at once; they still run in order on their streams, spaced as measured).
 fn graphs(m: &mut Model, steps: &Steps, range: std::ops::Range<usize>) -> Undo {
-    let mut u = Undo::default();
+    // At most every call and op changes, each once: room for them at once.
+    let mut u = Undo {
+        calls: Vec::with_capacity(m.calls.len()),
+        ops: Vec::with_capacity(m.ops.len()),
+    };
     let starts: Vec<Ns> = steps.steps[range].iter().map(|s| s.start).collect();
     let mut op_of = vec![NONE; m.calls.len()];
     for (j, o) in m.ops.iter().enumerate() {

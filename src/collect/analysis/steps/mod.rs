@@ -36,13 +36,13 @@
 
 mod named;
 mod period;
+mod seq;
 mod step;
 mod structure;
 
 pub use named::{frame_matches, range_steps};
-pub use period::{
-    detect_period, detect_period_with, stack_turn, DeviceSeq, Period, StackTurn, MIN_STEPS,
-};
+pub use period::{detect_period, detect_period_with, stack_turn, Period, StackTurn, MIN_STEPS};
+pub use seq::{busiest_lanes, DeviceSeq};
 pub use step::{quantile, Step, StepSource, Steps, StepsJson, WARMUP_FACTOR};
 pub use structure::COVER;
 
@@ -93,33 +93,37 @@ pub fn find(store: &Store, lo: Ns, hi: Ns, by: Option<&str>) -> Option<Steps> {
                 } else {
                     StepSource::Spans(name.to_string())
                 };
-                return from_ranges(store, src, &ranges, lo, hi);
+                return from_ranges(store, src, ranges, lo, hi);
             }
             if let Some(r) = function_ranges(store, lo, hi, name) {
-                return from_ranges(store, StepSource::Function(name.to_string()), &r, lo, hi);
+                return from_ranges(store, StepSource::Function(name.to_string()), r, lo, hi);
             }
             let r = op_ranges(store, lo, hi, name)?;
-            from_ranges(store, StepSource::Op(name.to_string()), &r, lo, hi)
+            from_ranges(store, StepSource::Op(name.to_string()), r, lo, hi)
         }
         None => {
             let ranges = span_ranges(store, lo, hi, |s| s.starts_with("ProfilerStep#"));
             if !ranges.is_empty() {
-                return from_ranges(store, StepSource::ProfilerStep, &ranges, lo, hi);
+                return from_ranges(store, StepSource::ProfilerStep, ranges, lo, hi);
             }
             if let Some((name, r)) = range_steps(store, lo, hi) {
-                return from_ranges(store, StepSource::Spans(name), &r, lo, hi);
+                return from_ranges(store, StepSource::Spans(name), r, lo, hi);
             }
             if let Some((name, r)) = structure::structure_steps(store, lo, hi) {
-                return from_ranges(store, StepSource::Structure(name), &r, lo, hi);
+                return from_ranges(store, StepSource::Structure(name), r, lo, hi);
             }
-            let seq = DeviceSeq::busiest(store, lo, hi)?;
-            let stacks: Vec<StackId> = if store.stacks.len() > 1 {
-                (0..seq.names.len()).map(|i| seq.stack(store, i)).collect()
-            } else {
-                Vec::new()
-            };
+            // The period is found on the ops' names, idle and stacks alone; their times and
+            // the rest are listed once it is found (memory: the store's lanes hold them all).
+            let lanes = busiest_lanes(store, lo, hi)?;
+            let (names, idle) = DeviceSeq::names_idle(store, &lanes, lo, hi);
+            // The stacks are listed when first asked for, after the markers' lists are freed.
+            let mut stacks: Option<Vec<StackId>> = None;
             let mut memo: HashMap<(StackId, StackId), Option<StackTurn>> = HashMap::default();
-            let p = detect_period_with(&seq.names, &seq.idle_before(), |i| {
+            let p = detect_period_with(names, &idle, |i| {
+                if store.stacks.len() <= 1 {
+                    return None;
+                }
+                let stacks = stacks.get_or_insert_with(|| DeviceSeq::stacks(store, &lanes, lo, hi));
                 if i == 0 || i >= stacks.len() {
                     return None;
                 }
@@ -127,12 +131,18 @@ pub fn find(store: &Store, lo: Ns, hi: Ns, by: Option<&str>) -> Option<Steps> {
                 *memo
                     .entry(key)
                     .or_insert_with(|| stack_turn(store, key.0, key.1))
-            })?;
-            let steps = merge_slivers(p.steps);
-            let r = seq.times(&steps);
-            let mut found = from_ranges(store, StepSource::Auto, &r, lo, hi)?;
-            found.suggest = suggest_span(store, &seq, &steps, lo, hi)
-                .or_else(|| suggest_op(store, &seq.names, &steps));
+            });
+            drop((idle, stacks, memo));
+            let steps = merge_slivers(p?.steps);
+            let heads = seq::Heads::of(store, &lanes, lo, hi, &steps);
+            let suggest = suggest_span(store, &heads.stacks, lo, hi).or_else(|| {
+                suggest_op(store, &heads.names, |f| {
+                    seq::each_name(store, &lanes, lo, hi, f)
+                })
+            });
+            drop(steps);
+            let mut found = from_ranges(store, StepSource::Auto, heads.times, lo, hi)?;
+            found.suggest = suggest;
             Some(found)
         }
     }
@@ -144,15 +154,16 @@ pub fn find(store: &Store, lo: Ns, hi: Ns, by: Option<&str>) -> Option<Steps> {
 pub fn from_ranges(
     store: &Store,
     source: StepSource,
-    ranges: &[(Ns, Ns)],
+    ranges: Vec<(Ns, Ns)>,
     lo: Ns,
     hi: Ns,
 ) -> Option<Steps> {
-    let mut r: Vec<(Ns, Ns)> = ranges
-        .iter()
-        .map(|&(s, e)| (s.max(lo), e.min(hi)))
-        .filter(|(s, e)| e > s)
-        .collect();
+    // Clipped in place: a capture's steps can be a third of its ops.
+    let mut r = ranges;
+    for x in &mut r {
+        *x = (x.0.max(lo), x.1.min(hi));
+    }
+    r.retain(|(s, e)| e > s);
     r.sort_unstable();
     for i in 1..r.len() {
         let next = r[i].0;
@@ -233,16 +244,11 @@ fn merge_slivers(steps: Vec<Range<usize>>) -> Vec<Range<usize>> {
 /// The `--step` name that gives guessed steps from the CPU: the outermost frame of the launch
 /// stack of the op that starts most of them (a Kineto `cpu_op` such as `aten::embedding`), when
 /// the spans of that name are as many as the steps (±1).
-fn suggest_span(
-    store: &Store,
-    seq: &DeviceSeq,
-    steps: &[Range<usize>],
-    lo: Ns,
-    hi: Ns,
-) -> Option<String> {
+fn suggest_span(store: &Store, firsts: &[StackId], lo: Ns, hi: Ns) -> Option<String> {
+    let steps = firsts;
     let mut roots: HashMap<NameId, usize> = HashMap::default();
-    for r in steps {
-        let mut s = seq.stack(store, r.start);
+    for &first in firsts {
+        let mut s = first;
         if s == 0 {
             continue;
         }
@@ -265,10 +271,14 @@ fn suggest_span(
 /// The `--step` name that gives guessed steps: the GPU op that starts most of them, when it
 /// occurs once a step (as many times as there are steps, ±1); its short name when that is
 /// as telling, else its full name.
-fn suggest_op(store: &Store, names: &[NameId], steps: &[Range<usize>]) -> Option<String> {
+fn suggest_op(
+    store: &Store,
+    steps: &[NameId],
+    each_name: impl FnOnce(&mut dyn FnMut(NameId)),
+) -> Option<String> {
     let mut firsts: HashMap<NameId, usize> = HashMap::default();
-    for r in steps {
-        *firsts.entry(names[r.start]).or_default() += 1;
+    for &first in steps {
+        *firsts.entry(first).or_default() += 1;
     }
     let (&id, &n) = firsts
         .iter()
@@ -281,7 +291,7 @@ fn suggest_op(store: &Store, names: &[NameId], steps: &[Range<usize>]) -> Option
     let (mut exact, mut by_short) = (0usize, 0usize);
     // 0: not looked at, 1: another short name, 2: the same.
     let mut memo: Vec<u8> = vec![0; store.names.len()];
-    for &x in names {
+    each_name(&mut |x| {
         exact += (x == id) as usize;
         if let Some(m) = memo.get_mut(x as usize) {
             if *m == 0 {
@@ -289,7 +299,7 @@ fn suggest_op(store: &Store, names: &[NameId], steps: &[Range<usize>]) -> Option
             }
             by_short += (*m == 2) as usize;
         }
-    }
+    });
     let once = |k: usize| k.abs_diff(steps.len()) <= 1;
     if once(by_short) {
         Some(short)

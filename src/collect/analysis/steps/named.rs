@@ -12,7 +12,7 @@ use crate::collect::model::records::{NameId, Ns, StackId};
 use crate::collect::model::store::Store;
 use crate::frames::short_kernel;
 
-use super::period::DeviceSeq;
+use super::seq::DeviceSeq;
 use super::step::quantile;
 
 /// Memoized string tests over interned names.
@@ -26,11 +26,16 @@ impl<'a, F: Fn(&str) -> bool> NameTest<'a, F> {
     fn new(store: &'a Store, f: F) -> Self {
         NameTest {
             store,
-            memo: vec![0; store.names.len()],
+            // Listed at the first test: one byte for each of the store's names, which a
+            // capture without spans never needs.
+            memo: Vec::new(),
             f,
         }
     }
     fn test(&mut self, id: NameId) -> bool {
+        if self.memo.is_empty() {
+            self.memo = vec![0; self.store.names.len()];
+        }
         let Some(m) = self.memo.get_mut(id as usize) else {
             return false;
         };

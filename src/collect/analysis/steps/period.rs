@@ -1,138 +1,15 @@
 //! Steps with no name to go by: the period of the repeating sequence of ops on the busiest
-//! device, verified, with the launch stacks' say on where a step begins.
+//! device (`seq`), verified, with the launch stacks' say on where a step begins.
 
 use std::ops::Range;
 
 use rustc_hash::FxHashMap as HashMap;
 
-use crate::collect::model::lane::Lane;
-use crate::collect::model::records::{GpuOp, NameId, Ns, StackId};
+use crate::collect::model::records::{Ns, StackId};
 use crate::collect::model::store::Store;
 
 use super::step::quantile;
 
-/// One device's ops in the window, all its streams merged by start.
-pub struct DeviceSeq {
-    /// The device's process.
-    pub proc: u32,
-    pub starts: Vec<Ns>,
-    pub ends: Vec<Ns>,
-    pub names: Vec<NameId>,
-    pub corrs: Vec<u32>,
-}
-
-impl DeviceSeq {
-    /// The ops of `lanes` starting in `[lo, hi)`, by start: each lane's a sorted run, merged
-    /// (on equal starts the earlier lane's first, as a stable sort of the runs one after
-    /// another puts them), straight into lists of their exact length.
-    pub fn new(store: &Store, lanes: &[usize], lo: Ns, hi: Ns) -> Self {
-        let mut runs: Vec<(&Lane, usize, usize)> = lanes
-            .iter()
-            .map(|&l| {
-                let lane = &store.lanes[l];
-                (lane, lane.lower_bound(lo), lane.lower_bound(hi))
-            })
-            .collect();
-        let n = runs.iter().map(|r| r.2 - r.1).sum();
-        let mut d = DeviceSeq {
-            proc: lanes.first().map_or(0, |&l| store.lanes[l].key.proc),
-            starts: Vec::with_capacity(n),
-            ends: Vec::with_capacity(n),
-            names: Vec::with_capacity(n),
-            corrs: Vec::with_capacity(n),
-        };
-        let mut push = |o: GpuOp| {
-            d.starts.push(o.start);
-            d.ends.push(o.end);
-            d.names.push(o.name);
-            d.corrs.push(o.corr);
-        };
-        if let [(lane, a, b)] = runs[..] {
-            lane.range(a..b).for_each(push);
-        } else {
-            loop {
-                let mut first: Option<(Ns, usize)> = None;
-                for (k, &(lane, i, end)) in runs.iter().enumerate() {
-                    if i < end && first.is_none_or(|(t, _)| lane.start_of(i) < t) {
-                        first = Some((lane.start_of(i), k));
-                    }
-                }
-                let Some((_, k)) = first else { break };
-                let (lane, i, _) = runs[k];
-                push(lane.op(i));
-                runs[k].1 += 1;
-            }
-        }
-        d
-    }
-
-    /// The launch stack of op `i` (0 when its launch is not known).
-    pub fn stack(&self, store: &Store, i: usize) -> StackId {
-        let p = &store.procs[self.proc as usize];
-        self.corrs
-            .get(i)
-            .filter(|&&c| c != 0)
-            .and_then(|&c| p.api_by_corr(c))
-            .map_or(0, |a| a.stack)
-    }
-
-    /// The device with the most ops starting in `[lo, hi)`; `None` when there are none.
-    pub fn busiest(store: &Store, lo: Ns, hi: Ns) -> Option<Self> {
-        let (_, lanes) = store
-            .devices()
-            .into_iter()
-            .map(|(_, lanes)| {
-                let n: usize = lanes
-                    .iter()
-                    .map(|&l| {
-                        let lane = &store.lanes[l];
-                        lane.lower_bound(hi) - lane.lower_bound(lo)
-                    })
-                    .sum();
-                (n, lanes)
-            })
-            .filter(|(n, _)| *n > 0)
-            .max_by_key(|(n, _)| *n)?;
-        Some(Self::new(store, &lanes, lo, hi))
-    }
-
-    /// Device idle before each op: its start past the latest end of the ops before it (0 for
-    /// the first).
-    pub fn idle_before(&self) -> Vec<Ns> {
-        let mut max_end = Ns::MIN;
-        self.starts
-            .iter()
-            .zip(&self.ends)
-            .map(|(&s, &e)| {
-                let idle = if max_end == Ns::MIN {
-                    0
-                } else {
-                    (s - max_end).max(0)
-                };
-                max_end = max_end.max(e);
-                idle
-            })
-            .collect()
-    }
-
-    /// Op index ranges as times: from the first op's start to the next range's first op's
-    /// start when it starts where this one ends, else to the latest end of its ops.
-    pub fn times(&self, steps: &[Range<usize>]) -> Vec<(Ns, Ns)> {
-        steps
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| !r.is_empty())
-            .map(|(k, r)| {
-                let s = self.starts[r.start];
-                let e = match steps.get(k + 1) {
-                    Some(n) if n.start == r.end && r.end < self.starts.len() => self.starts[r.end],
-                    _ => self.ends[r.clone()].iter().copied().max().unwrap_or(s),
-                };
-                (s, e.max(s + 1))
-            })
-            .collect()
-    }
-}
 
 /// How the code moved from one launch stack to the next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -253,7 +130,7 @@ struct Cand {
 /// last step ends with the last op of its period, not at the window's end. Costs O(n) beyond a
 /// sort of the markers, with at most 24 verifications of O(n).
 pub fn detect_period(names: &[u32], idle_before: &[Ns]) -> Option<Period> {
-    detect_period_with(names, idle_before, |_| None)
+    detect_period_with(names.to_vec(), idle_before, |_| None)
 }
 
 /// [`detect_period`], with the launch stacks' say on the phase: `turn(i)` is how the code moved
@@ -261,9 +138,11 @@ pub fn detect_period(names: &[u32], idle_before: &[Ns]) -> Option<Period> {
 /// depth, the code goes back to an earlier line once in most periods (the loop's body starting
 /// over, a function called again from its loop), the outermost such depth starts the steps, at
 /// whichever op it comes, marker or not, and so does any turn above that depth (the same code
-/// called from another loop); otherwise the markers' idle rule decides.
+/// called from another loop); otherwise the markers' idle rule decides. `names` becomes the
+/// dense symbols in place (a list less at once); `turn` is first asked once the markers are
+/// found and their lists freed.
 pub fn detect_period_with(
-    names: &[u32],
+    names: Vec<u32>,
     idle_before: &[Ns],
     mut turn: impl FnMut(usize) -> Option<StackTurn>,
 ) -> Option<Period> {
@@ -273,26 +152,25 @@ pub fn detect_period_with(
     }
     // Dense symbols.
     let max = names.iter().copied().max().unwrap_or(0) as usize;
-    let mut dense: Vec<u32> = Vec::with_capacity(n);
+    let mut dense = names;
     let mut m = 0u32;
     if max < (1 << 24) {
         let mut map = vec![u32::MAX; max + 1];
-        for &s in names {
-            let e = &mut map[s as usize];
+        for s in &mut dense {
+            let e = &mut map[*s as usize];
             if *e == u32::MAX {
                 *e = m;
                 m += 1;
             }
-            dense.push(*e);
+            *s = *e;
         }
     } else {
         let mut map: HashMap<u32, u32> = HashMap::default();
-        for &s in names {
-            let e = *map.entry(s).or_insert_with(|| {
+        for s in &mut dense {
+            *s = *map.entry(*s).or_insert_with(|| {
                 m += 1;
                 m - 1
             });
-            dense.push(e);
         }
     }
     let m = m as usize;
@@ -312,7 +190,7 @@ pub fn detect_period_with(
     }
     let positions = |s: u32| &pos[off[s as usize]..off[s as usize + 1]];
 
-    let mut scratch: Vec<usize> = Vec::new();
+    let mut scratch: Vec<u32> = Vec::new();
     let mut cands: Vec<Cand> = (0..m as u32)
         .filter_map(|s| marker(s, positions(s), n, &mut scratch))
         .collect();
@@ -431,21 +309,15 @@ fn idle_period(
     if total <= 0 {
         return None;
     }
-    let mut sorted: Vec<Ns> = idle_before.iter().copied().filter(|&x| x > 0).collect();
-    sorted.sort_unstable_by(|a, b| b.cmp(a));
-    let mut acc = 0i128;
-    let half = sorted
-        .iter()
-        .copied()
-        .find(|&x| {
-            acc += x as i128;
-            2 * acc >= total
-        })
-        .unwrap_or(0);
-    let long: Vec<u32> = (0..idle_before.len())
-        .filter(|&i| idle_before[i] > 0 && idle_before[i] >= half / 2)
-        .map(|i| i as u32)
-        .collect();
+    let half = half_point(idle_before, total);
+    let is_long = |x: Ns| x > 0 && x >= half / 2;
+    let mut long: Vec<u32> =
+        Vec::with_capacity(idle_before.iter().filter(|&&x| is_long(x)).count());
+    long.extend(
+        (0..idle_before.len())
+            .filter(|&i| is_long(idle_before[i]))
+            .map(|i| i as u32),
+    );
     let mut scratch = Vec::new();
     let c = marker(u32::MAX, &long, seq.len(), &mut scratch)?;
     if c.d < 2 * d {
@@ -453,6 +325,63 @@ fn idle_period(
     }
     let b: Vec<usize> = long[c.lo..=c.hi].iter().map(|&p| p as usize).collect();
     (fidelity(seq, &b, counts) >= FIDELITY).then_some((c.d, b))
+}
+
+/// The length above which half of the idle lies: the largest positive `x` in `idle` such
+/// that the values of at least `x` add up to half of `total` (their sum, > 0) or more, as a
+/// walk down the sorted values finds it. Found without sorting a copy (8 bytes an op): a
+/// histogram of the values' range narrows it to one bucket a pass, 256 buckets each, until
+/// the bucket's values are few enough to sort.
+fn half_point(idle: &[Ns], total: i128) -> Ns {
+    const FEW: usize = 1 << 12;
+    let (mut lo, mut hi, mut count) = (1, 0, 0usize);
+    for &x in idle.iter().filter(|&&x| x > 0) {
+        hi = hi.max(x);
+        count += 1;
+    }
+    if count == 0 {
+        return 0;
+    }
+    // The sum of the values above `hi`.
+    let mut above = 0i128;
+    loop {
+        if count <= FEW || lo == hi {
+            let mut few: Vec<Ns> = Vec::with_capacity(count);
+            few.extend(idle.iter().copied().filter(|&x| x >= lo && x <= hi));
+            few.sort_unstable_by(|a, b| b.cmp(a));
+            let mut acc = above;
+            return few
+                .into_iter()
+                .find(|&x| {
+                    acc += x as i128;
+                    2 * acc >= total
+                })
+                .unwrap_or(0);
+        }
+        let width = (hi - lo) as u64;
+        let shift = (u64::BITS - width.leading_zeros()).saturating_sub(8);
+        let mut sums = [0i128; 256];
+        let mut counts = [0usize; 256];
+        for &x in idle.iter().filter(|&&x| x >= lo && x <= hi) {
+            let b = ((x - lo) as u64 >> shift) as usize;
+            sums[b] += x as i128;
+            counts[b] += 1;
+        }
+        let b = (0..256)
+            .rev()
+            .find(|&b| {
+                if 2 * (above + sums[b]) >= total {
+                    return true;
+                }
+                above += sums[b];
+                false
+            })
+            .unwrap_or(0);
+        let from = lo + ((b as u64) << shift) as Ns;
+        hi = hi.min(from + (((1u64 << shift) - 1) as Ns));
+        lo = from;
+        count = counts[b];
+    }
 }
 
 /// Boundaries where the code goes back to an earlier line at the outermost depth at which it
@@ -506,21 +435,22 @@ fn loop_back_bounds(
 }
 
 /// Whether a symbol's occurrences make a marker (see [`detect_period`]).
-fn marker(sym: u32, p: &[u32], n: usize, diffs: &mut Vec<usize>) -> Option<Cand> {
+fn marker(sym: u32, p: &[u32], n: usize, diffs: &mut Vec<u32>) -> Option<Cand> {
     if p.len() < MIN_STEPS {
         return None;
     }
+    // The median spacing, from a copy of the spacings (u32, as the positions are); the runs
+    // are then read from the positions themselves.
     diffs.clear();
-    diffs.extend(p.windows(2).map(|w| (w[1] - w[0]) as usize));
-    let mut sorted = diffs.clone();
-    let k = (sorted.len() - 1) / 2;
-    let d = *sorted.select_nth_unstable(k).1;
+    diffs.extend(p.windows(2).map(|w| w[1] - w[0]));
+    let k = (diffs.len() - 1) / 2;
+    let d = *diffs.select_nth_unstable(k).1 as usize;
     let t = tol(d);
-    let good = |x: usize| x.abs_diff(d) <= t;
-    let a = diffs.iter().position(|&x| good(x))?;
-    let z = diffs.iter().rposition(|&x| good(x))?;
+    let good = |i: usize| ((p[i + 1] - p[i]) as usize).abs_diff(d) <= t;
+    let a = (0..p.len() - 1).position(good)?;
+    let z = (0..p.len() - 1).rposition(good)?;
     let periods = z - a + 1;
-    let ok = diffs[a..=z].iter().filter(|&&x| good(x)).count();
+    let ok = (a..=z).filter(|&i| good(i)).count();
     if periods + 1 < MIN_STEPS || (ok as f64) < REGULAR * periods as f64 {
         return None;
     }
@@ -597,4 +527,58 @@ fn systematic(seq: &[u32], coarse: &[usize], fine: &[usize], counts: &mut [u32])
     let held = seen.iter().filter(|&&s| s).count();
     let broken = worst.iter().filter(|&&d| d > DEFECT).count();
     held == 0 || broken * 2 >= held
+}
+
+#[cfg(test)]
+mod half_tests {
+    use super::*;
+
+    /// What `half_point` replaced: a walk down a sorted copy.
+    fn by_sorting(idle: &[Ns], total: i128) -> Ns {
+        let mut sorted: Vec<Ns> = idle.iter().copied().filter(|&x| x > 0).collect();
+        sorted.sort_unstable_by(|a, b| b.cmp(a));
+        let mut acc = 0i128;
+        sorted
+            .into_iter()
+            .find(|&x| {
+                acc += x as i128;
+                2 * acc >= total
+            })
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn half_point_is_the_sorted_walks() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for case in 0..60 {
+            let n = [10, 5_000, 40_000][case % 3];
+            let idle: Vec<Ns> = (0..n)
+                .map(|_| {
+                    let r = next();
+                    match case % 5 {
+                        0 => (r % 7) as Ns * 1_000,       // few values, many equal
+                        1 => (r % 1_000_000) as Ns,       // spread, some zeros
+                        2 => (r >> 2) as Ns,              // full width
+                        3 => 4_000,                       // all equal
+                        _ => ((r % 3) as Ns) << (r % 40), // far apart
+                    }
+                })
+                .collect();
+            let total: i128 = idle.iter().map(|&x| x as i128).sum();
+            if total <= 0 {
+                continue;
+            }
+            assert_eq!(
+                half_point(&idle, total),
+                by_sorting(&idle, total),
+                "case {case}"
+            );
+        }
+    }
 }
