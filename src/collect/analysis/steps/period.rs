@@ -10,7 +10,6 @@ use crate::collect::model::store::Store;
 
 use super::step::quantile;
 
-
 /// How the code moved from one launch stack to the next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StackTurn {
