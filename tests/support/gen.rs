@@ -214,6 +214,20 @@ impl Thread<'_> {
         coll: Option<usize>,
     ) {
         let corr = self.api("cudaLaunchKernel", tm.launch_ns);
+        self.push_op(name, stream, start, end, corr, coll);
+        self.waits_on.remove(&stream);
+    }
+
+    /// An op of launch `corr`, the last so far on its stream.
+    fn push_op(
+        &mut self,
+        name: &str,
+        stream: u32,
+        start: Ns,
+        end: Ns,
+        corr: u64,
+        coll: Option<usize>,
+    ) {
         self.tl.ops.push(Op {
             name: name.to_string(),
             stream,
@@ -223,7 +237,6 @@ impl Thread<'_> {
             coll,
         });
         self.last.insert(stream, self.tl.ops.len() - 1);
-        self.waits_on.remove(&stream);
     }
 
     /// Does the next act; false when blocked on a collective (or done).
@@ -305,15 +318,7 @@ impl Thread<'_> {
                     if let Some(&p) = self.last.get(stream) {
                         start = start.max(self.tl.ops[p].end + tm.spacing_ns);
                     }
-                    self.tl.ops.push(Op {
-                        name: name.clone(),
-                        stream: *stream,
-                        start,
-                        end: start + dur,
-                        corr,
-                        coll: None,
-                    });
-                    self.last.insert(*stream, self.tl.ops.len() - 1);
+                    self.push_op(name, *stream, start, start + dur, corr, None);
                 }
             }
             Act::Leaf(Node::Call(..)) => unreachable!("calls are flattened"),

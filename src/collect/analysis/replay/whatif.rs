@@ -209,18 +209,36 @@ impl Undo {
     }
 }
 
+/// The op each call launched (its last, for a graph launch's), [`NONE`] for none.
+fn op_of_calls(m: &Model) -> Vec<u32> {
+    let mut op_of = vec![NONE; m.calls.len()];
+    for (j, o) in m.ops.iter().enumerate() {
+        if o.call != NONE {
+            op_of[o.call as usize] = j as u32;
+        }
+    }
+    op_of
+}
+
+/// The mean over the steps of the step before less the step after.
+fn mean_diff(before: &[Ns], after: &[Ns]) -> Ns {
+    let n = after.len().max(1) as Ns;
+    before.iter().zip(after).map(|(b, a)| b - a).sum::<Ns>() / n
+}
+
+/// The GPU's busy share of the replayed steps `after`.
+fn busy_share(busy: &[Ns], after: &[Ns]) -> f64 {
+    let total: Ns = after.iter().sum::<Ns>().max(1);
+    (busy.iter().sum::<Ns>() as f64 / total as f64).min(1.0)
+}
+
 /// Applies site `s`'s fix to the model in place; the returned undo puts it back.
 fn apply(m: &mut Model, s: u32, w: WhatIf, seg: &[Ns], own: &[Ns]) -> Undo {
     let mut u = Undo::default();
     match w {
         WhatIf::Fuse => {
             // The op each call launched, to join a call's kernels on their stream.
-            let mut op_of = vec![NONE; m.calls.len()];
-            for (j, o) in m.ops.iter().enumerate() {
-                if o.call != NONE {
-                    op_of[o.call as usize] = j as u32;
-                }
-            }
+            let op_of = op_of_calls(m);
             for t in 0..m.threads.len() {
                 let (first, last, spans) =
                     (m.threads[t].first, m.threads[t].last, m.threads[t].spans);
@@ -383,12 +401,7 @@ fn graphs(m: &mut Model, steps: &Steps, range: std::ops::Range<usize>) -> Undo {
         ops: Vec::with_capacity(m.ops.len()),
     };
     let starts: Vec<Ns> = steps.steps[range].iter().map(|s| s.start).collect();
-    let mut op_of = vec![NONE; m.calls.len()];
-    for (j, o) in m.ops.iter().enumerate() {
-        if o.call != NONE {
-            op_of[o.call as usize] = j as u32;
-        }
-    }
+    let op_of = op_of_calls(m);
     for t in 0..m.threads.len() {
         let (first, last) = (m.threads[t].first, m.threads[t].last);
         // The open graph: its first call and op, and their step.
@@ -517,7 +530,7 @@ pub fn estimate(
         undo.revert(&mut model);
         let diffs: Vec<Ns> = before.iter().zip(&after).map(|(b, a)| b - a).collect();
         let n = diffs.len().max(1) as Ns;
-        let saving = (diffs.iter().sum::<Ns>() / n).max(0);
+        let saving = mean_diff(&before, &after).max(0);
         let moved: Vec<Ns> = diffs
             .iter()
             .zip(&before)
@@ -525,7 +538,7 @@ pub fn estimate(
             .map(|(d, _)| *d)
             .collect();
         let after_total: Ns = after.iter().sum::<Ns>().max(1);
-        let busy_after = (busy.iter().sum::<Ns>() as f64 / after_total as f64).min(1.0);
+        let busy_after = busy_share(&busy, &after);
         let saving_overlapped_ns = (*w == WhatIf::HostWork).then(|| {
             let cut: Ns = before
                 .iter()
@@ -568,10 +581,8 @@ pub fn estimate(
     let after = walls(&model, &t, &anchors, steps, range.clone());
     drop(t);
     undo.revert(&mut model);
-    let n = after.len().max(1) as Ns;
-    let graph_saving_ns = (before.iter().zip(&after).map(|(b, a)| b - a).sum::<Ns>() / n).max(0);
-    let graph_busy_after =
-        (busy.iter().sum::<Ns>() as f64 / after.iter().sum::<Ns>().max(1) as f64).min(1.0);
+    let graph_saving_ns = mean_diff(&before, &after).max(0);
+    let graph_busy_after = busy_share(&busy, &after);
     Some(Estimate {
         json: ReplayJson {
             graph_saving_ns,
@@ -664,8 +675,7 @@ pub fn slow_kernel(
         let t = run(m);
         let after = walls(m, &t, &anchors, steps, range.clone());
         u.revert(m);
-        let n = after.len().max(1) as Ns;
-        before.iter().zip(&after).map(|(b, a)| b - a).sum::<Ns>() / n
+        mean_diff(&before, &after)
     };
     let alone = saving(m, true, None).max(0);
     let added = site.map(|fix| (saving(m, true, Some(fix)) - saving(m, false, Some(fix))).max(0));
