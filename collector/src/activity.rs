@@ -2,7 +2,7 @@
 //! queued for the sender (or dumped for replay tests).
 
 use std::ffi::c_void;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::Ordering::{AcqRel, Relaxed};
 
 use gaptop_wire as w;
 
@@ -98,9 +98,16 @@ pub(crate) unsafe extern "C" fn buffer_completed(
     size: usize,
     valid: usize,
 ) {
+    let running = COLLECTOR.get().map(|c| &c.buffers.completing);
+    if let Some(n) = running {
+        n.fetch_add(1, AcqRel);
+    }
     // SAFETY: CUPTI's arguments as it passed them (the contract above).
     let r =
         std::panic::catch_unwind(|| unsafe { completed_inner(ctx, stream, buffer, size, valid) });
+    if let Some(n) = running {
+        n.fetch_sub(1, AcqRel);
+    }
     if r.is_err() {
         if let Some(c) = COLLECTOR.get() {
             // Inside CUPTI's completion callback, no lock held (the panic dropped them): only

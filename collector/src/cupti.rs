@@ -383,9 +383,17 @@ pub(crate) fn register_buffers(
     check(unsafe { cu::cuptiActivityRegisterCallbacks(Some(requested), Some(completed)) })
 }
 
+/// Held through a flush: one flush at a time. A detach's flush that ran beside the sender's
+/// could find the buffer already taken by it and return before that buffer's records were
+/// queued; collection then went off and they were dropped. Waiting here, the detach's flush
+/// starts once the sender's records are queued. Never taken inside a completion (which calls
+/// no flush), and every caller holds no other lock of ours.
+static FLUSHING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Asks CUPTI to complete its buffers now; `forced` also completes those still being
 /// filled. CUPTI may run the completion callback on this thread, inside this call.
 pub(crate) fn flush_all(forced: bool) -> Result<()> {
+    let _one = FLUSHING.lock().unwrap_or_else(|e| e.into_inner());
     // SAFETY: a plain flag (CUPTI_ACTIVITY_FLAG_FLUSH_FORCED is 1).
     check(unsafe { cu::cuptiActivityFlushAll(forced as u32) })
 }

@@ -49,6 +49,8 @@ use crate::EPOCH;
 
 /// How long a detach waits for the sender to send the rest and close.
 const CLOSE_WAIT: Duration = Duration::from_secs(5);
+/// How long a detach waits for completions running on other threads.
+const COMPLETION_WAIT: Duration = Duration::from_secs(2);
 /// A send to an attached viewer that takes longer than this counts as the viewer gone.
 const SEND_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -262,6 +264,12 @@ pub(crate) fn detach(c: &Collector, st: &mut CuptiState) {
         }
         // No lock held: the completions run here and queue what CUPTI still had.
         let _ = cupti::flush_all(true);
+        // A completion still running on another thread (CUPTI's own) queues its records
+        // only while collection is on.
+        let t = Instant::now();
+        while c.buffers.completing.load(Acquire) > 0 && t.elapsed() < COMPLETION_WAIT {
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
     c.active.store(false, Relaxed);
     let mut l = c.link();

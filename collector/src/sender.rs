@@ -106,9 +106,14 @@ pub(crate) fn sender(c: &'static Collector) {
         // Acquire, against `at_exit`'s Release: once set, the queue taken below holds what
         // the exit flush completed.
         let stopping = c.shutting_down.load(Acquire);
+        // A detach flushes CUPTI, then sets `closing`: seen before the queue is taken, the
+        // take below holds everything the detach flushed, and this pass may say bye. Seen
+        // only later in the pass, records queued after the take would be left behind: this
+        // pass sends, and the next one closes.
+        let close_now = c.link().closing;
         {
             let q = c.out.queue.lock().unwrap_or_else(|e| e.into_inner());
-            if q.batches.is_empty() && !stopping {
+            if q.batches.is_empty() && !stopping && !close_now {
                 let _ = c.out.wake.wait_timeout(q, SEND_PERIOD);
             }
         }
@@ -186,7 +191,7 @@ pub(crate) fn sender(c: &'static Collector) {
         } else {
             c.count_drop(nrec);
         }
-        if closing && fd_open {
+        if close_now && fd_open {
             // A detach: this pass sent what was left; say bye and close.
             let mut bye = Vec::new();
             w::encode_bye(&mut bye, 0);

@@ -132,6 +132,9 @@ pub(crate) struct Buffers {
     pub(crate) out: AtomicUsize,
     /// Milliseconds (since start) when a buffer last completed.
     pub(crate) last_completed_ms: AtomicU64,
+    /// Completions running now (on any thread): a detach waits for them before collection
+    /// goes off, so what they decode is queued, not dropped.
+    pub(crate) completing: AtomicUsize,
     /// Raw CUPTI buffers written here for replay tests (GAPTOP_DUMP), with a byte budget.
     pub(crate) dump: Mutex<Option<(std::fs::File, usize)>>,
     /// Kernel name ids by CUPTI's name pointer; held while a buffer is decoded.
@@ -307,6 +310,7 @@ impl Collector {
                 zeroed: AtomicBool::new(p.zeroed),
                 out: AtomicUsize::new(0),
                 last_completed_ms: AtomicU64::new(0),
+                completing: AtomicUsize::new(0),
                 dump: Mutex::new(p.dump),
                 kernel_names: Mutex::new(HashMap::new()),
                 markers: Mutex::new(Markers::default()),

@@ -345,6 +345,31 @@ fn attach_mid_run_detach_and_attach_again() {
     assert_eq!(result_of(&out), bare_result(&p.dir, &out), "{out}");
 }
 
+/// A detach that comes while the sender's own flush is still handing a buffer over keeps that
+/// buffer's records: the fake's unforced flushes take their buffer and complete it a second
+/// later, so the detach's flush almost always finds none; every kernel record the fake made
+/// reaches the recording (but one, a launch that raced the detach).
+#[test]
+fn a_detach_during_a_slow_flush_keeps_its_records() {
+    let mut p = Program::start("slowflush", &[("FAKE_FLUSH_DELAY_MS", "1000")]);
+    let (code, err) = p.capture_steps(&p.pid.to_string(), "s.rec", 40);
+    assert_stopped(code, &err);
+    let j = report(&p.target, &p.dir.join("s.rec"));
+    let out = p.finish();
+    let made: u64 = out
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix("kernel_records="))
+        .unwrap_or_else(|| panic!("no kernel_records in {out}"))
+        .parse()
+        .unwrap();
+    let got = j["kernels"].as_u64().unwrap();
+    assert!(made >= 40 * 9, "{made} records made\n{out}");
+    assert!(
+        got <= made && got + 1 >= made,
+        "{got} of {made} kernel records\n{err}"
+    );
+}
+
 /// One viewer at a time: an attach while another is active is refused, naming it, and the
 /// list says who is attached.
 #[test]

@@ -91,5 +91,6 @@ t.join()
 for c in children:
     assert c.wait() == 0
 print(f"FAKE launched={done * 9 + 50} callbacks={fake.fake_enabled_callbacks()} result={result} "
-      f"attached={fake.fake_cupti_attached()} finalizes={fake.fake_finalizes(0)}/{fake.fake_finalizes(1)} steps={done}",
+      f"attached={fake.fake_cupti_attached()} finalizes={fake.fake_finalizes(0)}/{fake.fake_finalizes(1)} steps={done} "
+      f"kernel_records={fake.fake_kernel_records()}",
       flush=True)

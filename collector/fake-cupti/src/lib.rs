@@ -93,6 +93,9 @@ static ATTACHED: AtomicBool = AtomicBool::new(false);
 /// `cuptiFinalize` calls made at an API callback's exit site, and elsewhere.
 static FINALIZES: AtomicU32 = AtomicU32::new(0);
 static FINALIZES_ELSEWHERE: AtomicU32 = AtomicU32::new(0);
+/// Kernel records made (kernel records on at the launch), for a test to match against what
+/// a viewer got.
+static KERNEL_RECORDS: AtomicU32 = AtomicU32::new(0);
 
 thread_local! {
     /// This thread is inside the subscriber's callback for an API call's exit.
@@ -237,9 +240,22 @@ pub extern "C" fn cuptiActivityDisable(kind: cu::CUpti_ActivityKind) -> R {
 }
 
 #[no_mangle]
-pub extern "C" fn cuptiActivityFlushAll(_flag: u32) -> R {
+pub extern "C" fn cuptiActivityFlushAll(flag: u32) -> R {
     touch();
-    flush();
+    // FAKE_FLUSH_DELAY_MS=N: an unforced flush takes its buffer, then hands it over N ms later,
+    // as a slow completion would: another flush meanwhile finds no buffer to complete.
+    let delay = std::env::var("FAKE_FLUSH_DELAY_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|_| flag == 0);
+    match delay {
+        Some(ms) => {
+            let buf = lock().buffer.take();
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+            complete(buf);
+        }
+        None => flush(),
+    }
     R::CUPTI_SUCCESS
 }
 
@@ -414,10 +430,13 @@ unsafe fn callback(domain: u32, cbid: u32, enter: bool, corr: u32, symbol: *cons
 
 /// Hands the buffer being filled to the collector.
 fn flush() {
-    let (complete, buf) = {
-        let mut s = lock();
-        (s.complete, s.buffer.take())
-    };
+    let buf = lock().buffer.take();
+    complete(buf);
+}
+
+/// Hands a buffer taken from the state (address, size, used) to the collector.
+fn complete(buf: Option<(usize, usize, usize)>) {
+    let complete = lock().complete;
     if let (Some(complete), Some((p, size, used))) = (complete, buf) {
         unsafe { complete(std::ptr::null_mut(), 0, p as *mut u8, size, used) };
     }
@@ -506,6 +525,7 @@ pub unsafe extern "C" fn fake_launch(kernel: *const c_char, dur_ns: u64) -> u32 
         k.contextId = 1;
         k.name = symbol;
         record(&k);
+        KERNEL_RECORDS.fetch_add(1, Relaxed);
     }
     corr
 }
@@ -552,6 +572,12 @@ pub extern "C" fn fake_finalizes(elsewhere: u32) -> u32 {
     } else {
         FINALIZES.load(Relaxed)
     }
+}
+
+/// Kernel records made since the start.
+#[no_mangle]
+pub extern "C" fn fake_kernel_records() -> u32 {
+    KERNEL_RECORDS.load(Relaxed)
 }
 
 // ------------------------------------------------------------------ NVTX
