@@ -503,6 +503,53 @@ fn a_newcomers_path_at_80x24_and_160x48() {
     }
 }
 
+/// The newcomer's `b` on three public traces, at 80x24 and 160x48: it selects a gap of the
+/// function the report names first ("Fix first"), says so, and (where the details are wide
+/// enough) the gap's launch stack holds it.
+#[test]
+fn b_finds_the_reports_top_site_on_public_traces() {
+    for name in [
+        "kineto-2021-resnet50.json.gz",
+        "backward_bound.json.gz",
+        "shape_planning.json.gz",
+    ] {
+        let path = support::root().join("tests/data/kineto").join(name);
+        let j = support::report_json(&path, &[]);
+        let site = j["advice"][0]["site"].as_str().unwrap().to_string();
+        let function = site.split("  ").next().unwrap().to_string();
+        for (w, h) in [(80u16, 24u16), (160, 48)] {
+            let s = Session::start(
+                &format!("{} open {}", env!("CARGO_BIN_EXE_gaptop"), path.display()),
+                w,
+                h,
+            );
+            s.wait_for("What to fix");
+            s.keys(&["b"]);
+            let screen = s.wait_for("the top recurring code");
+            assert!(
+                screen.contains(&format!(
+                    "biggest gap of {function}, the top recurring code"
+                )),
+                "{name} {w}x{h}: {site}\n{screen}"
+            );
+            let details = screen
+                .lines()
+                .skip_while(|l| !l.contains("Details"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            // At 80 columns the stack is cut before the frame it was charged to.
+            assert!(
+                w < 160
+                    || details.contains(&format!("launch stack: {function}"))
+                    || details.contains(&format!("‹ {function}")),
+                "{name} {w}x{h}: the gap's stack holds {function}\n{screen}"
+            );
+            s.keys(&["q"]);
+            s.wait_for("GAPTOP_EXIT=0");
+        }
+    }
+}
+
 /// `open` takes the report's window (`--from`, `--to`) and `z` still shows all of the capture;
 /// a window past the end is refused before the screen is taken.
 #[test]

@@ -740,8 +740,15 @@ fn details_describe_the_selected_tree_node() {
         text.contains("of gap time (") && text.contains(" in 60 gaps, 0ns of kernel time"),
         "{text}"
     );
+    // The stack over two rows where it needs them, broken between frames.
     assert!(
-        text.contains("called from: cudaMemsetAsync_v3020 ‹ Conv1D.forward  pytorch_utils.py:119 ‹ GPT2Attention.forward"),
+        text.contains(
+            "│called from: cudaMemsetAsync_v3020 ‹ Conv1D.forward  pytorch_utils.py:119 "
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("│‹ GPT2Attention.forward  modeling_gpt2.py:185 ‹ GPT2Block.forward"),
         "{text}"
     );
     assert!(

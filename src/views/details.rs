@@ -22,9 +22,9 @@ fn tone_lines(lines: &[(Tone, String)], w: usize) -> Vec<Line<'static>> {
 /// The lines in `h` rows of `w` characters, by what matters most on a short pane: first a
 /// row each for the frame (and its figures) or stack (where) and the verdict (why, and the
 /// fix), then the rest
-/// of the verdict wrapped, then a row each for the others (the launching call, the ops
-/// around, the CPU) while rows are left; in their order, each cut to a row, a verdict cut
-/// short ending in `…`.
+/// of the verdict wrapped, then a second row of the stack, then a row each for the others (the
+/// launching call, the ops around, the CPU) while rows are left; in their order, each cut to a
+/// row, a verdict or stack cut short ending in `…`.
 fn fit_lines(lines: &[(Tone, String)], h: usize, w: usize) -> Vec<Line<'static>> {
     let w = w.max(1);
     let wrapped: Vec<Vec<String>> = lines
@@ -34,6 +34,7 @@ fn fit_lines(lines: &[(Tone, String)], h: usize, w: usize) -> Vec<Line<'static>>
                 .into_iter()
                 .map(|spans| spans.iter().map(|x| x.content.as_ref()).collect())
                 .collect(),
+            Tone::Stack => stack_rows(s, w),
             _ => vec![cut(s, w)],
         })
         .collect();
@@ -64,8 +65,20 @@ fn fit_lines(lines: &[(Tone, String)], h: usize, w: usize) -> Vec<Line<'static>>
             give(&mut rows, i, 1);
         }
     }
-    let mut out = Vec::new();
+    // A stack's second row, where one is left: `d` shows it whole.
     for (i, (t, _)) in lines.iter().enumerate() {
+        if *t == Tone::Stack && rows[i] > 0 {
+            give(&mut rows, i, wrapped[i].len().min(2) - 1);
+        }
+    }
+    let mut out = Vec::new();
+    for (i, (t, s)) in lines.iter().enumerate() {
+        if *t == Tone::Stack && rows[i] == 1 {
+            // One row: as much of the stack as fits, not only its first whole frames; the
+            // framework's frames between the op and the user's code first left out.
+            out.push(Line::styled(cut(&to_user_code(s, w), w), tone_style(*t)));
+            continue;
+        }
         let shown = &wrapped[i][..rows[i]];
         for (k, l) in shown.iter().enumerate() {
             let l = if k + 1 == rows[i] && rows[i] < wrapped[i].len() {
@@ -77,6 +90,53 @@ fn fit_lines(lines: &[(Tone, String)], h: usize, w: usize) -> Vec<Line<'static>>
         }
     }
     out
+}
+
+/// A stack line too long for `w` characters with the frames that name no source line (the
+/// framework's: `aten::…`, `<built-in …>`, CUDA calls) between its first frame and the first
+/// that does (the user's code) shown as one `…`; as it was when it fits or has none such.
+fn to_user_code(s: &str, w: usize) -> String {
+    const SEP: &str = " ‹ ";
+    if s.chars().count() <= w {
+        return s.to_string();
+    }
+    let frames: Vec<&str> = s.split(SEP).collect();
+    let sourced = |f: &str| {
+        f.rsplit_once(':')
+            .is_some_and(|(file, line)| file.contains('.') && line.parse::<u32>().is_ok())
+    };
+    match frames.iter().skip(1).position(|f| sourced(f)) {
+        Some(k) if k >= 2 => {
+            let mut v = vec![frames[0], "…"];
+            v.extend(&frames[k + 1..]);
+            v.join(SEP)
+        }
+        _ => s.to_string(),
+    }
+}
+
+/// A stack line (frames joined by ` ‹ `) in rows of `w` characters, broken between frames; a
+/// frame longer than a row is cut.
+fn stack_rows(s: &str, w: usize) -> Vec<String> {
+    const SEP: &str = " ‹ ";
+    let mut rows: Vec<String> = Vec::new();
+    let mut row = String::new();
+    for (k, frame) in s.split(SEP).enumerate() {
+        let piece = if k == 0 {
+            frame.to_string()
+        } else {
+            format!("{SEP}{frame}")
+        };
+        let fits = row.chars().count() + piece.chars().count() <= w;
+        if !row.is_empty() && !fits {
+            rows.push(std::mem::take(&mut row));
+            row = format!("‹ {frame}");
+        } else {
+            row.push_str(&piece);
+        }
+    }
+    rows.push(row);
+    rows.into_iter().map(|r| cut(&r, w)).collect()
 }
 
 pub fn draw(f: &mut Frame, area: Rect, app: &App) {
@@ -223,4 +283,35 @@ pub fn draw_full(f: &mut Frame, area: Rect, app: &App) {
             .scroll((app.details_scroll, 0)),
         area,
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STACK: &str = "launch stack: aten::_cudnn_attention_forward ‹ aten::sdpa ‹ <built-in function sdpa> ‹ attend  a.py:24 ‹ forward  a.py:51";
+
+    #[test]
+    fn a_cut_stack_skips_the_frameworks_frames_to_the_users_code() {
+        assert_eq!(
+            to_user_code(STACK, 60),
+            "launch stack: aten::_cudnn_attention_forward ‹ … ‹ attend  a.py:24 ‹ forward  a.py:51"
+        );
+        // Whole where it fits; as it was where the user's code comes second already.
+        assert_eq!(to_user_code(STACK, 200), STACK);
+        let near = "launch stack: aten::mm ‹ attend  a.py:24 ‹ forward  a.py:51";
+        assert_eq!(to_user_code(near, 20), near);
+    }
+
+    #[test]
+    fn a_stack_wraps_between_frames() {
+        let rows = stack_rows(STACK, 70);
+        assert_eq!(
+            rows,
+            [
+                "launch stack: aten::_cudnn_attention_forward ‹ aten::sdpa",
+                "‹ <built-in function sdpa> ‹ attend  a.py:24 ‹ forward  a.py:51",
+            ]
+        );
+    }
 }
