@@ -4,10 +4,11 @@
 # pause, a full core of this machine's two, for the whole run. Each clone gets its own target
 # folder (removed after its run) and ../shared beside it, as CI has. Stops at the first failure.
 #   bench/ci-soak.sh [N=5] [LOG_DIR=/tmp/ci-soak] [COMMIT=HEAD]
+# (GAPTOP_REPO=PATH names the checkout when the script runs from a copy elsewhere.)
 set -uo pipefail
 n="${1:-5}"
 logs="${2:-/tmp/ci-soak}"
-repo="$(cd "$(dirname "$0")/.." && pwd)"
+repo="${GAPTOP_REPO:-$(cd "$(dirname "$0")/.." && pwd)}"
 commit="$(git -C "$repo" rev-parse --short "${3:-HEAD}")"
 shared="$(cd "$repo/../shared" && pwd)"
 mkdir -p "$logs"
