@@ -308,20 +308,25 @@ pub fn advise(store: &Store, s: &Summary, n: usize) -> Vec<Advice> {
             };
             // Across the steady steps: how often, how much a step, and what a fix saves.
             let (recurring, steps_present, per_step_ns, saving_ns, one_offs) = if steady > 0 {
-                // Each steady step's figures (none: 0), laid out once.
-                let mut each = vec![(0, 0); steady as usize];
-                for (site, _) in &f.sites {
-                    if let Some(leaf) = s.leaves.get(site) {
-                        leaf.per_step.add_each(&mut each);
+                // Each steady step's gap time (none: 0), then what a fix would remove of it,
+                // one list at a time: a capture's steps can be a third of its ops.
+                let each = |removable: bool| {
+                    let mut each = vec![0; steady as usize];
+                    for (site, _) in &f.sites {
+                        if let Some(leaf) = s.leaves.get(site) {
+                            leaf.per_step.add_one(&mut each, removable);
+                        }
                     }
-                }
-                let present = each.iter().filter(|v| v.0 > 0).count() as u32;
-                let per_step = |pick: fn(&(Ns, Ns)) -> Ns| median(each.iter().map(pick).collect());
+                    each
+                };
+                let gaps = each(false);
+                let present = gaps.iter().filter(|&&v| v > 0).count() as u32;
+                let per_step_gap = median(gaps);
                 let recurring = 2 * present >= steady;
                 let saving = match verdict {
                     _ if !recurring => 0,
-                    Verdict::LaunchBound => per_step(|v| v.1),
-                    Verdict::HostWork | Verdict::Sync | Verdict::SlowLaunch => per_step(|v| v.0),
+                    Verdict::LaunchBound => median(each(true)),
+                    Verdict::HostWork | Verdict::Sync | Verdict::SlowLaunch => per_step_gap,
                     _ => 0,
                 };
                 let one_offs = if recurring {
@@ -332,7 +337,7 @@ pub fn advise(store: &Store, s: &Summary, n: usize) -> Vec<Advice> {
                 (
                     recurring,
                     Some(present),
-                    Some(per_step(|v| v.0)),
+                    Some(per_step_gap),
                     Some(saving),
                     one_offs,
                 )

@@ -136,6 +136,26 @@ impl PerStep {
         each
     }
 
+    /// [`PerStep::add_each`] for one of the two figures: a step's gap time, or with
+    /// `removable` what a fix would remove of it. Half the room of both, for a caller that
+    /// needs one at a time.
+    pub fn add_one(&self, each: &mut [Ns], removable: bool) {
+        for &(i, kept, gap) in self.runs.iter() {
+            if let Some(e) = each.get_mut(i as usize) {
+                *e += if removable {
+                    gap as Ns - kept as Ns
+                } else {
+                    gap as Ns
+                };
+            }
+        }
+        for &(i, a, b) in &self.wide {
+            if let Some(e) = each.get_mut(i as usize) {
+                *e += if removable { b } else { a };
+            }
+        }
+    }
+
     /// Adds its entries to each step's figures in `each` (steps past its end left out): the
     /// figures of several sites together, without a list of all their entries.
     pub fn add_each(&self, each: &mut [(Ns, Ns)]) {
