@@ -139,3 +139,37 @@ fn one_rank_has_no_rank_summary() {
     assert!(!a.ranks_shown);
     assert!(a.message.contains("one rank"), "{}", a.message);
 }
+
+/// Enter on a `[rank N]` row of the rank level walks that rank's gaps alone: on HTA's public
+/// two-rank trace, whose ranks launch from the same stacks, a kernel's row splits by rank, and
+/// the walk under `[rank 1]` holds as many gaps as that row, none of rank 0's.
+#[test]
+fn enter_on_a_rank_row_walks_that_ranks_gaps() {
+    let dir = support::root().join("tests/data/kineto/hta-two-ranks");
+    let store = load_paths(&[dir], usize::MAX).unwrap();
+    let mut a = App::new(store, SourceState::File);
+    a.refresh(true);
+    a.settle();
+    a.update(Action::Search);
+    for ch in "[rank 1".chars() {
+        a.update(Action::SearchChar(ch));
+    }
+    a.update(Action::SearchEnd);
+    let node = a.selected_node().expect("a [rank 1] row");
+    let (want, parent) = {
+        let t = &a.cache.as_ref().unwrap().tree;
+        assert_eq!(a.store.names.get(t.nodes[node].frame), "[rank 1]");
+        (t.nodes[node].gaps, t.nodes[node].parent)
+    };
+    // Its kernel's row holds rank 0's gaps too.
+    let both = a.cache.as_ref().unwrap().tree.nodes[parent].gaps;
+    assert!(
+        both > want,
+        "{both} gaps under the kernel, {want} of rank 1"
+    );
+    a.update(Action::Enter);
+    assert_eq!(a.filtered_total(), Some(want));
+    let f = a.node_filter.as_ref().unwrap();
+    assert_eq!(f.rank, Some(1));
+    assert!(f.name.contains("[rank 1]"), "{}", f.name);
+}

@@ -1550,7 +1550,7 @@ fn a_tree_node_filter_holds_every_gap_of_the_node() {
         )),
         "{s}"
     );
-    let keys = &a.node_filter.as_ref().unwrap().1;
+    let keys = &a.node_filter.as_ref().unwrap().keys;
     assert!(a
         .listed_gaps()
         .iter()

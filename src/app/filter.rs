@@ -41,7 +41,7 @@ impl App {
                     || self
                         .node_filter
                         .as_ref()
-                        .is_some_and(|(_, keys)| !keys.contains(&key))
+                        .is_some_and(|f| !f.holds(&self.store, &g))
                 {
                     return;
                 }

@@ -1,7 +1,7 @@
 //! The gap list and walking gaps: selection, sorting, `n`/`N` over the whole store, the
 //! biggest gap, and the tree-node filter that limits the walk.
 
-use super::state::{tree_key, App, Focus, GapKey, GapSort, SelGap};
+use super::state::{tree_key, App, Focus, GapKey, GapSort, NodeFilter, SelGap};
 use crate::collect::analysis::advice::site_key_of;
 use crate::collect::analysis::gaps::{self, Gap};
 use crate::units::{fmt_ns, Ns};
@@ -158,7 +158,11 @@ impl App {
                 crate::collect::analysis::advice::site_key_of(&self.store, stack, api, op) == a.key
             })
             .collect();
-        self.node_filter = Some((a.site.clone(), keys));
+        self.node_filter = Some(NodeFilter {
+            name: a.site.clone(),
+            keys,
+            rank: None,
+        });
         self.refresh_filter();
         let count = self.filtered_total().unwrap_or(0);
         self.message = format!(
@@ -282,7 +286,7 @@ impl App {
             return false;
         }
         let in_node = match &self.node_filter {
-            Some((_, keys)) => keys.contains(&tree_key(g)),
+            Some(f) => f.holds(&self.store, g),
             None => true,
         };
         in_node && self.gap_holds_query(g)
@@ -292,7 +296,7 @@ impl App {
     pub fn highlighted(&self, g: &Gap) -> bool {
         self.node_filter
             .as_ref()
-            .is_some_and(|(_, k)| k.contains(&tree_key(g)))
+            .is_some_and(|f| f.holds(&self.store, g))
     }
 
     /// The next (dir > 0) or previous gap after the selected gap (or the cursor), over the

@@ -146,8 +146,8 @@ pub struct App {
     /// The call tree without native frames.
     pub hide_native: bool,
     pub tree_state: TreeState<usize>,
-    /// Leaf keys of the tree node whose gaps `n`/`N` walk.
-    pub node_filter: Option<(String, HashSet<GapKey>)>,
+    /// The tree node (or What-to-fix row) whose gaps `n`/`N` walk.
+    pub node_filter: Option<NodeFilter>,
     /// The call tree search being typed (`/`), and which of its matches is selected.
     pub search: Option<String>,
     pub(super) search_hit: usize,
@@ -221,6 +221,24 @@ pub type GapKey = (StackId, NameId, NameId);
 
 pub(super) fn tree_key(g: &Gap) -> GapKey {
     (g.stack, g.api, g.op_name)
+}
+
+/// The gaps `n`/`N` walk: those launched from one of `keys`, and where the node lies under a
+/// rank of the tree's rank level, from that rank alone (ranks share their stacks).
+pub struct NodeFilter {
+    pub name: String,
+    pub keys: HashSet<GapKey>,
+    pub rank: Option<i32>,
+}
+
+impl NodeFilter {
+    pub(super) fn holds(&self, store: &Store, g: &Gap) -> bool {
+        self.keys.contains(&tree_key(g))
+            && self.rank.is_none_or(|r| {
+                let proc = store.lanes[g.lane].key.proc as usize;
+                store.procs.get(proc).is_some_and(|p| p.rank == r)
+            })
+    }
 }
 
 impl App {

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use tui_tree_widget::TreeState;
 
 use super::cache::Cache;
-use super::state::{App, Focus, GapKey};
+use super::state::{App, Focus, GapKey, NodeFilter};
 use super::tree::TreeRow;
 use crate::collect::analysis::gaps::Gap;
 use crate::collect::model::records::NameId;
@@ -139,6 +139,11 @@ impl App {
             }
             n = t.nodes[n].parent;
         };
+        // A rank row lies below its leaf (the rank level): that leaf's site.
+        let above: HashSet<usize> = std::iter::successors(Some(node), |&n| {
+            (n != 0 && n < t.nodes.len()).then(|| t.nodes[n].parent)
+        })
+        .collect();
         // Every launch site of the window (not only those of the list's longest gaps) whose
         // displayed path passes through the node.
         let keys: HashSet<_> = c
@@ -148,13 +153,36 @@ impl App {
                 if self.inverted {
                     self.inverted_path_has(key, node)
                 } else {
-                    under(leaf)
+                    under(leaf) || above.contains(&leaf)
                 }
             })
             .map(|(key, _)| key)
             .collect();
         let name = pretty_frame(self.store.names.get(t.nodes[node].frame));
-        self.node_filter = Some((name.clone(), keys));
+        // Under a rank of the rank level (the node itself or a frame above it): that rank's.
+        let rank = {
+            let mut n = node;
+            loop {
+                let frame = self.store.names.get(t.nodes[n].frame);
+                if let Some(r) = frame
+                    .strip_prefix("[rank ")
+                    .and_then(|x| x.strip_suffix(']'))
+                    .and_then(|x| x.parse::<i32>().ok())
+                    .filter(|&r| self.store.rank_frame(r) == Some(t.nodes[n].frame))
+                {
+                    break Some(r);
+                }
+                if n == 0 || n >= t.nodes.len() {
+                    break None;
+                }
+                n = t.nodes[n].parent;
+            }
+        };
+        self.node_filter = Some(NodeFilter {
+            name: name.clone(),
+            keys,
+            rank,
+        });
         self.refresh_filter();
         let count = self.filtered_total().unwrap_or(0);
         self.message = format!(

@@ -47,7 +47,7 @@ impl App {
             total,
             fmt_short(total_ns),
             match &self.node_filter {
-                Some((n, _)) => format!(" under {}", crate::frames::cut(n, 32)),
+                Some(f) => format!(" under {}", crate::frames::cut(&f.name, 32)),
                 None => String::new(),
             },
             match &self.gap_query {
