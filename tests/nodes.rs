@@ -192,3 +192,30 @@ fn recordings_of_different_jobs_are_refused() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("joins only other recordings"), "{err}");
 }
+
+/// The nodes' recordings read one after another and three at once give the same report, byte
+/// for byte (each is read into a store of its own and joined in the files' order).
+#[test]
+fn node_recordings_read_at_once_join_as_read_one_by_one() {
+    let dir = tempdir("nodes-threads");
+    let files = [node(&dir, 0, 0), node(&dir, 1, 5_000 * US)];
+    let report = |threads: usize| {
+        let out = std::process::Command::new(bin())
+            .arg("report")
+            .args(&files)
+            .args(["--format", "json", "--full"])
+            .env("GAPTOP_READ_THREADS", threads.to_string())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    };
+    let one = report(1);
+    assert!(String::from_utf8_lossy(&one).contains("rank1_step"));
+    assert_eq!(one, report(3));
+    let _ = std::fs::remove_dir_all(dir);
+}

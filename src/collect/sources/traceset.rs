@@ -195,23 +195,43 @@ fn joined(mut store: Store, reads: &[Read]) -> anyhow::Result<Store> {
 /// Loads the recordings of a job's nodes (one `gaptop record` a node, at least two) as one
 /// capture: each node's processes keep their ranks (the collectors' `RANK`), and each node's
 /// clock is aligned on the collectives as a rank set's are (a node's processes share its
-/// clock, so they move together).
+/// clock, so they move together). [`read_threads`] recordings are read at once, each into a
+/// store of its own, taken into the capture in the files' order: the same capture however
+/// many are read at once.
 pub fn load_recordings(files: &[PathBuf], source: &str, budget: usize) -> anyhow::Result<Store> {
+    load_recordings_with(files, source, budget, read_threads())
+}
+
+/// [`load_recordings`] reading `threads` recordings at once.
+pub fn load_recordings_with(
+    files: &[PathBuf],
+    source: &str,
+    budget: usize,
+    threads: usize,
+) -> anyhow::Result<Store> {
     let mut store = Store::new(budget);
     store.source = source.to_string();
     let mut reads: Vec<Read> = Vec::new();
-    for path in files {
-        let (first, ops) = (store.procs.len() as u32, store.total_ops);
-        super::recording::read_file(path, &mut store)
-            .map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))?;
+    let read = |i: usize| -> anyhow::Result<Store> {
+        let mut one = Store::new(budget);
+        one.source = source.to_string();
+        super::recording::read_file(&files[i], &mut one)
+            .map_err(|e| anyhow::anyhow!("{}: {e:#}", files[i].display()))?;
+        Ok(one)
+    };
+    super::in_order::run(files.len(), threads, read, |i, got| {
+        let one = got?;
+        let path = &files[i];
+        let ops = one.total_ops;
+        let map = store.intern_all_of(&one);
+        let procs = store.absorb(one, &map, None);
         let label = file_label(path);
-        let procs = first..store.procs.len() as u32;
         if procs.is_empty() {
             bail!("{}: a recording without a program in it", path.display());
         }
         // One program without RANK in its environment: its rank from the file's name.
         if let (1, Some(r)) = (procs.len(), rank_in_name(&label)) {
-            let p = &mut store.procs[first as usize];
+            let p = &mut store.procs[procs.start as usize];
             if p.rank < 0 {
                 p.rank = r;
             }
@@ -220,14 +240,15 @@ pub fn load_recordings(files: &[PathBuf], source: &str, budget: usize) -> anyhow
             path: path.clone(),
             header: Header::default(),
             procs,
-            ops: store.total_ops - ops,
+            ops,
         };
         if read.ops == 0 {
             let why = format!("recording without GPU ops ({label})");
             *store.skipped.entry(why).or_insert(0) += 1;
         }
         reads.push(read);
-    }
+        Ok(())
+    })?;
     store.finish_bulk();
     if store.total_ops == 0 {
         bail!("{source}: the recordings hold no GPU ops");

@@ -26,6 +26,7 @@
 
 mod anchors;
 mod build;
+mod graph;
 mod model;
 mod run;
 #[cfg(test)]

@@ -110,3 +110,14 @@ impl Model {
         &self.threads[self.calls[call as usize].thread as usize]
     }
 }
+
+/// The op each call launched (its last, for a graph launch's), [`NONE`] for none.
+pub fn op_of_calls(m: &Model) -> Vec<u32> {
+    let mut op_of = vec![NONE; m.calls.len()];
+    for (j, o) in m.ops.iter().enumerate() {
+        if o.call != NONE {
+            op_of[o.call as usize] = j as u32;
+        }
+    }
+    op_of
+}
