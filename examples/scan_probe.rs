@@ -1,6 +1,6 @@
 //! Where import time goes: the splitter alone, then splitter plus serde, on one file.
 //! cargo run --release --example scan_probe -- FILE
-use gaptop::collect::sources::jsonscan::Scanner;
+use gaptop_core::sources::jsonscan::Scanner;
 use std::time::Instant;
 fn main() {
     let p = std::env::args().nth(1).expect("FILE");
@@ -10,7 +10,7 @@ fn main() {
         .unwrap();
     let split = t.elapsed().as_secs_f64();
     let t = Instant::now();
-    let mut b = gaptop::collect::sources::kineto::Builder::new(usize::MAX, "probe");
+    let mut b = gaptop_core::sources::kineto::Builder::new(usize::MAX, "probe");
     Scanner::new(std::fs::File::open(&p).unwrap())
         .for_each_event(|e, _| b.event(e))
         .unwrap();

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use gaptop_wire::Frame;
 
-use crate::collect::sources::live::{self, LiveEvent};
-use crate::collect::sources::recording::{Sink, Writer};
-use crate::files::{left_as_it_was, refuse_input, Output};
+use gaptop_core::files::{left_as_it_was, refuse_input, Output};
+use gaptop_core::sources::live::{self, LiveEvent};
+use gaptop_core::sources::recording::{Sink, Writer};
 
 #[derive(Default, Debug)]
 pub struct Totals {
@@ -24,7 +24,7 @@ pub struct Totals {
     pub dropped: u64,
     pub errors: Vec<String>,
     /// Native frames are named before they are written, so the recording reads anywhere.
-    pub symbols: crate::collect::sources::symbols::Symbolizer,
+    pub symbols: gaptop_core::sources::symbols::Symbolizer,
     /// Lag reports from the collectors, in ms.
     pub lags: Vec<u64>,
 }
@@ -41,7 +41,7 @@ pub fn record_event<W: std::io::Write>(
         LiveEvent::Frames(conn, frames) => {
             for mut f in frames {
                 if let Frame::Name { text, .. } = &mut f {
-                    if crate::collect::sources::symbols::is_native(text) {
+                    if gaptop_core::sources::symbols::is_native(text) {
                         *text = t.symbols.resolve(text);
                     }
                 }
@@ -67,7 +67,7 @@ pub fn record_event<W: std::io::Write>(
         LiveEvent::Closed(_, None) => {}
         LiveEvent::Output(line) => println!("{line}"),
         LiveEvent::Exited(s) => return Ok(Some(s)),
-        LiveEvent::Notice(s) => crate::say!("gaptop: {s}"),
+        LiveEvent::Notice(s) => gaptop_core::say!("gaptop: {s}"),
     }
     t.dropped = drops.values().sum();
     Ok(None)
@@ -93,7 +93,7 @@ fn open_trapped(
     ] {
         signal_hook::flag::register_usize(sig, signalled.clone(), sig as usize)?;
     }
-    crate::files::signals_taken();
+    gaptop_core::files::signals_taken();
     Ok((file, w, signalled))
 }
 
@@ -108,9 +108,9 @@ fn finish(
 ) -> anyhow::Result<bool> {
     if t.ops == 0 {
         for e in &t.errors {
-            crate::say!("gaptop: {e}");
+            gaptop_core::say!("gaptop: {e}");
         }
-        crate::say!(
+        gaptop_core::say!(
             "gaptop: {nothing}; nothing recorded, {}",
             left_as_it_was(out)
         );
@@ -197,12 +197,14 @@ fn record_to(
             } else {
                 ""
             };
-            crate::say!("gaptop: stopped by signal {sig}{so_far}");
+            gaptop_core::say!("gaptop: stopped by signal {sig}{so_far}");
             stopped_by = Some(128 + sig as i32);
             break;
         }
         if duration.is_some_and(|d| started.elapsed().as_secs_f64() >= d) {
-            crate::say!("gaptop: --duration reached; the program continues without the collector");
+            gaptop_core::say!(
+                "gaptop: --duration reached; the program continues without the collector"
+            );
             break;
         }
     }
@@ -220,7 +222,7 @@ fn record_to(
         } else {
             ""
         };
-        crate::say!("gaptop: the command ended: {why}{holds}");
+        gaptop_core::say!("gaptop: the command ended: {why}{holds}");
     }
     // A signal's status (130 for SIGINT, 143 for SIGTERM) whatever was recorded: a script
     // that runs `gaptop record` stops as it would have; the command's status; 1 for a
@@ -238,14 +240,14 @@ fn record_to(
 /// What a recording got: errors, then one line of totals, then the live lag.
 fn say_totals(t: &Totals, bytes: u64, out: &Path) {
     for e in &t.errors {
-        crate::say!("gaptop: {e}");
+        gaptop_core::say!("gaptop: {e}");
     }
     let ranges = if t.ranges > 0 {
         format!(", {} NVTX ranges", t.ranges)
     } else {
         String::new()
     };
-    crate::say!(
+    gaptop_core::say!(
         "gaptop: recorded {} GPU ops, {} API calls and {} CPU samples{ranges} from {} process(es), {} dropped, {} bytes -> {}",
         t.ops,
         t.apis,
@@ -258,7 +260,7 @@ fn say_totals(t: &Totals, bytes: u64, out: &Path) {
     if !t.lags.is_empty() {
         let mut l = t.lags.clone();
         l.sort_unstable();
-        crate::say!(
+        gaptop_core::say!(
             "gaptop: live lag (a GPU op's end to its record leaving the program): median {} ms, max {} ms over {} reports",
             l[l.len() / 2],
             l[l.len() - 1],
@@ -276,7 +278,7 @@ pub fn capture(
     target: &str,
     out: &Path,
     duration: Duration,
-    samples: Option<crate::collect::sources::cpu::SamplerConfig>,
+    samples: Option<gaptop_core::sources::cpu::SamplerConfig>,
 ) -> anyhow::Result<i32> {
     capture_to(target, out, duration, samples)
         .map_err(|e| anyhow::anyhow!("{e:#}; {}", left_as_it_was(out)))
@@ -286,17 +288,17 @@ fn capture_to(
     target: &str,
     out: &Path,
     duration: Duration,
-    samples: Option<crate::collect::sources::cpu::SamplerConfig>,
+    samples: Option<gaptop_core::sources::cpu::SamplerConfig>,
 ) -> anyhow::Result<i32> {
-    use crate::collect::sources::attach;
+    use gaptop_core::sources::attach;
     let d = attach::find(target)?;
     let (file, mut w, signalled) = open_trapped(out)?;
     let mut a = attach::attach(&d, &attach::who("capture"), samples)?;
-    crate::say!(
+    gaptop_core::say!(
         "gaptop: attached to pid {} ({}); recording for {}",
         d.pid,
         d.label,
-        crate::units::fmt_ns(duration.as_nanos() as i64)
+        gaptop_core::units::fmt_ns(duration.as_nanos() as i64)
     );
     let started = Instant::now();
     let mut t = Totals::default();
@@ -317,7 +319,9 @@ fn capture_to(
         }
         let sig = signalled.load(Ordering::Relaxed);
         if sig != 0 {
-            crate::say!("gaptop: stopped by signal {sig}; detaching, and keeping what arrived");
+            gaptop_core::say!(
+                "gaptop: stopped by signal {sig}; detaching, and keeping what arrived"
+            );
             stopped_by = Some(128 + sig as i32);
             break;
         }
@@ -334,7 +338,7 @@ fn capture_to(
     while let Ok(ev) =
         a.rx.recv_timeout(until.saturating_duration_since(Instant::now()))
     {
-        let closed = matches!(ev, LiveEvent::Closed(c, _) if c != crate::collect::sources::cpu::stream::SAMPLER_CONN);
+        let closed = matches!(ev, LiveEvent::Closed(c, _) if c != gaptop_core::sources::cpu::stream::SAMPLER_CONN);
         record_event(&mut w, &mut t, &mut drops, ev)?;
         if closed {
             break;
@@ -349,11 +353,11 @@ fn capture_to(
         "no GPU ops arrived: did the program run kernels meanwhile?",
     )?;
     if ended {
-        crate::say!("gaptop: pid {} ended during the capture", d.pid);
+        gaptop_core::say!("gaptop: pid {} ended during the capture", d.pid);
     } else if let Err(e) = detached {
-        crate::say!("gaptop: {e:#}");
+        gaptop_core::say!("gaptop: {e:#}");
     } else {
-        crate::say!("gaptop: detached; pid {} runs on, dormant", d.pid);
+        gaptop_core::say!("gaptop: detached; pid {} runs on, dormant", d.pid);
     }
     Ok(match stopped_by {
         Some(code) => code,
@@ -441,8 +445,8 @@ mod tests {
         let ok = std::process::ExitStatus::from_raw(0);
         assert_eq!((ended_badly(ok), exit_code(ok)), (None, 0));
     }
-    use crate::collect::model::store::Store;
-    use crate::collect::sources::recording::read_into;
+    use gaptop_core::model::store::Store;
+    use gaptop_core::sources::recording::read_into;
 
     /// Native frames are named before they are written, so a recording opened on another
     /// machine does not need the libraries; lag reports are collected for the summary.

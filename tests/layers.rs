@@ -23,7 +23,7 @@ fn layer(module: &str) -> Option<u8> {
     })
 }
 
-/// The top-level module a source file belongs to (`src/collect/sources/nsys/mod.rs` is `collect`).
+/// The top-level module a source file belongs to (`core/src/sources/nsys/mod.rs` is `collect`).
 fn module_of(src: &Path, file: &Path) -> String {
     let rel = file.strip_prefix(src).unwrap();
     let first = rel
@@ -129,10 +129,10 @@ fn modules_depend_in_one_direction() {
 #[test]
 fn the_check_catches_an_upward_import() {
     // What the issue asks the test to catch: `use crate::app` added under collect.
-    let text = "use crate::collect::model::store::Store;\nuse crate::app::App;\n";
+    let text = "use crate::model::store::Store;\nuse crate::app::App;\n";
     assert_eq!(
-        violations("collect", "src/collect/x.rs", text),
-        vec!["src/collect/x.rs:2: collect uses crate::app"]
+        violations("collect", "core/src/x.rs", text),
+        vec!["core/src/x.rs:2: collect uses crate::app"]
     );
     // Paths in expressions count too; comments and other crates' names do not.
     let text = "let k = crate::views::short_kernel(x); // crate::app\nuse gaptop_crate::app;\n";
@@ -141,10 +141,10 @@ fn the_check_catches_an_upward_import() {
         vec!["src/report.rs:1: report uses crate::views"]
     );
     assert!(violations("views", "src/views/mod.rs", "use crate::app::App;").is_empty());
-    assert!(violations("collect", "src/collect/a.rs", "use crate::units::Ns;").is_empty());
+    assert!(violations("collect", "core/src/a.rs", "use crate::units::Ns;").is_empty());
 }
 
-/// The stage of `collect` a file is in (`src/collect/sources/kineto.rs` is `sources`).
+/// The stage of `collect` a file is in (`core/src/sources/kineto.rs` is `sources`).
 fn stage_of(src: &Path, file: &Path) -> Option<String> {
     let rel = file.strip_prefix(src.join("collect")).ok()?;
     let first = rel.components().next()?.as_os_str().to_string_lossy();
@@ -211,7 +211,7 @@ fn lines_before_tests(rel: &Path, text: &str) -> usize {
 }
 
 /// The module path of a file under a crate's `src` (`collect/model/store.rs` is
-/// `collect::model::store`, a `mod.rs` its folder's, `lib.rs` the root's); None for test
+/// `model::store`, a `mod.rs` its folder's, `lib.rs` the root's); None for test
 /// files and a binary's root.
 fn module_path(src: &Path, file: &Path) -> Option<Vec<String>> {
     let rel = file.strip_prefix(src).ok()?;
@@ -528,16 +528,15 @@ fn no_file_holds_over_700_lines_before_its_tests() {
 #[test]
 fn the_checks_catch_a_reader_importing_analysis_and_a_circle() {
     // A reader that reaches into the analysis, and the analysis into a reader.
-    let text =
-        "use crate::collect::model::store::Store;\nuse crate::collect::analysis::gaps::Gap;\n";
+    let text = "use crate::model::store::Store;\nuse crate::analysis::gaps::Gap;\n";
     assert_eq!(
-        stage_violations("sources", "src/collect/sources/kineto.rs", text),
-        vec!["src/collect/sources/kineto.rs:2: sources uses collect::analysis"]
+        stage_violations("sources", "core/src/sources/kineto.rs", text),
+        vec!["core/src/sources/kineto.rs:2: sources uses analysis"]
     );
-    let text = "let k = crate::collect::sources::kineto::load(p); // collect::sources\n";
+    let text = "let k = crate::sources::kineto::load(p); // sources\n";
     assert_eq!(stage_violations("analysis", "a.rs", text).len(), 1);
     assert_eq!(stage_violations("model", "m.rs", text).len(), 1);
-    assert!(stage_violations("sources", "s.rs", "use crate::collect::model::store;").is_empty());
+    assert!(stage_violations("sources", "s.rs", "use crate::model::store;").is_empty());
 
     // Two modules that import each other, through `super`, a group and a child's name.
     let m = |s: &str| s.split("::").map(str::to_string).collect::<Vec<String>>();

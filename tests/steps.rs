@@ -3,11 +3,9 @@
 
 use std::path::Path;
 
-use gaptop::collect::analysis::steps::{self, StepSource, Steps};
-use gaptop::collect::model::records::{
-    ApiCall, ApiKind, GpuOp, LaneKey, Ns, OpKind, Span, StackId,
-};
-use gaptop::collect::model::store::Store;
+use gaptop_core::analysis::steps::{self, StepSource, Steps};
+use gaptop_core::model::records::{ApiCall, ApiKind, GpuOp, LaneKey, Ns, OpKind, Span, StackId};
+use gaptop_core::model::store::Store;
 
 /// Builds a one-process, one-stream store: ops one after another, each launched shortly
 /// before it starts from a given stack.
@@ -584,7 +582,7 @@ fn root() -> &'static Path {
 }
 
 fn load(p: &str) -> Store {
-    gaptop::collect::sources::load_path(&root().join(p), usize::MAX).unwrap()
+    gaptop_core::sources::load_path(&root().join(p), usize::MAX).unwrap()
 }
 
 /// The hand-made fixture: one call of `forward` (with `attn` and `mlp` in it), 6 ops; not a

@@ -21,13 +21,13 @@ use std::time::{Duration, Instant};
 use super::cache::{Analysed, AnalysisKey, Cache, DisplayKey};
 use super::state::{App, MAX_GAPS};
 use super::tree::{build_rows, path_ids};
-use crate::collect::analysis::advice::{self, Diagnosis};
-use crate::collect::analysis::gaps::{self, Window};
-use crate::collect::analysis::steps::{self, Steps};
-use crate::collect::analysis::summary;
-use crate::collect::analysis::tree::CallTree;
-use crate::collect::model::store::Store;
-use crate::units::Ns;
+use gaptop_core::analysis::advice::{self, Diagnosis};
+use gaptop_core::analysis::gaps::{self, Window};
+use gaptop_core::analysis::steps::{self, Steps};
+use gaptop_core::analysis::summary;
+use gaptop_core::analysis::tree::CallTree;
+use gaptop_core::model::store::Store;
+use gaptop_core::units::Ns;
 
 /// Most ops one analysis reads: a wider window is analysed around the cursor (a few seconds of
 /// work, on a thread of its own).
@@ -88,10 +88,10 @@ pub fn analyse(
         .as_deref()
         .and_then(|st| advice::replay_advice(store, st, &mut advice));
     let comm = {
-        let c = crate::collect::analysis::comm::analyze(store, lo, hi);
+        let c = gaptop_core::analysis::comm::analyze(store, lo, hi);
         (c.ranks >= 2).then_some(c)
     };
-    let ranks = crate::collect::analysis::ranks::summarize(store, lo, hi, comm.as_ref());
+    let ranks = gaptop_core::analysis::ranks::summarize(store, lo, hi, comm.as_ref());
     Analysed {
         key,
         span: (lo, hi),
@@ -269,7 +269,7 @@ impl App {
         (c.analyzed != whole).then(|| {
             format!(
                 "panes: the {} around the cursor",
-                crate::units::fmt_short(c.analyzed.1 - c.analyzed.0)
+                gaptop_core::units::fmt_short(c.analyzed.1 - c.analyzed.0)
             )
         })
     }
@@ -345,7 +345,7 @@ impl App {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::collect::analysis::steps::{Step, StepSource};
+    use gaptop_core::analysis::steps::{Step, StepSource};
 
     #[test]
     fn the_windows_steps_are_those_whole_in_it() {

@@ -7,14 +7,14 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use super::tree::TreeRow;
-use crate::collect::analysis::advice::Advice;
-use crate::collect::analysis::comm::CommReport;
-use crate::collect::analysis::gaps::{Config, Gap};
-use crate::collect::analysis::ranks::RankRow;
-use crate::collect::analysis::steps::Steps;
-use crate::collect::analysis::summary::Summary;
-use crate::collect::analysis::tree::CallTree;
-use crate::units::Ns;
+use gaptop_core::analysis::advice::Advice;
+use gaptop_core::analysis::comm::CommReport;
+use gaptop_core::analysis::gaps::{Config, Gap};
+use gaptop_core::analysis::ranks::RankRow;
+use gaptop_core::analysis::steps::Steps;
+use gaptop_core::analysis::summary::Summary;
+use gaptop_core::analysis::tree::CallTree;
+use gaptop_core::units::Ns;
 
 /// What an analysis is of: the window, the threshold, the gaps' basis, how steps are found,
 /// and the data.
@@ -47,7 +47,7 @@ pub struct Analysed {
     pub steps: Option<Steps>,
     pub advice: Vec<Advice>,
     /// The replay of the window's steady steps and each replayed site's fix.
-    pub replay: Option<crate::collect::analysis::replay::Estimate>,
+    pub replay: Option<gaptop_core::analysis::replay::Estimate>,
     pub comm: Option<CommReport>,
     /// The ranks side by side (empty with fewer than two).
     pub ranks: Vec<RankRow>,

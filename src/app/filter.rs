@@ -7,8 +7,8 @@ use std::collections::HashMap;
 
 use super::cache::Filtered;
 use super::state::{tree_key, App, GapKey, MAX_GAPS};
-use crate::collect::analysis::gaps::{self, Gap, Window};
-use crate::units::fmt_short;
+use gaptop_core::analysis::gaps::{self, Gap, Window};
+use gaptop_core::units::fmt_short;
 
 impl App {
     /// Finds the filters' gaps in the window the panes describe (none without a filter).
@@ -100,7 +100,11 @@ impl App {
             .as_ref()
             .and_then(|c| c.filtered.as_ref())
             .map_or((0, 0), |f| (f.count, f.ns));
-        format!("{} ({})", crate::units::count(n, "gap"), fmt_short(ns))
+        format!(
+            "{} ({})",
+            gaptop_core::units::count(n, "gap"),
+            fmt_short(ns)
+        )
     }
 
     /// Enter or Esc while typing a gap filter: the filter stays (Esc again clears it).

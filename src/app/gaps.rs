@@ -2,9 +2,9 @@
 //! biggest gap, and the tree-node filter that limits the walk.
 
 use super::state::{tree_key, App, Focus, GapKey, GapSort, SelGap};
-use crate::collect::analysis::advice::site_key_of;
-use crate::collect::analysis::gaps::{self, Gap};
-use crate::units::{fmt_ns, Ns};
+use gaptop_core::analysis::advice::site_key_of;
+use gaptop_core::analysis::gaps::{self, Gap};
+use gaptop_core::units::{fmt_ns, Ns};
 
 impl App {
     pub(super) fn apply_sort(&mut self) {
@@ -155,7 +155,7 @@ impl App {
             .iter()
             .flat_map(|c| c.top_down().leaves().map(|(k, _)| k))
             .filter(|&(stack, api, op)| {
-                crate::collect::analysis::advice::site_key_of(&self.store, stack, api, op) == a.key
+                gaptop_core::analysis::advice::site_key_of(&self.store, stack, api, op) == a.key
             })
             .collect();
         self.node_filter = Some((a.site.clone(), keys));
@@ -163,7 +163,7 @@ impl App {
         let count = self.filtered_total().unwrap_or(0);
         self.message = format!(
             "walking {} of {} (n/N go round; esc clears)",
-            crate::units::count(count, "gap"),
+            gaptop_core::units::count(count, "gap"),
             a.site
         );
         self.focus = Focus::Gaps;

@@ -15,14 +15,14 @@ use super::cache::{Analysed, AnalysisKey, Cache, CaptureSteps};
 use super::cause::Cause;
 use super::keymap::KeyMap;
 use super::view::model::ViewModel;
-use crate::collect::analysis::advice::Diagnosis;
-use crate::collect::analysis::gaps::{Config, Gap};
-use crate::collect::analysis::replay::StepPicture;
-use crate::collect::model::records::{NameId, Ns, StackId};
-use crate::collect::model::store::Store;
-use crate::collect::sources::ingest::Ingest;
 use crate::export::ExportJob;
-use crate::units::fmt_ns;
+use gaptop_core::analysis::advice::Diagnosis;
+use gaptop_core::analysis::gaps::{Config, Gap};
+use gaptop_core::analysis::replay::StepPicture;
+use gaptop_core::model::records::{NameId, Ns, StackId};
+use gaptop_core::model::store::Store;
+use gaptop_core::sources::ingest::Ingest;
+use gaptop_core::units::fmt_ns;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Focus {
@@ -245,7 +245,7 @@ impl App {
             })
             // One rank's trace of a run of several: the others' traces show its waits.
             .or_else(|| {
-                let ranks = crate::collect::sources::kineto::OTHER_RANKS;
+                let ranks = gaptop_core::sources::kineto::OTHER_RANKS;
                 store.notes.iter().find(|n| n.contains(ranks)).cloned()
             })
             // Records dropped for their times.

@@ -13,8 +13,8 @@ use ratatui::Terminal;
 use super::keymap::Action;
 use super::msg::{Effect, MouseKind, Msg};
 use super::state::{App, SourceState};
-use crate::collect::sources::attach::Attachment;
-use crate::collect::sources::live::{Launch, LiveEvent};
+use gaptop_core::sources::attach::Attachment;
+use gaptop_core::sources::live::{Launch, LiveEvent};
 use gaptop_wire::Frame;
 
 pub use super::ending::{exit_status, stop_flag};
@@ -224,7 +224,7 @@ where
             Feed::Attached(a) => {
                 dirty |= drain(app, &a.rx, Duration::from_millis(30));
                 if app.source == SourceState::Live
-                    && !crate::collect::sources::attach::alive(a.target.pid)
+                    && !gaptop_core::sources::attach::alive(a.target.pid)
                 {
                     app.update(Msg::ProgramEnded(format!("pid {} ended", a.target.pid)));
                     dirty = true;
@@ -234,7 +234,7 @@ where
                 dirty |= drain(app, &l.rx, Duration::from_millis(30));
                 if app.source == SourceState::Live {
                     if let Ok(Some(st)) = l.child.try_wait() {
-                        let how = crate::collect::sources::live::how_it_ended(st);
+                        let how = gaptop_core::sources::live::how_it_ended(st);
                         app.update(Msg::ProgramEnded(how));
                         dirty = true;
                     }
@@ -396,20 +396,20 @@ pub fn run_with(
         drop(term);
     }
     if app.export_job.is_some() {
-        crate::say!("gaptop: finishing the export before quitting");
+        gaptop_core::say!("gaptop: finishing the export before quitting");
     }
     if let Some(m) = app.finish_export() {
-        crate::say!("gaptop: {m}");
+        gaptop_core::say!("gaptop: {m}");
     }
     if let Feed::Attached(a) = &mut feed {
         // Quit, or killed, or hung up: either way the program runs on, dormant again.
         let pid = a.target.pid;
         match a.detach() {
-            Ok(()) if crate::collect::sources::attach::alive(pid) => {
-                crate::say!("gaptop: detached; pid {pid} runs on, dormant")
+            Ok(()) if gaptop_core::sources::attach::alive(pid) => {
+                gaptop_core::say!("gaptop: detached; pid {pid} runs on, dormant")
             }
             Ok(()) => {}
-            Err(e) => crate::say!("gaptop: {e:#}"),
+            Err(e) => gaptop_core::say!("gaptop: {e:#}"),
         }
     }
     if let Feed::Live(l) = &mut feed {
@@ -421,10 +421,10 @@ pub fn run_with(
             if let Ok(None) = l.child.try_wait() {
                 let pid = nix::unistd::Pid::from_raw(l.child.id() as i32);
                 let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-                crate::say!("gaptop: stopped the program (pid {pid}) on signal");
+                gaptop_core::say!("gaptop: stopped the program (pid {pid}) on signal");
             }
         } else if let Ok(None) = l.child.try_wait() {
-            crate::say!(
+            gaptop_core::say!(
                 "gaptop: {} (pid {}) keeps running without the collector{}",
                 app.store
                     .procs
@@ -553,7 +553,7 @@ fn first_op_start(f: &Frame) -> Option<u64> {
 pub fn demo_feed(bytes: &'static [u8], opts: DemoOptions) -> Receiver<LiveEvent> {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let Ok(mut r) = crate::collect::sources::recording::Reader::new(bytes) else {
+        let Ok(mut r) = gaptop_core::sources::recording::Reader::new(bytes) else {
             return;
         };
         let mut frames = Vec::new();
@@ -575,9 +575,9 @@ pub fn demo_feed(bytes: &'static [u8], opts: DemoOptions) -> Receiver<LiveEvent>
         }
         // Laps after the first replay the steady steps, from the first one on, each lap
         // starting a step's length after the last one ended.
-        let mut store = crate::collect::model::store::Store::new(usize::MAX);
-        let _ = crate::collect::sources::recording::read_into(bytes, &mut store);
-        let steps = crate::collect::analysis::steps::find(&store, lo as i64, hi as i64, None);
+        let mut store = gaptop_core::model::store::Store::new(usize::MAX);
+        let _ = gaptop_core::sources::recording::read_into(bytes, &mut store);
+        let steps = gaptop_core::analysis::steps::find(&store, lo as i64, hi as i64, None);
         let (from, end) = match &steps {
             Some(s) if !s.steady().is_empty() => {
                 let first = s.steps[s.steady().start].start.max(0) as u64;
@@ -633,7 +633,7 @@ mod tests {
     /// ops, and say the definitions and the goodbye only once.
     #[test]
     fn demo_laps_read_as_one_longer_run() {
-        let mut r = crate::collect::sources::recording::Reader::new(
+        let mut r = gaptop_core::sources::recording::Reader::new(
             &include_bytes!("../../assets/gpt2.rec")[..],
         )
         .unwrap();

@@ -2,10 +2,10 @@
 //! what a fix saves a step and the fix), why, and what else is worth doing with the capture in
 //! a line; and the sentences of the rows below, each fix and each cause said once.
 
-use crate::collect::analysis::advice::Advice;
-use crate::collect::analysis::verdict::Verdict;
-use crate::frames::cut as short;
-use crate::units::fmt_short as t;
+use gaptop_core::analysis::advice::Advice;
+use gaptop_core::analysis::verdict::Verdict;
+use gaptop_core::frames::cut as short;
+use gaptop_core::units::fmt_short as t;
 
 use super::json::JsonReport;
 
@@ -176,7 +176,7 @@ fn capture_after(j: &JsonReport, a: &Advice) -> Option<String> {
 /// launch-bound or the graphs would save at least twice its fix: ` A CUDA graph of …`.
 fn graph_line(j: &JsonReport, a: &Advice) -> Option<String> {
     let r = j.replay.as_ref().filter(|r| r.graph_saving_ns > 0)?;
-    let launch_bound = a.verdict == crate::collect::analysis::verdict::Verdict::LaunchBound;
+    let launch_bound = a.verdict == gaptop_core::analysis::verdict::Verdict::LaunchBound;
     if !launch_bound && r.graph_saving_ns < 2 * a.saving_ns.unwrap_or(0) {
         return None;
     }
@@ -252,7 +252,7 @@ pub fn lines(j: &JsonReport) -> [String; 3] {
         Some(r) => format!("Why: {r}."),
         None => format!("Why: {}", what(a)),
     };
-    if let Some(c) = crate::collect::analysis::advice::cpu_line(a) {
+    if let Some(c) = gaptop_core::analysis::advice::cpu_line(a) {
         let c = short(&c, 110);
         let stop = if c.ends_with('…') { "" } else { "." };
         second.push_str(&format!(" {c}{stop}"));
@@ -273,7 +273,7 @@ pub fn lines(j: &JsonReport) -> [String; 3] {
         // any verdict but a busy GPU's.
         .filter(|b| match j.steps {
             Some(_) => b.saving_ns.is_some_and(|s| s >= worth),
-            None => b.verdict != crate::collect::analysis::verdict::Verdict::Busy,
+            None => b.verdict != gaptop_core::analysis::verdict::Verdict::Busy,
         })
         .take(3)
         .map(|b| {

@@ -22,10 +22,10 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::collect::analysis::gaps::{device_gaps, device_idle, Basis, Category, Config, Window};
-use crate::collect::model::records::OpKind;
-use crate::collect::model::store::Store;
-use crate::units::Ns;
+use gaptop_core::analysis::gaps::{device_gaps, device_idle, Basis, Category, Config, Window};
+use gaptop_core::model::records::OpKind;
+use gaptop_core::model::store::Store;
+use gaptop_core::units::Ns;
 
 /// A GPU as the DCGM exporter labels it: `gpu`, and its `UUID` where it can be known
 /// (`serve::gpus`; empty, so absent to Prometheus, where not).
@@ -273,7 +273,7 @@ impl Metrics {
                 .get_or_create(&GpuLabels { gpu, UUID: uuid })
                 .inc_by(kernels);
         }
-        if let Some(steps) = crate::collect::analysis::steps::find(store, lo, hi, None) {
+        if let Some(steps) = gaptop_core::analysis::steps::find(store, lo, hi, None) {
             for s in &steps.steps {
                 self.steps.observe(secs(s.wall()));
             }
@@ -336,7 +336,7 @@ impl Metrics {
     }
 
     fn add_sites(&self, store: &Store, w: Window, cfg: &Config) {
-        let s = crate::collect::analysis::summary::summarize(store, w, cfg, 0);
+        let s = gaptop_core::analysis::summary::summarize(store, w, cfg, 0);
         let folded = crate::report::folded(store, &s);
         let mut sites = self.sites.lock().unwrap_or_else(|e| e.into_inner());
         for line in folded.lines() {

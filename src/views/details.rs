@@ -10,7 +10,7 @@ use ratatui::Frame;
 use super::style::{cause_color, tone_style};
 use crate::app::view::{DetailsVm, Tone};
 use crate::app::App;
-use crate::frames::cut;
+use gaptop_core::frames::cut;
 
 fn tone_lines(lines: &[(Tone, String)], w: usize) -> Vec<Line<'static>> {
     lines

@@ -117,7 +117,7 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App) -> (u16, u16) {
             buf.set_string(
                 x0 + c,
                 y,
-                crate::frames::cut(name, w),
+                gaptop_core::frames::cut(name, w),
                 Style::default().fg(Color::Black).bg(Color::Green),
             );
         }

@@ -8,9 +8,9 @@ use super::model::{StatusVm, ViewModel};
 use crate::app::keymap::Action;
 use crate::app::layout;
 use crate::app::state::{App, Focus, SourceState};
-use crate::collect::model::records::NameId;
-use crate::frames::pretty_frame;
-use crate::units::fmt_short;
+use gaptop_core::frames::pretty_frame;
+use gaptop_core::model::records::NameId;
+use gaptop_core::units::fmt_short;
 
 impl App {
     /// Recomputes the window's analysis when the window, threshold or data changed (live data
@@ -247,7 +247,7 @@ impl App {
             mode: format!(" {} ", mode),
             middle: format!(
                 " {} │ {} │ {} ops │ ",
-                crate::frames::cut(&st.source, 20),
+                gaptop_core::frames::cut(&st.source, 20),
                 fmt_short(span),
                 st.capture_ops()
             ),

@@ -7,11 +7,13 @@ use crate::app::cache::Cache;
 use crate::app::cause::Cause;
 use crate::app::state::{App, Focus};
 use crate::app::tree::tree_share;
-use crate::collect::analysis::advice;
-use crate::collect::analysis::gaps::Gap;
-use crate::collect::analysis::oncpu;
-use crate::frames::{is_native_frame, is_plumbing, is_unnamed_native, pretty_frame, short_kernel};
-use crate::units::{fmt_ns, fmt_short, Ns};
+use gaptop_core::analysis::advice;
+use gaptop_core::analysis::gaps::Gap;
+use gaptop_core::analysis::oncpu;
+use gaptop_core::frames::{
+    is_native_frame, is_plumbing, is_unnamed_native, pretty_frame, short_kernel,
+};
+use gaptop_core::units::{fmt_ns, fmt_short, Ns};
 
 /// The details pane's comparison with another capture: what a step takes in each, then the
 /// launching functions whose idle a step changed most.
@@ -45,7 +47,7 @@ fn compare_details(d: &crate::diff::DiffJson) -> DetailsVm {
     DetailsVm::Compare {
         title: format!(
             " Compared with {}: a {} at a time (w: what to fix, the gap) ",
-            crate::frames::cut(&d.b.source, 60),
+            gaptop_core::frames::cut(&d.b.source, 60),
             d.per
         ),
         lines,
@@ -151,7 +153,7 @@ impl App {
                 .map(|&(f, share)| (self.store.names.get(f), share))
                 .filter(|(f, _)| !is_plumbing(f))
                 .collect();
-            match crate::collect::analysis::oncpu::headline(&shared) {
+            match gaptop_core::analysis::oncpu::headline(&shared) {
                 Some(line) => format!(
                     "CPU during gap: {line} ({} samples), on CPU {:.0}% of the gap",
                     d.samples,
@@ -215,7 +217,7 @@ impl App {
                 format!(
                     "{} of gap time ({share:.1}%) in {}, {} of kernel time",
                     fmt_short(node.gap_ns),
-                    crate::units::count(node.gaps, "gap"),
+                    gaptop_core::units::count(node.gaps, "gap"),
                     fmt_short(node.kernel_ns)
                 ),
             ),

@@ -6,16 +6,16 @@ use ratatui::layout::Rect;
 use super::model::{GapListVm, GapRow};
 use crate::app::cause::Cause;
 use crate::app::state::{App, GapSort};
-use crate::collect::analysis::gaps::Gap;
-use crate::frames::{pretty_frame, short_kernel};
-use crate::units::fmt_short;
+use gaptop_core::analysis::gaps::Gap;
+use gaptop_core::frames::{pretty_frame, short_kernel};
+use gaptop_core::units::fmt_short;
 
 impl App {
     /// The innermost Python frame of a gap's launch stack (not the profiler's), or the API name.
     fn launch_site(&self, g: &Gap) -> String {
         let frames = self.store.stacks.frames(g.stack);
         let names: Vec<&str> = frames.iter().map(|&f| self.store.names.get(f)).collect();
-        if let Some(f) = crate::collect::analysis::patterns::python_site(&names) {
+        if let Some(f) = gaptop_core::analysis::patterns::python_site(&names) {
             return f.to_string();
         }
         frames
@@ -47,11 +47,11 @@ impl App {
             total,
             fmt_short(total_ns),
             match &self.node_filter {
-                Some((n, _)) => format!(" under {}", crate::frames::cut(n, 32)),
+                Some((n, _)) => format!(" under {}", gaptop_core::frames::cut(n, 32)),
                 None => String::new(),
             },
             match &self.gap_query {
-                Some(q) => format!(" holding {:?}", crate::frames::cut(q, 16)),
+                Some(q) => format!(" holding {:?}", gaptop_core::frames::cut(q, 16)),
                 None => String::new(),
             },
             if (gaps.len() as u64) < total {
@@ -180,9 +180,9 @@ impl Columns {
             s += &format!("{at:>8} ");
         }
         if self.before {
-            s += &format!("{:<14} ", crate::frames::cut(before, 14));
+            s += &format!("{:<14} ", gaptop_core::frames::cut(before, 14));
         }
-        s + &crate::frames::cut_frame(site, self.site.max(1))
+        s + &gaptop_core::frames::cut_frame(site, self.site.max(1))
     }
 }
 

@@ -5,7 +5,7 @@ use ratatui::layout::Rect;
 
 use super::model::{RankListVm, RankRowVm};
 use crate::app::state::App;
-use crate::units::fmt_short;
+use gaptop_core::units::fmt_short;
 
 impl App {
     /// The rank summary for a pane of `area` (inside its frame), while it is shown.

@@ -6,8 +6,8 @@ use ratatui::layout::Rect;
 use super::model::{RateVm, StepCell};
 use crate::app::layout::LABEL_W;
 use crate::app::state::App;
-use crate::collect::analysis::{gaps, rate};
-use crate::units::{fmt_short, Ns};
+use gaptop_core::analysis::{gaps, rate};
+use gaptop_core::units::{fmt_short, Ns};
 
 /// Eighths of a one-row sparkline cell for a fraction of its full height: the nearest eighth,
 /// but never none for a value above zero (a GPU 10% busy must not look idle).

@@ -7,8 +7,8 @@ use ratatui::layout::Rect;
 use super::model::{Cell, CellKind, LaneRow, OpTone, TimelineVm};
 use crate::app::layout::LABEL_W;
 use crate::app::state::ReplayStep;
-use crate::collect::model::records::Ns;
-use crate::units::fmt_short;
+use gaptop_core::model::records::Ns;
+use gaptop_core::units::fmt_short;
 
 /// The intervals as disjoint ones, in order.
 fn union(ops: &[(Ns, Ns)]) -> Vec<(Ns, Ns)> {

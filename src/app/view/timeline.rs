@@ -9,9 +9,9 @@ use super::model::{Cell, CellKind, LaneRow, OpTone, TimelineVm};
 use crate::app::cause::Cause;
 use crate::app::layout::LABEL_W;
 use crate::app::state::App;
-use crate::collect::analysis::gaps;
-use crate::collect::model::records::{OpKind, FLAG_COMM};
-use crate::units::{fmt_ns, fmt_short};
+use gaptop_core::analysis::gaps;
+use gaptop_core::model::records::{OpKind, FLAG_COMM};
+use gaptop_core::units::{fmt_ns, fmt_short};
 
 /// The fewest columns an op needs for its name to be drawn on it.
 const NAME_MIN_COLS: u16 = 6;
@@ -39,11 +39,11 @@ impl App {
             }
             let (c0, c1) = (col_of(o.start).max(free), col_of(o.end - 1) + 1);
             if c1 >= c0 + NAME_MIN_COLS {
-                let name = crate::frames::short_kernel(self.store.names.get(o.name));
+                let name = gaptop_core::frames::short_kernel(self.store.names.get(o.name));
                 // Whole, or cut where enough of it is left to read.
                 let w = (c1 - c0) as usize;
                 if name.chars().count() <= w || w >= NAME_CUT_COLS {
-                    names.push((c0, crate::frames::cut(&name, w)));
+                    names.push((c0, gaptop_core::frames::cut(&name, w)));
                     free = c1;
                 }
             }
@@ -65,7 +65,7 @@ impl App {
             title: if relative {
                 format!(
                     " GPU timeline  {} + {}  (ticks from the window start)  {cursor} {}",
-                    crate::units::fmt_at(self.lo - origin, self.width() / 100),
+                    gaptop_core::units::fmt_at(self.lo - origin, self.width() / 100),
                     fmt_ns(self.width()),
                     self.panes_note()
                         .map(|n| format!("· {n} "))
@@ -181,7 +181,10 @@ impl App {
                 cells.push(cell);
             }
             vm.rows.push(LaneRow {
-                label: crate::frames::cut(&self.store.lane_label(lane), (LABEL_W - 1) as usize),
+                label: gaptop_core::frames::cut(
+                    &self.store.lane_label(lane),
+                    (LABEL_W - 1) as usize,
+                ),
                 cells,
                 names: self.op_names(lane, cols, &col_of),
             });
