@@ -8,7 +8,7 @@
 //!   gaps, the steps and what to fix), with times, frames and messages.
 //! - [`report`], [`pprof`], [`diff`] and [`gate`]: the headless report, its pprof profile,
 //!   the comparison of two captures and its regression verdict.
-//! - [`export`], [`record`] and [`serve`]: the Chrome-trace export, `gaptop record` and
+//! - [`export`], [`recorder`] and [`serve`]: the Chrome-trace export, `gaptop record` and
 //!   `capture`, and `gaptop serve`'s Prometheus metrics.
 //! - [`app`]: the terminal UI's model (state, messages, one `update`, the view model) and its
 //!   terminal loop.
@@ -23,7 +23,7 @@ pub mod diff;
 pub mod export;
 pub mod gate;
 pub mod pprof;
-pub mod record;
+pub mod recorder;
 pub mod report;
 pub mod serve;
 pub mod views;

@@ -184,7 +184,7 @@ pub fn build_steps(
     let (d, (launches, comm)) = std::thread::scope(|scope| {
         let side = scope.spawn(|| {
             let (lo, hi) = gaptop_core::analysis::gaps::window_extent(store, abs);
-            let c = gaptop_core::analysis::comm::analyze(store, lo, hi);
+            let c = gaptop_core::analysis::comm::analyse(store, lo, hi);
             (launch_coverage(store, lo, hi), (c.ranks >= 2).then_some(c))
         });
         let d = gaptop_core::analysis::advice::diagnose(store, abs, cfg, top.max(200), step_by);

@@ -3,7 +3,7 @@
 
 mod support;
 
-use gaptop::app::view::DetailsVm;
+use gaptop::app::viewmodel::DetailsVm;
 use gaptop::app::{Action, App, SourceState};
 use gaptop_core::sources::load_path;
 use support::{asset, render};

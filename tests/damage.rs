@@ -12,7 +12,7 @@ use std::process::Command;
 
 use gaptop_core::analysis::gaps::{Config, Window};
 use gaptop_core::model::store::Store;
-use gaptop_core::sources::recfile::{HEAD, TAIL};
+use gaptop_core::sources::recording::bytes::{HEAD, TAIL};
 use gaptop_core::sources::recording::{read_into, ReadNote, Reader, Writer};
 use serde_json::Value;
 
@@ -413,7 +413,7 @@ fn a_header_claiming_past_the_end_costs_only_itself() {
         let (st, whole) = read(&r5).unwrap();
         let mut forged = Vec::new();
         let len = (r5.len() as u32 + 100).to_le_bytes();
-        gaptop_core::sources::recfile::put_record(
+        gaptop_core::sources::recording::bytes::put_record(
             &mut forged,
             1,
             &[len[0], len[1], len[2], len[3], gaptop_wire::TAG_OPS],

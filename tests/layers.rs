@@ -542,7 +542,7 @@ fn the_checks_catch_a_reader_importing_analysis_and_a_circle() {
     let m = |s: &str| s.split("::").map(str::to_string).collect::<Vec<String>>();
     let modules = [
         m("app"),
-        m("app::view"),
+        m("app::viewmodel"),
         m("app::keys"),
         m("collect"),
         m("units"),
@@ -554,26 +554,26 @@ fn the_checks_catch_a_reader_importing_analysis_and_a_circle() {
     let view =
         "use super::{keys::Key, App};\npub(super) fn f() {}\npub(in crate::collect) fn g() {}\n";
     let keys = "use crate::units::{self, Ns};\n";
-    for (name, text) in [("app", app), ("app::view", view), ("app::keys", keys)] {
+    for (name, text) in [("app", app), ("app::viewmodel", view), ("app::keys", keys)] {
         let me = m(name);
         graph.insert(me.clone(), imports(&me, &named_paths(&me, text), &modules));
     }
     assert_eq!(
         graph[&m("app")],
-        [m("app::view"), m("units")].into_iter().collect()
+        [m("app::viewmodel"), m("units")].into_iter().collect()
     );
     assert_eq!(
-        graph[&m("app::view")],
+        graph[&m("app::viewmodel")],
         [m("app"), m("app::keys")].into_iter().collect()
     );
     assert_eq!(graph[&m("app::keys")], [m("units")].into_iter().collect());
-    let c = circle(&graph).expect("app and app::view import each other");
+    let c = circle(&graph).expect("app and app::viewmodel import each other");
     assert!(
-        c == "app -> app::view -> app" || c == "app::view -> app -> app::view",
+        c == "app -> app::viewmodel -> app" || c == "app::viewmodel -> app -> app::viewmodel",
         "{c}"
     );
     // Without the view's `App`, no circle.
-    graph.insert(m("app::view"), [m("app::keys")].into_iter().collect());
+    graph.insert(m("app::viewmodel"), [m("app::keys")].into_iter().collect());
     assert_eq!(circle(&graph), None);
 
     // Lines before the tests: an inline test module ends the count, a declaration does not.

@@ -1,6 +1,6 @@
 //! The window's analysis as the panes read it: [`Cache`] (its gaps, its call tree and the tree
 //! pane's rows, a filter's gaps), and what an analysis is of ([`AnalysisKey`]) and found
-//! ([`Analysed`]). Apart from `analyze`, which makes them, so that the state can hold them and
+//! ([`Analysed`]). Apart from `analysing`, which makes them, so that the state can hold them and
 //! the code that reads them does not import the code that makes them.
 
 use std::collections::HashMap;
@@ -79,7 +79,7 @@ pub struct Cache {
     pub rows: Vec<TreeRow>,
     pub built: Instant,
     /// The part of the window the panes describe (all of it unless it held too many ops).
-    pub analyzed: (Ns, Ns),
+    pub analysed: (Ns, Ns),
     /// Communication stalls across ranks in that part (None with fewer than two ranks).
     pub comm: Option<CommReport>,
     /// The ranks side by side in that part, in rank order (empty with fewer than two): the

@@ -33,7 +33,7 @@ impl App {
         let longest_first = |a: &Gap, b: &Gap| b.dur().cmp(&a.dur()).then(a.start.cmp(&b.start));
         gaps::window_gaps(
             &self.store,
-            Window::new(c.analyzed.0, c.analyzed.1),
+            Window::new(c.analysed.0, c.analysed.1),
             &self.cfg,
             |g| {
                 let key = tree_key(&g);

@@ -4,7 +4,7 @@
 //! names, what a fix saves a step, and the fix.
 
 use super::state::{App, Focus};
-use super::view::model::{DetailsVm, FixRow};
+use super::viewmodel::model::{DetailsVm, FixRow};
 use gaptop_core::analysis::advice::{self, Advice};
 use gaptop_core::analysis::gaps::Gap;
 use gaptop_core::units::fmt_short;

@@ -2,7 +2,7 @@
 //! types it holds (the focused pane, the gap list's order, where the data comes from, the
 //! selected gap, where the last draw put the timeline). A module of its own, below the code
 //! that changes the state (`update`, `act`, `window`, `gaps`, `tree_nav`, `filter`,
-//! `analyze`) and the view model's builders (`view`): each of those imports `App` from here.
+//! `analysing`) and the view model's builders (`viewmodel`): each of those imports `App` from here.
 
 use std::collections::{HashSet, VecDeque};
 use std::path::PathBuf;
@@ -14,7 +14,7 @@ use tui_tree_widget::TreeState;
 use super::cache::{Analysed, AnalysisKey, Cache, CaptureSteps};
 use super::cause::Cause;
 use super::keymap::KeyMap;
-use super::view::model::ViewModel;
+use super::viewmodel::model::ViewModel;
 use crate::export::ExportJob;
 use gaptop_core::analysis::advice::Diagnosis;
 use gaptop_core::analysis::gaps::{Config, Gap};
@@ -170,7 +170,7 @@ pub struct App {
     pub export_job: Option<ExportJob>,
     /// Times the user asked to stop the profiled program (each asks harder).
     pub stop_requests: u32,
-    /// The window's analysis (`app::analyze`): its gaps and call tree.
+    /// The window's analysis (`app::analysing`): its gaps and call tree.
     pub cache: Option<Cache>,
     /// The same analysis's steps, verdicts and what to fix.
     pub diagnosis: Option<Diagnosis>,

@@ -1,7 +1,7 @@
 //! The visible time window: following live data, zoom, pan, and the part of a wide window the
 //! panes analyse.
 
-use super::analyze::MAX_ANALYSED_OPS;
+use super::analysing::MAX_ANALYSED_OPS;
 use super::state::{App, MIN_WIDTH};
 use gaptop_core::analysis::gaps::Gap;
 use gaptop_core::model::records::Ns;
@@ -170,7 +170,7 @@ impl App {
         );
     }
 
-    /// The capture's steps, as last found (`app::analyze`).
+    /// The capture's steps, as last found (`app::analysing`).
     pub fn steps_of_capture(&self) -> Option<&gaptop_core::analysis::steps::Steps> {
         self.capture_steps.as_ref().and_then(|(_, s)| s.as_ref())
     }

@@ -54,7 +54,7 @@ pub(super) fn capture(
         anyhow::bail!("--duration must be positive");
     }
     let d = std::time::Duration::from_nanos(duration as u64);
-    let code = crate::record::capture(&target, &output, d, samples.config())?;
+    let code = crate::recorder::capture(&target, &output, d, samples.config())?;
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
 }
 
@@ -123,6 +123,6 @@ pub(super) fn record(
     collect: CollectArgs,
     cmd: Vec<String>,
 ) -> anyhow::Result<ExitCode> {
-    let code = crate::record::run(&cmd, &output, duration, &collect.options())?;
+    let code = crate::recorder::run(&cmd, &output, duration, &collect.options())?;
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
 }

@@ -8,7 +8,7 @@ use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
 use ratatui::Frame;
 
 use super::style::{cause_color, tone_style};
-use crate::app::view::{DetailsVm, Tone};
+use crate::app::viewmodel::{DetailsVm, Tone};
 use crate::app::App;
 use gaptop_core::frames::cut;
 

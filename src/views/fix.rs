@@ -10,7 +10,7 @@ use ratatui::widgets::{Block, Borders, Paragraph};
 use ratatui::Frame;
 
 use super::style::{focus_style, tone_style};
-use crate::app::view::{FixRow, Tone};
+use crate::app::viewmodel::{FixRow, Tone};
 use crate::app::{App, Focus};
 use gaptop_core::frames::cut;
 

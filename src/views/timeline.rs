@@ -9,7 +9,7 @@ use ratatui::Frame;
 use super::style::{cause_color, focus_style};
 use crate::app::lane::RangeRow;
 use crate::app::layout::LABEL_W;
-use crate::app::view::{Cell, CellKind, OpTone};
+use crate::app::viewmodel::{Cell, CellKind, OpTone};
 use crate::app::{App, Focus};
 
 const BLOCKS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];

@@ -525,7 +525,7 @@ fn slow_gpus(
         steps.steps[est.steps.start].start,
         steps.steps[est.steps.end - 1].end,
     );
-    let comm = crate::analysis::comm::analyze(store, lo, hi);
+    let comm = crate::analysis::comm::analyse(store, lo, hi);
     let first = advice.iter().find(|a| {
         a.replay
             .as_ref()

@@ -156,7 +156,7 @@ pub struct CommReport {
 
 /// Analyses communication kernels between `lo` and `hi` (absolute ns). Empty when fewer than
 /// two processes ran communication kernels.
-pub fn analyze(store: &Store, lo: Ns, hi: Ns) -> CommReport {
+pub fn analyse(store: &Store, lo: Ns, hi: Ns) -> CommReport {
     // Per process: its comm ops in time order, with their launch stack.
     let mut per_proc: BTreeMap<u32, Vec<(Ns, Ns, StackId)>> = BTreeMap::new();
     for lane in &store.lanes {
@@ -303,7 +303,7 @@ mod tests {
                 );
             }
         }
-        let r = analyze(&st, 0, i64::MAX);
+        let r = analyse(&st, 0, i64::MAX);
         assert_eq!(r.ranks, 2);
         assert_eq!(r.collectives, 3);
         assert_eq!(r.per_rank[0].wait_ns, 5_000 + 5_000);

@@ -12,7 +12,6 @@ pub mod jsonscan;
 pub mod kineto;
 pub mod live;
 pub mod nsys;
-pub mod recfile;
 pub mod recording;
 pub mod sniff;
 pub mod symbols;

@@ -88,7 +88,7 @@ pub fn analyse(
         .as_deref()
         .and_then(|st| advice::replay_advice(store, st, &mut advice));
     let comm = {
-        let c = gaptop_core::analysis::comm::analyze(store, lo, hi);
+        let c = gaptop_core::analysis::comm::analyse(store, lo, hi);
         (c.ranks >= 2).then_some(c)
     };
     let ranks = gaptop_core::analysis::ranks::summarize(store, lo, hi, comm.as_ref());
@@ -266,10 +266,10 @@ impl App {
             return Some("panes: analysing the window…".to_string());
         }
         let whole = gaps::window_extent(&self.store, Window::new(c.key.lo, c.key.hi));
-        (c.analyzed != whole).then(|| {
+        (c.analysed != whole).then(|| {
             format!(
                 "panes: the {} around the cursor",
-                gaptop_core::units::fmt_short(c.analyzed.1 - c.analyzed.0)
+                gaptop_core::units::fmt_short(c.analysed.1 - c.analysed.0)
             )
         })
     }
@@ -304,7 +304,7 @@ impl App {
             tree_nodes: HashMap::new(),
             rows: Vec::new(),
             built: Instant::now(),
-            analyzed: a.span,
+            analysed: a.span,
             comm: a.comm,
             ranks: a.ranks,
             filtered: None,

@@ -2,7 +2,7 @@
 //! connection they came on.
 //!
 //! ```text
-//! file := "GAPTOPR5" record* end each frame checked (`recfile`), the end record written at a
+//! file := "GAPTOPR5" record* end each frame checked (`bytes`), the end record written at a
 //!                                clean close; GAPTOPR4 (the same without the end), GAPTOPR3,
 //!                                GAPTOPR2 (without NVTX ranges) and GAPTOPR1 (without CPU
 //!                                samples either), whose records are (conn:u32 frame), are
@@ -23,8 +23,10 @@ use std::path::Path;
 use gaptop_wire::{Decoder, Frame, RECORDING_MAGIC};
 
 use super::ingest::Ingest;
-use super::recfile::{self, Window, HEAD, TAIL};
+pub mod bytes;
+
 use crate::model::store::Store;
+use bytes::{Window, HEAD, TAIL};
 
 pub struct Writer<W: Write> {
     w: BufWriter<W>,
@@ -52,7 +54,7 @@ impl<W: Write> Writer<W> {
         self.frame.clear();
         gaptop_wire::encode(&mut self.frame, f);
         self.buf.clear();
-        recfile::put_record(&mut self.buf, conn, &self.frame);
+        bytes::put_record(&mut self.buf, conn, &self.frame);
         self.w.write_all(&self.buf)?;
         self.bytes += self.buf.len() as u64;
         self.frames += 1;
@@ -70,7 +72,7 @@ impl<W: Write> Writer<W> {
         end.push(gaptop_wire::TAG_END);
         end.extend_from_slice(&self.frames.to_le_bytes());
         self.buf.clear();
-        recfile::put_record(&mut self.buf, 0, &end);
+        bytes::put_record(&mut self.buf, 0, &end);
         self.w.write_all(&self.buf)?;
         self.bytes += self.buf.len() as u64;
         self.w.into_inner().map_err(|e| e.into_error())
@@ -333,8 +335,8 @@ impl<R: Read> Reader<R> {
             return Step::Cut(at, "file ends inside a record header".into());
         }
         let conn = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
-        let Some(len) = recfile::header_len(h) else {
-            recfile::resync(&mut self.w);
+        let Some(len) = bytes::header_len(h) else {
+            bytes::resync(&mut self.w);
             return Step::Damaged(at, self.w.offset());
         };
         let n = HEAD + len + TAIL;
@@ -343,13 +345,13 @@ impl<R: Read> Reader<R> {
             // The file ends inside this frame, or a header that checks out by chance (or
             // forged) claims more than is left: where another record follows, this one is
             // damage and reading goes on there.
-            recfile::resync(&mut self.w);
+            bytes::resync(&mut self.w);
             if self.w.peek(1).is_empty() {
                 return Step::Cut(at, "file ends inside a frame".into());
             }
             return Step::Damaged(at, self.w.offset());
         }
-        if !recfile::frame_ok(r) {
+        if !bytes::frame_ok(r) {
             // The header may be right and the frame damaged, or the header right by chance
             // (bytes dropped after it): the next header that checks out is the next record.
             // Frames that fail cost a CRC of their length each; past a budget that grows with
@@ -357,7 +359,7 @@ impl<R: Read> Reader<R> {
             // one after another cannot make the work grow with the square of the input.
             self.failed += n as u64;
             if self.failed <= FAILED_BUDGET + 2 * at {
-                recfile::resync(&mut self.w);
+                bytes::resync(&mut self.w);
                 return Step::Damaged(at, self.w.offset());
             }
             self.w.skip(n);
@@ -592,7 +594,7 @@ mod tests {
     fn forged_headers_cost_linear_work() {
         let mut b = RECORDING_MAGIC.to_vec();
         let mut head = Vec::new();
-        recfile::put_record(&mut head, 1, &[0, 0, 0x40, 0, gaptop_wire::TAG_OPS]);
+        bytes::put_record(&mut head, 1, &[0, 0, 0x40, 0, gaptop_wire::TAG_OPS]);
         while b.len() < 24 << 20 {
             b.extend_from_slice(&head[..HEAD]);
         }
