@@ -418,7 +418,8 @@ fn status_kib(key: &str) -> i64 {
 /// sets), or the `--pairs` trace at `given`. With `OLD` set, that binary's runs are made
 /// between this build's, on the same file.
 fn pairs(bin: &Path, dir: &Path, ops: u64, short: bool, given: Option<PathBuf>) {
-    use gaptop_core::analysis::gaps::{Config, Window};
+    use gaptop_core::analysis::gaps::Config;
+    use gaptop_core::model::window::Window;
     let made = given.is_none();
     let path = given.unwrap_or_else(|| {
         let kind = if short { "short-pairs" } else { "pairs" };

@@ -22,12 +22,13 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use gaptop_core::analysis::advice::{self, Diagnosis};
-use gaptop_core::analysis::gaps::{Config, Window};
+use gaptop_core::analysis::gaps::Config;
 use gaptop_core::analysis::steps::{quantile, StepsJson};
 use gaptop_core::frames::display::cut_middle;
 use gaptop_core::frames::short_kernel;
 use gaptop_core::model::records::{NameId, Ns};
 use gaptop_core::model::store::Store;
+use gaptop_core::model::window::Window;
 use gaptop_core::units::fmt_short;
 
 /// One capture, as the comparison names it.

@@ -12,9 +12,11 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
-use gaptop_core::analysis::gaps::{self, Config, Window};
+use gaptop_core::analysis::gaps::{self, Config};
+
 use gaptop_core::model::records::{ApiCall, Ns, OpKind};
 use gaptop_core::model::store::Store;
+use gaptop_core::model::window::Window;
 
 mod out;
 use out::Counted;

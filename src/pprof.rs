@@ -32,10 +32,12 @@
 use std::collections::HashMap;
 use std::io::Write;
 
-use gaptop_core::analysis::gaps::{self, Category, Config, Reason, Window};
+use gaptop_core::analysis::gaps::{self, Category, Config, Reason};
+
 use gaptop_core::frames::StackFrame;
 use gaptop_core::model::records::{NameId, Ns, StackId};
 use gaptop_core::model::store::Store;
+use gaptop_core::model::window::Window;
 
 /// The messages of pprof's `profile.proto` (github.com/google/pprof, proto/profile.proto),
 /// with its field numbers.

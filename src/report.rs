@@ -8,11 +8,12 @@ pub use json::{JsonBucket, JsonGap, JsonProcess, JsonReport, JsonStack, JsonWind
 pub use text::{text, MAX_LINES};
 
 use gaptop_core::analysis::comm::CommReport;
-use gaptop_core::analysis::gaps::{Category, Config, Gap, Reason, Window};
+use gaptop_core::analysis::gaps::{Category, Config, Gap, Reason};
 use gaptop_core::analysis::summary::Summary;
 use gaptop_core::frames::StackFrame;
 use gaptop_core::model::records::{NameId, Ns, StackId};
 use gaptop_core::model::store::Store;
+use gaptop_core::model::window::Window;
 
 /// Percentiles of a histogram, with its exact maximum (the histogram's own is rounded up to
 /// its precision, and would read above the longest gap listed).
@@ -183,7 +184,7 @@ pub fn build_steps(
     // needs no diagnosis is found on a second thread meanwhile.
     let (d, (launches, comm)) = std::thread::scope(|scope| {
         let side = scope.spawn(|| {
-            let (lo, hi) = gaptop_core::analysis::gaps::window_extent(store, abs);
+            let (lo, hi) = abs.clipped(store);
             let c = gaptop_core::analysis::comm::analyse(store, lo, hi);
             (launch_coverage(store, lo, hi), (c.ranks >= 2).then_some(c))
         });

@@ -10,8 +10,10 @@ mod support;
 use std::io::Write;
 use std::process::Command;
 
-use gaptop_core::analysis::gaps::{Config, Window};
+use gaptop_core::analysis::gaps::Config;
+
 use gaptop_core::model::store::Store;
+use gaptop_core::model::window::Window;
 use gaptop_core::sources::recording::bytes::{HEAD, TAIL};
 use gaptop_core::sources::recording::{read_into, ReadNote, Reader, Writer};
 use serde_json::Value;

@@ -1,10 +1,12 @@
 //! Properties of the gap analysis on random stores: time is conserved, gaps are counted once,
 //! the categories partition them, the call tree adds up, and arrival order does not matter.
 
-use gaptop_core::analysis::gaps::{self, Basis, Config, Window};
+use gaptop_core::analysis::gaps::{self, Basis, Config};
+
 use gaptop_core::analysis::summary;
 use gaptop_core::model::records::{ApiCall, ApiKind, GpuOp, LaneKey, OpKind};
 use gaptop_core::model::store::Store;
+use gaptop_core::model::window::Window;
 use proptest::prelude::*;
 
 /// (stream, gap before, duration, launch offset before the op, stack choice) per op.

@@ -828,7 +828,8 @@ fn text_stacks_name_the_modules_without_the_wrappers() {
 /// trace, for the whole capture and for windows that start and end inside gaps and ops.
 #[test]
 fn a_window_copy_analyses_as_the_whole_store_does() {
-    use gaptop_core::analysis::gaps::{Config, Window};
+    use gaptop_core::analysis::gaps::Config;
+    use gaptop_core::model::window::Window;
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut sources: Vec<PathBuf> = ["ddp2", "gpt2", "gpt2_native", "launchbound", "planted"]
         .iter()

@@ -291,7 +291,8 @@ fn durations_have_three_significant_figures_at_most() {
 /// The step median is the one the UI shows: the same steps, in the same figures.
 #[test]
 fn the_step_median_reads_as_the_ui_shows_it() {
-    use gaptop_core::analysis::gaps::{Config, Window};
+    use gaptop_core::analysis::gaps::Config;
+    use gaptop_core::model::window::Window;
     for p in [asset("llama_decode.rec"), kineto("shape_planning.json.gz")] {
         let store = gaptop_core::sources::load_path(&p, usize::MAX).unwrap();
         let d = gaptop_core::analysis::advice::diagnose(

@@ -22,11 +22,11 @@ use super::cache::{Analysed, AnalysisKey, Cache, DisplayKey};
 use super::state::{App, MAX_GAPS};
 use super::tree::{build_rows, path_ids};
 use gaptop_core::analysis::advice::{self, Diagnosis};
-use gaptop_core::analysis::gaps::{self, Window};
 use gaptop_core::analysis::steps::{self, Steps};
 use gaptop_core::analysis::summary;
 use gaptop_core::analysis::tree::CallTree;
 use gaptop_core::model::store::Store;
+use gaptop_core::model::window::Window;
 use gaptop_core::units::Ns;
 
 /// Most ops one analysis reads: a wider window is analysed around the cursor (a few seconds of
@@ -61,7 +61,7 @@ pub fn analyse(
     known: Option<Option<Steps>>,
 ) -> Analysed {
     let t = Instant::now();
-    let (lo, hi) = gaps::window_extent(store, Window::new(span.0, span.1));
+    let (lo, hi) = Window::new(span.0, span.1).clipped(store);
     let mut capture = known;
     let (summary, steps) = {
         let step_by = key.step_by.as_deref();
@@ -265,7 +265,7 @@ impl App {
         if self.analysis_job.is_some() || due {
             return Some("panes: analysing the window…".to_string());
         }
-        let whole = gaps::window_extent(&self.store, Window::new(c.key.lo, c.key.hi));
+        let whole = Window::new(c.key.lo, c.key.hi).clipped(&self.store);
         (c.analysed != whole).then(|| {
             format!(
                 "panes: the {} around the cursor",

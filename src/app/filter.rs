@@ -7,7 +7,8 @@ use std::collections::HashMap;
 
 use super::cache::Filtered;
 use super::state::{tree_key, App, GapKey, MAX_GAPS};
-use gaptop_core::analysis::gaps::{self, Gap, Window};
+use gaptop_core::analysis::gaps::{self, Gap};
+use gaptop_core::model::window::Window;
 use gaptop_core::units::fmt_short;
 
 impl App {

@@ -211,7 +211,7 @@ impl App {
         let min = self.min_gap.max(1);
         let mut of_site: std::collections::HashMap<GapKey, bool> = Default::default();
         let mut v = Vec::new();
-        let w = gaps::Window::new(c.analysed.0, c.analysed.1);
+        let w = gaptop_core::model::window::Window::new(c.analysed.0, c.analysed.1);
         gaps::window_gaps(&self.store, w, &self.cfg, |g| {
             let (stack, api, op) = tree_key(&g);
             let mine = *of_site

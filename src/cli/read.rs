@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use super::options::{AnalysisArgs, WindowArgs};
-use gaptop_core::analysis::gaps::{Config, Window};
+use gaptop_core::analysis::gaps::Config;
+use gaptop_core::model::window::Window;
 
 /// `gaptop report`.
 pub(super) fn report(

@@ -22,9 +22,11 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
-use gaptop_core::analysis::gaps::{device_gaps, device_idle, Basis, Category, Config, Window};
+use gaptop_core::analysis::gaps::{device_gaps, device_idle, Basis, Category, Config};
+
 use gaptop_core::model::records::OpKind;
 use gaptop_core::model::store::Store;
+use gaptop_core::model::window::Window;
 use gaptop_core::units::Ns;
 
 /// A GPU as the DCGM exporter labels it: `gpu`, and its `UUID` where it can be known

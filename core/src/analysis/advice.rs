@@ -20,7 +20,7 @@ use crate::analysis::summary;
 use std::collections::HashMap;
 
 pub use crate::analysis::advice_row::Advice;
-use crate::analysis::gaps::{Config, Gap, Window};
+use crate::analysis::gaps::{Config, Gap};
 use crate::analysis::oncpu::JsonCpu;
 use crate::analysis::patterns;
 use crate::analysis::replay;
@@ -32,6 +32,7 @@ use crate::analysis::verdict::{fix, Framework, Verdict};
 use crate::frames::display::function_at;
 use crate::model::records::{NameId, Ns, StackId};
 use crate::model::store::Store;
+use crate::model::window::Window;
 use crate::units::fmt_short;
 
 /// The frame a launch stack is charged to: its innermost non-plumbing Python frame outside

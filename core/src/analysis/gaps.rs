@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use crate::model::records::{ApiKind, GpuOp, NameId, Ns, StackId};
 use crate::model::store::Store;
+use crate::model::window::Window;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
 #[serde(rename_all = "snake_case")]
@@ -146,31 +147,6 @@ impl Gap {
                 .unwrap_or(self.end)
                 .max(self.end),
         )
-    }
-}
-
-/// A time window [from, to); `None` bounds are open.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Window {
-    pub from: Option<Ns>,
-    pub to: Option<Ns>,
-}
-
-impl Window {
-    pub fn all() -> Self {
-        Window::default()
-    }
-    pub fn new(from: Ns, to: Ns) -> Self {
-        Window {
-            from: Some(from),
-            to: Some(to),
-        }
-    }
-    pub fn lo(&self) -> Ns {
-        self.from.unwrap_or(Ns::MIN)
-    }
-    pub fn hi(&self) -> Ns {
-        self.to.unwrap_or(Ns::MAX)
     }
 }
 
@@ -484,14 +460,6 @@ pub struct Bucket {
 /// summary of the same window and config charges to their launches (each stream's own, or
 /// each device's), for exports that need them one by one.
 pub fn charged_gaps(store: &Store, w: Window, cfg: &Config, f: impl FnMut(Gap)) {
-    let (lo, hi) = window_extent(store, w);
+    let (lo, hi) = w.clipped(store);
     window_gaps(store, Window::new(lo, hi), cfg, f);
-}
-
-/// The window clipped to the capture's span: what a summary of it covers (`Summary::lo`,
-/// `Summary::hi`).
-pub fn window_extent(store: &Store, w: Window) -> (Ns, Ns) {
-    let (span_lo, span_hi) = store.span().unwrap_or((0, 0));
-    let lo = w.lo().max(span_lo);
-    (lo, w.hi().min(span_hi).max(lo))
 }

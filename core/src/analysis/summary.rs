@@ -5,14 +5,15 @@
 use rustc_hash::FxHashMap as HashMap;
 
 use super::gaps::{
-    device_gaps, device_idle, lane_between, window_extent, Basis, Between, Bucket, Category,
-    Config, Gap, Reason, Window,
+    device_gaps, device_idle, lane_between, Basis, Between, Bucket, Category, Config, Gap, Reason,
 };
+
 use super::site::{bucket, LeafAcc, Site, GRAPH_GAP_NS, SLOW_LAUNCH_NS};
 use super::steps::Steps;
 use super::tree::{CallTree, RankShare};
 use crate::model::records::{NameId, Ns, StackId};
 use crate::model::store::Store;
+use crate::model::window::Window;
 
 /// Aggregates for a window.
 #[derive(Clone, Debug)]
@@ -267,7 +268,7 @@ pub fn summarize_finding<'a>(
     min_ns: Ns,
     find: impl FnOnce() -> Option<std::borrow::Cow<'a, Steps>> + Send,
 ) -> (Summary, Option<std::borrow::Cow<'a, Steps>>) {
-    let (lo, hi) = window_extent(store, w);
+    let (lo, hi) = w.clipped(store);
     let mut s = Summary::empty(lo, hi, cfg, top_n, min_ns);
     s.ranks = store.rank_count();
     let win = Window::new(lo, hi);

@@ -15,3 +15,4 @@ pub mod ranges;
 pub mod records;
 pub mod stacks;
 pub mod store;
+pub mod window;

@@ -3,9 +3,10 @@
 
 use super::*;
 use crate::analysis::advice::{self, diagnose, Advice};
-use crate::analysis::gaps::{Config, Window};
+use crate::analysis::gaps::Config;
 use crate::analysis::verdict;
 use crate::model::records::{ApiCall, ApiKind, CpuSample, GpuOp, LaneKey, OpKind, Span};
+use crate::model::window::Window;
 
 const US: Ns = 1_000;
 
