@@ -24,6 +24,7 @@ use serde::Serialize;
 use gaptop_core::analysis::advice::{self, Diagnosis};
 use gaptop_core::analysis::gaps::Config;
 use gaptop_core::analysis::steps::{quantile, StepsJson};
+use gaptop_core::analysis::{analyse, Options};
 use gaptop_core::frames::display::cut_middle;
 use gaptop_core::frames::short_kernel;
 use gaptop_core::model::records::{NameId, Ns};
@@ -236,7 +237,16 @@ pub fn diff(
 ) -> DiffJson {
     let side = |store| Side {
         store,
-        d: advice::diagnose(store, Window::all(), cfg, 0, step_by),
+        d: analyse(
+            store,
+            Window::all(),
+            &Options {
+                config: *cfg,
+                step_by,
+                ..Options::default()
+            },
+        )
+        .diagnosis,
     };
     let (a, b) = (side(a), side(b));
     let per_step = a.d.steps.is_some() && b.d.steps.is_some();

@@ -10,6 +10,7 @@ pub use text::{text, MAX_LINES};
 use gaptop_core::analysis::comm::CommReport;
 use gaptop_core::analysis::gaps::{Category, Config, Gap, Reason};
 use gaptop_core::analysis::summary::Summary;
+use gaptop_core::analysis::{analyse, Options};
 use gaptop_core::frames::StackFrame;
 use gaptop_core::model::records::{NameId, Ns, StackId};
 use gaptop_core::model::store::Store;
@@ -180,17 +181,24 @@ pub fn build_steps(
         from: w.from.map(|f| f + origin),
         to: w.to.map(|t| t + origin),
     };
-    // Enough of the longest gaps to find the one-offs among them, as well as `top`. What
-    // needs no diagnosis is found on a second thread meanwhile.
-    let (d, (launches, comm)) = std::thread::scope(|scope| {
+    // Enough of the longest gaps to find the one-offs among them, as well as `top`. The
+    // launches' coverage needs no analysis: it is found on a second thread meanwhile.
+    let options = Options {
+        config: *cfg,
+        top: top.max(200),
+        step_by,
+        comm: true,
+        ..Options::default()
+    };
+    let (a, launches) = std::thread::scope(|scope| {
         let side = scope.spawn(|| {
             let (lo, hi) = abs.clipped(store);
-            let c = gaptop_core::analysis::comm::analyse(store, lo, hi);
-            (launch_coverage(store, lo, hi), (c.ranks >= 2).then_some(c))
+            launch_coverage(store, lo, hi)
         });
-        let d = gaptop_core::analysis::advice::diagnose(store, abs, cfg, top.max(200), step_by);
-        (d, side.join().expect("report thread"))
+        let a = analyse(store, abs, &options);
+        (a, side.join().expect("report thread"))
     });
+    let (d, comm) = (a.diagnosis, a.comm);
     let (comm, comm_unknown) = unaligned_comm(store, comm);
     let one_off_gaps: Vec<JsonGap> = d
         .summary

@@ -12,7 +12,6 @@
 //! the window's steps are those of them that lie in the window, and what to fix counts its
 //! per-step figures over those.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::mpsc::TryRecvError;
 use std::sync::Arc;
@@ -21,10 +20,10 @@ use std::time::{Duration, Instant};
 use super::cache::{Analysed, AnalysisKey, Cache, DisplayKey};
 use super::state::{App, MAX_GAPS};
 use super::tree::{build_rows, path_ids};
-use gaptop_core::analysis::advice::{self, Diagnosis};
-use gaptop_core::analysis::steps::{self, Steps};
-use gaptop_core::analysis::summary;
+use gaptop_core::analysis::advice::Diagnosis;
+use gaptop_core::analysis::steps::Steps;
 use gaptop_core::analysis::tree::CallTree;
+use gaptop_core::analysis::{analyse, Analysis, Options, StepsOver};
 use gaptop_core::model::store::Store;
 use gaptop_core::model::window::Window;
 use gaptop_core::units::Ns;
@@ -36,72 +35,34 @@ pub const MAX_ANALYSED_OPS: usize = 2_000_000;
 /// again) an analysis is made in place, between two frames.
 pub const SYNC_ANALYSIS_OPS: usize = 50_000;
 
-/// The steps of `all` that lie in `[lo, hi)` whole; None without any.
-pub fn steps_within(all: &Steps, lo: Ns, hi: Ns) -> Option<Steps> {
-    let a = all.steps.partition_point(|s| s.start < lo);
-    let inside: Vec<_> = all.steps[a..]
-        .iter()
-        .take_while(|s| s.end <= hi)
-        .copied()
-        .collect();
-    (!inside.is_empty()).then(|| Steps {
-        source: all.source.clone(),
-        steps: inside,
-        devices: all.devices,
-        suggest: all.suggest.clone(),
-    })
-}
-
-/// Analyses `span` of the store for `key`: its gaps, each placed in the capture's steps that
-/// lie in it (found again unless `known` has them), and what to fix.
-pub fn analyse(
+/// Analyses `span` of the store for `key` ([`analyse`]): its gaps, each placed in the
+/// capture's steps that lie in it (found again unless `known` has them), what to fix, the
+/// stalls between ranks and the ranks side by side.
+pub fn analyse_window(
     store: &Store,
     key: AnalysisKey,
     span: (Ns, Ns),
     known: Option<Option<Steps>>,
 ) -> Analysed {
     let t = Instant::now();
-    let (lo, hi) = Window::new(span.0, span.1).clipped(store);
-    let mut capture = known;
-    let (summary, steps) = {
-        let step_by = key.step_by.as_deref();
-        let capture = &mut capture;
-        let find = move || {
-            let all = capture.get_or_insert_with(|| steps::find(store, Ns::MIN, Ns::MAX, step_by));
-            all.as_ref()
-                .and_then(|all| steps_within(all, lo, hi))
-                .map(Cow::Owned)
-        };
-        summary::summarize_finding(
-            store,
-            Window::new(lo, hi),
-            &key.cfg,
-            MAX_GAPS,
-            key.min,
-            find,
-        )
+    let w = Window::new(span.0, span.1);
+    let options = Options {
+        config: key.cfg,
+        top: MAX_GAPS,
+        min_gap: key.min,
+        step_by: key.step_by.as_deref(),
+        steps: StepsOver::Capture(known.as_ref()),
+        advice: true,
+        comm: true,
+        rank_rows: true,
+        per_step: true,
     };
-    let capture_steps =
-        capture.unwrap_or_else(|| steps::find(store, Ns::MIN, Ns::MAX, key.step_by.as_deref()));
-    let mut advice = advice::advise(store, &summary, usize::MAX);
-    let replay = steps
-        .as_deref()
-        .and_then(|st| advice::replay_advice(store, st, &mut advice));
-    let comm = {
-        let c = gaptop_core::analysis::comm::analyse(store, lo, hi);
-        (c.ranks >= 2).then_some(c)
-    };
-    let ranks = gaptop_core::analysis::ranks::summarize(store, lo, hi, comm.as_ref());
+    let mut analysis = analyse(store, w, &options);
+    let capture_steps = analysis.capture_steps.take().or(known).flatten();
     Analysed {
         key,
-        span: (lo, hi),
-        summary,
+        analysis,
         capture_steps,
-        steps: steps.map(Cow::into_owned),
-        advice,
-        replay,
-        comm,
-        ranks,
         took: t.elapsed(),
     }
 }
@@ -196,7 +157,7 @@ impl App {
             let spawned = std::thread::Builder::new()
                 .name("gaptop-analysis".into())
                 .spawn(move || {
-                    let a = analyse(&store, job_key, span, known);
+                    let a = analyse_window(&store, job_key, span, known);
                     // The store is free again before the result is seen.
                     drop(store);
                     let _ = tx.send(a);
@@ -213,13 +174,13 @@ impl App {
                         .as_ref()
                         .filter(|(k, _)| *k == steps_key)
                         .map(|(_, s)| s.clone());
-                    let a = analyse(&self.store, key, span, known);
+                    let a = analyse_window(&self.store, key, span, known);
                     self.apply_analysis(a);
                     return;
                 }
             }
         }
-        let a = analyse(&self.store, key, span, known);
+        let a = analyse_window(&self.store, key, span, known);
         self.apply_analysis(a);
     }
 
@@ -279,17 +240,24 @@ impl App {
     fn apply_analysis(&mut self, a: Analysed) {
         self.last_analysis = Some((Instant::now(), a.took));
         self.capture_steps = Some(((a.key.generation, a.key.step_by.clone()), a.capture_steps));
-        let mut summary = a.summary;
+        let Analysis {
+            span,
+            diagnosis,
+            comm,
+            ranks,
+            ..
+        } = a.analysis;
+        let mut summary = diagnosis.summary;
         let gaps = std::mem::take(&mut summary.top_gaps);
         let mut raw_tree = std::mem::take(&mut summary.tree);
         // Where ranks differ, a leaf's gaps by rank.
         let store = &self.store;
         raw_tree.add_rank_level(&summary.stack_ranks, summary.ranks, |r| store.rank_frame(r));
         self.diagnosis = Some(Diagnosis {
-            steps: a.steps,
+            steps: diagnosis.steps,
             summary: summary.clone(),
-            advice: a.advice,
-            replay: a.replay,
+            advice: diagnosis.advice,
+            replay: diagnosis.replay,
         });
         self.cache = Some(Cache {
             key: a.key,
@@ -304,9 +272,9 @@ impl App {
             tree_nodes: HashMap::new(),
             rows: Vec::new(),
             built: Instant::now(),
-            analysed: a.span,
-            comm: a.comm,
-            ranks: a.ranks,
+            analysed: span,
+            comm,
+            ranks,
             filtered: None,
         });
         self.rebuild_display();
@@ -339,30 +307,5 @@ impl App {
             c.tree_nodes = tree_nodes;
             c.rows = rows;
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use gaptop_core::analysis::steps::{Step, StepSource};
-
-    #[test]
-    fn the_windows_steps_are_those_whole_in_it() {
-        let step = |start, end| Step {
-            start,
-            end,
-            ..Default::default()
-        };
-        let all = Steps {
-            source: StepSource::Auto,
-            steps: vec![step(0, 10), step(10, 20), step(20, 30), step(30, 40)],
-            devices: 1,
-            suggest: None,
-        };
-        let w = steps_within(&all, 5, 30).unwrap();
-        assert_eq!(w.steps, vec![step(10, 20), step(20, 30)]);
-        assert_eq!(steps_within(&all, 0, 40).unwrap().steps.len(), 4);
-        assert!(steps_within(&all, 12, 18).is_none(), "none whole inside");
     }
 }

@@ -7,13 +7,13 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use super::tree::TreeRow;
-use gaptop_core::analysis::advice::Advice;
 use gaptop_core::analysis::comm::CommReport;
 use gaptop_core::analysis::gaps::{Config, Gap};
 use gaptop_core::analysis::ranks::RankRow;
 use gaptop_core::analysis::steps::Steps;
 use gaptop_core::analysis::summary::Summary;
 use gaptop_core::analysis::tree::CallTree;
+use gaptop_core::analysis::Analysis;
 use gaptop_core::units::Ns;
 
 /// What an analysis is of: the window, the threshold, the gaps' basis, how steps are found,
@@ -38,19 +38,11 @@ pub type DisplayKey = (bool, bool, bool);
 /// What an analysis found.
 pub struct Analysed {
     pub key: AnalysisKey,
-    /// The part of the window analysed (all of it unless it held too many ops).
-    pub span: (Ns, Ns),
-    pub summary: Summary,
+    /// The analysis of the part of the window analysed (all of it unless it held too many
+    /// ops: `Analysis::span`).
+    pub analysis: Analysis,
     /// The capture's steps, found for the key's data and step rule.
     pub capture_steps: Option<Steps>,
-    /// Those of them in the span.
-    pub steps: Option<Steps>,
-    pub advice: Vec<Advice>,
-    /// The replay of the window's steady steps and each replayed site's fix.
-    pub replay: Option<gaptop_core::analysis::replay::Estimate>,
-    pub comm: Option<CommReport>,
-    /// The ranks side by side (empty with fewer than two).
-    pub ranks: Vec<RankRow>,
     pub took: Duration,
 }
 

@@ -16,23 +16,21 @@
 //! `host_work`, `sync` and `slow_launch`; nothing for `busy`, `event_wait`, `graph` and
 //! `unknown`, and nothing for sites that do not recur.
 
-use crate::analysis::summary;
 use std::collections::HashMap;
 
 pub use crate::analysis::advice_row::Advice;
-use crate::analysis::gaps::{Config, Gap};
+use crate::analysis::gaps::Gap;
 use crate::analysis::oncpu::JsonCpu;
 use crate::analysis::patterns;
 use crate::analysis::replay;
 use crate::analysis::site::{LeafAcc, Site};
-use crate::analysis::steps::{self, Steps};
+use crate::analysis::steps::Steps;
 use crate::analysis::summary::Summary;
 use crate::analysis::verdict::{self as vd, GapFigure};
 use crate::analysis::verdict::{fix, Framework, Verdict};
 use crate::frames::display::function_at;
 use crate::model::records::{NameId, Ns, StackId};
 use crate::model::store::Store;
-use crate::model::window::Window;
 use crate::units::fmt_short;
 
 /// The frame a launch stack is charged to: its innermost non-plumbing Python frame outside
@@ -443,37 +441,6 @@ impl Diagnosis {
     /// The steady steps the per-step figures are over (0 without steps).
     pub fn steady_steps(&self) -> u32 {
         self.summary.steady_steps
-    }
-}
-
-/// Diagnoses the window: finds its steps (by `step_by`, a span, Python function or op name,
-/// else ProfilerStep#N spans, else automatically), then summarizes it with each gap in its step
-/// (keeping the `top` longest gaps) and advises.
-pub fn diagnose(
-    store: &Store,
-    w: Window,
-    cfg: &Config,
-    top: usize,
-    step_by: Option<&str>,
-) -> Diagnosis {
-    // The steps are found beside the ops' part of the summary.
-    let find = || steps::find(store, w.lo(), w.hi(), step_by).map(std::borrow::Cow::Owned);
-    let (summary, steps) = summary::summarize_finding(store, w, cfg, top, 0, find);
-    let steps = steps.map(std::borrow::Cow::into_owned);
-    let mut advice = advise(store, &summary, usize::MAX);
-    // Each site's per-step figures are advice's alone: their memory goes before the replay's.
-    let mut summary = summary;
-    for leaf in summary.leaves.values_mut() {
-        leaf.per_step = Default::default();
-    }
-    let replay = steps
-        .as_ref()
-        .and_then(|st| replay_advice(store, st, &mut advice));
-    Diagnosis {
-        steps,
-        summary,
-        advice,
-        replay,
     }
 }
 

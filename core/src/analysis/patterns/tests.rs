@@ -2,9 +2,9 @@
 //! spans of the launching thread during the gaps, and the ops' names.
 
 use super::*;
-use crate::analysis::advice::{self, diagnose, Advice};
-use crate::analysis::gaps::Config;
+use crate::analysis::advice::{self, Advice};
 use crate::analysis::verdict;
+use crate::analysis::{analyse, Options};
 use crate::model::records::{ApiCall, ApiKind, CpuSample, GpuOp, LaneKey, OpKind, Span};
 use crate::model::window::Window;
 
@@ -118,8 +118,8 @@ impl Fixture {
                 .insert(1, std::mem::take(&mut self.spans));
         }
         self.st.finish_bulk();
-        let d = diagnose(&self.st, Window::all(), &Config::default(), 0, None);
-        (self.st, d.advice)
+        let a = analyse(&self.st, Window::all(), &Options::default());
+        (self.st, a.diagnosis.advice)
     }
 }
 
