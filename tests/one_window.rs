@@ -281,13 +281,14 @@ fn a_tree_node_has_one_count() {
 /// charges to sdpa_attention_forward; the prompt shows `\`.
 #[test]
 fn the_gap_filter_holds_every_gap_of_the_window() {
-    let rx = gaptop::app::term::demo_feed(
+    let rx = gaptop_core::sources::demo::feed(
         include_bytes!("../assets/gpt2.rec"),
-        gaptop::app::term::DemoOptions {
+        gaptop_core::sources::demo::DemoOptions {
             speed: 1e9,
             looping: false,
             at_least: std::time::Duration::from_secs(3),
         },
+        gaptop_core::analysis::steps::steady_span,
     );
     let mut a = App::new(
         gaptop_core::model::store::Store::new(1 << 30),

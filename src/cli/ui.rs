@@ -7,6 +7,8 @@ use std::process::ExitCode;
 
 use super::options::{CollectArgs, MetricsArgs, SampleArgs, UiArgs, WindowArgs};
 use super::read::{load_captured, shown};
+use gaptop_core::analysis::steps::steady_span;
+use gaptop_core::sources::demo::{self, DemoOptions};
 
 /// The embedded sample: a recording of GPT-2 small at batch 1 taken on an H200.
 const DEMO: &[u8] = include_bytes!("../../assets/gpt2.rec");
@@ -44,17 +46,18 @@ pub(super) fn demo(speed: f64, looping: bool, once: bool, ui: UiArgs) -> anyhow:
     app.program = false;
     term::run(
         app,
-        term::Feed::Demo(term::demo_feed(
+        term::Feed::Demo(demo::feed(
             DEMO,
-            term::DemoOptions {
+            DemoOptions {
                 speed,
                 looping,
                 at_least: if once {
                     std::time::Duration::ZERO
                 } else {
-                    term::DemoOptions::default().at_least
+                    DemoOptions::default().at_least
                 },
             },
+            steady_span,
         )),
         term::stop_flag()?,
         crate::views::render,
@@ -65,19 +68,20 @@ pub(super) fn demo(speed: f64, looping: bool, once: bool, ui: UiArgs) -> anyhow:
 /// `gaptop demo --once` without a terminal (CI, a pipe): the recording played at once, and the
 /// UI's screen at its end printed as text, $COLUMNS×$LINES where they are set (120×40 if not).
 fn demo_screen(ui: UiArgs) -> anyhow::Result<ExitCode> {
-    use crate::app::{term, SourceState};
+    use crate::app::SourceState;
     use gaptop_core::sources::live::LiveEvent;
     let mut store = gaptop_core::model::store::Store::new(1 << 30);
     store.source = "demo (gpt2.rec)".into();
     let mut app = ui_app(store, SourceState::Live, &ui)?;
     app.program = false;
-    let rx = term::demo_feed(
+    let rx = demo::feed(
         DEMO,
-        term::DemoOptions {
+        DemoOptions {
             speed: 1e9,
             looping: false,
             at_least: std::time::Duration::ZERO,
         },
+        steady_span,
     );
     while let Ok(ev) = rx.recv() {
         let end = matches!(ev, LiveEvent::Exited(_));

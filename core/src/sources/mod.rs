@@ -5,6 +5,7 @@
 
 pub mod attach;
 pub mod cpu;
+pub mod demo;
 pub mod fwdbwd;
 pub mod in_order;
 pub mod ingest;

@@ -61,6 +61,16 @@ use crate::model::store::Store;
 /// A guessed step with fewer ops than this share of the median step's is a sliver.
 pub const SLIVER: f64 = 0.25;
 
+/// Where the steady steps of `[lo, hi)` lie: the first steady step's start and the last
+/// step's end, if steps are found and some are steady (the demo replays them lap after lap:
+/// `sources::demo::Steady`).
+pub fn steady_span(store: &Store, lo: Ns, hi: Ns) -> Option<(Ns, Ns)> {
+    let s = find(store, lo, hi, None)?;
+    let steady = s.steady();
+    let last = s.steps.last()?;
+    (!steady.is_empty()).then(|| (s.steps[steady.start].start, last.end))
+}
+
 /// Finds the steps of the window `[lo, hi)` as the module's comment says, from the ranges that
 /// overlap it (clipped to it) or the ops that start in it. `Ns::MIN, Ns::MAX` is the whole
 /// capture. The window is first clipped to the capture's span (`Store::span`: its ops', or
