@@ -53,17 +53,29 @@ impl Verdict {
         Verdict::Unknown,
     ];
 
-    pub fn as_str(self) -> &'static str {
+    /// The verdicts' one vocabulary: each one's name (as the JSON, the report's rows, `diff`
+    /// and the UI write it) and its words in a sentence (the report's headline).
+    fn names(self) -> (&'static str, &'static str) {
         match self {
-            Verdict::Busy => "busy",
-            Verdict::LaunchBound => "launch_bound",
-            Verdict::HostWork => "host_work",
-            Verdict::SlowLaunch => "slow_launch",
-            Verdict::Sync => "sync",
-            Verdict::EventWait => "event_wait",
-            Verdict::Graph => "graph",
-            Verdict::Unknown => "unknown",
+            Verdict::Busy => ("busy", "GPU busy"),
+            Verdict::LaunchBound => ("launch_bound", "launch-bound"),
+            Verdict::HostWork => ("host_work", "CPU work before launches"),
+            Verdict::SlowLaunch => ("slow_launch", "slow launch calls"),
+            Verdict::Sync => ("sync", "CPU waits for the GPU"),
+            Verdict::EventWait => ("event_wait", "waits on another stream"),
+            Verdict::Graph => ("graph", "inside CUDA graphs"),
+            Verdict::Unknown => ("unknown", "launch call not seen"),
         }
+    }
+
+    /// Its name: `launch_bound`.
+    pub fn as_str(self) -> &'static str {
+        self.names().0
+    }
+
+    /// Its words in a sentence: `launch-bound`.
+    pub fn words(self) -> &'static str {
+        self.names().1
     }
 }
 
@@ -350,6 +362,10 @@ mod tests {
         for v in Verdict::ALL {
             assert_eq!(serde_json::to_value(v).unwrap(), v.as_str());
         }
+        // Each verdict has words of its own, and they are not its name.
+        let words: std::collections::HashSet<_> = Verdict::ALL.iter().map(|v| v.words()).collect();
+        assert_eq!(words.len(), Verdict::ALL.len());
+        assert!(Verdict::ALL.iter().all(|v| v.words() != v.as_str()));
     }
 
     #[test]
