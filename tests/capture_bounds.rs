@@ -12,6 +12,7 @@ use gaptop_core::analysis::steps;
 use gaptop_core::model::ranges::Range;
 use gaptop_core::model::records::{GpuOp, LaneKey, Ns, OpKind};
 use gaptop_core::model::store::Store;
+use gaptop_core::model::window::Window;
 use gaptop_core::sources::recording::Writer;
 use gaptop_wire as w;
 use serde_json::{json, Value};
@@ -352,7 +353,7 @@ fn steps_never_add_up_to_more_than_the_capture() {
     st.procs[0].set_ranges(1, ranges);
     st.finish_bulk();
     assert_eq!(st.span(), Some((lo, hi)));
-    let s = steps::find(&st, Ns::MIN, Ns::MAX, None).expect("steps");
+    let s = steps::find(&st, Window::all(), None).expect("steps");
     let total: Ns = s.steps.iter().map(|x| x.wall()).sum();
     assert!(
         total <= hi - lo,
@@ -366,7 +367,7 @@ fn steps_never_add_up_to_more_than_the_capture() {
     assert_eq!(s.steps[0].start, lo);
     assert_eq!(s.median_ns(), 59_700_000);
     // The same holds in any window.
-    let w = steps::find(&st, lo - 500 * ms, lo + 100 * ms, None).unwrap();
+    let w = steps::find(&st, Window::new(lo - 500 * ms, lo + 100 * ms), None).unwrap();
     assert!(w
         .steps
         .iter()

@@ -9,6 +9,7 @@ use std::process::Command;
 
 use gaptop_core::analysis::steps::{self, StepSource};
 use gaptop_core::model::records::Ns;
+use gaptop_core::model::window::Window;
 use gaptop_core::sources::recording::Writer;
 use gaptop_wire as w;
 use serde_json::Value;
@@ -69,7 +70,7 @@ fn a_traces_user_annotations_are_ranges_and_delimit_steps() {
     let gpu = p.gpu_ranges.get(&(0, 7)).expect("stream 7's annotations");
     assert_eq!(gpu.len(), 10);
 
-    let s = steps::find(&st, Ns::MIN, Ns::MAX, None).expect("steps");
+    let s = steps::find(&st, Window::all(), None).expect("steps");
     assert_eq!(
         s.source,
         StepSource::Spans("Optimizer.zero_grad#SGD.zero_grad".into())
@@ -88,7 +89,7 @@ fn a_traces_user_annotations_are_ranges_and_delimit_steps() {
     assert_eq!(j["steps"]["count"], 5);
 
     // By name the annotations are the steps, exactly; the last one lasted 0 µs and is none.
-    let s = steps::find(&st, Ns::MIN, Ns::MAX, Some("Optimizer.step#SGD.step")).unwrap();
+    let s = steps::find(&st, Window::all(), Some("Optimizer.step#SGD.step")).unwrap();
     let got: Vec<Ns> = s.steps.iter().map(|x| x.start).collect();
     assert_eq!(got, step[..4]);
     assert_eq!(

@@ -96,11 +96,11 @@ pub fn analyse(store: &Store, w: Window, o: &Options) -> Analysis {
         let (summary, steps) = {
             let found = &mut found;
             let find = move || match o.steps {
-                StepsOver::Window => steps::find(store, w.lo(), w.hi(), o.step_by).map(Cow::Owned),
+                StepsOver::Window => steps::find(store, w, o.step_by).map(Cow::Owned),
                 StepsOver::Capture(known) => {
                     let all = match known {
                         Some(all) => all,
-                        None => found.insert(steps::find(store, Ns::MIN, Ns::MAX, o.step_by)),
+                        None => found.insert(steps::find(store, Window::all(), o.step_by)),
                     };
                     all.as_ref()
                         .and_then(|all| steps_within(all, lo, hi))
@@ -111,7 +111,7 @@ pub fn analyse(store: &Store, w: Window, o: &Options) -> Analysis {
         };
         let capture_steps = match o.steps {
             StepsOver::Capture(None) => {
-                Some(found.unwrap_or_else(|| steps::find(store, Ns::MIN, Ns::MAX, o.step_by)))
+                Some(found.unwrap_or_else(|| steps::find(store, Window::all(), o.step_by)))
             }
             _ => None,
         };

@@ -10,12 +10,13 @@ use gaptop_wire::Frame;
 
 use super::live::LiveEvent;
 use crate::model::store::Store;
+use crate::model::window::Window;
 use crate::units::Ns;
 
-/// Where the steady steps of a recorded run lie, `[lo, hi)` of its times: the first steady
-/// step's start and the last step's end, if steps are found (the analysis knows steps; a
-/// source does not, so the caller hands this in: `analysis::steps::steady_span`).
-pub type Steady = fn(&Store, Ns, Ns) -> Option<(Ns, Ns)>;
+/// Where the steady steps of a window of a recorded run lie: the first steady step's start and
+/// the last step's end, if steps are found (the analysis knows steps; a source does not, so
+/// the caller hands this in: `analysis::steps::steady_span`).
+pub type Steady = fn(&Store, Window) -> Option<(Ns, Ns)>;
 
 /// How the demo plays its recording.
 #[derive(Clone, Copy, Debug)]
@@ -153,7 +154,7 @@ pub fn feed(bytes: &'static [u8], opts: DemoOptions, steady: Steady) -> Receiver
         // starting a step's length after the last one ended.
         let mut store = Store::new(usize::MAX);
         let _ = super::recording::read_into(bytes, &mut store);
-        let (from, end) = match steady(&store, lo as Ns, hi as Ns) {
+        let (from, end) = match steady(&store, Window::new(lo as Ns, hi as Ns)) {
             Some((first, last)) => {
                 let (first, last) = (first.max(0) as u64, last.max(0) as u64);
                 (first.clamp(lo, hi), last.max(hi))

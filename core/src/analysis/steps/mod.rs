@@ -57,28 +57,29 @@ use std::ops::Range;
 use crate::frames::short_kernel;
 use crate::model::records::{NameId, Ns, StackId};
 use crate::model::store::Store;
+use crate::model::window::Window;
 
 /// A guessed step with fewer ops than this share of the median step's is a sliver.
 pub const SLIVER: f64 = 0.25;
 
-/// Where the steady steps of `[lo, hi)` lie: the first steady step's start and the last
+/// Where the steady steps of window `w` lie: the first steady step's start and the last
 /// step's end, if steps are found and some are steady (the demo replays them lap after lap:
 /// `sources::demo::Steady`).
-pub fn steady_span(store: &Store, lo: Ns, hi: Ns) -> Option<(Ns, Ns)> {
-    let s = find(store, lo, hi, None)?;
+pub fn steady_span(store: &Store, w: Window) -> Option<(Ns, Ns)> {
+    let s = find(store, w, None)?;
     let steady = s.steady();
     let last = s.steps.last()?;
     (!steady.is_empty()).then(|| (s.steps[steady.start].start, last.end))
 }
 
-/// Finds the steps of the window `[lo, hi)` as the module's comment says, from the ranges that
-/// overlap it (clipped to it) or the ops that start in it. `Ns::MIN, Ns::MAX` is the whole
-/// capture. The window is first clipped to the capture's span (`Store::span`: its ops', or
+/// Finds the steps of window `w` as the module's comment says, from the ranges that overlap
+/// it (clipped to it) or the ops that start in it. `Window::all()` is the whole capture. The window is first clipped to the capture's span (`Store::span`: its ops', or
 /// the window a source fixed): a CPU span or NVTX range that starts before the first GPU op
 /// or ends after the last (ranges of a whole run whose first ops were evicted, say) does not
 /// make steps outside it, so the steps never add up to more than the capture. `None` when
 /// there are none: no span, call or op of that name, or no clear repetition.
-pub fn find(store: &Store, lo: Ns, hi: Ns, by: Option<&str>) -> Option<Steps> {
+pub fn find(store: &Store, w: Window, by: Option<&str>) -> Option<Steps> {
+    let (lo, hi) = (w.lo(), w.hi());
     let (lo, hi) = match store.span() {
         Some((a, b)) => (lo.max(a), hi.min(b)),
         None => (lo, hi),

@@ -4,6 +4,7 @@
 use crate::analysis::steps::{find, StepSource, Steps};
 use crate::model::records::{ApiCall, ApiKind, GpuOp, LaneKey, Ns, OpKind, StackId};
 use crate::model::store::Store;
+use crate::model::window::Window;
 
 const DUR: Ns = 5_000;
 const GAP: Ns = 2_000;
@@ -136,7 +137,7 @@ impl Prog {
 }
 
 fn auto(st: &Store) -> Steps {
-    find(st, Ns::MIN, Ns::MAX, None).expect("steps")
+    find(st, Window::all(), None).expect("steps")
 }
 
 fn starts(s: &Steps) -> Vec<Ns> {
@@ -163,7 +164,7 @@ fn two_generate_calls_give_the_forward_calls() {
     assert_eq!((j.source, j.guessed, j.suggest), ("structure", false, None));
     assert_eq!(j.name.as_deref(), Some("Model.forward"));
     // The name given is one `--step` takes, to the same steps.
-    let by = find(&st, Ns::MIN, Ns::MAX, Some("Model.forward")).unwrap();
+    let by = find(&st, Window::all(), Some("Model.forward")).unwrap();
     assert_eq!(by.steps, s.steps);
 }
 
