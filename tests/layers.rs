@@ -14,6 +14,9 @@
 
 use std::path::{Path, PathBuf};
 
+/// A crate's layers: the layer of each of its top-level modules, lowest first.
+type Layer = fn(&str) -> Option<u8>;
+
 /// The layer of a top-level module of the viewer, lowest first; None for the crate root and
 /// the binary.
 fn viewer_layer(module: &str) -> Option<u8> {
@@ -78,7 +81,7 @@ fn crate_refs(text: &str) -> Vec<(usize, String)> {
 
 /// Where a module reaches up to a higher layer (of `layer`): `file:line: module uses
 /// crate::other`.
-fn violations(layer: fn(&str) -> Option<u8>, module: &str, file: &str, text: &str) -> Vec<String> {
+fn violations(layer: Layer, module: &str, file: &str, text: &str) -> Vec<String> {
     let Some(own) = layer(module) else {
         return Vec::new();
     };
@@ -121,8 +124,7 @@ fn scan(
 #[test]
 fn modules_depend_in_one_direction() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let crates: [(&str, fn(&str) -> Option<u8>); 2] =
-        [("src", viewer_layer), ("core/src", core_layer)];
+    let crates: [(&str, Layer); 2] = [("src", viewer_layer), ("core/src", core_layer)];
     for (dir, layer) in crates {
         let src = root.join(dir);
         let mut files = Vec::new();
