@@ -517,16 +517,19 @@ fn the_stages_of_the_core_import_down_only() {
     );
 }
 
+/// Every crate's source folder, for the checks that hold in all of them.
+const SOURCES: [&str; 5] = [
+    "src",
+    "core/src",
+    "collector/src",
+    "wire/src",
+    "pystack/src",
+];
+
 #[test]
 fn no_modules_import_each_other_in_a_circle() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for src in [
-        root.join("src"),
-        root.join("core/src"),
-        root.join("collector/src"),
-        root.join("wire/src"),
-        root.join("pystack/src"),
-    ] {
+    for src in SOURCES.map(|dir| root.join(dir)) {
         let graph = graph_of(&src);
         assert!(!graph.is_empty(), "{}: modules not found", src.display());
         if let Some(c) = circle(&graph) {
@@ -542,13 +545,7 @@ fn no_modules_import_each_other_in_a_circle() {
 fn no_file_holds_over_700_lines_before_its_tests() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut over = Vec::new();
-    for src in [
-        root.join("src"),
-        root.join("core/src"),
-        root.join("collector/src"),
-        root.join("wire/src"),
-        root.join("pystack/src"),
-    ] {
+    for src in SOURCES.map(|dir| root.join(dir)) {
         let mut files = Vec::new();
         rust_files(&src, &mut files);
         for f in files {
