@@ -35,7 +35,7 @@ pub const MAX_ANALYSED_OPS: usize = 2_000_000;
 /// again) an analysis is made in place, between two frames.
 pub const SYNC_ANALYSIS_OPS: usize = 50_000;
 
-/// Analyses `span` of the store for `key` ([`analyse`]): its gaps, each placed in the
+/// Analyses `span` of the store for `key` ([`analyse()`]): its gaps, each placed in the
 /// capture's steps that lie in it (found again unless `known` has them), what to fix, the
 /// stalls between ranks and the ranks side by side.
 pub fn analyse_window(

@@ -1,5 +1,5 @@
 //! The one analysis of a window, for every reader: the report and `diff`, `serve`'s metrics
-//! and the terminal UI all call [`analyse`], and [`Options`] says what each needs beyond the
+//! and the terminal UI all call [`analyse()`], and [`Options`] says what each needs beyond the
 //! gaps' summary (what to fix and its replay, the stalls between ranks, the rank summary) and
 //! where the steps are found (in the window, or over the capture with those whole in the window
 //! kept, as the UI's steps strip reads them).
@@ -69,7 +69,7 @@ impl Default for Options<'_> {
     }
 }
 
-/// What [`analyse`] found in a window.
+/// What [`analyse()`] found in a window.
 pub struct Analysis {
     /// The window within the capture's span: what the summary covers.
     pub span: (Ns, Ns),

@@ -1,6 +1,6 @@
 //! The analysis: what the model's records mean. The gaps between a lane's ops and why the GPU
 //! waited in each, the program's steps, the sites that launched the waiting work and what to
-//! fix there, what the CPU did meanwhile, and the stalls between ranks. [`analyse`] is the one
+//! fix there, what the CPU did meanwhile, and the stalls between ranks. [`analyse()`] is the one
 //! entry: the report, `diff`, `serve` and the UI each analyse a window through it.
 
 pub mod advice;
