@@ -493,7 +493,7 @@ fn pairs(bin: &Path, dir: &Path, ops: u64, short: bool, given: Option<PathBuf>) 
     let loaded = heap() - before;
     let load_peak = (status_kib("VmHWM:") - rss) * 1024;
     let t = Instant::now();
-    let report = gaptop::report::build(&store, Window::all(), &Config::default(), 10);
+    let report = gaptop::report::build(&store, Window::all(), &Config::default(), 10, None);
     let analysis_s = t.elapsed().as_secs_f64();
     let stored = store.total_ops;
     drop((report, store));

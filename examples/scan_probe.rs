@@ -19,7 +19,7 @@ fn main() {
     let st = b.finish();
     let fin = t.elapsed().as_secs_f64();
     let t = Instant::now();
-    let _ = gaptop::report::build(&st, Default::default(), &Default::default(), 10);
+    let _ = gaptop::report::build(&st, Default::default(), &Default::default(), 10, None);
     let rep = t.elapsed().as_secs_f64();
     let mb = std::fs::metadata(&p).unwrap().len() as f64 / 1e6;
     println!("{n} events, {mb:.0} MB: split {split:.2}s ({:.0} MB/s), split+parse {parse:.2}s ({:.0} MB/s), finish {fin:.2}s, report {rep:.2}s", mb / split, mb / parse);

@@ -229,6 +229,7 @@ fn write_copy(
         },
         cfg,
         0,
+        None,
     );
     writeln!(out, "{{\"traceEvents\": [")?;
     let mut first = true;

@@ -163,13 +163,10 @@ pub fn folded_cpu(store: &Store, s: &Summary) -> String {
         .collect()
 }
 
-pub fn build(store: &Store, w: Window, cfg: &Config, top: usize) -> (Summary, JsonReport) {
-    build_steps(store, w, cfg, top, None)
-}
-
-/// [`build`], with the steps found by `step_by` (a span, Python function or op name; see
-/// `analysis::steps::find`) rather than automatically.
-pub fn build_steps(
+/// The report of window `w` (ns from the capture's origin) and its summary, keeping the `top`
+/// longest gaps, with the steps found by `step_by` (a span, Python function or op name; see
+/// `analysis::steps::find`), or as they are found without one.
+pub fn build(
     store: &Store,
     w: Window,
     cfg: &Config,

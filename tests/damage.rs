@@ -65,7 +65,7 @@ fn gzip(b: &[u8]) -> Vec<u8> {
 /// The report's figures: everything `report --format json` says but its notes and skipped
 /// counts (which say what was damaged).
 fn figures(st: &Store) -> Value {
-    let (_, j) = gaptop::report::build(st, Window::all(), &Config::default(), 20);
+    let (_, j) = gaptop::report::build(st, Window::all(), &Config::default(), 20, None);
     let mut v = serde_json::to_value(j).unwrap();
     let o = v.as_object_mut().unwrap();
     o.remove("notes");

@@ -852,9 +852,9 @@ fn a_window_copy_analyses_as_the_whole_store_does() {
             let copy = st.window_copy(wlo, whi);
             let rel = Window::new(wlo - lo, whi - lo);
             let mut want =
-                serde_json::to_value(gaptop::report::build(&st, rel, &cfg, 50).1).unwrap();
+                serde_json::to_value(gaptop::report::build(&st, rel, &cfg, 50, None).1).unwrap();
             let mut got =
-                serde_json::to_value(gaptop::report::build(&copy, rel, &cfg, 50).1).unwrap();
+                serde_json::to_value(gaptop::report::build(&copy, rel, &cfg, 50, None).1).unwrap();
             let what = format!("{} window {a}..{b}", src.display());
             let (rw, rg) = (replayed(&mut want), replayed(&mut got));
             same_replayed(&rg, &rw, &what);

@@ -41,7 +41,7 @@ pub(super) fn report(
         say_unverified(&store);
         return Ok(ExitCode::SUCCESS);
     }
-    let (summary, j) = crate::report::build_steps(&store, w, &cfg, top, analysis.step.as_deref());
+    let (summary, j) = crate::report::build(&store, w, &cfg, top, analysis.step.as_deref());
     let out = match format.as_str() {
         "json" => serde_json::to_string_pretty(&j)? + "\n",
         "folded" => crate::report::folded(&store, &summary),
