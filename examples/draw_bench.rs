@@ -6,8 +6,8 @@
 use std::time::{Duration, Instant};
 
 use gaptop::app::{Action, App, SourceState};
-use gaptop::collect::model::records::{ApiCall, ApiKind, GpuOp, LaneKey, OpKind};
-use gaptop::collect::model::store::Store;
+use gaptop_core::model::records::{ApiCall, ApiKind, GpuOp, LaneKey, OpKind};
+use gaptop_core::model::store::Store;
 use gaptop_wire as w;
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
@@ -110,7 +110,7 @@ fn main() {
         let in_view = app.cache.as_ref().map(|c| c.summary.gpu_ops).unwrap_or(0);
         println!(
             "{:>14} {:>12} {:>14.1} {:>14.2}",
-            gaptop::units::fmt_ns(w),
+            gaptop_core::units::fmt_ns(w),
             in_view,
             analysis,
             draw
@@ -154,7 +154,7 @@ fn main() {
         w::encode_hello(&mut h, &w::Hello::new(1, -1, "bench"));
         let f = gaptop_wire::Decoder::new();
         drop(f);
-        let _ = tx.send(gaptop::collect::sources::live::LiveEvent::Frames(
+        let _ = tx.send(gaptop_core::sources::live::LiveEvent::Frames(
             1,
             vec![
                 w::Frame::Hello(w::Hello::new(1, -1, "bench")),
@@ -189,7 +189,7 @@ fn main() {
                 .collect();
             sent += k;
             if tx
-                .send(gaptop::collect::sources::live::LiveEvent::Frames(
+                .send(gaptop_core::sources::live::LiveEvent::Frames(
                     1,
                     vec![w::Frame::Ops(ops)],
                 ))

@@ -252,7 +252,7 @@ fn load_alone_kib(path: &Path) -> i64 {
 }
 
 fn load_only(path: &Path) {
-    let store = gaptop::collect::sources::load_path(path, usize::MAX).expect("load");
+    let store = gaptop_core::sources::load_path(path, usize::MAX).expect("load");
     let peak = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF)
         .map(|u| u.max_rss())
         .unwrap_or(0);
@@ -353,8 +353,8 @@ fn rows(bin: &Path, dir: &Path, mut sizes: Vec<u64>) {
 /// Heap bytes a live store keeps for `ops` GPU ops and their launch calls, fed as a
 /// collector sends them (a batch of calls, then their ops) through `Ingest`.
 fn live_bytes(ops: u64) -> (isize, u64) {
-    use gaptop::collect::model::store::Store;
-    use gaptop::collect::sources::ingest::Ingest;
+    use gaptop_core::model::store::Store;
+    use gaptop_core::sources::ingest::Ingest;
     let before = heap();
     let mut store = Store::new(usize::MAX);
     let mut ingest = Ingest::new();
@@ -418,7 +418,8 @@ fn status_kib(key: &str) -> i64 {
 /// sets), or the `--pairs` trace at `given`. With `OLD` set, that binary's runs are made
 /// between this build's, on the same file.
 fn pairs(bin: &Path, dir: &Path, ops: u64, short: bool, given: Option<PathBuf>) {
-    use gaptop::collect::analysis::gaps::{Config, Window};
+    use gaptop_core::analysis::gaps::Config;
+    use gaptop_core::model::window::Window;
     let made = given.is_none();
     let path = given.unwrap_or_else(|| {
         let kind = if short { "short-pairs" } else { "pairs" };
@@ -487,12 +488,12 @@ fn pairs(bin: &Path, dir: &Path, ops: u64, short: bool, given: Option<PathBuf>) 
     let rss = status_kib("VmRSS:");
     let before = heap();
     let t = Instant::now();
-    let store = gaptop::collect::sources::load_path(&path, usize::MAX).expect("load");
+    let store = gaptop_core::sources::load_path(&path, usize::MAX).expect("load");
     let load_s = t.elapsed().as_secs_f64();
     let loaded = heap() - before;
     let load_peak = (status_kib("VmHWM:") - rss) * 1024;
     let t = Instant::now();
-    let report = gaptop::report::build(&store, Window::all(), &Config::default(), 10);
+    let report = gaptop::report::build(&store, Window::all(), &Config::default(), 10, None);
     let analysis_s = t.elapsed().as_secs_f64();
     let stored = store.total_ops;
     drop((report, store));

@@ -21,14 +21,16 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use crate::collect::analysis::advice::{self, Diagnosis};
-use crate::collect::analysis::gaps::{Config, Window};
-use crate::collect::analysis::steps::{quantile, StepsJson};
-use crate::collect::model::records::{NameId, Ns};
-use crate::collect::model::store::Store;
-use crate::frames::display::cut_middle;
-use crate::frames::short_kernel;
-use crate::units::fmt_short;
+use gaptop_core::analysis::advice::{self, Diagnosis};
+use gaptop_core::analysis::gaps::Config;
+use gaptop_core::analysis::steps::{quantile, StepsJson};
+use gaptop_core::analysis::{analyse, Options};
+use gaptop_core::frames::display::cut_middle;
+use gaptop_core::frames::short_kernel;
+use gaptop_core::model::records::{NameId, Ns};
+use gaptop_core::model::store::Store;
+use gaptop_core::model::window::Window;
+use gaptop_core::units::fmt_short;
 
 /// One capture, as the comparison names it.
 #[derive(Serialize)]
@@ -134,7 +136,7 @@ impl Side<'_> {
     }
 
     /// The median of a step's figure over the steady steps (0 without steps).
-    fn median(&self, f: impl Fn(&crate::collect::analysis::steps::Step) -> Ns) -> Ns {
+    fn median(&self, f: impl Fn(&gaptop_core::analysis::steps::Step) -> Ns) -> Ns {
         self.d.steps.as_ref().map_or(0, |st| {
             quantile(st.steps[st.steady()].iter().map(f).collect(), 0.5)
         })
@@ -179,7 +181,7 @@ impl Side<'_> {
     /// the ops launched in them, as HTA counts an iteration's kernels, wherever the GPU ran
     /// them; steps found on the GPU hold the ops that start in them.
     fn ops(&self, per_step: bool) -> HashMap<NameId, (f64, f64)> {
-        use crate::collect::analysis::steps::StepSource;
+        use gaptop_core::analysis::steps::StepSource;
         let steady = self.steady();
         let by_launch = self.d.steps.as_ref().is_some_and(|st| {
             matches!(
@@ -223,7 +225,7 @@ impl Side<'_> {
 }
 
 /// Compares two captures, each over its whole span, on `cfg`'s basis, with steps found by
-/// `step_by` (see `collect::analysis::steps::find`) or as the report finds them; with a
+/// `step_by` (see `analysis::steps::find`) or as the report finds them; with a
 /// `gate` threshold (a fraction), judges whether B's steps are slower beyond it
 /// (`crate::gate`).
 pub fn diff(
@@ -235,7 +237,16 @@ pub fn diff(
 ) -> DiffJson {
     let side = |store| Side {
         store,
-        d: advice::diagnose(store, Window::all(), cfg, 0, step_by),
+        d: analyse(
+            store,
+            Window::all(),
+            &Options {
+                config: *cfg,
+                step_by,
+                ..Options::default()
+            },
+        )
+        .diagnosis,
     };
     let (a, b) = (side(a), side(b));
     let per_step = a.d.steps.is_some() && b.d.steps.is_some();

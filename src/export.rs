@@ -12,9 +12,11 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
-use crate::collect::analysis::gaps::{self, Config, Window};
-use crate::collect::model::records::{ApiCall, Ns, OpKind};
-use crate::collect::model::store::Store;
+use gaptop_core::analysis::gaps::{self, Config};
+
+use gaptop_core::model::records::{ApiCall, Ns, OpKind};
+use gaptop_core::model::store::Store;
+use gaptop_core::model::window::Window;
 
 mod out;
 use out::Counted;
@@ -147,7 +149,7 @@ impl Written {
             "exported {} to {} ({}{json}); {}",
             bytes(size),
             path.display(),
-            crate::units::count(self.ops, "op"),
+            gaptop_core::units::count(self.ops, "op"),
             opens_with(self.json_bytes)
         )
     }
@@ -227,6 +229,7 @@ fn write_copy(
         },
         cfg,
         0,
+        None,
     );
     writeln!(out, "{{\"traceEvents\": [")?;
     let mut first = true;
@@ -289,7 +292,7 @@ fn write_copy(
             if g.api != 0 {
                 frames.push(store.names.get(g.api).to_string());
             }
-            let before = crate::frames::short_kernel(store.names.get(g.op_name));
+            let before = gaptop_core::frames::short_kernel(store.names.get(g.op_name));
             emit(
                 &mut out,
                 Ev::x(
@@ -319,8 +322,8 @@ fn write_copy(
     // re-opened export needs to say what the CPU did during a gap.
     // NVTX ranges and user annotations go as user annotations (spans that are ranges too, as
     // a torch.profiler trace's annotations are, once), so that the re-opened export has them.
-    // Backward ops keep their forward ops (`collect::sources::fwdbwd`) by a sequence number each.
-    let mut seq: std::collections::HashMap<crate::collect::model::records::StackId, Value> =
+    // Backward ops keep their forward ops (`sources::fwdbwd`) by a sequence number each.
+    let mut seq: std::collections::HashMap<gaptop_core::model::records::StackId, Value> =
         Default::default();
     let mut fwd: Vec<_> = store.forward_of.iter().collect();
     fwd.sort_unstable();
@@ -471,13 +474,13 @@ fn copy_to_file(
 }
 
 /// Writes `path` with `write`, through a temporary file renamed over it once complete
-/// ([`crate::files::Output`]): a file cut short (a full disk) would pass for a broken trace,
+/// ([`gaptop_core::files::Output`]): a file cut short (a full disk) would pass for a broken trace,
 /// and what the path held before (a file the user keeps) stays when writing fails.
 fn create_then<T>(
     path: &Path,
     write: impl FnOnce(std::fs::File) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
-    let out = crate::files::Output::create(path)?;
+    let out = gaptop_core::files::Output::create(path)?;
     let r = write(out.writer()?).with_context(|| format!("{}: cannot write", path.display()))?;
     out.commit()?;
     Ok(r)
@@ -565,14 +568,14 @@ pub fn start(req: ExportRequest) -> anyhow::Result<ExportJob> {
 
 /// The CPU-side ranges of a process that overlap `[lo, hi)`, by thread, extent and name.
 fn window_ranges(
-    proc: &crate::collect::model::process::Process,
+    proc: &gaptop_core::model::process::Process,
     lo: Ns,
     hi: Ns,
-) -> std::collections::HashSet<(u32, Ns, Ns, crate::collect::model::records::NameId)> {
+) -> std::collections::HashSet<(u32, Ns, Ns, gaptop_core::model::records::NameId)> {
     proc.ranges
         .iter()
         .flat_map(|(&tid, v)| {
-            crate::collect::model::process::Process::overlapping(v, lo, hi)
+            gaptop_core::model::process::Process::overlapping(v, lo, hi)
                 .map(move |(_, r)| (tid, r.start, r.end, r.name))
         })
         .collect()

@@ -18,7 +18,7 @@
 
 use serde::Serialize;
 
-use crate::collect::model::records::Ns;
+use gaptop_core::model::records::Ns;
 
 /// The significance level of each one-sided test.
 pub const ALPHA: f64 = 0.05;
@@ -256,7 +256,7 @@ pub fn text(g: &GateJson) -> String {
             let _ = writeln!(
                 o,
                 "  {:>10}  {}",
-                format!("+{}", crate::units::fmt_short(s.delta_per_step_ns)),
+                format!("+{}", gaptop_core::units::fmt_short(s.delta_per_step_ns)),
                 s.site
             );
         }

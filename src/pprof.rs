@@ -32,10 +32,12 @@
 use std::collections::HashMap;
 use std::io::Write;
 
-use crate::collect::analysis::gaps::{self, Category, Config, Reason, Window};
-use crate::collect::model::records::{NameId, Ns, StackId};
-use crate::collect::model::store::Store;
-use crate::frames::StackFrame;
+use gaptop_core::analysis::gaps::{self, Category, Config, Reason};
+
+use gaptop_core::frames::StackFrame;
+use gaptop_core::model::records::{NameId, Ns, StackId};
+use gaptop_core::model::store::Store;
+use gaptop_core::model::window::Window;
 
 /// The messages of pprof's `profile.proto` (github.com/google/pprof, proto/profile.proto),
 /// with its field numbers.
@@ -333,7 +335,7 @@ pub fn profile(store: &Store, w: Window, cfg: &Config) -> Profile {
         };
         let d = g.dur();
         let samples = if store.cpu_samples > 0 {
-            crate::collect::analysis::oncpu::gap_samples(store, &g)
+            gaptop_core::analysis::oncpu::gap_samples(store, &g)
         } else {
             Vec::new()
         };
@@ -380,7 +382,7 @@ pub fn profile(store: &Store, w: Window, cfg: &Config) -> Profile {
         let locations: Vec<u64> = path
             .into_iter()
             .rev()
-            .filter(|&f| !crate::frames::is_plumbing(store.names.get(f)))
+            .filter(|&f| !gaptop_core::frames::is_plumbing(store.names.get(f)))
             .map(|f| t.location(f))
             .collect();
         let m = (locations, k.cause, k.reason, k.device, k.pid);
@@ -578,7 +580,7 @@ pub fn decode(bytes: &[u8]) -> anyhow::Result<Profile> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::collect::model::records::{ApiCall, ApiKind, CpuSample, GpuOp, LaneKey, OpKind};
+    use gaptop_core::model::records::{ApiCall, ApiKind, CpuSample, GpuOp, LaneKey, OpKind};
 
     /// Three kernels on one stream, with gaps of 100 and 30 ns; the second launched from
     /// `Model.forward` under `<module>`, with three CPU samples of its thread in its gap (two
@@ -667,7 +669,7 @@ mod tests {
         // Heaviest first: the 100 ns gap shared among its three samples (the first taking the
         // remainder), the gap itself counted on its launch; the 30 ns gap, whose stack differs
         // only in a plumbing frame, on the same launch path.
-        let marker = crate::collect::model::records::CPU_MARKER;
+        let marker = gaptop_core::model::records::CPU_MARKER;
         assert_eq!(
             got,
             [

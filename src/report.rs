@@ -7,12 +7,14 @@ mod text;
 pub use json::{JsonBucket, JsonGap, JsonProcess, JsonReport, JsonStack, JsonWindow, Percentiles};
 pub use text::{text, MAX_LINES};
 
-use crate::collect::analysis::comm::CommReport;
-use crate::collect::analysis::gaps::{Category, Config, Gap, Reason, Window};
-use crate::collect::analysis::summary::Summary;
-use crate::collect::model::records::{NameId, Ns, StackId};
-use crate::collect::model::store::Store;
-use crate::frames::StackFrame;
+use gaptop_core::analysis::comm::CommReport;
+use gaptop_core::analysis::gaps::{Category, Config, Gap, Reason};
+use gaptop_core::analysis::summary::Summary;
+use gaptop_core::analysis::{analyse, Options};
+use gaptop_core::frames::StackFrame;
+use gaptop_core::model::records::{NameId, Ns, StackId};
+use gaptop_core::model::store::Store;
+use gaptop_core::model::window::Window;
 
 /// Percentiles of a histogram, with its exact maximum (the histogram's own is rounded up to
 /// its precision, and would read above the longest gap listed).
@@ -70,7 +72,7 @@ pub fn gap_json(store: &Store, g: &Gap, origin: Ns) -> JsonGap {
         cpu_share: None,
         on_cpu: None,
     };
-    if let Some(d) = crate::collect::analysis::oncpu::during(store, g) {
+    if let Some(d) = gaptop_core::analysis::oncpu::during(store, g) {
         if j.cpu_frames.is_empty() {
             // Outermost first, as the other frame lists.
             j.cpu_frames = d
@@ -114,7 +116,7 @@ pub fn folded(store: &Store, s: &Summary) -> String {
         .map(|(&(stack, api, op), &(_, gap_ns))| {
             let path: Vec<String> = stack_frames(store, stack, api, op)
                 .iter()
-                .filter(|f| !crate::frames::is_plumbing(f))
+                .filter(|f| !gaptop_core::frames::is_plumbing(f))
                 .map(|f| f.replace(';', ":").replace(['\n', '\r'], " "))
                 .collect();
             (gap_ns, path.join(";"))
@@ -149,7 +151,7 @@ pub fn folded_cpu(store: &Store, s: &Summary) -> String {
             .path_to(n)
             .into_iter()
             .map(|p| store.names.get(t.nodes[p].frame))
-            .filter(|f| !crate::frames::is_plumbing(f))
+            .filter(|f| !gaptop_core::frames::is_plumbing(f))
             .map(|f| f.replace(';', ":").replace(['\n', '\r'], " "))
             .collect();
         lines.push((own, path.join(";")));
@@ -161,13 +163,10 @@ pub fn folded_cpu(store: &Store, s: &Summary) -> String {
         .collect()
 }
 
-pub fn build(store: &Store, w: Window, cfg: &Config, top: usize) -> (Summary, JsonReport) {
-    build_steps(store, w, cfg, top, None)
-}
-
-/// [`build`], with the steps found by `step_by` (a span, Python function or op name; see
-/// `collect::analysis::steps::find`) rather than automatically.
-pub fn build_steps(
+/// The report of window `w` (ns from the capture's origin) and its summary, keeping the `top`
+/// longest gaps, with the steps found by `step_by` (a span, Python function or op name; see
+/// `analysis::steps::find`), or as they are found without one.
+pub fn build(
     store: &Store,
     w: Window,
     cfg: &Config,
@@ -179,17 +178,24 @@ pub fn build_steps(
         from: w.from.map(|f| f + origin),
         to: w.to.map(|t| t + origin),
     };
-    // Enough of the longest gaps to find the one-offs among them, as well as `top`. What
-    // needs no diagnosis is found on a second thread meanwhile.
-    let (d, (launches, comm)) = std::thread::scope(|scope| {
+    // Enough of the longest gaps to find the one-offs among them, as well as `top`. The
+    // launches' coverage needs no analysis: it is found on a second thread meanwhile.
+    let options = Options {
+        config: *cfg,
+        top: top.max(200),
+        step_by,
+        comm: true,
+        ..Options::default()
+    };
+    let (a, launches) = std::thread::scope(|scope| {
         let side = scope.spawn(|| {
-            let (lo, hi) = crate::collect::analysis::gaps::window_extent(store, abs);
-            let c = crate::collect::analysis::comm::analyze(store, lo, hi);
-            (launch_coverage(store, lo, hi), (c.ranks >= 2).then_some(c))
+            let (lo, hi) = abs.clipped(store);
+            launch_coverage(store, lo, hi)
         });
-        let d = crate::collect::analysis::advice::diagnose(store, abs, cfg, top.max(200), step_by);
-        (d, side.join().expect("report thread"))
+        let a = analyse(store, abs, &options);
+        (a, side.join().expect("report thread"))
     });
+    let (d, comm) = (a.diagnosis, a.comm);
     let (comm, comm_unknown) = unaligned_comm(store, comm);
     let one_off_gaps: Vec<JsonGap> = d
         .summary
@@ -333,7 +339,7 @@ fn launch_coverage(store: &Store, lo: Ns, hi: Ns) -> Vec<JsonProcess> {
             if op.start >= hi {
                 break;
             }
-            if op.kind != crate::collect::model::records::OpKind::Kernel {
+            if op.kind != gaptop_core::model::records::OpKind::Kernel {
                 continue;
             }
             per[i].kernels += 1;

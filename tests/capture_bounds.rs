@@ -1,18 +1,19 @@
 //! What a capture's bounds hold, whatever the source: a record whose times cannot be right
 //! (a Kineto kernel at `ts` 0, an nsys kernel moved by 10^15 ns, what CUPTI leaves of the
 //! kernels of a program that died) is dropped, counted and named, and the window stays the
-//! capture's (`collect::model::plausible`); and the steps never add up to more than the capture.
+//! capture's (`model::plausible`); and the steps never add up to more than the capture.
 
 mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use gaptop::collect::analysis::steps;
-use gaptop::collect::model::ranges::Range;
-use gaptop::collect::model::records::{GpuOp, LaneKey, Ns, OpKind};
-use gaptop::collect::model::store::Store;
-use gaptop::collect::sources::recording::Writer;
+use gaptop_core::analysis::steps;
+use gaptop_core::model::ranges::Range;
+use gaptop_core::model::records::{GpuOp, LaneKey, Ns, OpKind};
+use gaptop_core::model::store::Store;
+use gaptop_core::model::window::Window;
+use gaptop_core::sources::recording::Writer;
 use gaptop_wire as w;
 use serde_json::{json, Value};
 use support::{bin, fixture, root, tempdir};
@@ -316,7 +317,7 @@ fn a_program_that_died_keeps_a_readable_timeline() {
     );
     assert!(err.contains(&format!("died.rec: {far}")), "{err}");
     // The UI says so on its status line.
-    let st = gaptop::collect::sources::load_path(&rec, usize::MAX).unwrap();
+    let st = gaptop_core::sources::load_path(&rec, usize::MAX).unwrap();
     let app = gaptop::app::App::new(st, gaptop::app::SourceState::File);
     assert!(app.message.contains(far), "{}", app.message);
 }
@@ -352,7 +353,7 @@ fn steps_never_add_up_to_more_than_the_capture() {
     st.procs[0].set_ranges(1, ranges);
     st.finish_bulk();
     assert_eq!(st.span(), Some((lo, hi)));
-    let s = steps::find(&st, Ns::MIN, Ns::MAX, None).expect("steps");
+    let s = steps::find(&st, Window::all(), None).expect("steps");
     let total: Ns = s.steps.iter().map(|x| x.wall()).sum();
     assert!(
         total <= hi - lo,
@@ -366,7 +367,7 @@ fn steps_never_add_up_to_more_than_the_capture() {
     assert_eq!(s.steps[0].start, lo);
     assert_eq!(s.median_ns(), 59_700_000);
     // The same holds in any window.
-    let w = steps::find(&st, lo - 500 * ms, lo + 100 * ms, None).unwrap();
+    let w = steps::find(&st, Window::new(lo - 500 * ms, lo + 100 * ms), None).unwrap();
     assert!(w
         .steps
         .iter()
@@ -377,7 +378,7 @@ fn steps_never_add_up_to_more_than_the_capture() {
 #[test]
 fn live_drops_are_said_on_the_status_line() {
     use gaptop::app::{App, Msg, SourceState};
-    use gaptop::collect::sources::live::LiveEvent;
+    use gaptop_core::sources::live::LiveEvent;
     let mut app = App::new(Store::new(1 << 30), SourceState::Live);
     let frames = |fs: Vec<w::Frame>| Msg::Source(LiveEvent::Frames(1, fs));
     let op = |start: u64, end: u64| w::Op {

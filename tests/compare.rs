@@ -3,9 +3,9 @@
 
 mod support;
 
-use gaptop::app::view::DetailsVm;
+use gaptop::app::viewmodel::DetailsVm;
 use gaptop::app::{Action, App, SourceState};
-use gaptop::collect::sources::load_path;
+use gaptop_core::sources::load_path;
 use support::{asset, render};
 
 /// The cuDNN-attention Llama recording opened, compared with the one without it, as `main`

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use gaptop::collect::sources::cpu::{CpuSample, SampleError, Sampler, SamplerConfig};
+use gaptop_core::sources::cpu::{CpuSample, SampleError, Sampler, SamplerConfig};
 
 /// A directory of the test's own, removed when it ends.
 struct TempDir(PathBuf);

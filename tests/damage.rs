@@ -10,10 +10,12 @@ mod support;
 use std::io::Write;
 use std::process::Command;
 
-use gaptop::collect::analysis::gaps::{Config, Window};
-use gaptop::collect::model::store::Store;
-use gaptop::collect::sources::recfile::{HEAD, TAIL};
-use gaptop::collect::sources::recording::{read_into, ReadNote, Reader, Writer};
+use gaptop_core::analysis::gaps::Config;
+
+use gaptop_core::model::store::Store;
+use gaptop_core::model::window::Window;
+use gaptop_core::sources::recording::bytes::{HEAD, TAIL};
+use gaptop_core::sources::recording::{read_into, ReadNote, Reader, Writer};
 use serde_json::Value;
 
 use support::{bin, fixture, root, tempdir};
@@ -63,7 +65,7 @@ fn gzip(b: &[u8]) -> Vec<u8> {
 /// The report's figures: everything `report --format json` says but its notes and skipped
 /// counts (which say what was damaged).
 fn figures(st: &Store) -> Value {
-    let (_, j) = gaptop::report::build(st, Window::all(), &Config::default(), 20);
+    let (_, j) = gaptop::report::build(st, Window::all(), &Config::default(), 20, None);
     let mut v = serde_json::to_value(j).unwrap();
     let o = v.as_object_mut().unwrap();
     o.remove("notes");
@@ -413,7 +415,7 @@ fn a_header_claiming_past_the_end_costs_only_itself() {
         let (st, whole) = read(&r5).unwrap();
         let mut forged = Vec::new();
         let len = (r5.len() as u32 + 100).to_le_bytes();
-        gaptop::collect::sources::recfile::put_record(
+        gaptop_core::sources::recording::bytes::put_record(
             &mut forged,
             1,
             &[len[0], len[1], len[2], len[3], gaptop_wire::TAG_OPS],

@@ -166,8 +166,8 @@ fn names_are_whole_in_files_and_pipes_and_cut_in_the_middle_on_a_terminal() {
     assert_eq!(std::fs::read_to_string(&out).unwrap(), piped);
 
     // On a terminal 80 columns wide: every line fits, and the cut name keeps its two ends.
-    let load = |p: &Path| gaptop::collect::sources::load_path(p, usize::MAX).unwrap();
-    let cfg = gaptop::collect::analysis::gaps::Config::default();
+    let load = |p: &Path| gaptop_core::sources::load_path(p, usize::MAX).unwrap();
+    let cfg = gaptop_core::analysis::gaps::Config::default();
     let d = gaptop::diff::diff(&load(&a), &load(&b), &cfg, None, None);
     assert_eq!(gaptop::diff::text(&d, None), piped);
     for width in [80, 120] {

@@ -11,7 +11,7 @@
 
 mod support;
 
-use gaptop::collect::sources::kineto;
+use gaptop_core::sources::kineto;
 use serde_json::Value;
 use support::gen::{call, generate, launch, simulate, Node, Plant, Shape, Spec, Timing, T0};
 use support::{advice, report_json, tempdir};

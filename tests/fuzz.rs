@@ -7,8 +7,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use gaptop::collect::model::store::Store;
-use gaptop::collect::sources::{kineto, recording};
+use gaptop_core::model::store::Store;
+use gaptop_core::sources::{kineto, recording};
 use gaptop_wire as w;
 
 struct Rng(u64);
@@ -120,10 +120,10 @@ fn fuzz_kineto_importer() {
         ("assets/ddp2.rec", 40),
         ("tests/fixtures/multi_stream.json", 1),
     ] {
-        let st = gaptop::collect::sources::load_path(&root().join(rec), usize::MAX).unwrap();
+        let st = gaptop_core::sources::load_path(&root().join(rec), usize::MAX).unwrap();
         let (lo, hi) = st.span().unwrap();
         let mut out = Vec::new();
-        let cfg = gaptop::collect::analysis::gaps::Config::default();
+        let cfg = gaptop_core::analysis::gaps::Config::default();
         gaptop::export::write(&st, lo, hi.min(lo + ms * 1_000_000), &cfg, &mut out).unwrap();
         assert!(out.len() < 400_000, "{rec}: seed of {} bytes", out.len());
         seeds.push(out);

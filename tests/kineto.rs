@@ -186,7 +186,7 @@ fn a_directory_of_rank_traces_is_one_run_with_its_communication() {
         assert_eq!(j[key], k[key], "{key}");
     }
     // Lanes are labelled by rank.
-    let store = gaptop::collect::sources::load_paths(&[dir], usize::MAX).unwrap();
+    let store = gaptop_core::sources::load_paths(&[dir], usize::MAX).unwrap();
     let mut labels: Vec<String> = (0..store.lanes.len())
         .map(|l| store.lane_label(l))
         .collect();
@@ -212,7 +212,7 @@ fn ranks_clocks_are_aligned_on_the_ends_of_their_collectives() {
         serde_json::json!(["train.py(21): rank1_step"])
     );
     // On rank 0's clock, rank 1's first kernel starts at its true time.
-    let store = gaptop::collect::sources::load_paths(&[dir], usize::MAX).unwrap();
+    let store = gaptop_core::sources::load_paths(&[dir], usize::MAX).unwrap();
     let r1 = store.procs.iter().position(|p| p.rank == 1).unwrap() as u32;
     let lane = store.lanes.iter().find(|l| l.key.proc == r1).unwrap();
     assert_eq!(lane.op(0).start, 1_000_110_000);

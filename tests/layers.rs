@@ -1,29 +1,47 @@
-//! The viewer's modules depend on each other in one direction only (ARCHITECTURE.md):
+//! The crates and their modules depend on each other in one direction only (ARCHITECTURE.md):
 //!
-//! `units`, `frames`, `text`, `files` ← `collect` ← `report`, `pprof`, `diff`, `gate` ← `export`, `record`, `serve` ← `app` ← `views` ← `cli`
+//! - the crates: `gaptop-wire`, `gaptop-pystack` ← `gaptop-core` ← `gaptop` (the viewer), and
+//!   the collector on the first two; `gaptop-core` names no terminal, server or async runtime;
+//! - in `gaptop-core`: `units`, `frames`, `text`, `files` ← `model` ← `sources`, `analysis`
+//!   (the stages: `model` imports neither `sources` nor `analysis`, and those two never import
+//!   each other);
+//! - in the viewer: `report`, `pprof`, `diff`, `gate` ← `export`, `recorder`, `serve` ← `app`
+//!   ← `views` ← `cli`.
 //!
-//! Every `crate::…` path in a module must name a module of its own layer or one below it.
-//! Inside `collect`, the stages: `model` imports neither `sources` nor `analysis`, and those two
-//! never import each other. No modules of the viewer or the collector import each other in a
-//! circle, and no file of theirs holds over 700 lines before its tests.
+//! Every `crate::…` path in a module must name a module of its own layer or one below it. No
+//! modules of a crate import each other in a circle, and no file holds over 700 lines before
+//! its tests.
 
 use std::path::{Path, PathBuf};
 
-/// The layer of a top-level module, lowest first; None for the crate root and the binary.
-fn layer(module: &str) -> Option<u8> {
+/// A crate's layers: the layer of each of its top-level modules, lowest first.
+type Layer = fn(&str) -> Option<u8>;
+
+/// The layer of a top-level module of the viewer, lowest first; None for the crate root and
+/// the binary.
+fn viewer_layer(module: &str) -> Option<u8> {
     Some(match module {
-        "units" | "frames" | "text" | "files" => 0,
-        "collect" => 1,
-        "report" | "pprof" | "diff" | "gate" => 2,
-        "export" | "record" | "serve" => 3,
-        "app" => 4,
-        "views" => 5,
-        "cli" => 6,
+        "report" | "pprof" | "diff" | "gate" => 0,
+        "export" | "recorder" | "serve" => 1,
+        "app" => 2,
+        "views" => 3,
+        "cli" => 4,
         _ => return None,
     })
 }
 
-/// The top-level module a source file belongs to (`src/collect/sources/nsys/mod.rs` is `collect`).
+/// The layer of a top-level module of `gaptop-core`, lowest first; None for the crate root.
+/// `sources` and `analysis` share a layer but never import each other ([`stage_violations`]).
+fn core_layer(module: &str) -> Option<u8> {
+    Some(match module {
+        "units" | "frames" | "text" | "files" => 0,
+        "model" => 1,
+        "sources" | "analysis" => 2,
+        _ => return None,
+    })
+}
+
+/// The top-level module a source file belongs to (`core/src/sources/nsys/mod.rs` is `sources`).
 fn module_of(src: &Path, file: &Path) -> String {
     let rel = file.strip_prefix(src).unwrap();
     let first = rel
@@ -61,8 +79,9 @@ fn crate_refs(text: &str) -> Vec<(usize, String)> {
     out
 }
 
-/// Where a module reaches up to a higher layer: `file:line: module uses crate::other`.
-fn violations(module: &str, file: &str, text: &str) -> Vec<String> {
+/// Where a module reaches up to a higher layer (of `layer`): `file:line: module uses
+/// crate::other`.
+fn violations(layer: Layer, module: &str, file: &str, text: &str) -> Vec<String> {
     let Some(own) = layer(module) else {
         return Vec::new();
     };
@@ -104,54 +123,75 @@ fn scan(
 
 #[test]
 fn modules_depend_in_one_direction() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
-    let (seen, bad) = scan(&files, |f, text| {
-        let module = module_of(&src, f);
-        let bad = violations(&module, &f.display().to_string(), text);
-        Some((module, bad))
-    });
-    assert!(
-        bad.is_empty(),
-        "imports against the layering:\n{}",
-        bad.join("\n")
-    );
-    // Every top-level module has a layer: a new one must be placed in the rule.
-    for m in &seen {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let crates: [(&str, Layer); 2] = [("src", viewer_layer), ("core/src", core_layer)];
+    for (dir, layer) in crates {
+        let src = root.join(dir);
+        let mut files = Vec::new();
+        rust_files(&src, &mut files);
+        let (seen, bad) = scan(&files, |f, text| {
+            let module = module_of(&src, f);
+            let bad = violations(layer, &module, &f.display().to_string(), text);
+            Some((module, bad))
+        });
         assert!(
-            layer(m).is_some() || m == "lib" || m == "main",
-            "module {m} has no layer in tests/layers.rs (and ARCHITECTURE.md)"
+            bad.is_empty(),
+            "imports against the layering:\n{}",
+            bad.join("\n")
         );
+        // Every top-level module has a layer: a new one must be placed in the rule.
+        for m in &seen {
+            assert!(
+                layer(m).is_some() || m == "lib" || m == "main",
+                "{dir}: module {m} has no layer in tests/layers.rs (and ARCHITECTURE.md)"
+            );
+        }
     }
 }
 
 #[test]
 fn the_check_catches_an_upward_import() {
-    // What the issue asks the test to catch: `use crate::app` added under collect.
-    let text = "use crate::collect::model::store::Store;\nuse crate::app::App;\n";
+    // A report that reaches up to the UI.
+    let text = "use gaptop_core::model::store::Store;\nuse crate::app::App;\n";
     assert_eq!(
-        violations("collect", "src/collect/x.rs", text),
-        vec!["src/collect/x.rs:2: collect uses crate::app"]
+        violations(viewer_layer, "report", "src/report.rs", text),
+        vec!["src/report.rs:2: report uses crate::app"]
     );
     // Paths in expressions count too; comments and other crates' names do not.
     let text = "let k = crate::views::short_kernel(x); // crate::app\nuse gaptop_crate::app;\n";
     assert_eq!(
-        violations("report", "src/report.rs", text),
+        violations(viewer_layer, "report", "src/report.rs", text),
         vec!["src/report.rs:1: report uses crate::views"]
     );
-    assert!(violations("views", "src/views/mod.rs", "use crate::app::App;").is_empty());
-    assert!(violations("collect", "src/collect/a.rs", "use crate::units::Ns;").is_empty());
+    assert!(violations(
+        viewer_layer,
+        "views",
+        "src/views/mod.rs",
+        "use crate::app::App;"
+    )
+    .is_empty());
+    // In the core: how times read, reaching up to the store.
+    let text = "use crate::model::store::Store;\n";
+    assert_eq!(
+        violations(core_layer, "units", "core/src/units.rs", text),
+        vec!["core/src/units.rs:1: units uses crate::model"]
+    );
+    assert!(violations(core_layer, "analysis", "a.rs", "use crate::units::Ns;").is_empty());
+    assert!(violations(core_layer, "analysis", "a.rs", text).is_empty());
 }
 
-/// The stage of `collect` a file is in (`src/collect/sources/kineto.rs` is `sources`).
+/// The core's stages, each a folder of `core/src`.
+const STAGES: [&str; 3] = ["analysis", "model", "sources"];
+
+/// The stage of the core a file is in (`core/src/sources/kineto.rs` is `sources`).
 fn stage_of(src: &Path, file: &Path) -> Option<String> {
-    let rel = file.strip_prefix(src.join("collect")).ok()?;
+    let rel = file.strip_prefix(src).ok()?;
     let first = rel.components().next()?.as_os_str().to_string_lossy();
-    (rel.components().count() > 1).then(|| first.to_string())
+    (rel.components().count() > 1 && STAGES.contains(&&*first)).then(|| first.to_string())
 }
 
-/// Where a stage of `collect` imports a stage it must not: `file:line: sources uses analysis`.
+/// Where a stage of the core imports a stage it must not: `file:line: sources uses
+/// crate::analysis`.
 fn stage_violations(stage: &str, file: &str, text: &str) -> Vec<String> {
     let banned: &[&str] = match stage {
         "model" => &["sources", "analysis"],
@@ -162,8 +202,8 @@ fn stage_violations(stage: &str, file: &str, text: &str) -> Vec<String> {
     let mut out = Vec::new();
     for (n, line) in code_lines(text) {
         for b in banned {
-            if line.contains(&format!("collect::{b}")) {
-                out.push(format!("{file}:{n}: {stage} uses collect::{b}"));
+            if line.contains(&format!("crate::{b}")) {
+                out.push(format!("{file}:{n}: {stage} uses crate::{b}"));
             }
         }
     }
@@ -210,8 +250,7 @@ fn lines_before_tests(rel: &Path, text: &str) -> usize {
         .unwrap_or(lines.len())
 }
 
-/// The module path of a file under a crate's `src` (`collect/model/store.rs` is
-/// `collect::model::store`, a `mod.rs` its folder's, `lib.rs` the root's); None for test
+/// The module path of a file under a crate's `src` (`model/store.rs` is `model::store`, a `mod.rs` its folder's, `lib.rs` the root's); None for test
 /// files and a binary's root.
 fn module_path(src: &Path, file: &Path) -> Option<Vec<String>> {
     let rel = file.strip_prefix(src).ok()?;
@@ -457,10 +496,10 @@ fn graph_of(src: &Path) -> Graph {
 }
 
 #[test]
-fn the_stages_of_collect_import_down_only() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+fn the_stages_of_the_core_import_down_only() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("core/src");
     let mut files = Vec::new();
-    rust_files(&src.join("collect"), &mut files);
+    rust_files(&src, &mut files);
     let (stages, bad) = scan(&files, |f, text| {
         let stage = stage_of(&src, f)?;
         let bad = stage_violations(&stage, &f.display().to_string(), text);
@@ -473,20 +512,24 @@ fn the_stages_of_collect_import_down_only() {
     );
     assert_eq!(
         stages.into_iter().collect::<Vec<_>>(),
-        ["analysis", "model", "sources"],
-        "collect holds the three stages and nothing else beside them"
+        STAGES,
+        "the core's three stages are found"
     );
 }
+
+/// Every crate's source folder, for the checks that hold in all of them.
+const SOURCES: [&str; 5] = [
+    "src",
+    "core/src",
+    "collector/src",
+    "wire/src",
+    "pystack/src",
+];
 
 #[test]
 fn no_modules_import_each_other_in_a_circle() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for src in [
-        root.join("src"),
-        root.join("collector/src"),
-        root.join("wire/src"),
-        root.join("pystack/src"),
-    ] {
+    for src in SOURCES.map(|dir| root.join(dir)) {
         let graph = graph_of(&src);
         assert!(!graph.is_empty(), "{}: modules not found", src.display());
         if let Some(c) = circle(&graph) {
@@ -502,12 +545,7 @@ fn no_modules_import_each_other_in_a_circle() {
 fn no_file_holds_over_700_lines_before_its_tests() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut over = Vec::new();
-    for src in [
-        root.join("src"),
-        root.join("collector/src"),
-        root.join("wire/src"),
-        root.join("pystack/src"),
-    ] {
+    for src in SOURCES.map(|dir| root.join(dir)) {
         let mut files = Vec::new();
         rust_files(&src, &mut files);
         for f in files {
@@ -528,16 +566,15 @@ fn no_file_holds_over_700_lines_before_its_tests() {
 #[test]
 fn the_checks_catch_a_reader_importing_analysis_and_a_circle() {
     // A reader that reaches into the analysis, and the analysis into a reader.
-    let text =
-        "use crate::collect::model::store::Store;\nuse crate::collect::analysis::gaps::Gap;\n";
+    let text = "use crate::model::store::Store;\nuse crate::analysis::gaps::Gap;\n";
     assert_eq!(
-        stage_violations("sources", "src/collect/sources/kineto.rs", text),
-        vec!["src/collect/sources/kineto.rs:2: sources uses collect::analysis"]
+        stage_violations("sources", "core/src/sources/kineto.rs", text),
+        vec!["core/src/sources/kineto.rs:2: sources uses crate::analysis"]
     );
-    let text = "let k = crate::collect::sources::kineto::load(p); // collect::sources\n";
+    let text = "let k = crate::sources::kineto::load(p); // crate::sources\n";
     assert_eq!(stage_violations("analysis", "a.rs", text).len(), 1);
     assert_eq!(stage_violations("model", "m.rs", text).len(), 1);
-    assert!(stage_violations("sources", "s.rs", "use crate::collect::model::store;").is_empty());
+    assert!(stage_violations("sources", "s.rs", "use crate::model::store;").is_empty());
 
     // Two modules that import each other, through `super`, a group and a child's name.
     let m = |s: &str| s.split("::").map(str::to_string).collect::<Vec<String>>();
@@ -545,7 +582,7 @@ fn the_checks_catch_a_reader_importing_analysis_and_a_circle() {
         m("app"),
         m("app::view"),
         m("app::keys"),
-        m("collect"),
+        m("model"),
         m("units"),
     ]
     .into_iter()
@@ -553,7 +590,7 @@ fn the_checks_catch_a_reader_importing_analysis_and_a_circle() {
     let mut graph = Graph::new();
     let app = "mod view;\nmod keys;\nuse crate::units::Ns;\nfn f() { view::draw(); }\n";
     let view =
-        "use super::{keys::Key, App};\npub(super) fn f() {}\npub(in crate::collect) fn g() {}\n";
+        "use super::{keys::Key, App};\npub(super) fn f() {}\npub(in crate::model) fn g() {}\n";
     let keys = "use crate::units::{self, Ns};\n";
     for (name, text) in [("app", app), ("app::view", view), ("app::keys", keys)] {
         let me = m(name);
@@ -584,40 +621,98 @@ fn the_checks_catch_a_reader_importing_analysis_and_a_circle() {
 }
 
 /// The workspace's crates (folder, package) and the gaptop crates each may depend on: the
-/// record format and the Python-stack reader at the bottom, depending on no other; the
-/// collector and the viewer on those two; the test double on none.
+/// record format and the Python-stack reader at the bottom, depending on no other; the core
+/// (sources, model, analysis) on those two; the collector on those two; the viewer on the core
+/// and those two; the test double on none.
 const CRATES: &[(&str, &[&str])] = &[
     ("wire", &[]),
     ("pystack", &[]),
+    ("core", &["gaptop-wire", "gaptop-pystack"]),
     ("collector", &["gaptop-wire", "gaptop-pystack"]),
     ("collector/fake-cupti", &[]),
-    (".", &["gaptop-wire", "gaptop-pystack"]),
+    (".", &["gaptop-core", "gaptop-wire", "gaptop-pystack"]),
 ];
+
+/// What the core may not depend on: a terminal, an HTTP server, an async runtime, metrics'
+/// exposition. The report, `serve` and the UI are the viewer's.
+const NOT_IN_CORE: &[&str] = &[
+    "ratatui",
+    "crossterm",
+    "tui-tree-widget",
+    "axum",
+    "hyper",
+    "hyper-util",
+    "tokio",
+    "prometheus-client",
+];
+
+/// The crates a manifest's `[dependencies]` name (dev-dependencies may reach up: the
+/// collector's tests drive the core).
+fn dependencies(toml: &str) -> Vec<&str> {
+    let deps = toml
+        .split("\n[")
+        .find(|s| s.starts_with("dependencies]"))
+        .unwrap_or("");
+    deps.lines()
+        .skip(1)
+        .map(|line| line.split([' ', '=']).next().unwrap_or(""))
+        .filter(|name| !name.is_empty() && !name.starts_with('#'))
+        .collect()
+}
+
+/// What is wrong with crate `dir`'s dependencies: a gaptop crate not in `allowed`, or (for the
+/// core) one of [`NOT_IN_CORE`].
+fn crate_violations(dir: &str, toml: &str, allowed: &[&str]) -> Vec<String> {
+    let mut out = Vec::new();
+    for name in dependencies(toml) {
+        if name.starts_with("gaptop") && !allowed.contains(&name) {
+            out.push(format!(
+                "{dir}/Cargo.toml depends on {name}: only {allowed:?} may be"
+            ));
+        }
+        if dir == "core" && NOT_IN_CORE.contains(&name) {
+            out.push(format!(
+                "core/Cargo.toml depends on {name}: the core has no UI or server"
+            ));
+        }
+    }
+    out
+}
 
 #[test]
 fn crates_depend_one_way() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let workspace = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let mut bad = Vec::new();
     for (dir, allowed) in CRATES {
         assert!(
             workspace.contains(&format!("\"{dir}\"")),
             "{dir} is not a workspace member"
         );
         let toml = std::fs::read_to_string(root.join(dir).join("Cargo.toml")).unwrap();
-        // Only [dependencies]: dev-dependencies may reach up (the collector's tests drive the
-        // viewer).
-        let deps = toml
-            .split("\n[")
-            .find(|s| s.starts_with("dependencies]"))
-            .unwrap_or("");
-        for line in deps.lines().skip(1) {
-            let name = line.split([' ', '=']).next().unwrap_or("");
-            if name.starts_with("gaptop") {
-                assert!(
-                    allowed.contains(&name),
-                    "{dir}/Cargo.toml depends on {name}: only {allowed:?} may be"
-                );
-            }
-        }
+        bad.extend(crate_violations(dir, &toml, allowed));
     }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+#[test]
+fn the_check_catches_a_crate_depending_up_or_a_ui_in_the_core() {
+    let toml = "[package]\nname = \"gaptop-core\"\n\n[dependencies]\ngaptop-wire = { path = \"../wire\" }\n# a comment\nratatui = \"0.30\"\ngaptop = { path = \"..\" }\n\n[dev-dependencies]\ntokio = \"1\"\n";
+    assert_eq!(
+        dependencies(toml),
+        ["gaptop-wire", "ratatui", "gaptop"],
+        "dev-dependencies and comments are not dependencies"
+    );
+    assert_eq!(
+        crate_violations("core", toml, &["gaptop-wire"]),
+        [
+            "core/Cargo.toml depends on ratatui: the core has no UI or server",
+            "core/Cargo.toml depends on gaptop: only [\"gaptop-wire\"] may be",
+        ]
+    );
+    // The viewer may have a terminal.
+    assert_eq!(
+        crate_violations(".", toml, &["gaptop-wire", "gaptop"]),
+        Vec::<String>::new()
+    );
 }

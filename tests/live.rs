@@ -9,9 +9,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gaptop::collect::model::store::Store;
-use gaptop::collect::sources::ingest::Ingest;
-use gaptop::collect::sources::live::{accept_loop, LiveEvent, SocketDir};
+use gaptop_core::model::store::Store;
+use gaptop_core::sources::ingest::Ingest;
+use gaptop_core::sources::live::{accept_loop, LiveEvent, SocketDir};
 use gaptop_wire as w;
 
 fn hello(pid: u32, rank: i32) -> Vec<u8> {

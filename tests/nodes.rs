@@ -8,7 +8,7 @@ mod support;
 
 use std::path::{Path, PathBuf};
 
-use gaptop::collect::sources::recording::Writer;
+use gaptop_core::sources::recording::Writer;
 use gaptop_wire as w;
 use support::{bin, per_rank, report_paths, tempdir};
 
@@ -143,7 +143,7 @@ fn the_recordings_of_a_jobs_nodes_are_one_capture() {
         assert_eq!(j[key], d[key], "{key}");
     }
     // Each node's samples went to its own program, not to the other node's pid 4242.
-    let store = gaptop::collect::sources::load_paths(&[a, b], usize::MAX).unwrap();
+    let store = gaptop_core::sources::load_paths(&[a, b], usize::MAX).unwrap();
     for (i, p) in store.procs.iter().enumerate() {
         let frames: Vec<String> = p
             .samples

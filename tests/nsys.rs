@@ -512,7 +512,7 @@ fn fixture_stacks_hold_nvtx_ranges_above_the_call_chain() {
         "{folded}"
     );
     // kernel_a's chain (on its own row) has no gap of its own; the store holds it all the same.
-    let st = gaptop::collect::sources::load_path(&p, usize::MAX).unwrap();
+    let st = gaptop_core::sources::load_path(&p, usize::MAX).unwrap();
     let a = st.procs[0].apis().find(|a| a.corr == 1).unwrap();
     assert_eq!(
         st.frame_strings(a.stack),
@@ -661,7 +661,7 @@ fn sampled_cpu_stacks_say_what_the_cpu_did_during_gaps() {
         "{folded}"
     );
     assert!(!folded.contains("do_syscall_64"), "{folded}");
-    let st = gaptop::collect::sources::load_path(&p, usize::MAX).unwrap();
+    let st = gaptop_core::sources::load_path(&p, usize::MAX).unwrap();
     assert_eq!(st.cpu_samples, 5);
     assert_eq!(st.procs[0].sample_period_ns, 2_000);
     assert_eq!(st.skipped["CPU sample of a process without CUDA work"], 1);
@@ -747,7 +747,7 @@ fn processes_keep_their_own_correlation_ids_and_mpi_ranks() {
         .unwrap();
     }
     drop(f);
-    let st = gaptop::collect::sources::load_path(&p, usize::MAX).unwrap();
+    let st = gaptop_core::sources::load_path(&p, usize::MAX).unwrap();
     assert_eq!(st.procs.len(), 2);
     for lane in 0..st.lanes.len() {
         let l = &st.lanes[lane];
@@ -960,18 +960,18 @@ fn real_saxpy_export_has_native_stacks_under_nvtx_and_nvtx_steps() {
     );
     // Each launch sits in its `saxpy` NVTX range, above the chain nsys took (outermost first,
     // the CUDA libraries' and the profiler's frames next to the call left out).
-    let st = gaptop::collect::sources::load_path(&p, usize::MAX).unwrap();
+    let st = gaptop_core::sources::load_path(&p, usize::MAX).unwrap();
     let proc = &st.procs[0];
     let lane = &st.lanes[0];
     assert_eq!(
         lane.iter()
-            .filter(|o| o.kind == gaptop::collect::model::records::OpKind::Kernel)
+            .filter(|o| o.kind == gaptop_core::model::records::OpKind::Kernel)
             .count(),
         5
     );
     for op in lane
         .iter()
-        .filter(|o| o.kind == gaptop::collect::model::records::OpKind::Kernel)
+        .filter(|o| o.kind == gaptop_core::model::records::OpKind::Kernel)
     {
         let a = proc.api_by_corr(op.corr).unwrap();
         assert_eq!(st.names.get(a.name), "cudaLaunchKernel_v7000");
@@ -1007,7 +1007,7 @@ fn real_saxpy_export_has_native_stacks_under_nvtx_and_nvtx_steps() {
         )
     );
     // The ranges are the processes' NVTX ranges (the timeline's lane), with their domains.
-    let st = gaptop::collect::sources::load_path(&p, usize::MAX).unwrap();
+    let st = gaptop_core::sources::load_path(&p, usize::MAX).unwrap();
     let mut by_domain: std::collections::BTreeMap<(String, String), usize> = Default::default();
     for pr in &st.procs {
         for v in pr.ranges.values() {
@@ -1089,7 +1089,7 @@ fn the_ui_says_what_an_export_lacks_as_it_opens() {
     let p = d.join("bare.sqlite");
     training_fixture(&p, false, true);
     let app = App::new(
-        gaptop::collect::sources::load_path(&p, usize::MAX).unwrap(),
+        gaptop_core::sources::load_path(&p, usize::MAX).unwrap(),
         SourceState::File,
     );
     assert_eq!(
@@ -1100,7 +1100,7 @@ fn the_ui_says_what_an_export_lacks_as_it_opens() {
     let p = d.join("full.sqlite");
     training_fixture(&p, true, true);
     let app = App::new(
-        gaptop::collect::sources::load_path(&p, usize::MAX).unwrap(),
+        gaptop_core::sources::load_path(&p, usize::MAX).unwrap(),
         SourceState::File,
     );
     assert_eq!(app.message, "");
@@ -1110,8 +1110,7 @@ fn the_ui_says_what_an_export_lacks_as_it_opens() {
 fn the_ui_tree_shows_nvtx_ranges_of_a_real_export() {
     use gaptop::app::{App, SourceState};
     use ratatui::{backend::TestBackend, Terminal};
-    let st =
-        gaptop::collect::sources::load_path(&data("nvfuser_cross_entropy.sqlite.gz"), usize::MAX);
+    let st = gaptop_core::sources::load_path(&data("nvfuser_cross_entropy.sqlite.gz"), usize::MAX);
     let mut a = App::new(st.unwrap(), SourceState::File);
     a.refresh(true);
     let (w, h) = (200, 50);
@@ -1244,7 +1243,7 @@ fn python_backtraces_replace_the_interpreters_frames_under_nvtx() {
     mark(&mut f, 80_000, TID, vec![1, 2, 3]);
     drop(f);
 
-    let st = gaptop::collect::sources::load_path(&p, usize::MAX).unwrap();
+    let st = gaptop_core::sources::load_path(&p, usize::MAX).unwrap();
     let proc = &st.procs[0];
     let frames = |corr| st.frame_strings(proc.api_by_corr(corr).unwrap().stack);
     // NVTX ranges outermost, then the Python frames where the chain's interpreter frames were
@@ -1343,7 +1342,7 @@ fn real_python_backtraces_name_the_python_code_of_each_launch() {
     assert_eq!(j["device_idle_ns"], 23_590_549);
     assert_all_calls_with_chains_got_python(&j);
     let f = "/work/main/gpu/ctypes_launch.py";
-    let st = gaptop::collect::sources::load_path(&p, usize::MAX).unwrap();
+    let st = gaptop_core::sources::load_path(&p, usize::MAX).unwrap();
     let proc = &st.procs[0];
     let mut memsets = 0;
     for op in st.lanes[0].iter() {
@@ -1463,7 +1462,7 @@ fn real_python_samples_say_what_python_ran_during_gaps() {
         "{}",
         j["notes"]
     );
-    let st = gaptop::collect::sources::load_path(&p, usize::MAX).unwrap();
+    let st = gaptop_core::sources::load_path(&p, usize::MAX).unwrap();
     assert_eq!(st.cpu_samples, 401);
 }
 

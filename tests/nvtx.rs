@@ -7,9 +7,10 @@ mod support;
 use std::io::Read;
 use std::process::Command;
 
-use gaptop::collect::analysis::steps::{self, StepSource};
-use gaptop::collect::model::records::Ns;
-use gaptop::collect::sources::recording::Writer;
+use gaptop_core::analysis::steps::{self, StepSource};
+use gaptop_core::model::records::Ns;
+use gaptop_core::model::window::Window;
+use gaptop_core::sources::recording::Writer;
 use gaptop_wire as w;
 use serde_json::Value;
 use support::{fixture, report_json as report, tempdir};
@@ -48,7 +49,7 @@ fn a_traces_user_annotations_are_ranges_and_delimit_steps() {
     let zero = starts(&ev, "user_annotation", "Optimizer.zero_grad#SGD.zero_grad");
     let step = starts(&ev, "user_annotation", "Optimizer.step#SGD.step");
     assert_eq!((zero.len(), step.len()), (5, 5));
-    let st = gaptop::collect::sources::load_path(&fixture(HTA), usize::MAX).unwrap();
+    let st = gaptop_core::sources::load_path(&fixture(HTA), usize::MAX).unwrap();
     let p = &st.procs[0];
     let tid = ev
         .iter()
@@ -69,7 +70,7 @@ fn a_traces_user_annotations_are_ranges_and_delimit_steps() {
     let gpu = p.gpu_ranges.get(&(0, 7)).expect("stream 7's annotations");
     assert_eq!(gpu.len(), 10);
 
-    let s = steps::find(&st, Ns::MIN, Ns::MAX, None).expect("steps");
+    let s = steps::find(&st, Window::all(), None).expect("steps");
     assert_eq!(
         s.source,
         StepSource::Spans("Optimizer.zero_grad#SGD.zero_grad".into())
@@ -88,7 +89,7 @@ fn a_traces_user_annotations_are_ranges_and_delimit_steps() {
     assert_eq!(j["steps"]["count"], 5);
 
     // By name the annotations are the steps, exactly; the last one lasted 0 µs and is none.
-    let s = steps::find(&st, Ns::MIN, Ns::MAX, Some("Optimizer.step#SGD.step")).unwrap();
+    let s = steps::find(&st, Window::all(), Some("Optimizer.step#SGD.step")).unwrap();
     let got: Vec<Ns> = s.steps.iter().map(|x| x.start).collect();
     assert_eq!(got, step[..4]);
     assert_eq!(
@@ -248,7 +249,7 @@ fn recorded_ranges_are_frames_of_their_launches_and_steps() {
         [inside],
         "every gap's launch is inside a layer of a step"
     );
-    let st = gaptop::collect::sources::load_path(&rec, usize::MAX).unwrap();
+    let st = gaptop_core::sources::load_path(&rec, usize::MAX).unwrap();
     let first = st.procs[0].api_by_corr(1).unwrap();
     assert_eq!(
         st.frame_strings(first.stack),
@@ -281,7 +282,7 @@ fn recorded_ranges_are_frames_of_their_launches_and_steps() {
         .status()
         .unwrap();
     assert!(ok.success());
-    let again = gaptop::collect::sources::load_path(&out, usize::MAX).unwrap();
+    let again = gaptop_core::sources::load_path(&out, usize::MAX).unwrap();
     assert_eq!(again.procs[0].ranges_of(7).len(), 18);
     let j = report(&out, &[]);
     assert_eq!(j["steps"]["count"], 6);
@@ -295,8 +296,8 @@ fn recorded_ranges_are_frames_of_their_launches_and_steps() {
 /// median.
 #[test]
 fn automatic_steps_from_ranges_follow_the_rule() {
-    use gaptop::collect::model::ranges::Range;
-    use gaptop::collect::model::store::Store;
+    use gaptop_core::model::ranges::Range;
+    use gaptop_core::model::store::Store;
     let build = |names: &[(String, Ns, Ns)]| {
         let mut st = Store::default();
         let p = st.add_process(1, -1, "p");
@@ -341,7 +342,7 @@ fn automatic_steps_from_ranges_follow_the_rule() {
 /// each around a `rope` range) reads as it did: its ranges, its stacks under them, its steps.
 #[test]
 fn a_kept_recording_with_ranges_reads_as_it_did() {
-    let st = gaptop::collect::sources::load_path(&fixture("fake_nvtx.rec"), usize::MAX).unwrap();
+    let st = gaptop_core::sources::load_path(&fixture("fake_nvtx.rec"), usize::MAX).unwrap();
     let p = &st.procs[0];
     let all: usize = p.ranges.values().map(|v| v.len()).sum();
     assert_eq!(all, 40);

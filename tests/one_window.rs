@@ -10,7 +10,7 @@ mod support;
 mod tmux;
 
 use gaptop::app::{Action, App, Focus, SourceState};
-use gaptop::collect::sources::load_path;
+use gaptop_core::sources::load_path;
 use support::{pane, render};
 use tmux::Session;
 
@@ -257,12 +257,12 @@ fn a_tree_node_has_one_count() {
         let sc = a.view.screen;
         let tree = pane(&s, sc.tree);
         let details = pane(&s, sc.details);
-        let count = gaptop::units::count(gaps, "gap");
+        let count = gaptop_core::units::count(gaps, "gap");
         assert!(tree.contains(&format!("{count} ·")), "{tree}");
         assert!(
             details.contains(&format!(
                 "{} of gap time ({:.1}%) in {count},",
-                gaptop::units::fmt_short(gap_ns),
+                gaptop_core::units::fmt_short(gap_ns),
                 100.0 * gap_ns as f64 / a.cache.as_ref().unwrap().gap_ns() as f64
             )),
             "{details}"
@@ -281,20 +281,21 @@ fn a_tree_node_has_one_count() {
 /// charges to sdpa_attention_forward; the prompt shows `\`.
 #[test]
 fn the_gap_filter_holds_every_gap_of_the_window() {
-    let rx = gaptop::app::term::demo_feed(
+    let rx = gaptop_core::sources::demo::feed(
         include_bytes!("../assets/gpt2.rec"),
-        gaptop::app::term::DemoOptions {
+        gaptop_core::sources::demo::DemoOptions {
             speed: 1e9,
             looping: false,
             at_least: std::time::Duration::from_secs(3),
         },
+        gaptop_core::analysis::steps::steady_span,
     );
     let mut a = App::new(
-        gaptop::collect::model::store::Store::new(1 << 30),
+        gaptop_core::model::store::Store::new(1 << 30),
         SourceState::Live,
     );
     while let Ok(ev) = rx.recv() {
-        let end = matches!(ev, gaptop::collect::sources::live::LiveEvent::Exited(_));
+        let end = matches!(ev, gaptop_core::sources::live::LiveEvent::Exited(_));
         a.update(gaptop::app::Msg::Source(ev));
         if end {
             break;

@@ -5,7 +5,7 @@
 //! wraps in the details; What to fix shows two rows at 80x24.
 
 use gaptop::app::{Action, App, SourceState};
-use gaptop::collect::sources::load_path;
+use gaptop_core::sources::load_path;
 
 mod support;
 

@@ -52,7 +52,7 @@ fn frame_text(p: &Profile, loc: u64) -> String {
 /// The profile's value `v` by launch path as folded stacks write them (outermost first, `;`
 /// between frames), summed over labels; `cpu` false folds the CPU samples into their launch.
 fn by_path(p: &Profile, v: usize, cpu: bool) -> BTreeMap<String, i64> {
-    let marker = gaptop::collect::model::records::CPU_MARKER;
+    let marker = gaptop_core::model::records::CPU_MARKER;
     let mut m = BTreeMap::new();
     for s in &p.sample {
         let mut frames: Vec<String> = s
@@ -151,7 +151,7 @@ fn device_profile_matches_folded_stacks_with_the_cpu_samples_under_them() {
         folded(&report(&path, "folded-cpu", &[]))
     );
     // The CPU samples sit under the marker frame only.
-    let marker = gaptop::collect::model::records::CPU_MARKER;
+    let marker = gaptop_core::model::records::CPU_MARKER;
     let with_cpu = by_path(&p, cpu, true);
     assert!(total(&p, cpu) > 1000, "{}", total(&p, cpu));
     assert!(with_cpu.keys().all(|k| k.contains(marker)));

@@ -1,10 +1,12 @@
 //! Properties of the gap analysis on random stores: time is conserved, gaps are counted once,
 //! the categories partition them, the call tree adds up, and arrival order does not matter.
 
-use gaptop::collect::analysis::gaps::{self, Basis, Config, Window};
-use gaptop::collect::analysis::summary;
-use gaptop::collect::model::records::{ApiCall, ApiKind, GpuOp, LaneKey, OpKind};
-use gaptop::collect::model::store::Store;
+use gaptop_core::analysis::gaps::{self, Basis, Config};
+
+use gaptop_core::analysis::summary;
+use gaptop_core::model::records::{ApiCall, ApiKind, GpuOp, LaneKey, OpKind};
+use gaptop_core::model::store::Store;
+use gaptop_core::model::window::Window;
 use proptest::prelude::*;
 
 /// (stream, gap before, duration, launch offset before the op, stack choice) per op.
@@ -125,7 +127,7 @@ proptest! {
         let inv = s.tree.inverted();
         prop_assert_eq!(inv.nodes[0].gap_ns, gap_ns);
         // Advice over every launching function partitions the gaps too.
-        let advice = gaptop::collect::analysis::advice::advise(&st, &s, usize::MAX);
+        let advice = gaptop_core::analysis::advice::advise(&st, &s, usize::MAX);
         prop_assert_eq!(advice.iter().map(|a| a.gaps).sum::<u64>(), gap_count);
         prop_assert_eq!(advice.iter().map(|a| a.gap_ns).sum::<i64>(), gap_ns);
         // Per device: idle + busy = the span, for each device.
@@ -149,7 +151,7 @@ proptest! {
         prop_assert_eq!(d.charged_ns(), inner_idle);
         prop_assert_eq!(d.tree.nodes[0].gap_ns, inner_idle);
         prop_assert_eq!(d.idle, s.idle, "the HTA breakdown does not depend on the basis");
-        let dev_advice = gaptop::collect::analysis::advice::advise(&st, &d, usize::MAX);
+        let dev_advice = gaptop_core::analysis::advice::advise(&st, &d, usize::MAX);
         prop_assert_eq!(dev_advice.iter().map(|a| a.gap_ns).sum::<i64>(), inner_idle);
         let shares: f64 = dev_advice.iter().map(|a| a.share).sum();
         prop_assert!(shares <= 1.0 + 1e-9, "shares add up to {}", shares);

@@ -172,7 +172,7 @@ fn serial_and_parallel_reading_report_the_same() {
 /// Everything a store holds that a report or the UI reads, as text: names by id, processes
 /// with their calls and spans, lanes with their ops. Stacks are given by their frames (the
 /// spans' stacks are made after reading, in an order of their own).
-fn digest(st: &gaptop::collect::model::store::Store) -> String {
+fn digest(st: &gaptop_core::model::store::Store) -> String {
     use std::fmt::Write;
     let mut s = String::new();
     for i in 0..st.names.len() {
@@ -214,8 +214,8 @@ fn digest(st: &gaptop::collect::model::store::Store) -> String {
 /// a builder of its own: the same store, id for id.
 #[test]
 fn files_read_apart_join_as_if_read_into_one_builder() {
-    use gaptop::collect::sources::kineto::{file_label, open_maybe_gz, rank_in_name, Builder};
-    use gaptop::collect::sources::traceset::{expand, load_traces_with};
+    use gaptop_core::sources::kineto::{file_label, open_maybe_gz, rank_in_name, Builder};
+    use gaptop_core::sources::traceset::{expand, load_traces_with};
     let dir = mixed_set("ranks-apart");
     let files = expand(std::slice::from_ref(&dir)).unwrap();
     let mut b = Builder::new(usize::MAX, "set");
@@ -270,7 +270,7 @@ fn one_rank_of_many_says_to_open_the_others_with_it() {
         "{j}"
     );
     let app = gaptop::app::App::new(
-        gaptop::collect::sources::load_path(&one, usize::MAX).unwrap(),
+        gaptop_core::sources::load_path(&one, usize::MAX).unwrap(),
         gaptop::app::SourceState::File,
     );
     assert!(

@@ -7,7 +7,7 @@
 mod support;
 
 use gaptop::app::{Action, App, SourceState};
-use gaptop::collect::sources::load_paths;
+use gaptop_core::sources::load_paths;
 use support::gen::{generate, Plant, Spec};
 use support::{render, tempdir};
 
@@ -130,7 +130,7 @@ fn the_rank_summary_names_the_late_rank_and_its_cause() {
 #[test]
 fn one_rank_has_no_rank_summary() {
     let mut a = App::new(
-        gaptop::collect::sources::load_path(&support::fixture("multi_stream.json"), usize::MAX)
+        gaptop_core::sources::load_path(&support::fixture("multi_stream.json"), usize::MAX)
             .unwrap(),
         SourceState::File,
     );

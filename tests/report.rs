@@ -346,10 +346,9 @@ fn nccl_kernels_are_marked_as_communication() {
       {"ph":"X","cat":"kernel","name":"ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)","pid":0,"tid":7,"ts":10,"dur":50,"args":{"device":0,"stream":7,"correlation":1}},
       {"ph":"X","cat":"kernel","name":"void at::native::vectorized_elementwise_kernel<4>(int)","pid":0,"tid":7,"ts":70,"dur":5,"args":{"device":0,"stream":7,"correlation":2}}
     ]}"#;
-    let store =
-        gaptop::collect::sources::kineto::load_reader(&doc[..], "nccl", usize::MAX).unwrap();
+    let store = gaptop_core::sources::kineto::load_reader(&doc[..], "nccl", usize::MAX).unwrap();
     let ops: Vec<u8> = store.lanes[0].iter().map(|o| o.flags).collect();
-    assert_eq!(ops, vec![gaptop::collect::model::records::FLAG_COMM, 0]);
+    assert_eq!(ops, vec![gaptop_core::model::records::FLAG_COMM, 0]);
 }
 
 /// A recording of a 2-GPU data-parallel run on an H200 pair (bench/workloads/ddp.py), where
@@ -633,7 +632,7 @@ fn each_verdict_and_its_text_give_the_figure_it_went_by() {
                 _ => {}
             }
             let text = a["text"].as_str().unwrap();
-            let shown = gaptop::units::fmt_short(fig);
+            let shown = gaptop_core::units::fmt_short(fig);
             if matches!(
                 a["verdict"].as_str().unwrap(),
                 "launch_bound" | "host_work" | "busy" | "slow_launch"
@@ -829,7 +828,8 @@ fn text_stacks_name_the_modules_without_the_wrappers() {
 /// trace, for the whole capture and for windows that start and end inside gaps and ops.
 #[test]
 fn a_window_copy_analyses_as_the_whole_store_does() {
-    use gaptop::collect::analysis::gaps::{Config, Window};
+    use gaptop_core::analysis::gaps::Config;
+    use gaptop_core::model::window::Window;
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut sources: Vec<PathBuf> = ["ddp2", "gpt2", "gpt2_native", "launchbound", "planted"]
         .iter()
@@ -838,7 +838,7 @@ fn a_window_copy_analyses_as_the_whole_store_does() {
     sources.push(root.join("../shared/traces/kineto-launchbound.json.gz"));
     let cfg = Config::default();
     for src in sources {
-        let st = gaptop::collect::sources::load_path(&src, usize::MAX).unwrap();
+        let st = gaptop_core::sources::load_path(&src, usize::MAX).unwrap();
         let (lo, hi) = st.span().unwrap();
         let span = hi - lo;
         // Fractions of the span: the whole, thin slices, and one slice per tenth.
@@ -852,9 +852,9 @@ fn a_window_copy_analyses_as_the_whole_store_does() {
             let copy = st.window_copy(wlo, whi);
             let rel = Window::new(wlo - lo, whi - lo);
             let mut want =
-                serde_json::to_value(gaptop::report::build(&st, rel, &cfg, 50).1).unwrap();
+                serde_json::to_value(gaptop::report::build(&st, rel, &cfg, 50, None).1).unwrap();
             let mut got =
-                serde_json::to_value(gaptop::report::build(&copy, rel, &cfg, 50).1).unwrap();
+                serde_json::to_value(gaptop::report::build(&copy, rel, &cfg, 50, None).1).unwrap();
             let what = format!("{} window {a}..{b}", src.display());
             let (rw, rg) = (replayed(&mut want), replayed(&mut got));
             same_replayed(&rg, &rw, &what);

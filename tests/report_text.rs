@@ -7,7 +7,7 @@ mod support;
 
 use std::path::{Path, PathBuf};
 
-use gaptop::units::fmt_short;
+use gaptop_core::units::fmt_short;
 use serde_json::Value;
 
 use support::{asset, report_out};
@@ -291,16 +291,15 @@ fn durations_have_three_significant_figures_at_most() {
 /// The step median is the one the UI shows: the same steps, in the same figures.
 #[test]
 fn the_step_median_reads_as_the_ui_shows_it() {
-    use gaptop::collect::analysis::gaps::{Config, Window};
+    use gaptop_core::analysis::{analyse, Options};
+    use gaptop_core::model::window::Window;
     for p in [asset("llama_decode.rec"), kineto("shape_planning.json.gz")] {
-        let store = gaptop::collect::sources::load_path(&p, usize::MAX).unwrap();
-        let d = gaptop::collect::analysis::advice::diagnose(
-            &store,
-            Window::all(),
-            &Config::default(),
-            10,
-            None,
-        );
+        let store = gaptop_core::sources::load_path(&p, usize::MAX).unwrap();
+        let o = Options {
+            top: 10,
+            ..Options::default()
+        };
+        let d = analyse(&store, Window::all(), &o).diagnosis;
         let ui = fmt_short(d.steps.as_ref().unwrap().median_ns());
         let t = text(&p, &[]);
         assert!(t.contains(&format!(", median {ui} (p90 ")), "{ui} in\n{t}");

@@ -3,11 +3,10 @@
 
 use std::path::Path;
 
-use gaptop::collect::analysis::steps::{self, StepSource, Steps};
-use gaptop::collect::model::records::{
-    ApiCall, ApiKind, GpuOp, LaneKey, Ns, OpKind, Span, StackId,
-};
-use gaptop::collect::model::store::Store;
+use gaptop_core::analysis::steps::{self, StepSource, Steps};
+use gaptop_core::model::records::{ApiCall, ApiKind, GpuOp, LaneKey, Ns, OpKind, Span, StackId};
+use gaptop_core::model::store::Store;
+use gaptop_core::model::window::Window;
 
 /// Builds a one-process, one-stream store: ops one after another, each launched shortly
 /// before it starts from a given stack.
@@ -165,7 +164,7 @@ fn decode(tokens: usize, memset_every: Option<usize>) -> (Store, Vec<Ns>) {
 }
 
 fn auto(st: &Store) -> Option<Steps> {
-    steps::find(st, Ns::MIN, Ns::MAX, None)
+    steps::find(st, Window::all(), None)
 }
 
 #[test]
@@ -434,7 +433,7 @@ fn profiled() -> Store {
 fn profiler_steps_are_the_steps_exactly() {
     let st = profiled();
     for by in [None, Some("ProfilerStep#"), Some("ProfilerStep")] {
-        let s = steps::find(&st, Ns::MIN, Ns::MAX, by).expect("steps");
+        let s = steps::find(&st, Window::all(), by).expect("steps");
         assert_eq!(s.source, StepSource::ProfilerStep, "{by:?}");
         assert_eq!(s.json().source, "profiler_step");
         assert_eq!(s.steps.len(), 8);
@@ -451,13 +450,13 @@ fn profiler_steps_are_the_steps_exactly() {
         }
         assert_eq!(s.steady(), 0..8);
     }
-    let one = steps::find(&st, Ns::MIN, Ns::MAX, Some("ProfilerStep#3")).unwrap();
+    let one = steps::find(&st, Window::all(), Some("ProfilerStep#3")).unwrap();
     assert_eq!(one.source, StepSource::Spans("ProfilerStep#3".into()));
     assert_eq!(one.json().source, "range");
     assert_eq!(one.steps.len(), 1);
     assert_eq!(one.steps[0].start, 13_000_000);
     // A window takes the spans that overlap it, clipped to it.
-    let w = steps::find(&st, 12_500_000, 14_400_000, None).unwrap();
+    let w = steps::find(&st, Window::new(12_500_000, 14_400_000), None).unwrap();
     let got: Vec<(Ns, Ns)> = w.steps.iter().map(|x| (x.start, x.end)).collect();
     let want = [
         (12_500_000, 12_800_000),
@@ -483,7 +482,7 @@ fn profiler_steps_are_the_steps_exactly() {
 fn a_python_function_span_gives_its_calls() {
     let st = profiled();
     for name in ["forward", "Model.forward", "model.py:forward"] {
-        let s = steps::find(&st, Ns::MIN, Ns::MAX, Some(name)).expect(name);
+        let s = steps::find(&st, Window::all(), Some(name)).expect(name);
         assert_eq!(s.source, StepSource::Function(name.into()));
         assert_eq!(s.json().source, "function");
         assert_eq!(s.steps.len(), 8);
@@ -499,8 +498,8 @@ fn a_python_function_span_gives_its_calls() {
             assert_eq!(x.launches, 10);
         }
     }
-    assert_eq!(steps::find(&st, Ns::MIN, Ns::MAX, Some("backward")), None);
-    assert_eq!(steps::find(&st, Ns::MIN, Ns::MAX, Some("orward")), None);
+    assert_eq!(steps::find(&st, Window::all(), Some("backward")), None);
+    assert_eq!(steps::find(&st, Window::all(), Some("orward")), None);
 }
 
 /// Without spans (a live recording), a function's calls come from the launch stacks, whose
@@ -541,7 +540,7 @@ fn a_python_function_on_launch_stacks_gives_its_calls() {
         }
     }
     let st = b.finish();
-    let s = steps::find(&st, Ns::MIN, Ns::MAX, Some("decode_step")).expect("calls");
+    let s = steps::find(&st, Window::all(), Some("decode_step")).expect("calls");
     assert_eq!(s.source, StepSource::Function("decode_step".into()));
     let got: Vec<Ns> = s.steps.iter().map(|x| x.start).collect();
     assert_eq!(got, firsts);
@@ -562,7 +561,7 @@ fn an_op_name_delimits_steps() {
         "argmax_kernel",
         "void at::native::argmax_kernel<float>(float*)",
     ] {
-        let s = steps::find(&st, Ns::MIN, Ns::MAX, Some(name)).expect(name);
+        let s = steps::find(&st, Window::all(), Some(name)).expect(name);
         assert_eq!(s.source, StepSource::Op(name.into()));
         assert_eq!(s.json().source, "op");
         assert_eq!(s.steps.len(), 50);
@@ -576,7 +575,7 @@ fn an_op_name_delimits_steps() {
         assert_eq!(s.steps[49].launches, 5);
         assert_eq!(s.steps[49].end, st.span().unwrap().1);
     }
-    assert_eq!(steps::find(&st, Ns::MIN, Ns::MAX, Some("no_such_op")), None);
+    assert_eq!(steps::find(&st, Window::all(), Some("no_such_op")), None);
 }
 
 fn root() -> &'static Path {
@@ -584,7 +583,7 @@ fn root() -> &'static Path {
 }
 
 fn load(p: &str) -> Store {
-    gaptop::collect::sources::load_path(&root().join(p), usize::MAX).unwrap()
+    gaptop_core::sources::load_path(&root().join(p), usize::MAX).unwrap()
 }
 
 /// The hand-made fixture: one call of `forward` (with `attn` and `mlp` in it), 6 ops; not a
@@ -593,19 +592,19 @@ fn load(p: &str) -> Store {
 fn multi_stream_fixture() {
     let st = load("tests/fixtures/multi_stream.json");
     assert_eq!(auto(&st), None);
-    let s = steps::find(&st, Ns::MIN, Ns::MAX, Some("forward")).unwrap();
+    let s = steps::find(&st, Window::all(), Some("forward")).unwrap();
     assert_eq!(s.source, StepSource::Function("forward".into()));
     assert_eq!(s.steps.len(), 1);
     let x = s.steps[0];
     assert_eq!((x.start, x.end), (1_000_010_000, 1_000_160_000));
     assert_eq!((x.busy_ns, x.idle_ns, x.launches), (65_000, 85_000, 6));
-    let a = steps::find(&st, Ns::MIN, Ns::MAX, Some("attn")).unwrap();
+    let a = steps::find(&st, Window::all(), Some("attn")).unwrap();
     assert_eq!(
         (a.steps[0].start, a.steps[0].end, a.steps[0].launches),
         (1_000_010_000, 1_000_050_000, 3)
     );
     // kernel_c(float*) by its short name: from it to the last op.
-    let c = steps::find(&st, Ns::MIN, Ns::MAX, Some("kernel_c")).unwrap();
+    let c = steps::find(&st, Window::all(), Some("kernel_c")).unwrap();
     assert_eq!(c.source, StepSource::Op("kernel_c".into()));
     assert_eq!(
         (c.steps[0].start, c.steps[0].end, c.steps[0].launches),
@@ -620,7 +619,7 @@ fn multi_stream_fixture() {
 #[test]
 fn kineto_launchbound_trace() {
     let st = load("../shared/traces/kineto-launchbound.json.gz");
-    let s = steps::find(&st, Ns::MIN, Ns::MAX, Some("rope")).unwrap();
+    let s = steps::find(&st, Window::all(), Some("rope")).unwrap();
     assert_eq!(s.source, StepSource::Function("rope".into()));
     assert_eq!(s.steps.len(), 110);
     assert!(s.steps.iter().all(|x| x.launches == 64));
@@ -640,7 +639,7 @@ fn gpt2_recording_forward_passes() {
     let a = auto(&st).unwrap();
     assert_eq!(a.steps.len(), 25);
     assert!(a.steps.iter().all(|x| x.launches == 283));
-    let f = steps::find(&st, Ns::MIN, Ns::MAX, Some("GPT2LMHeadModel.forward")).unwrap();
+    let f = steps::find(&st, Window::all(), Some("GPT2LMHeadModel.forward")).unwrap();
     assert_eq!(f.steps.len(), 25);
     assert!(f.steps.iter().all(|x| x.launches == 283));
     let same = a
@@ -692,7 +691,7 @@ fn llama_decode_fixtures_give_the_forward_calls() {
         StepSource::Structure("LlamaForCausalLM.forward".into())
     );
     assert!((23..=25).contains(&s.steps.len()), "{}", s.steps.len());
-    let by = steps::find(&st, Ns::MIN, Ns::MAX, Some("LlamaForCausalLM.forward")).unwrap();
+    let by = steps::find(&st, Window::all(), Some("LlamaForCausalLM.forward")).unwrap();
     assert_eq!(
         by.steps, s.steps,
         "as --step LlamaForCausalLM.forward gives"

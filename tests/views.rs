@@ -2,7 +2,7 @@
 //! the behaviour of actions, on the hand-made multi-stream fixture.
 
 use gaptop::app::{Action, App, Focus, SourceState};
-use gaptop::collect::sources::load_path;
+use gaptop_core::sources::load_path;
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 
@@ -13,7 +13,7 @@ mod support;
 fn app() -> App {
     let p = support::fixture("multi_stream.json");
     let mut a = App::new(load_path(&p, usize::MAX).unwrap(), SourceState::File);
-    a.cfg.basis = gaptop::collect::analysis::gaps::Basis::Stream;
+    a.cfg.basis = gaptop_core::analysis::gaps::Basis::Stream;
     a.refresh(true);
     a
 }
@@ -418,10 +418,10 @@ fn details_split_python_and_native_frames() {
         "unnamed frames say nothing: {native}"
     );
     assert!(
-        gaptop::frames::is_unnamed_native("libcublasLt.so.13+0x71b8533")
-            && !gaptop::frames::is_unnamed_native("f.py(3): g+0x1")
-            && gaptop::frames::is_native_frame("at::native::add [libtorch_cuda.so]")
-            && !gaptop::frames::is_native_frame("model.py(4): f")
+        gaptop_core::frames::is_unnamed_native("libcublasLt.so.13+0x71b8533")
+            && !gaptop_core::frames::is_unnamed_native("f.py(3): g+0x1")
+            && gaptop_core::frames::is_native_frame("at::native::add [libtorch_cuda.so]")
+            && !gaptop_core::frames::is_native_frame("model.py(4): f")
     );
 }
 
@@ -429,8 +429,8 @@ fn details_split_python_and_native_frames() {
 /// keep their busy block but take the gap's colour.
 #[test]
 fn a_big_gap_inside_a_busy_cell_is_not_dropped() {
-    use gaptop::collect::model::records::{ApiCall, ApiKind, GpuOp, LaneKey, OpKind};
-    use gaptop::collect::model::store::Store;
+    use gaptop_core::model::records::{ApiCall, ApiKind, GpuOp, LaneKey, OpKind};
+    use gaptop_core::model::store::Store;
     let mut st = Store::new(usize::MAX);
     let p = st.add_process(1, -1, "t");
     let k = st.names.intern("k");
@@ -912,7 +912,7 @@ fn a_very_large_export_is_asked_for_twice() {
 /// comes within a third of what is written, on recordings and traces.
 #[test]
 fn an_exports_size_is_estimated_before_it_is_written() {
-    let cfg = gaptop::collect::analysis::gaps::Config::default();
+    let cfg = gaptop_core::analysis::gaps::Config::default();
     for p in [
         support::asset("gpt2.rec"),
         support::asset("llama_decode.rec"),
@@ -1097,9 +1097,9 @@ fn cpu_time_before_a_launch_comes_from_the_threads_calls() {
     let line = s.lines().find(|l| l.contains("CPU during gap: ")).unwrap();
     let want = format!(
         "CPU during gap: {} outside CUDA on the launching thread, after its {} ({})",
-        gaptop::units::fmt_short(launch.start - prev.end),
+        gaptop_core::units::fmt_short(launch.start - prev.end),
         a.store.names.get(prev.name),
-        gaptop::units::fmt_short(prev.end - prev.start)
+        gaptop_core::units::fmt_short(prev.end - prev.start)
     );
     assert!(line.contains(&want), "{line}\nwanted {want}");
 }
@@ -1112,7 +1112,7 @@ fn a_reopened_window_counts_its_own_ops() {
     let (lo, _) = st.span().unwrap();
     let (wlo, whi) = (lo + 100_000_000, lo + 110_000_000);
     let f = support::tempdir("window-ops").join("window.json");
-    let cfg = gaptop::collect::analysis::gaps::Config::default();
+    let cfg = gaptop_core::analysis::gaps::Config::default();
     let n = gaptop::export::write_file(&st, wlo, whi, &cfg, &f).unwrap();
     let mut a = App::new(load_path(&f, usize::MAX).unwrap(), SourceState::File);
     a.refresh(true);
@@ -1139,7 +1139,7 @@ fn a_reopened_window_counts_its_own_ops() {
 /// known: no collector connected, one connected, or the program ended first.
 #[test]
 fn an_empty_live_capture_says_what_it_is_waiting_for() {
-    use gaptop::collect::model::store::Store;
+    use gaptop_core::model::store::Store;
     let shown = |store: Store, source: SourceState| {
         let mut a = App::new(store, source);
         a.refresh(true);
@@ -1172,10 +1172,10 @@ fn an_empty_live_capture_says_what_it_is_waiting_for() {
 /// is applied, all of it, once the export lets go; the UI keeps drawing meanwhile.
 #[test]
 fn live_data_waits_for_an_export_copying_the_store_and_is_not_lost() {
-    use gaptop::collect::sources::live::LiveEvent;
+    use gaptop_core::sources::live::LiveEvent;
     use gaptop_wire::{Frame, Hello, Op, OP_KERNEL};
     let mut a = App::new(
-        gaptop::collect::model::store::Store::default(),
+        gaptop_core::model::store::Store::default(),
         SourceState::Live,
     );
     let (tx, rx) = std::sync::mpsc::channel();
@@ -1324,13 +1324,13 @@ fn a_what_to_fix_row_lists_its_codes_gaps() {
     assert_eq!(a.filtered_total(), Some(chosen.gaps), "{}", a.message);
     assert!(
         a.message
-            .contains(&gaptop::units::count(chosen.gaps, "gap")),
+            .contains(&gaptop_core::units::count(chosen.gaps, "gap")),
         "{}",
         a.message
     );
     for g in &listed {
         assert_eq!(
-            gaptop::collect::analysis::advice::site_key(&a.store, g),
+            gaptop_core::analysis::advice::site_key(&a.store, g),
             chosen.key
         );
     }
@@ -1489,8 +1489,8 @@ fn a_gap_cut_by_the_window_reads_whole() {
         }
     }
     let (g, ws, we) = cut.expect("some gap of the zoomed window is cut by its edge");
-    let whole = gaptop::units::fmt_ns(we - ws);
-    let part = gaptop::units::fmt_ns(g.dur());
+    let whole = gaptop_core::units::fmt_ns(we - ws);
+    let part = gaptop_core::units::fmt_ns(g.dur());
     let screen = render(&mut a, 160, 48);
     assert!(
         screen.contains(&format!(
@@ -1503,7 +1503,7 @@ fn a_gap_cut_by_the_window_reads_whole() {
     assert!(
         screen
             .lines()
-            .any(|l| l.contains(marked) && l.contains(&gaptop::units::fmt_short(g.dur()))),
+            .any(|l| l.contains(marked) && l.contains(&gaptop_core::units::fmt_short(g.dur()))),
         "the row is marked {marked}: {screen}"
     );
 }
@@ -1546,7 +1546,7 @@ fn a_tree_node_filter_holds_every_gap_of_the_node() {
     assert!(
         s.contains(&format!(
             "Gaps {want} · {} under <module>  gpt2.py:",
-            gaptop::units::fmt_short(a.cache.as_ref().unwrap().filtered.as_ref().unwrap().ns)
+            gaptop_core::units::fmt_short(a.cache.as_ref().unwrap().filtered.as_ref().unwrap().ns)
         )),
         "{s}"
     );
@@ -1691,13 +1691,13 @@ fn native_frames_fold_and_hide() {
     assert!(
         shown
             .iter()
-            .any(|(f, _)| gaptop::frames::is_native_frame(f)),
+            .any(|(f, _)| gaptop_core::frames::is_native_frame(f)),
         "the recording has native frames"
     );
     for (f, p) in &shown {
         if let (Some(l), Some(pl)) = (
-            gaptop::frames::unnamed_lib(f),
-            gaptop::frames::unnamed_lib(p),
+            gaptop_core::frames::unnamed_lib(f),
+            gaptop_core::frames::unnamed_lib(p),
         ) {
             assert_ne!(
                 l, pl,
@@ -1710,7 +1710,7 @@ fn native_frames_fold_and_hide() {
     assert!(
         hidden
             .iter()
-            .all(|(f, _)| !gaptop::frames::is_native_frame(f)),
+            .all(|(f, _)| !gaptop_core::frames::is_native_frame(f)),
         "{hidden:?}"
     );
     assert!(hidden.len() < shown.len());

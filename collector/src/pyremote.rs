@@ -1,5 +1,5 @@
 //! The frame layout for a reader outside the process: the viewer's CPU sampler reads the
-//! program's Python frames at sample time (`gaptop::collect::sources::cpu::python`), as out-of-process
+//! program's Python frames at sample time (`gaptop_core::sources::cpu::python`), as out-of-process
 //! samplers do, with `process_vm_readv`. It needs what calibration found, plus where the
 //! interpreter keeps its threads and how a frame's line is found without calling CPython.
 //! Once calibration has run (GIL held), this writes them as `key value` lines into

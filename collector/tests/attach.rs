@@ -306,7 +306,7 @@ fn attach_mid_run_detach_and_attach_again() {
     // the script's main thread that hold one of its frames. On a loaded machine the viewer's
     // reads can fall behind (and the script sleeps most of the time), so some are asked for,
     // not all of them.
-    let st = gaptop::collect::sources::load_path(&p.dir.join("a.rec"), usize::MAX).unwrap();
+    let st = gaptop_core::sources::load_path(&p.dir.join("a.rec"), usize::MAX).unwrap();
     let (mut all, mut named) = (0usize, 0usize);
     for pr in &st.procs {
         for (&tid, samples) in &pr.samples {

@@ -15,9 +15,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gaptop::collect::sources::cpu::python::Reader;
-use gaptop::collect::sources::cpu::{stream, SamplerConfig};
-use gaptop::collect::sources::live::LiveEvent;
+use gaptop_core::sources::cpu::python::Reader;
+use gaptop_core::sources::cpu::{stream, SamplerConfig};
+use gaptop_core::sources::live::LiveEvent;
 use gaptop_pystack::{Instr, ProcessLayout};
 use gaptop_wire::stackframe::StackFrame;
 use gaptop_wire::Frame;

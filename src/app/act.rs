@@ -8,9 +8,9 @@ use std::sync::Arc;
 use super::keymap::Action;
 use super::msg::Effect;
 use super::state::{App, Focus, SourceState};
-use crate::collect::analysis::gaps::Basis;
 use crate::export::ExportRequest;
-use crate::units::fmt_ns;
+use gaptop_core::analysis::gaps::Basis;
+use gaptop_core::units::fmt_ns;
 
 impl App {
     /// Applies one action.
@@ -335,12 +335,13 @@ impl App {
                 if frames.is_empty() {
                     self.message = "select a gap or a tree node first: its stack is copied".into();
                 } else {
-                    let text =
-                        crate::frames::traceback(frames.iter().map(|&f| self.store.names.get(f)));
+                    let text = gaptop_core::frames::traceback(
+                        frames.iter().map(|&f| self.store.names.get(f)),
+                    );
                     self.message = format!(
                         "copied {} to the clipboard (through the terminal: tmux needs \
                          set-clipboard on)",
-                        crate::units::count(frames.len() as u64, "frame")
+                        gaptop_core::units::count(frames.len() as u64, "frame")
                     );
                     fx.push(Effect::Copy(text));
                 }
@@ -348,7 +349,7 @@ impl App {
             Action::Edit => {
                 // The innermost frame of the user's code: not framework plumbing, and a file.
                 let target = self.selected_frames().iter().rev().find_map(|&f| {
-                    if crate::frames::is_plumbing(self.store.names.get(f)) {
+                    if gaptop_core::frames::is_plumbing(self.store.names.get(f)) {
                         return None;
                     }
                     let p = self.store.names.frame(f).py_source()?;

@@ -1,20 +1,20 @@
 //! The window's analysis as the panes read it: [`Cache`] (its gaps, its call tree and the tree
 //! pane's rows, a filter's gaps), and what an analysis is of ([`AnalysisKey`]) and found
-//! ([`Analysed`]). Apart from `analyze`, which makes them, so that the state can hold them and
+//! ([`Analysed`]). Apart from `analysing`, which makes them, so that the state can hold them and
 //! the code that reads them does not import the code that makes them.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use super::tree::TreeRow;
-use crate::collect::analysis::advice::Advice;
-use crate::collect::analysis::comm::CommReport;
-use crate::collect::analysis::gaps::{Config, Gap};
-use crate::collect::analysis::ranks::RankRow;
-use crate::collect::analysis::steps::Steps;
-use crate::collect::analysis::summary::Summary;
-use crate::collect::analysis::tree::CallTree;
-use crate::units::Ns;
+use gaptop_core::analysis::comm::CommReport;
+use gaptop_core::analysis::gaps::{Config, Gap};
+use gaptop_core::analysis::ranks::RankRow;
+use gaptop_core::analysis::steps::Steps;
+use gaptop_core::analysis::summary::Summary;
+use gaptop_core::analysis::tree::CallTree;
+use gaptop_core::analysis::Analysis;
+use gaptop_core::units::Ns;
 
 /// What an analysis is of: the window, the threshold, the gaps' basis, how steps are found,
 /// and the data.
@@ -38,19 +38,11 @@ pub type DisplayKey = (bool, bool, bool);
 /// What an analysis found.
 pub struct Analysed {
     pub key: AnalysisKey,
-    /// The part of the window analysed (all of it unless it held too many ops).
-    pub span: (Ns, Ns),
-    pub summary: Summary,
+    /// The analysis of the part of the window analysed (all of it unless it held too many
+    /// ops: `Analysis::span`).
+    pub analysis: Analysis,
     /// The capture's steps, found for the key's data and step rule.
     pub capture_steps: Option<Steps>,
-    /// Those of them in the span.
-    pub steps: Option<Steps>,
-    pub advice: Vec<Advice>,
-    /// The replay of the window's steady steps and each replayed site's fix.
-    pub replay: Option<crate::collect::analysis::replay::Estimate>,
-    pub comm: Option<CommReport>,
-    /// The ranks side by side (empty with fewer than two).
-    pub ranks: Vec<RankRow>,
     pub took: Duration,
 }
 
@@ -79,7 +71,7 @@ pub struct Cache {
     pub rows: Vec<TreeRow>,
     pub built: Instant,
     /// The part of the window the panes describe (all of it unless it held too many ops).
-    pub analyzed: (Ns, Ns),
+    pub analysed: (Ns, Ns),
     /// Communication stalls across ranks in that part (None with fewer than two ranks).
     pub comm: Option<CommReport>,
     /// The ranks side by side in that part, in rank order (empty with fewer than two): the

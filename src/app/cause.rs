@@ -2,7 +2,7 @@
 //! gap list's rows and the details colour and label by. A module of its own because the view
 //! model's types hold it and the state's code reads it, and neither may import the other.
 
-use crate::collect::analysis::gaps::{Category, Gap, Reason};
+use gaptop_core::analysis::gaps::{Category, Gap, Reason};
 
 /// Why a gap happened, as the UI tells causes apart (by colour and label): the reason where it
 /// says more than HTA's category, else the category.

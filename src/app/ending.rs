@@ -22,7 +22,7 @@ pub fn stop_flag() -> anyhow::Result<Arc<AtomicBool>> {
         signal_hook::flag::register(sig, stop.clone())?;
         signal_hook::flag::register_usize(sig, ended_by().clone(), sig as usize)?;
     }
-    crate::files::signals_taken();
+    gaptop_core::files::signals_taken();
     Ok(stop)
 }
 

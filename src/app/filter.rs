@@ -7,8 +7,9 @@ use std::collections::HashMap;
 
 use super::cache::Filtered;
 use super::state::{tree_key, App, GapKey, MAX_GAPS};
-use crate::collect::analysis::gaps::{self, Gap, Window};
-use crate::units::fmt_short;
+use gaptop_core::analysis::gaps::{self, Gap};
+use gaptop_core::model::window::Window;
+use gaptop_core::units::fmt_short;
 
 impl App {
     /// Finds the filters' gaps in the window the panes describe (none without a filter).
@@ -33,7 +34,7 @@ impl App {
         let longest_first = |a: &Gap, b: &Gap| b.dur().cmp(&a.dur()).then(a.start.cmp(&b.start));
         gaps::window_gaps(
             &self.store,
-            Window::new(c.analyzed.0, c.analyzed.1),
+            Window::new(c.analysed.0, c.analysed.1),
             &self.cfg,
             |g| {
                 let key = tree_key(&g);
@@ -100,7 +101,11 @@ impl App {
             .as_ref()
             .and_then(|c| c.filtered.as_ref())
             .map_or((0, 0), |f| (f.count, f.ns));
-        format!("{} ({})", crate::units::count(n, "gap"), fmt_short(ns))
+        format!(
+            "{} ({})",
+            gaptop_core::units::count(n, "gap"),
+            fmt_short(ns)
+        )
     }
 
     /// Enter or Esc while typing a gap filter: the filter stays (Esc again clears it).

@@ -4,10 +4,10 @@
 //! names, what a fix saves a step, and the fix.
 
 use super::state::{App, Focus};
-use super::view::model::{DetailsVm, FixRow};
-use crate::collect::analysis::advice::{self, Advice};
-use crate::collect::analysis::gaps::Gap;
-use crate::units::fmt_short;
+use super::viewmodel::model::{DetailsVm, FixRow};
+use gaptop_core::analysis::advice::{self, Advice};
+use gaptop_core::analysis::gaps::Gap;
+use gaptop_core::units::fmt_short;
 
 /// The title: what the rows are, in what order.
 pub fn title(steps: bool) -> &'static str {
@@ -57,9 +57,9 @@ pub fn row(a: &Advice, steady: u32) -> FixRow {
 /// A gap's own verdict, in the words of a site's: its reason where it waited on something
 /// (a sync, an event, a graph), else by its length as a site's typical gap is judged
 /// (launch overhead below `HOST_WORK_NS`, host work at or above it).
-pub fn gap_verdict(g: &Gap, store: &crate::collect::model::store::Store) -> &'static str {
+pub fn gap_verdict(g: &Gap, store: &gaptop_core::model::store::Store) -> &'static str {
     use crate::app::cause::Cause;
-    use crate::collect::analysis::verdict::{Verdict, HOST_WORK_NS};
+    use gaptop_core::analysis::verdict::{Verdict, HOST_WORK_NS};
     let (ws, we) = g.whole(store);
     match Cause::of(g) {
         Cause::Sync => Verdict::Sync.as_str(),

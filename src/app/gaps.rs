@@ -2,9 +2,9 @@
 //! biggest gap, and the tree-node filter that limits the walk.
 
 use super::state::{tree_key, App, Focus, GapKey, GapSort, NodeFilter, SelGap};
-use crate::collect::analysis::advice::site_key_of;
-use crate::collect::analysis::gaps::{self, Gap};
-use crate::units::{fmt_ns, Ns};
+use gaptop_core::analysis::advice::site_key_of;
+use gaptop_core::analysis::gaps::{self, Gap};
+use gaptop_core::units::{fmt_ns, Ns};
 
 impl App {
     pub(super) fn apply_sort(&mut self) {
@@ -155,7 +155,7 @@ impl App {
             .iter()
             .flat_map(|c| c.top_down().leaves().map(|(k, _)| k))
             .filter(|&(stack, api, op)| {
-                crate::collect::analysis::advice::site_key_of(&self.store, stack, api, op) == a.key
+                gaptop_core::analysis::advice::site_key_of(&self.store, stack, api, op) == a.key
             })
             .collect();
         self.node_filter = Some(NodeFilter {
@@ -167,7 +167,7 @@ impl App {
         let count = self.filtered_total().unwrap_or(0);
         self.message = format!(
             "walking {} of {} (n/N go round; esc clears)",
-            crate::units::count(count, "gap"),
+            gaptop_core::units::count(count, "gap"),
             a.site
         );
         self.focus = Focus::Gaps;
@@ -215,7 +215,7 @@ impl App {
         let min = self.min_gap.max(1);
         let mut of_site: std::collections::HashMap<GapKey, bool> = Default::default();
         let mut v = Vec::new();
-        let w = gaps::Window::new(c.analyzed.0, c.analyzed.1);
+        let w = gaptop_core::model::window::Window::new(c.analysed.0, c.analysed.1);
         gaps::window_gaps(&self.store, w, &self.cfg, |g| {
             let (stack, api, op) = tree_key(&g);
             let mine = *of_site

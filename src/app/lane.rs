@@ -9,10 +9,10 @@
 //! lane order) that has ranges. A process with GPU-side ranges only (a trace's
 //! `gpu_user_annotation`s) shows those of its stream with the most.
 
-use crate::collect::model::process::Process;
-use crate::collect::model::ranges::Range;
-use crate::collect::model::records::Ns;
-use crate::collect::model::store::Store;
+use gaptop_core::model::process::Process;
+use gaptop_core::model::ranges::Range;
+use gaptop_core::model::records::Ns;
+use gaptop_core::model::store::Store;
 
 /// One run of cells showing the same range.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -107,7 +107,7 @@ pub fn ranges_row(
         };
         let run = cells[c..].iter().take_while(|x| **x == cells[c]).count();
         let text = if run >= 3 {
-            crate::frames::cut(store.names.get(v[i].name), run)
+            gaptop_core::frames::cut(store.names.get(v[i].name), run)
         } else {
             String::new()
         };
@@ -121,7 +121,7 @@ pub fn ranges_row(
         c += run;
     }
     // As the GPU lanes' labels: a column short of the label width, so a space always follows.
-    let label = crate::frames::cut(&label, (super::layout::LABEL_W - 1) as usize);
+    let label = gaptop_core::frames::cut(&label, (super::layout::LABEL_W - 1) as usize);
     Some(RangeRow { label, segs })
 }
 

@@ -10,21 +10,21 @@
 //! - `state`: [`App`] and the small types it holds; `cause`: why a gap happened, as the UI
 //!   tells causes apart; `cache`: the window's analysis as the panes read it.
 //! - `msg`: the messages and effects; `update`: applying a message; `act`: what each key does.
-//! - `analyze`: analysing the window (on a thread of its own when it is big).
+//! - `analysing`: analysing the window (on a thread of its own when it is big).
 //! - `window`: the visible time window: zoom, pan, follow.
 //! - `gaps`: the gap list and walking gaps.
 //! - `filter`: the gap list's filters (a tree node's sites, typed text) over the whole window.
 //! - `tree`: the call tree's rows; `tree_nav`: its selection, search, inversion and node filter.
 //! - `fix`: what to fix, in the details pane; `replay`: a step replayed with a row's fix.
 //! - `ranks`: the rank summary (`R`): its order, selection and keys.
-//! - `view`: the view model the panes draw.
+//! - `viewmodel`: the view model the panes draw (the views, `crate::views`, render it).
 //! - `layout`: where the panes go on a screen.
 //!
 //! This file only names the modules and re-exports what users outside `app` take from it;
 //! each module imports what it uses from the module that defines it.
 
 mod act;
-pub mod analyze;
+pub mod analysing;
 pub mod cache;
 pub mod cause;
 pub mod ending;
@@ -42,7 +42,7 @@ pub mod term;
 pub mod tree;
 pub mod tree_nav;
 mod update;
-pub mod view;
+pub mod viewmodel;
 pub mod window;
 
 pub use cache::Cache;
@@ -50,4 +50,4 @@ pub use cause::Cause;
 pub use keymap::{Action, KeyMap};
 pub use msg::{Drawn, Effect, MouseKind, Msg};
 pub use state::{App, Focus, GapKey, GapSort, HitAreas, RankSort, SelGap, SourceState, MAX_GAPS};
-pub use view::ViewModel;
+pub use viewmodel::ViewModel;

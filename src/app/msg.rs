@@ -7,8 +7,8 @@ use tui_tree_widget::TreeState;
 
 use super::keymap::Action;
 use super::state::HitAreas;
-use crate::collect::sources::live::LiveEvent;
 use crate::export::{ExportJob, ExportRequest};
+use gaptop_core::sources::live::LiveEvent;
 
 /// A mouse event, as the model needs it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

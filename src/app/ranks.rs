@@ -5,7 +5,7 @@
 
 use super::keymap::Action;
 use super::state::{App, RankSort};
-use crate::collect::analysis::ranks::RankRow;
+use gaptop_core::analysis::ranks::RankRow;
 
 impl App {
     /// Shows or hides the rank summary; a capture of one rank has none, and says so.

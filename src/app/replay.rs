@@ -3,8 +3,8 @@
 //! same key or Esc.
 
 use super::state::{App, Focus, ReplayStep};
-use crate::collect::analysis::advice;
-use crate::collect::analysis::replay::{step_picture, whatif_short};
+use gaptop_core::analysis::advice;
+use gaptop_core::analysis::replay::{step_picture, whatif_short};
 
 impl App {
     /// The What-to-fix row the replay is of: the chosen one with the focus on the rows, the

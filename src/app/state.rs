@@ -2,7 +2,7 @@
 //! types it holds (the focused pane, the gap list's order, where the data comes from, the
 //! selected gap, where the last draw put the timeline). A module of its own, below the code
 //! that changes the state (`update`, `act`, `window`, `gaps`, `tree_nav`, `filter`,
-//! `analyze`) and the view model's builders (`view`): each of those imports `App` from here.
+//! `analysing`) and the view model's builders (`viewmodel`): each of those imports `App` from here.
 
 use std::collections::{HashSet, VecDeque};
 use std::path::PathBuf;
@@ -14,15 +14,15 @@ use tui_tree_widget::TreeState;
 use super::cache::{Analysed, AnalysisKey, Cache, CaptureSteps};
 use super::cause::Cause;
 use super::keymap::KeyMap;
-use super::view::model::ViewModel;
-use crate::collect::analysis::advice::Diagnosis;
-use crate::collect::analysis::gaps::{Config, Gap};
-use crate::collect::analysis::replay::StepPicture;
-use crate::collect::model::records::{NameId, Ns, StackId};
-use crate::collect::model::store::Store;
-use crate::collect::sources::ingest::Ingest;
+use super::viewmodel::model::ViewModel;
 use crate::export::ExportJob;
-use crate::units::fmt_ns;
+use gaptop_core::analysis::advice::Diagnosis;
+use gaptop_core::analysis::gaps::{Config, Gap};
+use gaptop_core::analysis::replay::StepPicture;
+use gaptop_core::model::records::{NameId, Ns, StackId};
+use gaptop_core::model::store::Store;
+use gaptop_core::sources::ingest::Ingest;
+use gaptop_core::units::fmt_ns;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Focus {
@@ -170,7 +170,7 @@ pub struct App {
     pub export_job: Option<ExportJob>,
     /// Times the user asked to stop the profiled program (each asks harder).
     pub stop_requests: u32,
-    /// The window's analysis (`app::analyze`): its gaps and call tree.
+    /// The window's analysis (`app::analysing`): its gaps and call tree.
     pub cache: Option<Cache>,
     /// The same analysis's steps, verdicts and what to fix.
     pub diagnosis: Option<Diagnosis>,
@@ -263,7 +263,7 @@ impl App {
             })
             // One rank's trace of a run of several: the others' traces show its waits.
             .or_else(|| {
-                let ranks = crate::collect::sources::kineto::OTHER_RANKS;
+                let ranks = gaptop_core::sources::kineto::OTHER_RANKS;
                 store.notes.iter().find(|n| n.contains(ranks)).cloned()
             })
             // Records dropped for their times.

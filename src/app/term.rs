@@ -13,9 +13,8 @@ use ratatui::Terminal;
 use super::keymap::Action;
 use super::msg::{Effect, MouseKind, Msg};
 use super::state::{App, SourceState};
-use crate::collect::sources::attach::Attachment;
-use crate::collect::sources::live::{Launch, LiveEvent};
-use gaptop_wire::Frame;
+use gaptop_core::sources::attach::Attachment;
+use gaptop_core::sources::live::{Launch, LiveEvent};
 
 pub use super::ending::{exit_status, stop_flag};
 
@@ -224,7 +223,7 @@ where
             Feed::Attached(a) => {
                 dirty |= drain(app, &a.rx, Duration::from_millis(30));
                 if app.source == SourceState::Live
-                    && !crate::collect::sources::attach::alive(a.target.pid)
+                    && !gaptop_core::sources::attach::alive(a.target.pid)
                 {
                     app.update(Msg::ProgramEnded(format!("pid {} ended", a.target.pid)));
                     dirty = true;
@@ -234,7 +233,7 @@ where
                 dirty |= drain(app, &l.rx, Duration::from_millis(30));
                 if app.source == SourceState::Live {
                     if let Ok(Some(st)) = l.child.try_wait() {
-                        let how = crate::collect::sources::live::how_it_ended(st);
+                        let how = gaptop_core::sources::live::how_it_ended(st);
                         app.update(Msg::ProgramEnded(how));
                         dirty = true;
                     }
@@ -396,20 +395,20 @@ pub fn run_with(
         drop(term);
     }
     if app.export_job.is_some() {
-        crate::say!("gaptop: finishing the export before quitting");
+        gaptop_core::say!("gaptop: finishing the export before quitting");
     }
     if let Some(m) = app.finish_export() {
-        crate::say!("gaptop: {m}");
+        gaptop_core::say!("gaptop: {m}");
     }
     if let Feed::Attached(a) = &mut feed {
         // Quit, or killed, or hung up: either way the program runs on, dormant again.
         let pid = a.target.pid;
         match a.detach() {
-            Ok(()) if crate::collect::sources::attach::alive(pid) => {
-                crate::say!("gaptop: detached; pid {pid} runs on, dormant")
+            Ok(()) if gaptop_core::sources::attach::alive(pid) => {
+                gaptop_core::say!("gaptop: detached; pid {pid} runs on, dormant")
             }
             Ok(()) => {}
-            Err(e) => crate::say!("gaptop: {e:#}"),
+            Err(e) => gaptop_core::say!("gaptop: {e:#}"),
         }
     }
     if let Feed::Live(l) = &mut feed {
@@ -421,10 +420,10 @@ pub fn run_with(
             if let Ok(None) = l.child.try_wait() {
                 let pid = nix::unistd::Pid::from_raw(l.child.id() as i32);
                 let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-                crate::say!("gaptop: stopped the program (pid {pid}) on signal");
+                gaptop_core::say!("gaptop: stopped the program (pid {pid}) on signal");
             }
         } else if let Ok(None) = l.child.try_wait() {
-            crate::say!(
+            gaptop_core::say!(
                 "gaptop: {} (pid {}) keeps running without the collector{}",
                 app.store
                     .procs
@@ -440,238 +439,4 @@ pub fn run_with(
         }
     }
     r
-}
-
-/// How the demo plays its recording.
-#[derive(Clone, Copy, Debug)]
-pub struct DemoOptions {
-    /// Playback rate: 2.0 plays twice as fast as the program ran.
-    pub speed: f64,
-    /// Play laps until the user quits.
-    pub looping: bool,
-    /// Otherwise play laps until they cover at least this much of the program's time (20 s:
-    /// as long at speed 1, a second at speed 20).
-    pub at_least: Duration,
-}
-
-impl Default for DemoOptions {
-    fn default() -> Self {
-        DemoOptions {
-            speed: 1.0,
-            looping: false,
-            at_least: Duration::from_secs(20),
-        }
-    }
-}
-
-/// A recording's frames for lap `lap` of the demo. The first lap is the recording less its
-/// goodbyes (they come after the last lap). Later laps replay only its steady part, the
-/// records from `from` on (the program's warm-up happens once), leave out what a connection
-/// says once (hello, names, stacks, the sampler's opening), and move every time by
-/// `lap * period` and every correlation id by `lap * corr_step`, so that the laps read as one
-/// longer run of the same loop.
-fn demo_lap(
-    frames: &[(u32, Frame)],
-    lap: u64,
-    period: u64,
-    from: u64,
-    corr_step: u32,
-) -> Vec<(u32, Frame)> {
-    let dt = lap * period;
-    let from = if lap == 0 { 0 } else { from };
-    let dc = (lap as u32).wrapping_mul(corr_step);
-    let corr = |c: u32| if c == 0 { 0 } else { c.wrapping_add(dc) };
-    frames
-        .iter()
-        .filter_map(|(conn, f)| {
-            let f = match f {
-                Frame::Ops(ops) => Frame::Ops(
-                    ops.iter()
-                        .filter(|o| o.start >= from)
-                        .map(|o| gaptop_wire::Op {
-                            start: o.start + dt,
-                            end: o.end + dt,
-                            corr: corr(o.corr),
-                            ..*o
-                        })
-                        .collect(),
-                ),
-                Frame::Apis(apis) => Frame::Apis(
-                    apis.iter()
-                        .filter(|a| a.start >= from)
-                        .map(|a| gaptop_wire::Api {
-                            start: a.start + dt,
-                            end: a.end + dt,
-                            corr: corr(a.corr),
-                            outer_corr: corr(a.outer_corr),
-                            ..*a
-                        })
-                        .collect(),
-                ),
-                Frame::Samples { pid, samples } => Frame::Samples {
-                    pid: *pid,
-                    samples: samples
-                        .iter()
-                        .filter(|s| s.time >= from)
-                        .map(|s| gaptop_wire::Sample {
-                            time: s.time + dt,
-                            ..*s
-                        })
-                        .collect(),
-                },
-                Frame::Ranges(ranges) => Frame::Ranges(
-                    ranges
-                        .iter()
-                        .filter(|r| r.start >= from)
-                        .map(|r| gaptop_wire::Range {
-                            start: r.start + dt,
-                            end: r.end + dt,
-                            ..*r
-                        })
-                        .collect(),
-                ),
-                Frame::Stats(s) => Frame::Stats(*s),
-                Frame::Bye { .. } => return None,
-                other if lap == 0 => other.clone(),
-                _ => return None,
-            };
-            Some((*conn, f))
-        })
-        .collect()
-}
-
-/// The first op's start of a lap's frames, if it has ops.
-fn first_op_start(f: &Frame) -> Option<u64> {
-    match f {
-        Frame::Ops(ops) => ops.iter().map(|o| o.start).min(),
-        _ => None,
-    }
-}
-
-/// Plays a recording's frames on a channel at the program's own pace (times `speed`), as if
-/// it were running, lap after lap (see [`DemoOptions`]).
-pub fn demo_feed(bytes: &'static [u8], opts: DemoOptions) -> Receiver<LiveEvent> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let Ok(mut r) = crate::collect::sources::recording::Reader::new(bytes) else {
-            return;
-        };
-        let mut frames = Vec::new();
-        while let Ok(Some(e)) = r.next_entry() {
-            frames.push(e);
-        }
-        // A lap lasts from the first time in it to the last, and a breath more.
-        let (mut lo, mut hi, mut max_corr) = (u64::MAX, 0u64, 0u32);
-        for (_, f) in &frames {
-            match f {
-                Frame::Ops(ops) => ops.iter().for_each(|o| {
-                    (lo, hi, max_corr) = (lo.min(o.start), hi.max(o.end), max_corr.max(o.corr))
-                }),
-                Frame::Apis(apis) => apis.iter().for_each(|a| {
-                    (lo, hi, max_corr) = (lo.min(a.start), hi.max(a.end), max_corr.max(a.corr))
-                }),
-                _ => {}
-            }
-        }
-        // Laps after the first replay the steady steps, from the first one on, each lap
-        // starting a step's length after the last one ended.
-        let mut store = crate::collect::model::store::Store::new(usize::MAX);
-        let _ = crate::collect::sources::recording::read_into(bytes, &mut store);
-        let steps = crate::collect::analysis::steps::find(&store, lo as i64, hi as i64, None);
-        let (from, end) = match &steps {
-            Some(s) if !s.steady().is_empty() => {
-                let first = s.steps[s.steady().start].start.max(0) as u64;
-                let last = s.steps.last().map_or(0, |l| l.end.max(0) as u64);
-                (first.clamp(lo, hi), last.max(hi))
-            }
-            _ => (lo, hi),
-        };
-        let period = end - from + 1_000_000;
-        let speed = if opts.speed.is_finite() && opts.speed > 0.0 {
-            opts.speed
-        } else {
-            1.0
-        };
-        let started = Instant::now();
-        let mut origin: Option<u64> = None;
-        let mut lap = 0u64;
-        loop {
-            for (conn, f) in demo_lap(&frames, lap, period, from, max_corr.saturating_add(1)) {
-                if let Some(t) = first_op_start(&f) {
-                    let o = *origin.get_or_insert(t);
-                    let due = Duration::from_secs_f64(t.saturating_sub(o) as f64 / 1e9 / speed);
-                    if let Some(wait) = due.checked_sub(started.elapsed()) {
-                        std::thread::sleep(wait.min(Duration::from_secs(2)));
-                    }
-                }
-                if tx.send(LiveEvent::Frames(conn, vec![f])).is_err() {
-                    return;
-                }
-            }
-            lap += 1;
-            if !opts.looping && lap * period >= opts.at_least.as_nanos() as u64 {
-                break;
-            }
-        }
-        for (conn, f) in &frames {
-            if matches!(f, Frame::Bye { .. })
-                && tx.send(LiveEvent::Frames(*conn, vec![f.clone()])).is_err()
-            {
-                return;
-            }
-        }
-        let _ = tx.send(LiveEvent::Exited("demo finished".into()));
-    });
-    rx
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Later laps move times and correlation ids on, keep each lap's own launches with its own
-    /// ops, and say the definitions and the goodbye only once.
-    #[test]
-    fn demo_laps_read_as_one_longer_run() {
-        let mut r = crate::collect::sources::recording::Reader::new(
-            &include_bytes!("../../assets/gpt2.rec")[..],
-        )
-        .unwrap();
-        let mut frames = Vec::new();
-        while let Some(e) = r.next_entry().unwrap() {
-            frames.push(e);
-        }
-        let count =
-            |fs: &[(u32, Frame)], p: fn(&Frame) -> bool| fs.iter().filter(|(_, f)| p(f)).count();
-        let lap0 = demo_lap(&frames, 0, 1_000_000_000, 0, 100_000);
-        let lap2 = demo_lap(&frames, 2, 1_000_000_000, 0, 100_000);
-        assert!(count(&lap0, |f| matches!(f, Frame::Hello(_))) > 0);
-        assert!(count(&lap0, |f| matches!(f, Frame::Name { .. })) > 0);
-        assert_eq!(
-            count(&lap2, |f| matches!(
-                f,
-                Frame::Hello(_) | Frame::Name { .. } | Frame::Stack { .. }
-            )),
-            0
-        );
-        assert_eq!(count(&lap0, |f| matches!(f, Frame::Bye { .. })), 0);
-        let ops = |fs: &[(u32, Frame)]| -> Vec<gaptop_wire::Op> {
-            fs.iter()
-                .flat_map(|(_, f)| match f {
-                    Frame::Ops(o) => o.clone(),
-                    _ => vec![],
-                })
-                .collect()
-        };
-        let (a, b) = (ops(&lap0), ops(&lap2));
-        assert_eq!(a.len(), b.len());
-        assert!(!a.is_empty());
-        for (x, y) in a.iter().zip(&b) {
-            assert_eq!(y.start, x.start + 2_000_000_000);
-            assert_eq!(y.end - y.start, x.end - x.start);
-            if x.corr != 0 {
-                assert_eq!(y.corr, x.corr + 200_000);
-            }
-        }
-    }
 }

@@ -3,10 +3,10 @@
 //! frames when the tree is rebuilt. Made from a call tree alone; selection, search, inversion
 //! and the node filter that `n`/`N` walk are the `App`'s (`tree_nav`).
 
-use crate::collect::analysis::tree::CallTree;
-use crate::collect::model::store::Store;
-use crate::frames::{display, is_plumbing};
-use crate::units::fmt_short;
+use gaptop_core::analysis::tree::CallTree;
+use gaptop_core::frames::{display, is_plumbing};
+use gaptop_core::model::store::Store;
+use gaptop_core::units::fmt_short;
 
 /// One row of the call tree pane and the rows under it.
 #[derive(Clone, Debug, PartialEq)]
@@ -117,7 +117,7 @@ pub(super) fn build_rows(
             // launched.
             counts: format!(
                 "  {} · {} kernel",
-                crate::units::count(node.gaps, "gap"),
+                gaptop_core::units::count(node.gaps, "gap"),
                 fmt_short(node.kernel_ns),
             ),
             children,

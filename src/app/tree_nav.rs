@@ -9,9 +9,9 @@ use tui_tree_widget::TreeState;
 use super::cache::Cache;
 use super::state::{App, Focus, GapKey, NodeFilter};
 use super::tree::TreeRow;
-use crate::collect::analysis::gaps::Gap;
-use crate::collect::model::records::NameId;
-use crate::frames::{is_plumbing, pretty_frame};
+use gaptop_core::analysis::gaps::Gap;
+use gaptop_core::frames::{is_plumbing, pretty_frame};
+use gaptop_core::model::records::NameId;
 
 impl App {
     /// The tree node selected in the call tree pane (an index into `cache.tree.nodes`).
@@ -187,7 +187,7 @@ impl App {
         let count = self.filtered_total().unwrap_or(0);
         self.message = format!(
             "walking {} under {name} (n/N go round; esc clears)",
-            crate::units::count(count, "gap")
+            gaptop_core::units::count(count, "gap")
         );
         self.focus = Focus::Gaps;
     }

@@ -9,7 +9,7 @@ use super::keymap::Action;
 use super::layout;
 use super::msg::{Effect, MouseKind, Msg};
 use super::state::{App, Focus, SourceState};
-use crate::collect::sources::live::LiveEvent;
+use gaptop_core::sources::live::LiveEvent;
 
 impl App {
     /// Says how the background export ended, once it has.

@@ -1,11 +1,11 @@
 //! The visible time window: following live data, zoom, pan, and the part of a wide window the
 //! panes analyse.
 
-use super::analyze::MAX_ANALYSED_OPS;
+use super::analysing::MAX_ANALYSED_OPS;
 use super::state::{App, MIN_WIDTH};
-use crate::collect::analysis::gaps::Gap;
-use crate::collect::model::records::Ns;
-use crate::units::fmt_ns;
+use gaptop_core::analysis::gaps::Gap;
+use gaptop_core::model::records::Ns;
+use gaptop_core::units::fmt_ns;
 
 impl App {
     /// Moves the window to follow new data (live and not paused).
@@ -170,8 +170,8 @@ impl App {
         );
     }
 
-    /// The capture's steps, as last found (`app::analyze`).
-    pub fn steps_of_capture(&self) -> Option<&crate::collect::analysis::steps::Steps> {
+    /// The capture's steps, as last found (`app::analysing`).
+    pub fn steps_of_capture(&self) -> Option<&gaptop_core::analysis::steps::Steps> {
         self.capture_steps.as_ref().and_then(|(_, s)| s.as_ref())
     }
 

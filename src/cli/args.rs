@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 use super::options::{AnalysisArgs, CollectArgs, MetricsArgs, SampleArgs, UiArgs, WindowArgs};
-use crate::units::{parse_bytes, parse_time};
+use gaptop_core::units::{parse_bytes, parse_time};
 
 #[derive(Parser)]
 #[command(

@@ -13,7 +13,7 @@ pub(super) fn run_dormant(
     collect: CollectArgs,
     cmd: Vec<String>,
 ) -> anyhow::Result<ExitCode> {
-    Err(crate::collect::sources::live::exec_dormant(
+    Err(gaptop_core::sources::live::exec_dormant(
         &cmd,
         job.as_deref(),
         collect.native,
@@ -23,23 +23,23 @@ pub(super) fn run_dormant(
 /// `gaptop attach` with no program: the dormant programs.
 pub(super) fn list_dormant() -> anyhow::Result<ExitCode> {
     let mut refused = Vec::new();
-    let found = crate::collect::sources::attach::list(&mut refused);
+    let found = gaptop_core::sources::attach::list(&mut refused);
     for r in &refused {
-        crate::say!("gaptop: {r}");
+        gaptop_core::say!("gaptop: {r}");
     }
     if found.is_empty() {
-        let dirs: Vec<String> = crate::collect::sources::attach::control_dirs()
+        let dirs: Vec<String> = gaptop_core::sources::attach::control_dirs()
             .iter()
             .map(|d| d.display().to_string())
             .collect();
-        crate::say!(
+        gaptop_core::say!(
             "gaptop: no dormant program of yours runs (looked in {}); start one with \
                  `gaptop run --dormant -- CMD` or the environment `gaptop env` prints",
             dirs.join(", ")
         );
         return Ok(ExitCode::from(1));
     }
-    print!("{}", crate::collect::sources::attach::table(&found));
+    print!("{}", gaptop_core::sources::attach::table(&found));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -54,7 +54,7 @@ pub(super) fn capture(
         anyhow::bail!("--duration must be positive");
     }
     let d = std::time::Duration::from_nanos(duration as u64);
-    let code = crate::record::capture(&target, &output, d, samples.config())?;
+    let code = crate::recorder::capture(&target, &output, d, samples.config())?;
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
 }
 
@@ -89,9 +89,9 @@ pub(super) fn serve(
 
 /// `gaptop env`.
 pub(super) fn env(shell: bool, job: Option<String>) -> anyhow::Result<ExitCode> {
-    let (env, warning) = crate::collect::sources::live::dormant_env_for_elsewhere(job.as_deref())?;
+    let (env, warning) = gaptop_core::sources::live::dormant_env_for_elsewhere(job.as_deref())?;
     if let Some(w) = warning {
-        crate::say!("gaptop: {w}");
+        gaptop_core::say!("gaptop: {w}");
     }
     for (k, v) in env {
         let v = v.to_string_lossy();
@@ -123,6 +123,6 @@ pub(super) fn record(
     collect: CollectArgs,
     cmd: Vec<String>,
 ) -> anyhow::Result<ExitCode> {
-    let code = crate::record::run(&cmd, &output, duration, &collect.options())?;
+    let code = crate::recorder::run(&cmd, &output, duration, &collect.options())?;
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
 }

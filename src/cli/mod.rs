@@ -21,12 +21,12 @@ use args::{Cli, Cmd};
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     // Until a command catches the ending signals itself, one removes the temporary files.
-    let signals = crate::files::remove_temps_on_signals();
+    let signals = gaptop_core::files::remove_temps_on_signals();
     match signals.and_then(|_| run(cli)) {
         Ok(code) => code,
         Err(e) => {
             let msg = format!("{e:#}").replace('\n', " ");
-            crate::say!("gaptop: {msg}");
+            gaptop_core::say!("gaptop: {msg}");
             ExitCode::from(1)
         }
     }

@@ -5,8 +5,8 @@
 
 use std::path::PathBuf;
 
-use crate::collect::analysis::gaps::Basis;
-use crate::units::parse_time;
+use gaptop_core::analysis::gaps::Basis;
+use gaptop_core::units::parse_time;
 
 /// What the collector captures at each kernel launch.
 #[derive(clap::Args, Debug, Clone, Copy)]
@@ -22,13 +22,13 @@ pub(super) struct CollectArgs {
 }
 
 impl CollectArgs {
-    pub(super) fn options(self) -> crate::collect::sources::live::Options {
-        crate::collect::sources::live::Options {
+    pub(super) fn options(self) -> gaptop_core::sources::live::Options {
+        gaptop_core::sources::live::Options {
             native: self.native,
             samples: if self.no_cpu_samples {
                 None
             } else {
-                crate::collect::sources::cpu::stream::config_from_env()
+                gaptop_core::sources::cpu::stream::config_from_env()
             },
         }
     }
@@ -61,11 +61,11 @@ pub(super) struct SampleArgs {
 }
 
 impl SampleArgs {
-    pub(super) fn config(self) -> Option<crate::collect::sources::cpu::SamplerConfig> {
+    pub(super) fn config(self) -> Option<gaptop_core::sources::cpu::SamplerConfig> {
         if self.no_cpu_samples {
             None
         } else {
-            crate::collect::sources::cpu::stream::config_from_env()
+            gaptop_core::sources::cpu::stream::config_from_env()
         }
     }
 }
@@ -87,9 +87,9 @@ impl WindowArgs {
     /// before it starts is an error, not an empty answer.
     pub(super) fn check(
         &self,
-        store: &crate::collect::model::store::Store,
+        store: &gaptop_core::model::store::Store,
     ) -> anyhow::Result<(i64, i64)> {
-        use crate::units::fmt_ns;
+        use gaptop_core::units::fmt_ns;
         let (slo, shi) = store.span().unwrap_or((0, 0));
         let (start, end) = (slo - store.origin(), shi - store.origin());
         let from = self.from.unwrap_or(start);

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use super::options::{AnalysisArgs, WindowArgs};
-use crate::collect::analysis::gaps::{Config, Window};
+use gaptop_core::analysis::gaps::Config;
+use gaptop_core::model::window::Window;
 
 /// `gaptop report`.
 pub(super) fn report(
@@ -19,9 +20,9 @@ pub(super) fn report(
     analysis: AnalysisArgs,
 ) -> anyhow::Result<ExitCode> {
     if let Some(o) = &output {
-        crate::files::refuse_input(o, &files)?;
+        gaptop_core::files::refuse_input(o, &files)?;
     }
-    let store = crate::collect::sources::load_paths(&files, usize::MAX)?;
+    let store = gaptop_core::sources::load_paths(&files, usize::MAX)?;
     window
         .check(&store)
         .map_err(|e| anyhow::anyhow!("{}: {e}", shown(&files)))?;
@@ -40,7 +41,7 @@ pub(super) fn report(
         say_unverified(&store);
         return Ok(ExitCode::SUCCESS);
     }
-    let (summary, j) = crate::report::build_steps(&store, w, &cfg, top, analysis.step.as_deref());
+    let (summary, j) = crate::report::build(&store, w, &cfg, top, analysis.step.as_deref());
     let out = match format.as_str() {
         "json" => serde_json::to_string_pretty(&j)? + "\n",
         "folded" => crate::report::folded(&store, &summary),
@@ -54,13 +55,13 @@ pub(super) fn report(
 
 /// Once a report is written: the recordings it read that cannot be verified complete (older
 /// than GAPTOPR5), one line for the first and a count of the others.
-fn say_unverified(store: &crate::collect::model::store::Store) {
+fn say_unverified(store: &gaptop_core::model::store::Store) {
     if let Some(first) = store.unverified.first() {
         let more = match store.unverified.len() - 1 {
             0 => String::new(),
             n => format!(" (and {n} more recordings as old)"),
         };
-        crate::say!("gaptop: {first}{more}");
+        gaptop_core::say!("gaptop: {first}{more}");
     }
 }
 
@@ -74,7 +75,7 @@ pub(super) fn diff(
     analysis: AnalysisArgs,
 ) -> anyhow::Result<ExitCode> {
     if let Some(o) = &output {
-        crate::files::refuse_input(o, &[a.clone(), b.clone()])?;
+        gaptop_core::files::refuse_input(o, &[a.clone(), b.clone()])?;
     }
     let (sa, sb) = (load_captured(&a)?, load_captured(&b)?);
     let cfg = Config {
@@ -93,7 +94,7 @@ pub(super) fn diff(
         return Ok(ExitCode::SUCCESS);
     };
     if format == "json" || output.is_some() {
-        crate::say!("gaptop: {}", crate::gate::line(g));
+        gaptop_core::say!("gaptop: {}", crate::gate::line(g));
     }
     Ok(ExitCode::from(g.exit_code()))
 }
@@ -105,9 +106,9 @@ pub(super) fn export(
     output: PathBuf,
 ) -> anyhow::Result<ExitCode> {
     if !output.is_dir() {
-        crate::files::refuse_input(&output, &files)?;
+        gaptop_core::files::refuse_input(&output, &files)?;
     }
-    let store = crate::collect::sources::load_paths(&files, usize::MAX)?;
+    let store = gaptop_core::sources::load_paths(&files, usize::MAX)?;
     if store.span().is_none() {
         anyhow::bail!("{}: no GPU ops", shown(&files));
     }
@@ -120,7 +121,7 @@ pub(super) fn export(
     // A large one says its size and what opens it before the wait.
     let est = crate::export::estimate(&store, from, to, &cfg);
     if let Some(l) = crate::export::large(&est) {
-        crate::say!(
+        gaptop_core::say!(
             "gaptop: writing {l} to {}; {}; --from/--to export a shorter window",
             output.display(),
             crate::export::opens_with(est.json_bytes)
@@ -133,7 +134,7 @@ pub(super) fn export(
         String::new()
     };
     let size = std::fs::metadata(&output).map(|m| m.len()).unwrap_or(0);
-    crate::say!(
+    gaptop_core::say!(
         "gaptop: wrote {} ops, {} launches, {} syncs and waits{spans}, {} gaps -> {} ({}); {}",
         n.ops,
         n.launches,
@@ -161,7 +162,7 @@ pub(super) fn emit(
 ) -> anyhow::Result<()> {
     use std::io::{IsTerminal, Write};
     if let Some(p) = output {
-        return crate::files::Output::write_all(p, bytes);
+        return gaptop_core::files::Output::write_all(p, bytes);
     }
     let out = std::io::stdout();
     if binary && out.is_terminal() {
@@ -177,8 +178,8 @@ pub(super) fn emit(
 /// A capture to compare: loaded, with GPU ops.
 pub(super) fn load_captured(
     p: &std::path::Path,
-) -> anyhow::Result<crate::collect::model::store::Store> {
-    let s = crate::collect::sources::load_path(p, usize::MAX)?;
+) -> anyhow::Result<gaptop_core::model::store::Store> {
+    let s = gaptop_core::sources::load_path(p, usize::MAX)?;
     anyhow::ensure!(s.span().is_some(), "{}: no GPU ops", p.display());
     Ok(s)
 }

@@ -7,12 +7,14 @@ use std::process::ExitCode;
 
 use super::options::{CollectArgs, MetricsArgs, SampleArgs, UiArgs, WindowArgs};
 use super::read::{load_captured, shown};
+use gaptop_core::analysis::steps::steady_span;
+use gaptop_core::sources::demo::{self, DemoOptions};
 
 /// The embedded sample: a recording of GPT-2 small at batch 1 taken on an H200.
 const DEMO: &[u8] = include_bytes!("../../assets/gpt2.rec");
 
 fn ui_app(
-    store: crate::collect::model::store::Store,
+    store: gaptop_core::model::store::Store,
     source: crate::app::SourceState,
     ui: &UiArgs,
 ) -> anyhow::Result<crate::app::App> {
@@ -37,24 +39,25 @@ pub(super) fn demo(speed: f64, looping: bool, once: bool, ui: UiArgs) -> anyhow:
         return demo_screen(ui);
     }
     term::need_terminal("demo")?;
-    let mut store = crate::collect::model::store::Store::new(1 << 30);
+    let mut store = gaptop_core::model::store::Store::new(1 << 30);
     store.source = "demo (gpt2.rec)".into();
     let mut app = ui_app(store, SourceState::Live, &ui)?;
     // Nothing runs in the demo: no output pane.
     app.program = false;
     term::run(
         app,
-        term::Feed::Demo(term::demo_feed(
+        term::Feed::Demo(demo::feed(
             DEMO,
-            term::DemoOptions {
+            DemoOptions {
                 speed,
                 looping,
                 at_least: if once {
                     std::time::Duration::ZERO
                 } else {
-                    term::DemoOptions::default().at_least
+                    DemoOptions::default().at_least
                 },
             },
+            steady_span,
         )),
         term::stop_flag()?,
         crate::views::render,
@@ -65,19 +68,20 @@ pub(super) fn demo(speed: f64, looping: bool, once: bool, ui: UiArgs) -> anyhow:
 /// `gaptop demo --once` without a terminal (CI, a pipe): the recording played at once, and the
 /// UI's screen at its end printed as text, $COLUMNS×$LINES where they are set (120×40 if not).
 fn demo_screen(ui: UiArgs) -> anyhow::Result<ExitCode> {
-    use crate::app::{term, SourceState};
-    use crate::collect::sources::live::LiveEvent;
-    let mut store = crate::collect::model::store::Store::new(1 << 30);
+    use crate::app::SourceState;
+    use gaptop_core::sources::live::LiveEvent;
+    let mut store = gaptop_core::model::store::Store::new(1 << 30);
     store.source = "demo (gpt2.rec)".into();
     let mut app = ui_app(store, SourceState::Live, &ui)?;
     app.program = false;
-    let rx = term::demo_feed(
+    let rx = demo::feed(
         DEMO,
-        term::DemoOptions {
+        DemoOptions {
             speed: 1e9,
             looping: false,
             at_least: std::time::Duration::ZERO,
         },
+        steady_span,
     );
     while let Ok(ev) = rx.recv() {
         let end = matches!(ev, LiveEvent::Exited(_));
@@ -120,7 +124,7 @@ pub(super) fn open(
     ui: UiArgs,
 ) -> anyhow::Result<ExitCode> {
     use crate::app::{term, SourceState};
-    let store = crate::collect::sources::load_paths(&files, usize::MAX)?;
+    let store = gaptop_core::sources::load_paths(&files, usize::MAX)?;
     let (from, to) = window
         .check(&store)
         .map_err(|e| anyhow::anyhow!("{}: {e}", shown(&files)))?;
@@ -158,13 +162,13 @@ pub(super) fn run(
     use crate::app::{term, SourceState};
     // What is missing for collecting at all (libcupti, the GPU) is said first: without it
     // the terminal does not matter.
-    crate::collect::sources::live::find_cupti()?;
+    gaptop_core::sources::live::find_cupti()?;
     term::need_terminal("run")?;
     let log = log.unwrap_or_else(|| PathBuf::from(format!("gaptop-{}.log", std::process::id())));
     let stop = term::stop_flag()?;
     let tap = metrics.tap()?;
-    let l = crate::collect::sources::live::launch(&cmd, Some(&log), &collect.options())?;
-    let mut store = crate::collect::model::store::Store::new(memory);
+    let l = gaptop_core::sources::live::launch(&cmd, Some(&log), &collect.options())?;
+    let mut store = gaptop_core::model::store::Store::new(memory);
     store.source = cmd.join(" ");
     let mut app = ui_app(store, SourceState::Live, &ui)?;
     app.message = format!("program output: {}", log.display());
@@ -187,13 +191,13 @@ pub(super) fn attach(
     metrics: MetricsArgs,
 ) -> anyhow::Result<ExitCode> {
     use crate::app::{term, SourceState};
-    use crate::collect::sources::attach;
+    use gaptop_core::sources::attach;
     term::need_terminal("attach")?;
     let d = attach::find(&target)?;
     let stop = term::stop_flag()?;
     let tap = metrics.tap()?;
     let a = attach::attach(&d, &attach::who("attach"), samples.config())?;
-    let mut store = crate::collect::model::store::Store::new(memory);
+    let mut store = gaptop_core::model::store::Store::new(memory);
     store.source = format!("pid {} ({})", d.pid, d.label);
     let mut app = ui_app(store, SourceState::Live, &ui)?;
     app.message = format!("attached to pid {}; q detaches, the program runs on", d.pid);

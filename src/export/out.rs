@@ -46,7 +46,7 @@ impl std::fmt::Display for Estimate {
             "~{} of JSON (~{} gzipped, {})",
             bytes(self.json_bytes),
             bytes(self.gz_bytes),
-            crate::units::count(self.ops, "op")
+            gaptop_core::units::count(self.ops, "op")
         )
     }
 }

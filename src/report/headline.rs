@@ -2,26 +2,12 @@
 //! what a fix saves a step and the fix), why, and what else is worth doing with the capture in
 //! a line; and the sentences of the rows below, each fix and each cause said once.
 
-use crate::collect::analysis::advice::Advice;
-use crate::collect::analysis::verdict::Verdict;
-use crate::frames::cut as short;
-use crate::units::fmt_short as t;
+use gaptop_core::analysis::advice::Advice;
+use gaptop_core::analysis::verdict::Verdict;
+use gaptop_core::frames::cut as short;
+use gaptop_core::units::fmt_short as t;
 
 use super::json::JsonReport;
-
-/// A verdict in a few words.
-pub fn verdict_words(v: Verdict) -> &'static str {
-    match v {
-        Verdict::Busy => "GPU busy",
-        Verdict::LaunchBound => "launch-bound",
-        Verdict::HostWork => "CPU work before launches",
-        Verdict::SlowLaunch => "slow launch calls",
-        Verdict::Sync => "CPU waits for the GPU",
-        Verdict::EventWait => "waits on another stream",
-        Verdict::Graph => "inside CUDA graphs",
-        Verdict::Unknown => "launch call not seen",
-    }
-}
 
 /// A site as a sentence reads it: `Linear.forward (linear.py:134)`; sites that are not a
 /// Python function as they are.
@@ -176,7 +162,7 @@ fn capture_after(j: &JsonReport, a: &Advice) -> Option<String> {
 /// launch-bound or the graphs would save at least twice its fix: ` A CUDA graph of …`.
 fn graph_line(j: &JsonReport, a: &Advice) -> Option<String> {
     let r = j.replay.as_ref().filter(|r| r.graph_saving_ns > 0)?;
-    let launch_bound = a.verdict == crate::collect::analysis::verdict::Verdict::LaunchBound;
+    let launch_bound = a.verdict == Verdict::LaunchBound;
     if !launch_bound && r.graph_saving_ns < 2 * a.saving_ns.unwrap_or(0) {
         return None;
     }
@@ -224,8 +210,8 @@ pub fn lines(j: &JsonReport) -> [String; 3] {
         ];
     };
     let why = match &a.cause_name {
-        Some(c) => format!("{}: {c}", verdict_words(a.verdict)),
-        None => verdict_words(a.verdict).to_string(),
+        Some(c) => format!("{}: {c}", a.verdict.words()),
+        None => a.verdict.words().to_string(),
     };
     let first = if has_fix(a) {
         format!(
@@ -252,7 +238,7 @@ pub fn lines(j: &JsonReport) -> [String; 3] {
         Some(r) => format!("Why: {r}."),
         None => format!("Why: {}", what(a)),
     };
-    if let Some(c) = crate::collect::analysis::advice::cpu_line(a) {
+    if let Some(c) = gaptop_core::analysis::advice::cpu_line(a) {
         let c = short(&c, 110);
         let stop = if c.ends_with('…') { "" } else { "." };
         second.push_str(&format!(" {c}{stop}"));
@@ -273,7 +259,7 @@ pub fn lines(j: &JsonReport) -> [String; 3] {
         // any verdict but a busy GPU's.
         .filter(|b| match j.steps {
             Some(_) => b.saving_ns.is_some_and(|s| s >= worth),
-            None => b.verdict != crate::collect::analysis::verdict::Verdict::Busy,
+            None => b.verdict != Verdict::Busy,
         })
         .take(3)
         .map(|b| {
@@ -284,7 +270,7 @@ pub fn lines(j: &JsonReport) -> [String; 3] {
             format!(
                 "{} {fig} ({})",
                 short(function(&b.site), 40),
-                verdict_words(b.verdict)
+                b.verdict.words()
             )
         })
         .collect();
@@ -365,5 +351,5 @@ impl Said {
 
 /// A short stand-in for a sentence said before: the verdict's words.
 fn what_or_verdict(a: &Advice) -> &'static str {
-    verdict_words(a.verdict)
+    a.verdict.words()
 }

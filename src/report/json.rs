@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use crate::collect::model::records::Ns;
+use gaptop_core::model::records::Ns;
 
 #[derive(Serialize)]
 pub struct JsonBucket {
@@ -65,7 +65,7 @@ pub struct JsonReport {
     pub source: String,
     /// What the source said about itself: its format's version, the tables it lacked and what
     /// that costs (an Nsight Systems export); then the records dropped because their times
-    /// cannot be right (`collect::model::plausible`), a line per cause.
+    /// cannot be right (`model::plausible`), a line per cause.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
     /// Absolute time of the capture start on the source's clock; all other times are relative.
@@ -93,14 +93,14 @@ pub struct JsonReport {
     pub basis: &'static str,
     /// The program's iterations, when they could be found.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub steps: Option<crate::collect::analysis::steps::StepsJson>,
-    /// The replay of the steady steps (`collect::analysis::replay`): how closely it gives back
+    pub steps: Option<gaptop_core::analysis::steps::StepsJson>,
+    /// The replay of the steady steps (`analysis::replay`): how closely it gives back
     /// the measured steps, over how many.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub replay: Option<crate::collect::analysis::replay::ReplayJson>,
+    pub replay: Option<gaptop_core::analysis::replay::ReplayJson>,
     /// The code to fix first, with why the GPU waited there, what a fix saves a step and the
     /// usual fix: recurring sites by their idle a step first (with steps).
-    pub advice: Vec<crate::collect::analysis::advice::Advice>,
+    pub advice: Vec<gaptop_core::analysis::advice::Advice>,
     /// The longest gaps outside recurring patterns (warm-up, first calls, loading), apart.
     pub one_off_gaps: Vec<JsonGap>,
     pub top_stacks: Vec<JsonStack>,
@@ -124,7 +124,7 @@ pub struct JsonReport {
     pub skipped: std::collections::BTreeMap<String, u64>,
     /// Communication stalls across ranks (present when two or more processes ran NCCL kernels).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub comm: Option<crate::collect::analysis::comm::CommReport>,
+    pub comm: Option<gaptop_core::analysis::comm::CommReport>,
     /// What the communication section cannot tell, and why: with clocks that could not be
     /// aligned, no rank is named late and no wait measured (`comm` keeps only its counts).
     #[serde(skip_serializing_if = "Option::is_none")]

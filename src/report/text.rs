@@ -6,8 +6,8 @@
 
 use super::headline::{self, denominator, Said};
 use super::json::{JsonGap, JsonProcess, JsonReport, JsonStack};
-use crate::frames::cut as short;
-use crate::units::fmt_short as t;
+use gaptop_core::frames::cut as short;
+use gaptop_core::units::fmt_short as t;
 
 /// The most lines the report writes without `--full`.
 pub const MAX_LINES: usize = 59;
@@ -19,7 +19,7 @@ const TEXT_STACK_FRAMES: usize = 8;
 fn gaps_n(n: u64) -> String {
     format!(
         "{:<w$}",
-        crate::units::count(n, "gap"),
+        gaptop_core::units::count(n, "gap"),
         w = n.to_string().len() + 5
     )
 }
@@ -387,11 +387,11 @@ fn what_to_fix(j: &JsonReport) -> Section {
             format!(
                 "{} of it in {}{why}, which the fix does not remove",
                 t(a.one_off_ns),
-                crate::units::count(a.one_offs, "one-off gap")
+                gaptop_core::units::count(a.one_offs, "one-off gap")
             )
         });
         match (
-            crate::collect::analysis::advice::steps_line(a, steady),
+            gaptop_core::analysis::advice::steps_line(a, steady),
             one_off,
         ) {
             (Some(l), Some(o)) => s.line(format!("      {l}; {o}")),
@@ -399,7 +399,7 @@ fn what_to_fix(j: &JsonReport) -> Section {
             (None, Some(o)) => s.line(format!("      {o}")),
             (None, None) => {}
         }
-        if let Some(l) = crate::collect::analysis::advice::cpu_line(a) {
+        if let Some(l) = gaptop_core::analysis::advice::cpu_line(a) {
             s.line(format!("      {}", short(&l, 120)));
         }
         s.line(format!("      {}", said.sentence(a, &label)));
@@ -414,7 +414,7 @@ fn one_offs(j: &JsonReport, n: usize) -> Section {
     }
     s.line("One-offs (outside recurring patterns), longest first");
     for g in j.one_off_gaps.iter().take(n) {
-        let at = crate::collect::analysis::patterns::python_site(&g.frames)
+        let at = gaptop_core::analysis::patterns::python_site(&g.frames)
             .or(g.frames.first().map(String::as_str))
             .map(|f| short(f, 70))
             .unwrap_or_default();
@@ -446,16 +446,16 @@ fn launched_from(s: &JsonStack) -> String {
         .frames
         .iter()
         .map(String::as_str)
-        .filter(|f| !crate::frames::is_plumbing(f))
+        .filter(|f| !gaptop_core::frames::is_plumbing(f))
         .collect();
-    if let Some(f) = crate::collect::analysis::patterns::python_site(&shown) {
-        return crate::frames::pretty_frame(f);
+    if let Some(f) = gaptop_core::analysis::patterns::python_site(&shown) {
+        return gaptop_core::frames::pretty_frame(f);
     }
     let above = &s.frames[..s.frames.len().saturating_sub(1)];
     above
         .iter()
         .rev()
-        .find(|f| !is_api(f) && !crate::frames::is_plumbing(f))
+        .find(|f| !is_api(f) && !gaptop_core::frames::is_plumbing(f))
         .cloned()
         .unwrap_or_else(|| "(no stack)".into())
 }
@@ -511,7 +511,7 @@ fn top_stacks(j: &JsonReport, full: bool) -> Section {
         let shown: Vec<&String> = st
             .frames
             .iter()
-            .filter(|f| !crate::frames::is_plumbing(f))
+            .filter(|f| !gaptop_core::frames::is_plumbing(f))
             .collect();
         let n = shown.len();
         let skip = n.saturating_sub(TEXT_STACK_FRAMES);
@@ -558,14 +558,14 @@ fn top_gap(s: &mut Section, g: &JsonGap) {
         g.reason,
         short(&g.next_op, 50)
     ));
-    if let Some(f) = crate::collect::analysis::patterns::python_site(&g.frames) {
+    if let Some(f) = gaptop_core::analysis::patterns::python_site(&g.frames) {
         s.line(format!("      launched from {}", short(f, 90)));
     }
     let named = g
         .cpu_frames
         .iter()
         .rev()
-        .find(|f| !crate::frames::is_unnamed_native(f));
+        .find(|f| !gaptop_core::frames::is_unnamed_native(f));
     if let Some(f) = named {
         match (g.cpu_samples, g.cpu_share, g.on_cpu) {
             (Some(n), Some(share), Some(on)) => s.line(format!(

@@ -84,7 +84,7 @@ impl Limits {
     pub fn from_env() -> anyhow::Result<Limits> {
         let mut l = Limits::default();
         if let Ok(v) = std::env::var("GAPTOP_HTTP_TIMEOUT") {
-            let ns = crate::units::parse_time(&v)
+            let ns = gaptop_core::units::parse_time(&v)
                 .ok()
                 .filter(|&ns| ns > 0)
                 .ok_or_else(|| {

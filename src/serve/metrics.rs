@@ -22,10 +22,14 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::collect::analysis::gaps::{device_gaps, device_idle, Basis, Category, Config, Window};
-use crate::collect::model::records::OpKind;
-use crate::collect::model::store::Store;
-use crate::units::Ns;
+use gaptop_core::analysis::gaps::{device_gaps, device_idle, Basis, Category, Config};
+use gaptop_core::analysis::summary::Summary;
+use gaptop_core::analysis::{analyse, Options};
+
+use gaptop_core::model::records::OpKind;
+use gaptop_core::model::store::Store;
+use gaptop_core::model::window::Window;
+use gaptop_core::units::Ns;
 
 /// A GPU as the DCGM exporter labels it: `gpu`, and its `UUID` where it can be known
 /// (`serve::gpus`; empty, so absent to Prometheus, where not).
@@ -273,15 +277,20 @@ impl Metrics {
                 .get_or_create(&GpuLabels { gpu, UUID: uuid })
                 .inc_by(kernels);
         }
-        if let Some(steps) = crate::collect::analysis::steps::find(store, lo, hi, None) {
-            for s in &steps.steps {
-                self.steps.observe(secs(s.wall()));
-            }
+        // The window's steps and its gap time by launch stack; what to fix is not a metric.
+        let options = Options {
+            config: cfg,
+            advice: false,
+            ..Options::default()
+        };
+        let a = analyse(store, w, &options);
+        for s in a.diagnosis.steps.iter().flat_map(|st| &st.steps) {
+            self.steps.observe(secs(s.wall()));
         }
         self.observed.inc_by(secs(hi - lo));
         self.windows.inc();
         self.add_drops(store);
-        self.add_sites(store, w, &cfg);
+        self.add_sites(store, &a.diagnosis.summary);
         self.keep_profile(store, lo, hi, &cfg);
     }
 
@@ -335,9 +344,9 @@ impl Metrics {
         }
     }
 
-    fn add_sites(&self, store: &Store, w: Window, cfg: &Config) {
-        let s = crate::collect::analysis::summary::summarize(store, w, cfg, 0);
-        let folded = crate::report::folded(store, &s);
+    /// Adds a window's gap time by launch stack (its summary's) to the sites'.
+    fn add_sites(&self, store: &Store, s: &Summary) {
+        let folded = crate::report::folded(store, s);
         let mut sites = self.sites.lock().unwrap_or_else(|e| e.into_inner());
         for line in folded.lines() {
             if let Some((path, ns)) = line.rsplit_once(' ') {

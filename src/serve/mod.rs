@@ -16,10 +16,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context;
 
-use crate::collect::model::store::Store;
-use crate::collect::sources::attach::{self, Attachment, Dormant};
-use crate::collect::sources::ingest::Ingest;
-use crate::collect::sources::live::LiveEvent;
+use gaptop_core::model::store::Store;
+use gaptop_core::sources::attach::{self, Attachment, Dormant};
+use gaptop_core::sources::ingest::Ingest;
+use gaptop_core::sources::live::LiveEvent;
 use metrics::Metrics;
 
 /// `--metrics ADDR` on `run` and `attach`: the same metrics from the UI's live store, a
@@ -42,7 +42,7 @@ impl Tap {
             std::env::var(k).ok()
         })));
         let bound = http::start(addr, metrics.clone())?;
-        crate::say!("gaptop: metrics at http://{bound}/metrics");
+        gaptop_core::say!("gaptop: metrics at http://{bound}/metrics");
         // GAPTOP_METRICS_PERIOD_MS: another period than 10 s (tests use a short one).
         let every = std::env::var("GAPTOP_METRICS_PERIOD_MS")
             .ok()
@@ -178,7 +178,7 @@ fn window(targets: &[Dormant], cfg: &Config, m: &Metrics) {
                 } else {
                     "attach"
                 });
-                crate::say!("gaptop serve: {e:#}");
+                gaptop_core::say!("gaptop serve: {e:#}");
             }
         }
     }
@@ -192,7 +192,7 @@ fn window(targets: &[Dormant], cfg: &Config, m: &Metrics) {
     for mut o in open {
         let to = now_ns();
         if let Err(e) = o.a.detach() {
-            crate::say!("gaptop serve: {e:#}");
+            gaptop_core::say!("gaptop serve: {e:#}");
         }
         // What the collector sent until it closed.
         o.take(Instant::now() + Duration::from_secs(2));
@@ -211,7 +211,7 @@ pub fn run(target: Target, cfg: &Config) -> anyhow::Result<i32> {
     ] {
         signal_hook::flag::register_usize(sig, stop.clone(), sig as usize)?;
     }
-    crate::files::signals_taken();
+    gaptop_core::files::signals_taken();
     let m = Arc::new(Metrics::new(metrics::const_labels(|k| {
         std::env::var(k).ok()
     })));
@@ -225,10 +225,10 @@ pub fn run(target: Target, cfg: &Config) -> anyhow::Result<i32> {
         (_, Some(d)) => format!("pid {} ({})", d.pid, d.label),
         _ => unreachable!(),
     };
-    crate::say!(
+    gaptop_core::say!(
         "gaptop serve: http://{addr}/metrics, {} of every {} from {what}",
-        crate::units::fmt_ns(cfg.window.as_nanos() as i64),
-        crate::units::fmt_ns(cfg.every.as_nanos() as i64)
+        gaptop_core::units::fmt_ns(cfg.window.as_nanos() as i64),
+        gaptop_core::units::fmt_ns(cfg.every.as_nanos() as i64)
     );
     let mut next = Instant::now() + cfg.window.min(cfg.every);
     loop {
@@ -236,21 +236,21 @@ pub fn run(target: Target, cfg: &Config) -> anyhow::Result<i32> {
             let sig = stop.load(Ordering::Relaxed);
             if sig != 0 {
                 finish(child.as_mut());
-                crate::say!("gaptop serve: stopped by signal {sig}");
+                gaptop_core::say!("gaptop serve: stopped by signal {sig}");
                 return Ok(128 + sig as i32);
             }
             if let Some(c) = child.as_mut() {
                 if let Some(st) = c.try_wait()? {
-                    crate::say!(
+                    gaptop_core::say!(
                         "gaptop serve: the command ended: {}",
-                        crate::collect::sources::live::how_it_ended(st)
+                        gaptop_core::sources::live::how_it_ended(st)
                     );
                     return Ok(st.code().unwrap_or(1));
                 }
             }
             if let Some(d) = &fixed {
                 if !attach::alive(d.pid) {
-                    crate::say!("gaptop serve: pid {} ended", d.pid);
+                    gaptop_core::say!("gaptop serve: pid {} ended", d.pid);
                     return Ok(0);
                 }
             }
@@ -272,7 +272,7 @@ pub fn run(target: Target, cfg: &Config) -> anyhow::Result<i32> {
 
 /// Starts `cmd` with a dormant collector, its output on ours.
 fn spawn_dormant(cmd: &[String]) -> anyhow::Result<Child> {
-    let mut c = crate::collect::sources::live::dormant_command(cmd, None, false)?;
+    let mut c = gaptop_core::sources::live::dormant_command(cmd, None, false)?;
     c.stdin(Stdio::null());
     c.spawn()
         .with_context(|| format!("cannot start {}", cmd[0]))

@@ -8,9 +8,9 @@ use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
 use ratatui::Frame;
 
 use super::style::{cause_color, tone_style};
-use crate::app::view::{DetailsVm, Tone};
+use crate::app::viewmodel::{DetailsVm, Tone};
 use crate::app::App;
-use crate::frames::cut;
+use gaptop_core::frames::cut;
 
 fn tone_lines(lines: &[(Tone, String)], w: usize) -> Vec<Line<'static>> {
     lines

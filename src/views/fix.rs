@@ -10,9 +10,9 @@ use ratatui::widgets::{Block, Borders, Paragraph};
 use ratatui::Frame;
 
 use super::style::{focus_style, tone_style};
-use crate::app::view::{FixRow, Tone};
+use crate::app::viewmodel::{FixRow, Tone};
 use crate::app::{App, Focus};
-use crate::frames::cut;
+use gaptop_core::frames::cut;
 
 /// Where the lines under a row's first line start.
 const INDENT: usize = 4;

@@ -8,7 +8,7 @@ use ratatui::Frame;
 
 use super::style::{cause_color, focus_style};
 use crate::app::{App, Focus};
-use crate::frames::cut;
+use gaptop_core::frames::cut;
 
 pub fn draw(f: &mut Frame, area: Rect, app: &App) {
     let vm = &app.view.gaps;

@@ -7,7 +7,7 @@ use ratatui::widgets::{Block, Borders, Clear, Paragraph};
 use ratatui::Frame;
 
 use crate::app::{Action, App};
-use crate::frames::cut as short;
+use gaptop_core::frames::cut as short;
 
 /// What the panes' marks mean.
 const LEGEND: [&str; 5] = [

@@ -6,7 +6,7 @@ use ratatui::widgets::{Block, Borders, Paragraph};
 use ratatui::Frame;
 
 use crate::app::App;
-use crate::frames::cut;
+use gaptop_core::frames::cut;
 
 pub fn draw(f: &mut Frame, area: Rect, app: &App) {
     let block = Block::default()

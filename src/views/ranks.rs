@@ -15,7 +15,7 @@ use ratatui::widgets::{Block, Borders, Paragraph};
 use ratatui::Frame;
 
 use crate::app::App;
-use crate::frames::cut;
+use gaptop_core::frames::cut;
 
 pub fn draw(f: &mut Frame, area: Rect, app: &App) {
     let Some(vm) = &app.view.ranks else { return };

@@ -4,7 +4,7 @@
 
 use ratatui::style::{Color, Modifier, Style};
 
-use crate::app::view::Tone;
+use crate::app::viewmodel::Tone;
 use crate::app::{App, Cause, Focus};
 
 /// A gap's colour by its cause.

@@ -9,7 +9,7 @@ use ratatui::Frame;
 use super::style::{cause_color, focus_style};
 use crate::app::lane::RangeRow;
 use crate::app::layout::LABEL_W;
-use crate::app::view::{Cell, CellKind, OpTone};
+use crate::app::viewmodel::{Cell, CellKind, OpTone};
 use crate::app::{App, Focus};
 
 const BLOCKS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
@@ -117,7 +117,7 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App) -> (u16, u16) {
             buf.set_string(
                 x0 + c,
                 y,
-                crate::frames::cut(name, w),
+                gaptop_core::frames::cut(name, w),
                 Style::default().fg(Color::Black).bg(Color::Green),
             );
         }

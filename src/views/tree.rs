@@ -12,7 +12,7 @@ use tui_tree_widget::{Tree, TreeItem, TreeState};
 use super::style::focus_style;
 use crate::app::tree::TreeRow;
 use crate::app::{App, Focus};
-use crate::frames::cut_frame;
+use gaptop_core::frames::cut_frame;
 
 /// The widget's item for a row. Only open rows get their children in full: a closed row's
 /// children are bare placeholders (they only make it show as expandable), so that a frame

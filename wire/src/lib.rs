@@ -19,7 +19,7 @@
 //! ranges (`Ranges` frames), which a viewer that reads only R1 and R2 would stop at. R1 to R3
 //! store `(conn:u32 frame)*`. `GAPTOPR4` checks each frame: `hsum` is the CRC-32 of its
 //! connection and length, `sum` the CRC-32 of its tag and payload, so a reader tells a damaged
-//! frame, skips it and finds the next one (the viewer's `collect::sources::recfile`).
+//! frame, skips it and finds the next one (the viewer's `sources::recording::bytes`).
 //! `GAPTOPR5` ends with an end record ([`TAG_END`]) written at a clean close: a recording cut
 //! between records (its writer killed) is told from a complete one.
 #![forbid(unsafe_code)]

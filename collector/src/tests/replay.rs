@@ -149,7 +149,7 @@ fn replayed_cupti_buffers_give_what_the_live_viewer_received() {
     let replay = received(std::iter::from_fn(|| dec.next_frame().unwrap()));
 
     let f = std::fs::File::open(data.join("planted_dump.rec")).unwrap();
-    let mut r = gaptop::collect::sources::recording::Reader::new(f).unwrap();
+    let mut r = gaptop_core::sources::recording::Reader::new(f).unwrap();
     let live = received(std::iter::from_fn(|| r.next_entry().unwrap().map(|e| e.1)));
 
     assert_eq!(replay.0.len(), 59, "kernels in the recorded buffer");

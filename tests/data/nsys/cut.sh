@@ -1,7 +1,7 @@
 #!/bin/sh
 # Cuts an Nsight Systems SQLite export down to what gaptop reads, and gzips it:
 #   cut.sh SOURCE.sqlite OUT.sqlite.gz
-# Kept whole: every table gaptop reads (see src/collect/sources/nsys/) and the enums they refer to.
+# Kept whole: every table gaptop reads (see core/src/sources/nsys/) and the enums they refer to.
 # Left out: OS scheduling, CPU sampling, OS runtime and diagnostics tables, the capture's
 # environment variables and host facts (META_DATA_CAPTURE, TARGET_INFO_SYSTEM_ENV,
 # ProcessStreams), and the processes that made no CUDA call. No row of a kept table is changed.

@@ -1,0 +1,119 @@
+//! A row of What to fix: the code the gaps are charged to, why, what a fix saves and the fix
+//! (made by `advice`, read by the report, the UI and diff).
+
+use serde::Serialize;
+
+use crate::analysis::oncpu::JsonCpu;
+use crate::analysis::replay;
+use crate::analysis::verdict::{Framework, GapFigure, Verdict};
+use crate::model::records::Ns;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Advice {
+    /// The code the gaps are charged to, as displayed (`fn  file.py:12`).
+    pub site: String,
+    /// What `site_key` gives for the launch stacks grouped here.
+    #[serde(skip)]
+    pub key: String,
+    pub gaps: u64,
+    pub gap_ns: Ns,
+    /// Share of the gap time charged in the window (on the summary's basis): shares add up
+    /// to at most 1.
+    pub share: f64,
+    /// The median gap: exact when `typical_exact`, else to within a quarter of a power of two.
+    pub typical_gap_ns: Ns,
+    pub typical_exact: bool,
+    /// The gap length the verdict went by, which its text gives (`verdict::GapFigure`).
+    pub verdict_gap_ns: Ns,
+    #[serde(skip)]
+    pub figure: GapFigure,
+    /// Mean duration of the ops that waited.
+    pub mean_op_ns: Ns,
+    pub verdict: Verdict,
+    pub framework: Framework,
+    /// Its gaps occur in at least half of the steady steps (false without steps).
+    pub recurring: bool,
+    /// With steps: in how many steady steps the site had idle time, its median idle a step,
+    /// and what the usual fix would save a step (see the module's docs); None without steps.
+    pub steps_present: Option<u32>,
+    pub per_step_ns: Option<Ns>,
+    pub saving_ns: Option<Ns>,
+    /// The saving a step summed from the site's gaps (what `saving_ns` was before the replay:
+    /// an upper bound where something else would fill the freed time).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gap_sum_ns: Option<Ns>,
+    /// The replayed fix (`analysis::replay`): what it assumed, the GPU's busy share
+    /// of the step after it, and how the saving falls on the steps it changes. None where the
+    /// site was not replayed (then `saving_ns` is the summed gaps).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<replay::SiteEstimate>,
+    /// Gaps outside recurring patterns (see the module's docs), and their time: the usual fix
+    /// does not address them.
+    pub one_offs: u64,
+    pub one_off_ns: Ns,
+    /// What the launching threads did during the gaps, where the program was sampled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<JsonCpu>,
+    /// The cause a pattern of its evidence names (`analysis::patterns`: its id, its name in
+    /// words and why its fix), when one matches.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cause: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cause_name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// One sentence: what happened, the cause where a pattern names it, and the fix.
+    pub text: String,
+    /// The fix alone, for narrow places: the cause's, else the verdict's usual one.
+    pub fix: &'static str,
+}
+
+impl Advice {
+    /// A row that no gap names, found by the replay alone (a sync's function, a slow GPU):
+    /// recurring, with its replayed saving.
+    #[allow(clippy::too_many_arguments)]
+    pub fn replayed(
+        site: String,
+        key: String,
+        verdict: Verdict,
+        framework: Framework,
+        saving_ns: Ns,
+        replay: Option<replay::SiteEstimate>,
+        cause: Option<(&'static str, String)>,
+        text: String,
+        fix: &'static str,
+    ) -> Advice {
+        Advice {
+            site,
+            key,
+            gaps: 0,
+            gap_ns: 0,
+            share: 0.0,
+            typical_gap_ns: 0,
+            typical_exact: true,
+            verdict_gap_ns: 0,
+            figure: GapFigure {
+                ns: 0,
+                weighted: false,
+                exact: true,
+            },
+            mean_op_ns: 0,
+            verdict,
+            framework,
+            recurring: true,
+            steps_present: None,
+            per_step_ns: None,
+            saving_ns: Some(saving_ns),
+            gap_sum_ns: None,
+            replay,
+            one_offs: 0,
+            one_off_ns: 0,
+            cpu: None,
+            cause: cause.as_ref().map(|c| c.0),
+            cause_name: cause.map(|c| c.1),
+            reason: None,
+            text,
+            fix,
+        }
+    }
+}

@@ -1,0 +1,630 @@
+//! What-ifs: a site's fix applied to the model by its pattern, replayed over the steady
+//! steps, and the steps before and after compared.
+
+use rustc_hash::FxHashMap as HashMap;
+use serde::Serialize;
+
+use super::anchors::{block, block_lo, cpu_anchored, median, periods, spans, walls, Anchors};
+use super::build::build;
+use super::graph::graphs;
+use super::model::{op_of_calls, Model, NONE};
+use super::run::{run, Times};
+use crate::analysis::steps::Steps;
+use crate::model::records::{ApiKind, NameId, Ns, StackId};
+use crate::model::store::Store;
+
+/// The fix a site's pattern calls for, as a change of the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WhatIf {
+    /// Each call of the site's launches fused into one kernel: one launch, no spacing.
+    Fuse,
+    /// The site's CPU time during its gaps removed: the CPU time before each launch, by as
+    /// much as the device sat idle before its op, down to the thread's typical time between
+    /// two calls.
+    HostWork,
+    /// Per-shape planning: as host work (each shape planned once, outside the steady steps).
+    Planning,
+    /// The site's launch calls as fast as the thread's typical launch.
+    SlowLaunch,
+    /// The syncs before the site's launches removed.
+    Sync,
+    /// Loading before the site's launches moved to enough workers.
+    Input,
+}
+
+impl WhatIf {
+    /// What the what-if assumes, in a line.
+    pub fn assumes(self) -> &'static str {
+        match self {
+            WhatIf::Fuse => "each call's launches fused into one kernel of the same GPU time, launched once",
+            WhatIf::HostWork => "its CPU time during its gaps removed (the CPU before each launch, by as much as the GPU sat idle before its op, down to the thread's typical time between two calls)",
+            WhatIf::Planning => "each shape planned once, before the steady steps: its plans (CPU time before its launches of 10x its usual and over 1ms) removed",
+            WhatIf::SlowLaunch => "its launch calls as fast as the thread's typical launch",
+            WhatIf::Sync => "the syncs before its launches removed (the CPU no longer waits for the GPU there)",
+            WhatIf::Input => "loading moved to enough DataLoader workers that it overlaps the steps",
+        }
+    }
+}
+
+/// A site's replayed fix.
+#[derive(Clone, Debug, Serialize)]
+pub struct SiteEstimate {
+    /// Mean over the replayed steps of the step before less the step after (advice's
+    /// `saving_ns`).
+    #[serde(skip)]
+    pub saving_ns: Ns,
+    /// The median of that over the steps it changed, and how many it changed (by more than
+    /// a hundredth).
+    pub saving_changed_ns: Ns,
+    pub steps_changed: usize,
+    /// The GPU's busy share of the replayed step after the fix.
+    pub busy_after: f64,
+    pub whatif: &'static str,
+    /// Input-bound: the DataLoader workers that would remove the wait.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workers: Option<u32>,
+    /// A stack and API of the site's calls (to name a site no gap is charged to: a sync's).
+    #[serde(skip)]
+    pub call: (StackId, NameId),
+    /// With several ranks: the ranks whose calls or ops the fix changes, of how many.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ranks: Vec<i32>,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub of_ranks: usize,
+    /// Host work: the mean saving a step when the work is overlapped with the GPU on its own
+    /// thread rather than removed from it: no step shorter than the busiest launching
+    /// thread's CPU time in it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub saving_overlapped_ns: Option<Ns>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// The ranks a change touches: those holding at least a tenth of the time it removes (CPU
+/// before and in calls, GPU time of ops), the largest share first.
+fn touched(m: &Model, store: &Store, u: &Undo) -> Vec<i32> {
+    let mut by: std::collections::BTreeMap<i32, Ns> = Default::default();
+    for (c, old) in &u.calls {
+        let new = &m.calls[*c as usize];
+        let p = m.threads[new.thread as usize].proc;
+        let cut = (old.seg - new.seg).max(0) + (old.own - new.own).max(0) + 1;
+        *by.entry(store.procs[p as usize].rank).or_default() += cut;
+    }
+    for (j, old) in &u.ops {
+        let new = &m.ops[*j as usize];
+        let p = store.lanes[m.lanes[new.lane as usize].lane].key.proc;
+        let cut = (old.dur - new.dur).max(0) + (old.gap - new.gap).max(0) + 1;
+        *by.entry(store.procs[p as usize].rank).or_default() += cut;
+    }
+    let total: Ns = by.values().sum();
+    let mut r: Vec<(Ns, i32)> = by
+        .into_iter()
+        .filter(|&(_, n)| n * 10 >= total)
+        .map(|(r, n)| (n, r))
+        .collect();
+    r.sort_unstable_by(|a, b| b.cmp(a));
+    r.into_iter().map(|(_, r)| r).collect()
+}
+
+/// The JSON `replay` object.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReplayJson {
+    /// Median over the replayed steps of |replayed − measured| / measured, unchanged.
+    pub baseline_error: f64,
+    /// Steps and ops replayed (the last steady steps, up to [`REPLAY_MAX_OPS`] ops).
+    pub steps: usize,
+    pub ops: usize,
+    pub calls: usize,
+    /// Items whose dependencies could not be met in order, taken as measured.
+    pub forced: u32,
+    /// The median measured step and the median replayed one, and the mean measured step.
+    pub measured_median_ns: Ns,
+    pub replayed_median_ns: Ns,
+    pub measured_mean_ns: Ns,
+    /// Each step's launches between its syncs captured as one CUDA graph
+    /// ([`GRAPH_ASSUMES`]): the mean saving a step, and the GPU's busy share after it.
+    pub graph_saving_ns: Ns,
+    pub graph_busy_after: f64,
+    pub graph_whatif: &'static str,
+}
+
+/// What the whole-step CUDA graph what-if assumes, in a line.
+pub const GRAPH_ASSUMES: &str = "each step's launches between its syncs captured as one CUDA graph: the CPU time between them (Python, dispatch, launch calls) gone, one graph launch each, the GPU's work and the syncs as measured";
+
+/// A window's estimates: the replay's figures and each site's fix.
+#[derive(Clone, Debug)]
+pub struct Estimate {
+    pub json: ReplayJson,
+    pub sites: HashMap<String, SiteEstimate>,
+    /// The steps replayed (indexes into the steps) and, per step, measured and replayed start
+    /// and end, for drawing.
+    pub steps: std::ops::Range<usize>,
+    pub model: Model,
+    pub baseline: Times,
+}
+
+/// Each thread's typical time between two calls and typical launch.
+fn typical(m: &Model) -> (Vec<Ns>, Vec<Ns>) {
+    let seg = m
+        .threads
+        .iter()
+        .map(|t| {
+            median(
+                m.calls[t.first as usize + 1..t.last as usize]
+                    .iter()
+                    .map(|c| c.seg)
+                    .collect(),
+            )
+        })
+        .collect();
+    let own = m
+        .threads
+        .iter()
+        .map(|t| {
+            median(
+                m.calls[t.first as usize..t.last as usize]
+                    .iter()
+                    .filter(|c| c.kind == ApiKind::Launch)
+                    .map(|c| c.own)
+                    .collect(),
+            )
+        })
+        .collect();
+    (seg, own)
+}
+
+/// A per-shape plan: CPU time before a launch of at least this many times the site's usual,
+/// and at least this long.
+const PLAN_FACTOR: Ns = 10;
+const PLAN_MIN_NS: Ns = 1_000_000;
+
+/// Sync sites replayed beside the sites asked for.
+const SYNC_SITES: usize = 4;
+
+/// What a change replaced, to put back.
+#[derive(Default)]
+struct Undo {
+    calls: Vec<(u32, super::model::Call)>,
+    ops: Vec<(u32, super::model::Op)>,
+}
+
+impl Undo {
+    fn call<'a>(&mut self, m: &'a mut Model, c: u32) -> &'a mut super::model::Call {
+        self.calls.push((c, m.calls[c as usize]));
+        &mut m.calls[c as usize]
+    }
+    fn op<'a>(&mut self, m: &'a mut Model, j: u32) -> &'a mut super::model::Op {
+        self.ops.push((j, m.ops[j as usize]));
+        &mut m.ops[j as usize]
+    }
+    /// Puts back what the change replaced, last first.
+    fn revert(self, m: &mut Model) {
+        for (c, v) in self.calls.into_iter().rev() {
+            m.calls[c as usize] = v;
+        }
+        for (j, v) in self.ops.into_iter().rev() {
+            m.ops[j as usize] = v;
+        }
+    }
+}
+
+/// The mean over the steps of the step before less the step after.
+fn mean_diff(before: &[Ns], after: &[Ns]) -> Ns {
+    let n = after.len().max(1) as Ns;
+    before.iter().zip(after).map(|(b, a)| b - a).sum::<Ns>() / n
+}
+
+/// The GPU's busy share of the replayed steps `after`.
+fn busy_share(busy: &[Ns], after: &[Ns]) -> f64 {
+    let total: Ns = after.iter().sum::<Ns>().max(1);
+    (busy.iter().sum::<Ns>() as f64 / total as f64).min(1.0)
+}
+
+/// Applies site `s`'s fix to the model in place; the returned undo puts it back.
+fn apply(m: &mut Model, s: u32, w: WhatIf, seg: &[Ns], own: &[Ns]) -> Undo {
+    let mut u = Undo::default();
+    match w {
+        WhatIf::Fuse => {
+            // The op each call launched, to join a call's kernels on their stream.
+            let op_of = op_of_calls(m);
+            for t in 0..m.threads.len() {
+                let (first, last, spans) =
+                    (m.threads[t].first, m.threads[t].last, m.threads[t].spans);
+                // The current call of the site: its first launch (call, op), its `inv`.
+                let mut open: Option<(u32, u32, u32)> = None;
+                let mut prev_inv = NONE;
+                for c in first..last {
+                    let call = m.calls[c as usize];
+                    let mine = call.site == s && call.kind != ApiKind::Sync;
+                    let j = op_of[c as usize];
+                    // A new call of the function: another Python span, or (stacks) back at
+                    // the first launch's line.
+                    let same_call = open.is_some_and(|(_, _, inv)| {
+                        if spans {
+                            call.inv == inv && inv != NONE
+                        } else {
+                            !(call.inv == inv && prev_inv != inv)
+                        }
+                    });
+                    prev_inv = call.inv;
+                    if !mine {
+                        open = None;
+                        continue;
+                    }
+                    match open {
+                        Some((c0, j0, _)) if same_call => {
+                            let x = u.call(m, c);
+                            x.seg = 0;
+                            x.own = 0;
+                            if j != NONE {
+                                // Ready when the call's first kernel was; right after the
+                                // kernel before it on its stream when that is the same call's.
+                                let lat = if j0 != NONE {
+                                    m.ops[j0 as usize].lat - m.calls[c0 as usize].own
+                                } else {
+                                    m.ops[j as usize].lat
+                                };
+                                let lane_first = m.lanes[m.ops[j as usize].lane as usize].first;
+                                let joined = j > lane_first && {
+                                    let p = m.ops[j as usize - 1].call;
+                                    p != NONE && p >= c0 && p < c
+                                };
+                                let o = u.op(m, j);
+                                o.lat = lat;
+                                if joined {
+                                    o.gap = 0;
+                                }
+                            }
+                        }
+                        _ => {
+                            if j != NONE || open.is_none() {
+                                open = Some((c, j, call.inv));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        WhatIf::Planning => {
+            // A plan is a call's CPU time far above the site's usual one: each goes down to it.
+            let usual = median(
+                m.calls
+                    .iter()
+                    .filter(|c| c.site == s)
+                    .map(|c| c.seg)
+                    .collect(),
+            );
+            let plan = (PLAN_FACTOR * usual.max(1)).max(PLAN_MIN_NS);
+            for c in 0..m.calls.len() as u32 {
+                let call = m.calls[c as usize];
+                if call.site == s && call.seg > plan {
+                    let x = u.call(m, c);
+                    x.after_gap = (x.after_gap - (call.seg - usual)).max(0);
+                    x.seg = usual;
+                }
+            }
+        }
+        WhatIf::HostWork | WhatIf::Input => {
+            // Its CPU time during its gaps: each launch's CPU time before it, down to the
+            // thread's typical, by no more than the device sat idle before its op.
+            // A graph launch's ops share its call: the idle before the first of them.
+            let mut idle = vec![0; m.calls.len()];
+            for o in m.ops.iter().filter(|o| o.call != NONE) {
+                let i = &mut idle[o.call as usize];
+                *i = (*i).max(o.idle_before);
+            }
+            for c in 0..m.calls.len() as u32 {
+                let call = m.calls[c as usize];
+                let floor = seg[call.thread as usize].max(0);
+                let cut = (call.seg - floor).min(idle[c as usize]);
+                if call.site == s && cut > 0 {
+                    let x = u.call(m, c);
+                    x.seg = call.seg - cut;
+                    // A call woken by another thread starts after that one's call.
+                    x.after_gap = (x.after_gap - cut).max(0);
+                }
+            }
+        }
+        WhatIf::SlowLaunch => {
+            for c in 0..m.calls.len() as u32 {
+                let call = m.calls[c as usize];
+                let typical = own[call.thread as usize];
+                if call.site == s && call.kind == ApiKind::Launch && call.own > typical {
+                    u.call(m, c).own = typical;
+                }
+            }
+        }
+        WhatIf::Sync => {
+            for t in 0..m.threads.len() {
+                let (first, last) = (m.threads[t].first, m.threads[t].last);
+                for c in first..last {
+                    let call = m.calls[c as usize];
+                    let before_mine = c + 1 < last && m.calls[c as usize + 1].site == s;
+                    if call.kind == ApiKind::Sync && (call.site == s || before_mine) {
+                        let x = u.call(m, c);
+                        x.wait = NONE;
+                        x.own = 0;
+                    }
+                }
+            }
+        }
+    }
+    u
+}
+
+/// Per step of `range`, the CPU time of its busiest launching thread: the time before and in
+/// each call, less what a call spent waiting for the GPU (a call that waited counts its time
+/// after the op it waited for). Calls belong to the step their measured start lies in (the
+/// last step ends at its end), and count their time before them from the step's start only.
+fn cpu_busy(m: &Model, steps: &Steps, range: std::ops::Range<usize>) -> Vec<Ns> {
+    let starts: Vec<Ns> = steps.steps[range.clone()].iter().map(|s| s.start).collect();
+    let end = steps.steps[range.end - 1].end;
+    let mut out = vec![0; range.len()];
+    for t in &m.threads {
+        let mut mine = vec![0; range.len()];
+        for c in &m.calls[t.first as usize..t.last as usize] {
+            let k = starts.partition_point(|&s| s <= c.start);
+            if k == 0 || c.start >= end {
+                continue;
+            }
+            let busy = if c.wait == NONE { c.own } else { c.tail };
+            mine[k - 1] += c.seg.min(c.start - starts[k - 1]) + busy;
+        }
+        for (o, x) in out.iter_mut().zip(mine) {
+            *o = (*o).max(x);
+        }
+    }
+    out
+}
+
+/// Replays the steady steps of `store` unchanged and with each site's fix (`sites`: a site's
+/// key, as advice's `site_key_of` gives it, and its what-if), with `key` giving a call's site
+/// key. None without steps or calls.
+pub fn estimate(
+    store: &Store,
+    steps: &Steps,
+    sites: &[(String, WhatIf)],
+    key: &mut dyn FnMut(StackId, NameId, NameId) -> String,
+) -> Option<Estimate> {
+    let range = block(steps);
+    if range.is_empty() {
+        return None;
+    }
+    let (first, last) = (&steps.steps[range.start], &steps.steps[range.end - 1]);
+    let cpu = cpu_anchored(&steps.source);
+    let lo = if cpu {
+        first.start
+    } else {
+        block_lo(store, first.start, first.end)
+    };
+    let mut model = build(store, lo, last.end, key);
+    if model.calls.is_empty() || model.ops.is_empty() {
+        return None;
+    }
+    let anchors = Anchors::new(&model, store, cpu);
+    let baseline = run(&model);
+    let before = walls(&model, &baseline, &anchors, steps, range.clone());
+    let measured = periods(steps, range.clone());
+    let errors: Vec<f64> = before
+        .iter()
+        .zip(&measured)
+        .map(|(&r, &m)| (r - m).abs() as f64 / m.max(1) as f64)
+        .collect();
+    let mut sorted = errors.clone();
+    sorted.sort_by(f64::total_cmp);
+    let baseline_error = sorted
+        .get((sorted.len().max(1) - 1) / 2)
+        .copied()
+        .unwrap_or(0.0);
+    let busy: Vec<Ns> = range
+        .clone()
+        .map(|k| steps.steps[k].busy_ns / steps.devices.max(1) as Ns)
+        .collect();
+    let (seg, own) = typical(&model);
+    let cpu = cpu_busy(&model, steps, range.clone());
+    let index: HashMap<String, u32> = model
+        .sites
+        .iter()
+        .enumerate()
+        .map(|(i, k)| (k.clone(), i as u32))
+        .collect();
+    // With several ranks, which ones each fix changes.
+    let of_ranks = match store.rank_count() {
+        n if n >= 2 => n,
+        _ => 0,
+    };
+    let mut out = HashMap::default();
+    // The syncs' own sites too (`.item()`, `.cpu()`: they launch nothing, so no gap is charged
+    // to them), the ones that waited longest first.
+    let mut waited: HashMap<u32, Ns> = HashMap::default();
+    for c in model
+        .calls
+        .iter()
+        .filter(|c| c.kind == ApiKind::Sync && c.site != NONE)
+    {
+        *waited.entry(c.site).or_default() += c.end - c.start;
+    }
+    let mut syncs: Vec<(u32, Ns)> = waited.into_iter().collect();
+    syncs.sort_unstable_by_key(|&(s, w)| (std::cmp::Reverse(w), s));
+    let asked: rustc_hash::FxHashSet<&str> = sites.iter().map(|(k, _)| k.as_str()).collect();
+    let sites: Vec<(String, WhatIf)> = sites
+        .iter()
+        .cloned()
+        .chain(
+            syncs
+                .into_iter()
+                .map(|(s, _)| model.sites[s as usize].clone())
+                .filter(|k| !asked.contains(k.as_str()))
+                .take(SYNC_SITES)
+                .map(|k| (k, WhatIf::Sync)),
+        )
+        .collect();
+    for (k, w) in &sites {
+        let Some(&s) = index.get(k) else {
+            continue;
+        };
+        let undo = apply(&mut model, s, *w, &seg, &own);
+        let ranks = if of_ranks == 0 {
+            Vec::new()
+        } else {
+            touched(&model, store, &undo)
+        };
+        let t = run(&model);
+        let after = walls(&model, &t, &anchors, steps, range.clone());
+        drop(t);
+        undo.revert(&mut model);
+        let diffs: Vec<Ns> = before.iter().zip(&after).map(|(b, a)| b - a).collect();
+        let n = diffs.len().max(1) as Ns;
+        let saving = mean_diff(&before, &after).max(0);
+        let moved: Vec<Ns> = diffs
+            .iter()
+            .zip(&before)
+            .filter(|(d, b)| **d * 100 > **b)
+            .map(|(d, _)| *d)
+            .collect();
+        let after_total: Ns = after.iter().sum::<Ns>().max(1);
+        let busy_after = busy_share(&busy, &after);
+        let saving_overlapped_ns = (*w == WhatIf::HostWork).then(|| {
+            let cut: Ns = before
+                .iter()
+                .zip(&after)
+                .zip(&cpu)
+                .map(|((b, a), c)| (b - a.max(c)).max(0))
+                .sum();
+            cut / n
+        });
+        let workers = (*w == WhatIf::Input).then(|| {
+            let loading: Ns = model
+                .calls
+                .iter()
+                .filter(|c| c.site == s)
+                .map(|c| c.seg - c.seg.min(seg[c.thread as usize]))
+                .sum::<Ns>()
+                / n;
+            let step_after = after_total / n;
+            (loading as f64 / step_after.max(1) as f64).ceil().max(1.0) as u32
+        });
+        out.insert(
+            k.clone(),
+            SiteEstimate {
+                saving_ns: saving,
+                saving_changed_ns: median(moved.clone()),
+                steps_changed: moved.len(),
+                busy_after,
+                whatif: w.assumes(),
+                workers,
+                call: model.site_calls[s as usize],
+                ranks,
+                of_ranks,
+                saving_overlapped_ns,
+            },
+        );
+    }
+    // The whole step as CUDA graphs.
+    let undo = graphs(&mut model, steps, range.clone());
+    let t = run(&model);
+    let after = walls(&model, &t, &anchors, steps, range.clone());
+    drop(t);
+    undo.revert(&mut model);
+    let graph_saving_ns = mean_diff(&before, &after).max(0);
+    let graph_busy_after = busy_share(&busy, &after);
+    Some(Estimate {
+        json: ReplayJson {
+            graph_saving_ns,
+            graph_busy_after,
+            graph_whatif: GRAPH_ASSUMES,
+            baseline_error,
+            steps: range.len(),
+            ops: model.ops.len(),
+            calls: model.calls.len(),
+            forced: baseline.forced,
+            measured_mean_ns: measured.iter().sum::<Ns>() / measured.len().max(1) as Ns,
+            measured_median_ns: median(measured),
+            replayed_median_ns: median(before),
+        },
+        sites: out,
+        steps: range,
+        model,
+        baseline,
+    })
+}
+
+/// A site's fix replayed over the block, for drawing.
+#[derive(Clone, Debug)]
+pub struct SiteReplay {
+    /// The replayed times with the fix.
+    pub times: Times,
+    /// Each step of the block's replayed start and end, with the fix and unchanged.
+    pub spans: Vec<(Ns, Ns)>,
+    pub baseline_spans: Vec<(Ns, Ns)>,
+}
+
+/// Site `site_key`'s fix (`w`) replayed over the block of `est` (made from `store` and
+/// `steps`), for drawing. None when the site has no call in the block.
+pub fn replay_site(
+    est: &Estimate,
+    store: &Store,
+    steps: &Steps,
+    site_key: &str,
+    w: WhatIf,
+) -> Option<SiteReplay> {
+    let m = &est.model;
+    let s = m.sites.iter().position(|k| k == site_key)? as u32;
+    let (seg, own) = typical(m);
+    let mut changed = m.clone();
+    apply(&mut changed, s, w, &seg, &own);
+    let times = run(&changed);
+    let cpu = cpu_anchored(&steps.source);
+    let a = Anchors::new(&changed, store, cpu);
+    let b = Anchors::new(m, store, cpu);
+    Some(SiteReplay {
+        spans: spans(&changed, &times, &a, steps, est.steps.clone()),
+        baseline_spans: spans(m, &est.baseline, &b, steps, est.steps.clone()),
+        times,
+    })
+}
+
+/// A slow GPU's kernels at the other ranks' speed: the ops named `name` of process `proc`
+/// (not collectives) `ratio` times shorter. Returns the mean saving a step of that alone, and,
+/// with `also` (another site's fix), what it adds once that fix is in: one late rank's slack
+/// can hide another's slow kernel, whose fix then saves nothing until the first is fixed.
+pub fn slow_kernel(
+    est: &mut Estimate,
+    store: &Store,
+    steps: &Steps,
+    kernel: (u32, NameId, f64),
+    also: Option<(&str, WhatIf)>,
+) -> (Ns, Option<Ns>) {
+    let (proc, name, ratio) = kernel;
+    let cpu = cpu_anchored(&steps.source);
+    let range = est.steps.clone();
+    let m = &mut est.model;
+    let anchors = Anchors::new(m, store, cpu);
+    let before = walls(m, &est.baseline, &anchors, steps, range.clone());
+    let (seg, own) = typical(m);
+    let site = also.and_then(|(k, w)| Some((m.sites.iter().position(|x| x == k)? as u32, w)));
+    let saving = |m: &mut Model, kernels: bool, fix: Option<(u32, WhatIf)>| {
+        let mut u = match fix {
+            Some((s, w)) => apply(m, s, w, &seg, &own),
+            None => Undo::default(),
+        };
+        if kernels {
+            for j in 0..m.ops.len() as u32 {
+                let o = m.ops[j as usize];
+                let p = store.lanes[m.lanes[o.lane as usize].lane].key.proc;
+                if p == proc && o.name == name && o.group == NONE {
+                    u.op(m, j).dur = (o.dur as f64 / ratio) as Ns;
+                }
+            }
+        }
+        let t = run(m);
+        let after = walls(m, &t, &anchors, steps, range.clone());
+        u.revert(m);
+        mean_diff(&before, &after)
+    };
+    let alone = saving(m, true, None).max(0);
+    let added = site.map(|fix| (saving(m, true, Some(fix)) - saving(m, false, Some(fix))).max(0));
+    (alone, added)
+}
