@@ -8,8 +8,8 @@
 //! ```text
 //! frame   := len:u32  tag:u8  payload[len-1]
 //! stream  := Hello frame, then any frames          -- a collector's
-//!          | Sampler frame, then Name, Stack and Samples frames  -- the viewer's CPU sampler
-//! record  := "GAPTOPR5" (conn:u32 len:u32 hsum:u32 tag:u8 payload[len-1] sum:u32)* end
+//!          | Sampler frame, then Name, Stack, Samples and States frames  -- the viewer's CPU sampler
+//! record  := "GAPTOPR6" (conn:u32 len:u32 hsum:u32 tag:u8 payload[len-1] sum:u32)* end
 //!                                               -- a recording file
 //! end     := the same layout with tag End, payload frames:u64  -- written at a clean close
 //! ```
@@ -21,7 +21,9 @@
 //! connection and length, `sum` the CRC-32 of its tag and payload, so a reader tells a damaged
 //! frame, skips it and finds the next one (the viewer's `collect::sources::recfile`).
 //! `GAPTOPR5` ends with an end record ([`TAG_END`]) written at a clean close: a recording cut
-//! between records (its writer killed) is told from a complete one.
+//! between records (its writer killed) is told from a complete one. `GAPTOPR6` adds the
+//! sampler's `States` frames (what each thread did while on no CPU), which a reader of R5 would
+//! count as damage.
 #![forbid(unsafe_code)]
 
 pub mod control;
@@ -34,14 +36,15 @@ pub const VERSION: u32 = 1;
 /// Magic that opens the Hello payload.
 pub const MAGIC: &[u8; 8] = b"GAPTOPW1";
 /// Magic that opens a recording file written now.
-pub const RECORDING_MAGIC: &[u8; 8] = b"GAPTOPR5";
+pub const RECORDING_MAGIC: &[u8; 8] = b"GAPTOPR6";
 /// Every recording magic this version reads, oldest first.
-pub const RECORDING_MAGICS: [&[u8; 8]; 5] = [
+pub const RECORDING_MAGICS: [&[u8; 8]; 6] = [
     b"GAPTOPR1",
     b"GAPTOPR2",
     b"GAPTOPR3",
     b"GAPTOPR4",
     b"GAPTOPR5",
+    b"GAPTOPR6",
 ];
 /// Largest frame accepted; anything longer is a protocol error, not an allocation.
 pub const MAX_FRAME: usize = 8 << 20;
@@ -56,6 +59,7 @@ pub const TAG_BYE: u8 = 7;
 pub const TAG_SAMPLER: u8 = 8;
 pub const TAG_SAMPLES: u8 = 9;
 pub const TAG_RANGES: u8 = 10;
+pub const TAG_STATES: u8 = 11;
 /// A GAPTOPR5 recording's last record (payload: the records before it, u64); not a [`Frame`].
 pub const TAG_END: u8 = 0xFF;
 /// Bytes of one CPU sample on the wire.
@@ -64,6 +68,14 @@ pub const SAMPLE_SIZE: usize = 16;
 pub const OP_SIZE: usize = 36;
 pub const API_SIZE: usize = 40;
 pub const RANGE_SIZE: usize = 28;
+/// Bytes of one [`ThreadState`] on the wire.
+pub const STATE_SIZE: usize = 44;
+
+/// What a thread off its CPU did ([`ThreadState::kind`]): asleep in the kernel (a system call,
+/// a page fault), still runnable (preempted: it wanted a CPU), or asleep waiting for the GIL.
+pub const STATE_BLOCKED: u8 = 1;
+pub const STATE_RUNNABLE: u8 = 2;
+pub const STATE_GIL: u8 = 3;
 
 /// Bytes of one record in a frame of fixed-size records (`Ops`, `Apis`, `Ranges`), by tag.
 pub fn record_size(tag: u8) -> Option<usize> {
@@ -269,6 +281,30 @@ pub enum Frame {
     },
     /// NVTX ranges of the collector's process, each sent once it closed.
     Ranges(Vec<Range>),
+    /// What process `pid`'s threads did while on no CPU (the sampler's, from the kernel's
+    /// context switches), each sent once the thread was back on a CPU. One with no states
+    /// opens a process's: its switches are recorded, so time not covered was on a CPU.
+    States {
+        pid: u32,
+        states: Vec<ThreadState>,
+    },
+}
+
+/// A stretch of time thread `tid` spent off its CPU ([`STATE_BLOCKED`], [`STATE_RUNNABLE`],
+/// [`STATE_GIL`]), ns in CLOCK_REALTIME. `call` names the system call it was asleep in, `stack`
+/// its Python stack meanwhile, `holder` (0 for none) the thread that held the GIL, with
+/// its name and its stack: name and stack ids of the sampler's stream, 0 where not known.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadState {
+    pub tid: u32,
+    pub kind: u8,
+    pub start: u64,
+    pub end: u64,
+    pub call: u32,
+    pub stack: u32,
+    pub holder: u32,
+    pub holder_name: u32,
+    pub holder_stack: u32,
 }
 
 /// One CPU sample: the thread, when (ns, CLOCK_REALTIME, as CUPTI's timestamps) and the
@@ -443,6 +479,21 @@ pub fn encode_samples(out: &mut Vec<u8>, pid: u32, samples: &[Sample]) {
     finish(out, at);
 }
 
+pub fn encode_states(out: &mut Vec<u8>, pid: u32, states: &[ThreadState]) {
+    let at = begin(out, TAG_STATES);
+    out.extend_from_slice(&pid.to_le_bytes());
+    for x in states {
+        out.extend_from_slice(&x.tid.to_le_bytes());
+        out.extend_from_slice(&[x.kind, 0, 0, 0]);
+        out.extend_from_slice(&x.start.to_le_bytes());
+        out.extend_from_slice(&x.end.to_le_bytes());
+        for v in [x.call, x.stack, x.holder, x.holder_name, x.holder_stack] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    finish(out, at);
+}
+
 /// Encodes any frame (used by recordings and tests; the collector uses the typed encoders).
 pub fn encode(out: &mut Vec<u8>, f: &Frame) {
     match f {
@@ -456,6 +507,7 @@ pub fn encode(out: &mut Vec<u8>, f: &Frame) {
         Frame::Sampler { period_ns } => encode_sampler(out, *period_ns),
         Frame::Samples { pid, samples } => encode_samples(out, *pid, samples),
         Frame::Ranges(r) => encode_ranges(out, r),
+        Frame::States { pid, states } => encode_states(out, *pid, states),
     }
 }
 
@@ -519,6 +571,7 @@ pub fn decode_payload(tag: u8, payload: &[u8]) -> Result<Frame, WireError> {
         TAG_SAMPLER => "sampler",
         TAG_SAMPLES => "samples",
         TAG_RANGES => "ranges",
+        TAG_STATES => "states",
         t => return Err(WireError::UnknownTag(t)),
     };
     let mut c = Cur { b: payload, what };
@@ -631,6 +684,29 @@ pub fn decode_payload(tag: u8, payload: &[u8]) -> Result<Frame, WireError> {
                 });
             }
             Frame::Ranges(v)
+        }
+        TAG_STATES => {
+            let pid = c.u32()?;
+            if !c.b.len().is_multiple_of(STATE_SIZE) {
+                return Err(WireError::BadPayload(what));
+            }
+            let mut v = Vec::with_capacity(c.b.len() / STATE_SIZE);
+            while !c.b.is_empty() {
+                let tid = c.u32()?;
+                let kind = c.u32()? as u8;
+                v.push(ThreadState {
+                    tid,
+                    kind,
+                    start: c.u64()?,
+                    end: c.u64()?,
+                    call: c.u32()?,
+                    stack: c.u32()?,
+                    holder: c.u32()?,
+                    holder_name: c.u32()?,
+                    holder_stack: c.u32()?,
+                });
+            }
+            Frame::States { pid, states: v }
         }
         _ => unreachable!("tag checked above"),
     };
@@ -799,6 +875,27 @@ mod tests {
                     domain: 9,
                 },
             ]),
+            Frame::States {
+                pid: 42,
+                states: vec![
+                    ThreadState {
+                        tid: 43,
+                        kind: STATE_GIL,
+                        start: 10,
+                        end: u64::MAX,
+                        call: 1,
+                        stack: 2,
+                        holder: 44,
+                        holder_name: 3,
+                        holder_stack: u32::MAX,
+                    },
+                    ThreadState::default(),
+                ],
+            },
+            Frame::States {
+                pid: 1,
+                states: Vec::new(),
+            },
             Frame::Bye { reason: 0 },
         ]
     }
@@ -856,6 +953,10 @@ mod tests {
         assert_eq!(
             decode_payload(TAG_RANGES, &[0u8; 2 * RANGE_SIZE - 1]),
             Err(WireError::BadPayload("ranges"))
+        );
+        assert_eq!(
+            decode_payload(TAG_STATES, &[0u8; 4 + STATE_SIZE + 1]),
+            Err(WireError::BadPayload("states"))
         );
         // A stack frame with trailing bytes.
         assert_eq!(
