@@ -14,4 +14,5 @@ pub mod process;
 pub mod ranges;
 pub mod records;
 pub mod stacks;
+pub mod states;
 pub mod store;

@@ -33,6 +33,10 @@ pub struct Process {
     pub sample_period_ns: Ns,
     /// The process is known from CPU samples only (no collector has said hello for it yet).
     pub from_samples: bool,
+    /// Its threads' time off a CPU, per thread by start (`collect::model::states`), and
+    /// whether its context switches were recorded (then time none covers was on a CPU).
+    pub states: HashMap<u32, Vec<super::states::OffCpu>>,
+    pub switches: bool,
     /// NVTX ranges (and traces' user annotations) per thread, sorted by start
     /// (`collect::model::ranges`: live sources add them with `Store::add_ranges`, traces with
     /// `Process::set_ranges`), and GPU-side ones per (device, stream).
