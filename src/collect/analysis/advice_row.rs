@@ -5,6 +5,7 @@ use serde::Serialize;
 
 use crate::collect::analysis::oncpu::JsonCpu;
 use crate::collect::analysis::replay;
+use crate::collect::analysis::threadstate::JsonState;
 use crate::collect::analysis::verdict::{Framework, GapFigure, Verdict};
 use crate::collect::model::records::Ns;
 
@@ -54,6 +55,10 @@ pub struct Advice {
     /// What the launching threads did during the gaps, where the program was sampled.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu: Option<JsonCpu>,
+    /// The launching threads' states through the gaps, most time first, where their context
+    /// switches were recorded (`collect::analysis::threadstate`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thread_state: Option<Vec<JsonState>>,
     /// The cause a pattern of its evidence names (`collect::analysis::patterns`: its id, its name in
     /// words and why its fix), when one matches.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -109,6 +114,7 @@ impl Advice {
             one_offs: 0,
             one_off_ns: 0,
             cpu: None,
+            thread_state: None,
             cause: cause.as_ref().map(|c| c.0),
             cause_name: cause.map(|c| c.1),
             reason: None,
