@@ -213,7 +213,7 @@ pub(crate) unsafe fn remote_layout(c: &Calibrated) -> Result<String, &'static st
 /// in `ceval`) or of the interpreter (3.12 on: `_gil`) that reads as held by thread state `ts`
 /// (`gaptop_pystack::gil::held_by`: a switch interval, `ts`, locked), as it is while this
 /// thread runs Python code. Read a page at a time, stopping at one that cannot be read.
-fn find_gil(minor: u32, interp: usize, ts: usize) -> Option<usize> {
+pub(crate) fn find_gil(minor: u32, interp: usize, ts: usize) -> Option<usize> {
     use gaptop_pystack::{gil, Memory};
     let l = gil::layout(minor)?;
     // SAFETY: dlsym with a NUL-terminated name; the address is only read through
