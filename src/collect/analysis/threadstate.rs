@@ -172,6 +172,14 @@ pub struct JsonState {
     /// For the GIL, the thread that held it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub holder: Option<JsonHolder>,
+    /// The part of `share` spread over it from stretches asleep that nothing described
+    /// ([`spread_unknown`]).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub inferred: f64,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 /// A thread that held the GIL: its id, its name and its Python stack, innermost first.
@@ -253,6 +261,7 @@ pub fn json(store: &Store, t: &StateTime, on_cpu: Vec<String>) -> Option<Vec<Jso
                     call,
                     frames,
                     holder: holder.clone(),
+                    inferred: 0.0,
                 });
                 out.len() - 1
             }
@@ -270,9 +279,35 @@ pub fn json(store: &Store, t: &StateTime, on_cpu: Vec<String>) -> Option<Vec<Jso
             }
         }
     }
+    spread_unknown(&mut out);
     out.retain(|s| s.share >= LEAST);
     out.sort_by(|a, b| b.share.total_cmp(&a.share));
     Some(out)
+}
+
+/// Spreads the time asleep in stretches that nothing describes (no tick of the sampler fell in
+/// or near them, nor a read of their Python stack: its thread was waiting for a CPU itself, on
+/// a loaded machine) over the described stretches asleep, in proportion to their time: when
+/// the sampler misses a stretch does not depend on what the program waits for, so the ones it
+/// saw stand for the ones it missed. The part each got is its `inferred` share. Where none was
+/// described, the undescribed time stays as it is.
+fn spread_unknown(out: &mut Vec<JsonState>) {
+    let unknown = |s: &JsonState| s.state == "blocked" && s.call.is_none() && s.frames.is_empty();
+    let missed: f64 = out.iter().filter(|s| unknown(s)).map(|s| s.share).sum();
+    let seen: f64 = out
+        .iter()
+        .filter(|s| s.state == "blocked" && !unknown(s))
+        .map(|s| s.share)
+        .sum();
+    if missed <= 0.0 || seen <= 0.0 {
+        return;
+    }
+    out.retain(|s| !unknown(s));
+    for s in out.iter_mut().filter(|s| s.state == "blocked") {
+        let more = missed * s.share / seen;
+        s.share += more;
+        s.inferred += more;
+    }
 }
 
 /// A site's states as [`json`] gives them: its steady gaps' where there are any, with what

@@ -7,6 +7,7 @@ fn state(state: &'static str, share: f64, call: Option<&str>, frames: &[&str]) -
         call: call.map(str::to_string),
         frames: frames.iter().map(|f| f.to_string()).collect(),
         holder: None,
+        inferred: 0.0,
     }
 }
 
@@ -117,4 +118,26 @@ fn states_read_as_words() {
     assert_eq!(sh.blocked_in(is_wait_call), 0.5);
     assert_eq!(sh.blocked_in(is_read_call), 0.2);
     assert_eq!(sh.gil, 0.1);
+}
+
+#[test]
+fn undescribed_sleep_is_spread_over_the_described_in_proportion() {
+    let mut out = vec![
+        state("blocked", 0.6, Some("futex"), &["/x/l.py(3): step"]),
+        state("blocked", 0.2, Some("read /d/x"), &[]),
+        state("blocked", 0.1, None, &[]),
+        state("on_cpu", 0.1, None, &[]),
+    ];
+    spread_unknown(&mut out);
+    assert_eq!(out.len(), 3);
+    assert!((out[0].share - 0.675).abs() < 1e-9 && (out[0].inferred - 0.075).abs() < 1e-9);
+    assert!((out[1].share - 0.225).abs() < 1e-9);
+    assert_eq!(out[2].share, 0.1);
+    // Nothing described: it stays.
+    let mut out = vec![
+        state("blocked", 0.5, None, &[]),
+        state("on_cpu", 0.5, None, &[]),
+    ];
+    spread_unknown(&mut out);
+    assert_eq!(out.len(), 2);
 }
