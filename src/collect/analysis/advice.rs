@@ -286,7 +286,7 @@ pub fn advise(store: &Store, s: &Summary, n: usize) -> Vec<Advice> {
             });
             let fix = found.as_ref().map_or(fix(verdict, framework), |c| c.fix);
             let cause = found.as_ref().map(|c| (c.name.as_str(), c.reason.as_str()));
-            let states = threadstate::site_states(store, a);
+            let states = threadstate::site_states(store, a.steady_cpu(), a.steady_states());
             let text = match (&found, states.as_deref()) {
                 // What the thread was doing, where its states name the cause.
                 (Some(c), Some(s)) if patterns::is_state_cause(c.id) => {

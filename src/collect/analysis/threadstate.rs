@@ -287,39 +287,40 @@ pub fn json(store: &Store, t: &StateTime, on_cpu: Vec<String>) -> Option<Vec<Jso
 
 /// Spreads the time asleep in stretches that nothing describes (no tick of the sampler fell in
 /// or near them, nor a read of their Python stack: its thread was waiting for a CPU itself, on
-/// a loaded machine) over the described stretches asleep, in proportion to their time: when
-/// the sampler misses a stretch does not depend on what the program waits for, so the ones it
-/// saw stand for the ones it missed. The part each got is its `inferred` share. Where none was
-/// described, the undescribed time stays as it is.
+/// a loaded machine) over the described stretches asleep (in a system call, or for the GIL,
+/// which is told by the call), in proportion to their time: when the sampler misses a stretch
+/// does not depend on what the program waits for, so the ones it saw stand for the ones it
+/// missed. The part each got is its `inferred` share. Where none was described, the
+/// undescribed time stays as it is.
 fn spread_unknown(out: &mut Vec<JsonState>) {
     let unknown = |s: &JsonState| s.state == "blocked" && s.call.is_none() && s.frames.is_empty();
+    let asleep = |s: &JsonState| matches!(s.state, "blocked" | "gil") && !unknown(s);
     let missed: f64 = out.iter().filter(|s| unknown(s)).map(|s| s.share).sum();
-    let seen: f64 = out
-        .iter()
-        .filter(|s| s.state == "blocked" && !unknown(s))
-        .map(|s| s.share)
-        .sum();
+    let seen: f64 = out.iter().filter(|s| asleep(s)).map(|s| s.share).sum();
     if missed <= 0.0 || seen <= 0.0 {
         return;
     }
     out.retain(|s| !unknown(s));
-    for s in out.iter_mut().filter(|s| s.state == "blocked") {
+    for s in out.iter_mut().filter(|s| asleep(s)) {
         let more = missed * s.share / seen;
         s.share += more;
         s.inferred += more;
     }
 }
 
-/// A site's states as [`json`] gives them: its steady gaps' where there are any, with what
-/// its samples ran on a CPU.
-pub fn site_states(store: &Store, a: &super::site::LeafAcc) -> Option<Vec<JsonState>> {
-    let on_cpu = a
-        .steady_cpu()
+/// A site's states as [`json`] gives them, with what its samples `cpu` ran on a CPU (a site's
+/// steady gaps' where there are any: `LeafAcc::steady_states`, `steady_cpu`).
+pub fn site_states(
+    store: &Store,
+    cpu: &super::oncpu::SiteSamples,
+    states: &StateTime,
+) -> Option<Vec<JsonState>> {
+    let on_cpu = cpu
         .innermost(store, 8)
         .into_iter()
         .map(|f| f.frame)
         .collect();
-    json(store, a.steady_states(), on_cpu)
+    json(store, states, on_cpu)
 }
 
 /// Drops the innermost frames of a stack that are the standard library's waiting code calling

@@ -123,7 +123,7 @@ fn states_read_as_words() {
 #[test]
 fn undescribed_sleep_is_spread_over_the_described_in_proportion() {
     let mut out = vec![
-        state("blocked", 0.6, Some("futex"), &["/x/l.py(3): step"]),
+        state("gil", 0.6, Some("futex"), &["/x/l.py(3): step"]),
         state("blocked", 0.2, Some("read /d/x"), &[]),
         state("blocked", 0.1, None, &[]),
         state("on_cpu", 0.1, None, &[]),

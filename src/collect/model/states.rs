@@ -5,7 +5,6 @@
 //! recorded (`Process::switches`) was on a CPU whenever no stretch covers the time.
 
 use super::records::{NameId, Ns, StackId};
-use super::store::Store;
 
 /// What a thread off its CPU did (the wire's `STATE_*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -47,82 +46,3 @@ pub struct OffCpu {
 
 /// Most stretches kept per thread; the oldest leave first.
 pub const MAX_THREAD_STATES: usize = 1 << 20;
-
-impl Store {
-    /// Marks process `proc`'s context switches as recorded (time no stretch covers was on a
-    /// CPU) and adds thread `tid`'s stretches, which arrive in time order a batch at a time.
-    pub fn add_states(&mut self, proc: u32, tid: u32, states: &[OffCpu]) {
-        let p = &mut self.procs[proc as usize];
-        p.switches = true;
-        if states.is_empty() {
-            return;
-        }
-        let v = p.states.entry(tid).or_default();
-        for &x in states {
-            let i = v.partition_point(|s| s.start <= x.start);
-            v.insert(i, x);
-        }
-        if v.len() > MAX_THREAD_STATES {
-            v.drain(..v.len() - MAX_THREAD_STATES);
-        }
-        self.generation += 1;
-    }
-}
-
-impl super::process::Process {
-    /// Thread `tid`'s stretches off its CPU that overlap [t0, t1), in time order.
-    pub fn states_in(&self, tid: u32, t0: Ns, t1: Ns) -> &[OffCpu] {
-        let Some(v) = self.states.get(&tid) else {
-            return &[];
-        };
-        // Stretches do not overlap one another: the first that ends after t0 is found by
-        // its start among those that start before t1.
-        let hi = v.partition_point(|s| s.start < t1);
-        let lo = v[..hi].partition_point(|s| s.end <= t0);
-        &v[lo..hi]
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn off(start: Ns, end: Ns) -> OffCpu {
-        OffCpu {
-            start,
-            end,
-            kind: OffKind::Blocked,
-            call: 0,
-            stack: 0,
-            holder: 0,
-            holder_name: 0,
-            holder_stack: 0,
-        }
-    }
-
-    #[test]
-    fn stretches_are_found_by_the_time_they_overlap() {
-        let mut s = Store::new(usize::MAX);
-        let p = s.process_for_samples(0, 7);
-        assert!(!s.procs[p as usize].switches);
-        s.add_states(p, 8, &[]);
-        assert!(
-            s.procs[p as usize].switches,
-            "an empty batch says they are recorded"
-        );
-        s.add_states(p, 8, &[off(10, 20), off(30, 40)]);
-        s.add_states(p, 8, &[off(25, 28)]);
-        let pr = &s.procs[p as usize];
-        let starts = |t0, t1| {
-            pr.states_in(8, t0, t1)
-                .iter()
-                .map(|x| x.start)
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(starts(0, 100), [10, 25, 30]);
-        assert_eq!(starts(20, 30), [25]);
-        assert_eq!(starts(15, 26), [10, 25]);
-        assert_eq!(starts(40, 50), Vec::<Ns>::new());
-        assert!(pr.states_in(9, 0, 100).is_empty());
-    }
-}

@@ -359,10 +359,12 @@ impl Ingest {
                 None => by_tid.push((x.tid, vec![s])),
             }
         }
-        store.add_states(proc, 0, &[]);
+        let p = &mut store.procs[proc as usize];
+        p.add_states(0, &[]);
         for (tid, v) in by_tid {
-            store.add_states(proc, tid, &v);
+            p.add_states(tid, &v);
         }
+        store.generation += 1;
     }
 
     /// Marks a connection's process as ended (its socket closed).
