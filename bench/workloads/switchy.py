@@ -1,5 +1,5 @@
 # The cost of recording what threads do off their CPU (issue 41), against the fake libcupti (no
-# GPU): a main loop that works in pure Python (~2 ms a step) and launches six kernels, beside a
+# GPU): a main loop that works in pure Python (~1 ms a step) and launches six kernels, beside a
 # thread that sleeps 0.5 ms at a time and a queue it feeds, so that both threads switch on and
 # off their CPUs thousands of times a second (each switch a record in the sampler's rings) and the
 # main thread waits on the queue now and then. Prints the main loop's time: what the program
