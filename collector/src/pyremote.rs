@@ -14,7 +14,10 @@
 //!   (3.11's is found by calibration already; 3.12's from `PyUnstable_InterpreterFrame_GetLasti`
 //!   on the running frame and its caller);
 //! - a code object's `co_linetable` (by identity) and `co_firstlineno` (by value, on two code
-//!   objects), and where a bytes object keeps its size and bytes.
+//!   objects), and where a bytes object keeps its size and bytes;
+//! - the GIL ([`find_gil`]): the struct, in `_PyRuntime` (to 3.11) or the interpreter (3.12
+//!   on), that reads as held by this thread, with a switch interval, as the version's layout
+//!   (`gaptop_pystack::gil`) has it.
 
 use std::ffi::c_void;
 
@@ -187,8 +190,9 @@ pub(crate) unsafe fn remote_layout(c: &Calibrated) -> Result<String, &'static st
         }),
         _ => None,
     };
+    let minor = python_minor();
     let published = ProcessLayout {
-        minor: python_minor(),
+        minor,
         threads: Threads {
             interp,
             head: threads_head,
@@ -200,8 +204,44 @@ pub(crate) unsafe fn remote_layout(c: &Calibrated) -> Result<String, &'static st
             ..*l
         },
         lines,
+        gil: minor.and_then(|m| find_gil(m, interp, ts)),
     };
     Ok(published.to_text())
+}
+
+/// Where the GIL lies: the first struct in the first MiB of `_PyRuntime` (3.9 to 3.11 keep it
+/// in `ceval`) or of the interpreter (3.12 on: `_gil`) that reads as held by thread state `ts`
+/// (`gaptop_pystack::gil::held_by`: a switch interval, `ts`, locked), as it is while this
+/// thread runs Python code. Read a page at a time, stopping at one that cannot be read.
+pub(crate) fn find_gil(minor: u32, interp: usize, ts: usize) -> Option<usize> {
+    use gaptop_pystack::{gil, Memory};
+    let l = gil::layout(minor)?;
+    // SAFETY: dlsym with a NUL-terminated name; the address is only read through
+    // process_vm_readv, which fails where nothing is mapped.
+    let runtime = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"_PyRuntime".as_ptr()) } as usize;
+    let mem = gaptop_pystack::Process::current();
+    const PAGE: usize = 4096;
+    let mut page = vec![0u8; PAGE + 32];
+    for base in [runtime, interp] {
+        if base == 0 {
+            continue;
+        }
+        for at in (base..base + (1 << 20)).step_by(PAGE) {
+            if !mem.read(at, &mut page) {
+                break;
+            }
+            let word = |o: usize| usize::from_ne_bytes(page[o..o + 8].try_into().unwrap());
+            let hit = (0..PAGE).step_by(8).find(|&o| {
+                word(o + l.last_holder) == ts
+                    && word(o + l.locked) as u32 == 1
+                    && gil::held_by(&mem, at + o, &l, ts)
+            });
+            if let Some(o) = hit {
+                return Some(at + o);
+            }
+        }
+    }
+    None
 }
 
 /// The remote layout, once calibration found it, for each viewer that attaches later.

@@ -29,6 +29,32 @@ pub unsafe extern "C" fn gaptop_selftest_calibrate() -> c_int {
     LAYOUT.get().is_some() as c_int
 }
 
+/// Finds the GIL as calibration does (`pyremote::find_gil`): 1 where the struct that reads as
+/// held by this thread was found, 0 where not, -1 where the interpreter does not say its
+/// version or its thread state.
+///
+/// # Safety
+/// Call from Python with the GIL held.
+#[no_mangle]
+pub unsafe extern "C" fn gaptop_selftest_gil() -> c_int {
+    use crate::pyframes::{python_minor, sym, FnPtr};
+    // SAFETY: each symbol at its C API declaration's type; the GIL is held (the contract
+    // above), so the interpreter and this thread's state are live.
+    let (interp, ts) = unsafe {
+        match (
+            sym::<FnPtr>(c"PyInterpreterState_Head"),
+            sym::<FnPtr>(c"PyThreadState_Get"),
+        ) {
+            (Some(head), Some(this)) => (head() as usize, this() as usize),
+            _ => return -1,
+        }
+    };
+    match python_minor() {
+        Some(minor) if ts != 0 => crate::pyremote::find_gil(minor, interp, ts).is_some() as c_int,
+        _ => -1,
+    }
+}
+
 /// Walks the calling thread's Python stack and writes its frames, outermost first, one a line,
 /// into `out`. Returns the length written, or -1.
 ///

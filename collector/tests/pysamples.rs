@@ -149,6 +149,24 @@ fn each_thread_s_python_stack_is_read_from_outside() {
             spin_seen >= 25,
             "{version:?}: spin in {spin_seen} of 50 reads"
         );
+        // The GIL, where calibration found it: held, from outside, by one of the two threads
+        // that run Python, both in turn.
+        assert!(r.gil().is_some(), "{version:?}: no GIL in the layout");
+        let spinner: Vec<u32> = r
+            .stacks(|_| true)
+            .into_iter()
+            .map(|(t, _)| t)
+            .filter(|&t| t != pid)
+            .collect();
+        let mut held = std::collections::HashSet::new();
+        for _ in 0..400 {
+            if let Some(t) = r.gil_holder() {
+                assert!(t == pid || spinner.contains(&t), "{version:?}: held by {t}");
+                held.insert(t);
+            }
+            std::thread::sleep(Duration::from_micros(500));
+        }
+        assert_eq!(held.len(), 2, "{version:?}: held by {held:?}");
     }
 }
 

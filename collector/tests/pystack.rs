@@ -53,3 +53,46 @@ fn walks_python_frames_without_the_gil() {
         assert!(stdout.contains("inner"), "{version:?}: {stdout}");
     }
 }
+
+/// The GIL as calibration finds it, on every CPython version here (3.9 to 3.13 share one layout,
+/// `gaptop_pystack::gil`): the struct that reads as held by the calling thread, found in
+/// `_PyRuntime` (to 3.11) or the interpreter (3.12 on), with a thread of pure Python running
+/// beside it as a program's pin-memory or logger thread would.
+#[test]
+fn the_gil_is_found_on_every_version() {
+    let lib = cdylib();
+    let script = r#"
+import ctypes, sys, threading
+lib = ctypes.PyDLL(sys.argv[1])
+stop = False
+def spin():
+    x = 0
+    while not stop:
+        x += 1
+t = threading.Thread(target=spin)
+t.start()
+found = [lib.gaptop_selftest_gil() for _ in range(20)]
+stop = True
+t.join()
+print("GIL", min(found), max(found))
+"#;
+    for (version, python) in pythons::pythons() {
+        let out = Command::new(&python)
+            .args(["-c", script])
+            .arg(&lib)
+            .output()
+            .expect("the interpreter runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{version:?}: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let want = if ((3, 9)..=(3, 13)).contains(&version) {
+            "GIL 1 1"
+        } else {
+            "GIL 0 0"
+        };
+        assert!(stdout.contains(want), "{version:?}: {stdout}");
+    }
+}

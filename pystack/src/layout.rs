@@ -83,6 +83,8 @@ pub struct ProcessLayout {
     /// from outside).
     pub frames: Layout,
     pub lines: Option<LineFields>,
+    /// Where the interpreter's GIL lies (`crate::gil`), where calibration found it.
+    pub gil: Option<usize>,
 }
 
 impl ProcessLayout {
@@ -123,6 +125,9 @@ impl ProcessLayout {
             kv("code_firstlineno", lf.firstlineno.to_string());
             kv("bytes_size", lf.bytes_size.to_string());
             kv("bytes_data", lf.bytes_data.to_string());
+        }
+        if let Some(g) = self.gil {
+            kv("gil", format!("{g:#x}"));
         }
         out
     }
@@ -191,6 +196,7 @@ impl ProcessLayout {
                 str_ascii_data: small("str_ascii_data")?,
             },
             lines,
+            gil: opt("gil")?,
         })
     }
 }
@@ -204,13 +210,15 @@ mod tests {
         ts_next 8\nts_native_tid 152\nts_frame 56\nts_frame_indirect 8\nframe_code 32\n\
         frame_prev 48\ncode_type 0x55000010\nunicode_type 0x55000020\ncode_filename 112\n\
         code_qualname 128\nstr_ascii_data 48\nframe_instr 56\ncode_units 192\n\
-        code_linetable 136\ncode_firstlineno 72\nbytes_size 16\nbytes_data 32\n";
+        code_linetable 136\ncode_firstlineno 72\nbytes_size 16\nbytes_data 32\n\
+        gil 0x7f00002040\n";
 
     #[test]
     fn the_text_reads_back_to_itself() {
         let l = ProcessLayout::parse(FULL).unwrap();
         assert_eq!(l.minor, Some(11));
         assert_eq!(l.threads.interp, 0x7f00001000);
+        assert_eq!(l.gil, Some(0x7f00002040));
         assert_eq!(
             l.frames.instr,
             Instr::Pointer {
@@ -233,6 +241,7 @@ mod tests {
                     "code_firstlineno",
                     "bytes_size",
                     "bytes_data",
+                    "gil",
                 ]
                 .contains(&key)
             })
@@ -240,8 +249,14 @@ mod tests {
             .collect();
         let l = ProcessLayout::parse(&format!("{bare}a_new_key 3\n")).unwrap();
         assert_eq!(
-            (l.minor, l.frames.instr, l.lines, l.frames.ts_frame_indirect),
-            (None, Instr::Unknown, None, None)
+            (
+                l.minor,
+                l.frames.instr,
+                l.lines,
+                l.frames.ts_frame_indirect,
+                l.gil
+            ),
+            (None, Instr::Unknown, None, None, None)
         );
         assert_eq!(l.to_text(), bare);
     }

@@ -12,12 +12,16 @@
 //!   only `unsafe` code of this crate;
 //! - [`walk`]: the one frame walker, the thread list, the one string reader and a code object's
 //!   line table, each generic over [`Memory`];
-//! - [`lines`]: a line number from a location table (CPython 3.11's format and later's).
+//! - [`lines`]: a line number from a location table (CPython 3.11's format and later's);
+//! - [`gil`]: the GIL's layout by version, its holder, and its futexes (a thread that waits
+//!   for it).
 //!
-//! Modules import one way only: `lines` and `layout` at the bottom, `memory`, then `walk`.
+//! Modules import one way only: `lines` and `layout` at the bottom, `memory`, then `walk` and
+//! `gil`.
 
 #![deny(unsafe_code)]
 
+pub mod gil;
 pub mod layout;
 pub mod lines;
 #[allow(unsafe_code)]

@@ -259,6 +259,7 @@ mod tests {
                 str_ascii_data: 48,
             },
             lines: None,
+            gil: None,
         }
     }
 

@@ -210,6 +210,13 @@ pub fn lines(j: &JsonReport) -> [String; 3] {
         ];
     };
     let why = match &a.cause_name {
+        // A cause the launching thread's states name says what it was doing.
+        Some(c)
+            if a.cause
+                .is_some_and(gaptop_core::analysis::patterns::is_state_cause) =>
+        {
+            c.clone()
+        }
         Some(c) => format!("{}: {c}", a.verdict.words()),
         None => a.verdict.words().to_string(),
     };

@@ -8,8 +8,8 @@
 //! ```text
 //! frame   := len:u32  tag:u8  payload[len-1]
 //! stream  := Hello frame, then any frames          -- a collector's
-//!          | Sampler frame, then Name, Stack and Samples frames  -- the viewer's CPU sampler
-//! record  := "GAPTOPR5" (conn:u32 len:u32 hsum:u32 tag:u8 payload[len-1] sum:u32)* end
+//!          | Sampler frame, then Name, Stack, Samples and States frames  -- the viewer's CPU sampler
+//! record  := "GAPTOPR6" (conn:u32 len:u32 hsum:u32 tag:u8 payload[len-1] sum:u32)* end
 //!                                               -- a recording file
 //! end     := the same layout with tag End, payload frames:u64  -- written at a clean close
 //! ```
@@ -21,11 +21,19 @@
 //! connection and length, `sum` the CRC-32 of its tag and payload, so a reader tells a damaged
 //! frame, skips it and finds the next one (the viewer's `sources::recording::bytes`).
 //! `GAPTOPR5` ends with an end record ([`TAG_END`]) written at a clean close: a recording cut
-//! between records (its writer killed) is told from a complete one.
+//! between records (its writer killed) is told from a complete one. `GAPTOPR6` adds the
+//! sampler's `States` frames (what each thread did while on no CPU), which a reader of R5 would
+//! count as damage.
 #![forbid(unsafe_code)]
 
 pub mod control;
+mod sampler;
 pub mod stackframe;
+
+pub use sampler::{
+    encode_sampler, encode_samples, encode_states, Sample, ThreadState, STATE_BLOCKED, STATE_GIL,
+    STATE_RUNNABLE, STATE_SIZE,
+};
 
 use std::fmt;
 
@@ -34,14 +42,15 @@ pub const VERSION: u32 = 1;
 /// Magic that opens the Hello payload.
 pub const MAGIC: &[u8; 8] = b"GAPTOPW1";
 /// Magic that opens a recording file written now.
-pub const RECORDING_MAGIC: &[u8; 8] = b"GAPTOPR5";
+pub const RECORDING_MAGIC: &[u8; 8] = b"GAPTOPR6";
 /// Every recording magic this version reads, oldest first.
-pub const RECORDING_MAGICS: [&[u8; 8]; 5] = [
+pub const RECORDING_MAGICS: [&[u8; 8]; 6] = [
     b"GAPTOPR1",
     b"GAPTOPR2",
     b"GAPTOPR3",
     b"GAPTOPR4",
     b"GAPTOPR5",
+    b"GAPTOPR6",
 ];
 /// Largest frame accepted; anything longer is a protocol error, not an allocation.
 pub const MAX_FRAME: usize = 8 << 20;
@@ -56,6 +65,7 @@ pub const TAG_BYE: u8 = 7;
 pub const TAG_SAMPLER: u8 = 8;
 pub const TAG_SAMPLES: u8 = 9;
 pub const TAG_RANGES: u8 = 10;
+pub const TAG_STATES: u8 = 11;
 /// A GAPTOPR5 recording's last record (payload: the records before it, u64); not a [`Frame`].
 pub const TAG_END: u8 = 0xFF;
 /// Bytes of one CPU sample on the wire.
@@ -269,15 +279,13 @@ pub enum Frame {
     },
     /// NVTX ranges of the collector's process, each sent once it closed.
     Ranges(Vec<Range>),
-}
-
-/// One CPU sample: the thread, when (ns, CLOCK_REALTIME, as CUPTI's timestamps) and the
-/// stack id (on the sampler's stream) of its native frames.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Sample {
-    pub tid: u32,
-    pub time: u64,
-    pub stack: u32,
+    /// What process `pid`'s threads did while on no CPU (the sampler's, from the kernel's
+    /// context switches), each sent once the thread was back on a CPU. One with no states
+    /// opens a process's: its switches are recorded, so time not covered was on a CPU.
+    States {
+        pid: u32,
+        states: Vec<ThreadState>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -426,23 +434,6 @@ pub fn encode_bye(out: &mut Vec<u8>, reason: u8) {
     finish(out, at);
 }
 
-pub fn encode_sampler(out: &mut Vec<u8>, period_ns: u32) {
-    let at = begin(out, TAG_SAMPLER);
-    out.extend_from_slice(&period_ns.to_le_bytes());
-    finish(out, at);
-}
-
-pub fn encode_samples(out: &mut Vec<u8>, pid: u32, samples: &[Sample]) {
-    let at = begin(out, TAG_SAMPLES);
-    out.extend_from_slice(&pid.to_le_bytes());
-    for x in samples {
-        out.extend_from_slice(&x.tid.to_le_bytes());
-        out.extend_from_slice(&x.time.to_le_bytes());
-        out.extend_from_slice(&x.stack.to_le_bytes());
-    }
-    finish(out, at);
-}
-
 /// Encodes any frame (used by recordings and tests; the collector uses the typed encoders).
 pub fn encode(out: &mut Vec<u8>, f: &Frame) {
     match f {
@@ -456,6 +447,7 @@ pub fn encode(out: &mut Vec<u8>, f: &Frame) {
         Frame::Sampler { period_ns } => encode_sampler(out, *period_ns),
         Frame::Samples { pid, samples } => encode_samples(out, *pid, samples),
         Frame::Ranges(r) => encode_ranges(out, r),
+        Frame::States { pid, states } => encode_states(out, *pid, states),
     }
 }
 
@@ -519,6 +511,7 @@ pub fn decode_payload(tag: u8, payload: &[u8]) -> Result<Frame, WireError> {
         TAG_SAMPLER => "sampler",
         TAG_SAMPLES => "samples",
         TAG_RANGES => "ranges",
+        TAG_STATES => "states",
         t => return Err(WireError::UnknownTag(t)),
     };
     let mut c = Cur { b: payload, what };
@@ -601,21 +594,7 @@ pub fn decode_payload(tag: u8, payload: &[u8]) -> Result<Frame, WireError> {
         TAG_SAMPLER => Frame::Sampler {
             period_ns: c.u32()?,
         },
-        TAG_SAMPLES => {
-            let pid = c.u32()?;
-            if !c.b.len().is_multiple_of(SAMPLE_SIZE) {
-                return Err(WireError::BadPayload(what));
-            }
-            let mut v = Vec::with_capacity(c.b.len() / SAMPLE_SIZE);
-            while !c.b.is_empty() {
-                v.push(Sample {
-                    tid: c.u32()?,
-                    time: c.u64()?,
-                    stack: c.u32()?,
-                });
-            }
-            Frame::Samples { pid, samples: v }
-        }
+        TAG_SAMPLES => sampler::decode_samples(&mut c)?,
         TAG_RANGES => {
             if !payload.len().is_multiple_of(RANGE_SIZE) {
                 return Err(WireError::BadPayload(what));
@@ -632,6 +611,7 @@ pub fn decode_payload(tag: u8, payload: &[u8]) -> Result<Frame, WireError> {
             }
             Frame::Ranges(v)
         }
+        TAG_STATES => sampler::decode_states(&mut c)?,
         _ => unreachable!("tag checked above"),
     };
     c.done()?;
@@ -799,6 +779,27 @@ mod tests {
                     domain: 9,
                 },
             ]),
+            Frame::States {
+                pid: 42,
+                states: vec![
+                    ThreadState {
+                        tid: 43,
+                        kind: STATE_GIL,
+                        start: 10,
+                        end: u64::MAX,
+                        call: 1,
+                        stack: 2,
+                        holder: 44,
+                        holder_name: 3,
+                        holder_stack: u32::MAX,
+                    },
+                    ThreadState::default(),
+                ],
+            },
+            Frame::States {
+                pid: 1,
+                states: Vec::new(),
+            },
             Frame::Bye { reason: 0 },
         ]
     }
@@ -856,6 +857,10 @@ mod tests {
         assert_eq!(
             decode_payload(TAG_RANGES, &[0u8; 2 * RANGE_SIZE - 1]),
             Err(WireError::BadPayload("ranges"))
+        );
+        assert_eq!(
+            decode_payload(TAG_STATES, &[0u8; 4 + STATE_SIZE + 1]),
+            Err(WireError::BadPayload("states"))
         );
         // A stack frame with trailing bytes.
         assert_eq!(

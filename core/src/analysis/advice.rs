@@ -26,6 +26,7 @@ use crate::analysis::replay;
 use crate::analysis::site::{LeafAcc, Site};
 use crate::analysis::steps::Steps;
 use crate::analysis::summary::Summary;
+use crate::analysis::threadstate;
 use crate::analysis::verdict::{self as vd, GapFigure};
 use crate::analysis::verdict::{fix, Framework, Verdict};
 use crate::frames::display::function_at;
@@ -109,6 +110,9 @@ pub fn steps_line(a: &Advice, steady_steps: u32) -> Option<String> {
 /// What the CPU did during a site's gaps, in a line: its deepest frame in at least half of the
 /// samples (`CPU during its gaps: 93% deflate [libz.so.1] (412 samples, on CPU 97%)`).
 pub fn cpu_line(a: &Advice) -> Option<String> {
+    if let Some(l) = a.thread_state.as_deref().and_then(threadstate::line) {
+        return Some(l);
+    }
     let c = a.cpu.as_ref()?;
     let frames: Vec<(&str, f64)> = c
         .frames
@@ -280,13 +284,16 @@ pub fn advise(store: &Store, s: &Summary, n: usize) -> Vec<Advice> {
                 verdict,
             });
             let fix = found.as_ref().map_or(fix(verdict, framework), |c| c.fix);
-            let text = vd::text(
-                verdict,
-                a,
-                mean_op,
-                fix,
-                found.as_ref().map(|c| (c.name.as_str(), c.reason.as_str())),
-            );
+            let cause = found.as_ref().map(|c| (c.name.as_str(), c.reason.as_str()));
+            let states = threadstate::site_states(store, a.steady_cpu(), a.steady_states());
+            let text = match (&found, states.as_deref()) {
+                // What the thread was doing, where its states name the cause.
+                (Some(c), Some(s)) if patterns::is_state_cause(c.id) => {
+                    let what = threadstate::off_cpu_words(s);
+                    format!("{what}. Cause: {}: {}. Fix: {fix}.", c.name, c.reason)
+                }
+                _ => vd::text(verdict, a, mean_op, fix, cause),
+            };
             let mut lines: Vec<(Option<u32>, Ns)> = f.lines.into_iter().collect();
             lines.sort_by(|x, y| y.1.cmp(&x.1).then(x.0.cmp(&y.0)));
             let shown: Vec<String> = lines
@@ -384,6 +391,7 @@ pub fn advise(store: &Store, s: &Summary, n: usize) -> Vec<Advice> {
                         frames: c.innermost(store, 8),
                     })
                 },
+                thread_state: states,
                 cause: found.as_ref().map(|c| c.id),
                 reason: found.as_ref().map(|c| c.reason.clone()),
                 cause_name: found.map(|c| c.name),

@@ -5,6 +5,7 @@ use serde::Serialize;
 
 use crate::analysis::oncpu::JsonCpu;
 use crate::analysis::replay;
+use crate::analysis::threadstate::JsonState;
 use crate::analysis::verdict::{Framework, GapFigure, Verdict};
 use crate::model::records::Ns;
 
@@ -54,6 +55,10 @@ pub struct Advice {
     /// What the launching threads did during the gaps, where the program was sampled.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu: Option<JsonCpu>,
+    /// The launching threads' states through the gaps, most time first, where their context
+    /// switches were recorded (`analysis::threadstate`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thread_state: Option<Vec<JsonState>>,
     /// The cause a pattern of its evidence names (`analysis::patterns`: its id, its name in
     /// words and why its fix), when one matches.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -109,6 +114,7 @@ impl Advice {
             one_offs: 0,
             one_off_ns: 0,
             cpu: None,
+            thread_state: None,
             cause: cause.as_ref().map(|c| c.0),
             cause_name: cause.map(|c| c.1),
             reason: None,

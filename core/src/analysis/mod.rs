@@ -16,6 +16,7 @@ pub mod replay;
 pub mod site;
 pub mod steps;
 pub mod summary;
+pub mod threadstate;
 pub mod tree;
 pub mod verdict;
 

@@ -23,6 +23,16 @@
 //! | `single_tensor_optimizer` | `torch/optim`'s per-parameter loops (`_single_tensor_adam`, `_single_tensor_sgd`, …) in the launch stacks or the CPU | host work, launch-bound |
 //! | `backward` | launches under a backward op of a trace (`autograd::engine::evaluate_function: MulBackward0`, `MulBackward0`), or without Python frames under autograd's engine (`Engine::thread_main`, `Engine::evaluate_function`, `torch::autograd::generated::…`) in the launch stacks or the CPU | host work, launch-bound |
 //!
+//! Where the launching thread's states through the gaps were recorded
+//! (`analysis::threadstate`: the viewer's sampler with the kernel's context-switch
+//! records), what the thread was doing off its CPU is evidence too, and the patterns on it
+//! come right after `collective`: `sync_in_loop` (in a CUDA sync for half the gap time or
+//! more), `gil_contention` (waiting for the GIL, 30% or more), `waiting_for_input` (asleep on
+//! a queue, a pipe or a socket, half or more, under a queue's or a loader's frame),
+//! `io_on_launch_path` (asleep reading a file, half or more), `sleep_on_launch_path` (asleep
+//! in a sleep, half or more), `oversubscribed_cpu` (runnable but not running, a quarter or
+//! more) and `blocked_on_launch_path` (asleep in any other call, half or more).
+//!
 //! The backward pattern names the forward op from the node (`MulBackward0` → `mul`) and,
 //! where the trace links the node to its forward op (`sources::fwdbwd`), the forward op's
 //! code. Profiler frames (`torch/profiler/`, `torch/autograd/profiler.py`, gaptop's own) are
@@ -72,7 +82,7 @@ pub struct Found {
 use Verdict::{Busy, HostWork, LaunchBound, SlowLaunch, Sync};
 
 /// The table, in the order patterns are tried.
-pub const PATTERNS: [Pattern; 5] = [
+pub const PATTERNS: [Pattern; 12] = [
     Pattern {
         id: "collective",
         name: "communication or a late rank, not host work",
@@ -83,6 +93,75 @@ pub const PATTERNS: [Pattern; 5] = [
         // Busy too: a collective's kernel runs while it waits for the other ranks.
         verdicts: &[HostWork, LaunchBound, SlowLaunch, Sync, Busy],
         test: collective,
+    },
+    Pattern {
+        id: "sync_in_loop",
+        name: "a sync in the loop",
+        matches: "the launching thread inside a CUDA call that waits for the GPU for half of the gap time or more",
+        fix: "defer the sync (read the value a step later, or every N steps), or make the copy \
+              non-blocking (`.to(\"cpu\", non_blocking=True)` into pinned memory)",
+        reason: "the line waits for the GPU to finish before the loop launches more work",
+        verdicts: &[HostWork, LaunchBound, SlowLaunch, Sync],
+        test: states::sync_in_loop,
+    },
+    Pattern {
+        id: "gil_contention",
+        name: "GIL contention",
+        matches: "the launching thread waiting for the GIL for 30% of the gap time or more",
+        fix: "move that thread's work out of Python (code that releases the GIL: NumPy, a C \
+              extension) or into a process (multiprocessing, DataLoader workers)",
+        reason: "the launching thread waits for the GIL while another thread runs Python",
+        verdicts: &[HostWork, LaunchBound, SlowLaunch, Sync],
+        test: states::gil,
+    },
+    Pattern {
+        id: "waiting_for_input",
+        name: "waiting for input",
+        matches: "the launching thread asleep on a queue, a pipe or a socket (futex, poll, a pipe's read) for half of the gap time or more, under a queue's or a loader's frame",
+        fix: "feed it faster: more producers (DataLoader num_workers), persistent_workers=True, a \
+              larger prefetch_factor, or a faster dataset",
+        reason: "the launching thread sleeps on its input queue while the producers fall behind",
+        verdicts: &[HostWork, LaunchBound, SlowLaunch, Sync],
+        test: states::input_wait,
+    },
+    Pattern {
+        id: "io_on_launch_path",
+        name: "I/O on the launch path",
+        matches: "the launching thread asleep reading a file (read, pread64, readv, openat) for half of the gap time or more",
+        fix: "read ahead on another thread or in DataLoader workers, keep the data in memory, or \
+              use faster storage",
+        reason: "the launching thread waits for the disk before it launches",
+        verdicts: &[HostWork, LaunchBound, SlowLaunch, Sync],
+        test: states::io,
+    },
+    Pattern {
+        id: "sleep_on_launch_path",
+        name: "a sleep on the launch path",
+        matches: "the launching thread asleep in a sleep (nanosleep, clock_nanosleep) for half of the gap time or more",
+        fix: "remove the sleep, or wait on an event that whoever it waits for sets",
+        reason: "the launching thread sleeps for a fixed time while the GPU has nothing to do",
+        verdicts: &[HostWork, LaunchBound, SlowLaunch, Sync],
+        test: states::sleep,
+    },
+    Pattern {
+        id: "oversubscribed_cpu",
+        name: "an oversubscribed CPU",
+        matches: "the launching thread runnable but not running (preempted) for a quarter of the gap time or more",
+        fix: "fewer threads than cores (OMP_NUM_THREADS, MKL_NUM_THREADS, torch.set_num_threads, \
+              fewer DataLoader workers), and a core of its own for the launching thread \
+              (os.sched_setaffinity, taskset)",
+        reason: "the launching thread is ready to run but other threads hold the CPUs",
+        verdicts: &[HostWork, LaunchBound, SlowLaunch, Sync],
+        test: states::oversubscribed,
+    },
+    Pattern {
+        id: "blocked_on_launch_path",
+        name: "blocked on the launch path",
+        matches: "the launching thread asleep in a system call for half of the gap time or more (a lock, an event, a child process)",
+        fix: "start what it waits for earlier, or move the wait off the launching thread",
+        reason: "the launching thread sleeps in the kernel, not working, before it launches",
+        verdicts: &[HostWork, LaunchBound, SlowLaunch, Sync],
+        test: states::blocked,
     },
     Pattern {
         id: "per_shape_planning",
@@ -124,6 +203,164 @@ pub const PATTERNS: [Pattern; 5] = [
         test: backward,
     },
 ];
+
+/// The patterns on the launching thread's states (`analysis::threadstate`).
+mod states {
+    use crate::analysis::patterns::{Detail, Evidence};
+    use crate::analysis::threadstate::{self as ts, JsonState, Shares};
+
+    /// The site's states and their shares; None where none were recorded.
+    fn read(e: &Evidence) -> Option<(Vec<JsonState>, Shares)> {
+        let s = ts::json(e.store, e.acc.steady_states(), Vec::new())?;
+        let sh = Shares::of(&s);
+        Some((s, sh))
+    }
+
+    /// The state of most time that `pred` accepts.
+    fn top(s: &[JsonState], pred: impl Fn(&JsonState) -> bool) -> Option<&JsonState> {
+        s.iter()
+            .filter(|x| pred(x))
+            .max_by(|a, b| a.share.total_cmp(&b.share))
+    }
+
+    fn named(name: String, share: f64) -> Option<Detail> {
+        Some(Detail {
+            name: Some(name),
+            more: Some(format!("{:.0}% of the gap time", 100.0 * share)),
+        })
+    }
+
+    /// A state's call: its name, without what it read.
+    fn call_of(x: &JsonState) -> &str {
+        let c = x.call.as_deref().unwrap_or("");
+        c.split(' ').next().unwrap_or(c)
+    }
+
+    /// ` in `Queue.get ‹ <module>`` where the state has frames.
+    fn under(x: &JsonState) -> String {
+        ts::in_frames(&x.frames)
+    }
+
+    pub(super) fn sync_in_loop(e: &Evidence) -> Option<Detail> {
+        let (s, sh) = read(e)?;
+        let x = top(&s, |x| x.state == "cuda_wait")?;
+        (sh.cuda_wait >= 0.5).then_some(())?;
+        named(
+            format!(
+                "a sync in the loop: {}{}",
+                x.call.as_deref().unwrap_or("a CUDA sync"),
+                under(x)
+            ),
+            sh.cuda_wait,
+        )
+    }
+
+    pub(super) fn gil(e: &Evidence) -> Option<Detail> {
+        let (s, sh) = read(e)?;
+        (sh.gil >= 0.3).then_some(())?;
+        let x = top(&s, |x| x.state == "gil")?;
+        let by = match &x.holder {
+            Some(h) => {
+                let name = if h.name.is_empty() {
+                    format!("thread {}", h.tid)
+                } else {
+                    format!("thread `{}` (tid {})", h.name, h.tid)
+                };
+                let what = ts::in_frames(&h.frames).replacen(" in ", ", running ", 1);
+                format!(" with {name}{what}")
+            }
+            None => String::new(),
+        };
+        named(format!("GIL contention{by}"), sh.gil)
+    }
+
+    /// A queue's, a pipe's or a loader's frame: what a thread that waits for input sleeps
+    /// under.
+    fn is_queue_frame(f: &str) -> bool {
+        [
+            "queue.py",
+            "Queue.get",
+            "SimpleQueue",
+            "Connection.recv",
+            "_get_data",
+        ]
+        .iter()
+        .any(|q| f.contains(q))
+            || f.contains("multiprocessing/")
+            || crate::analysis::patterns::is_input_frame(f)
+    }
+
+    pub(super) fn input_wait(e: &Evidence) -> Option<Detail> {
+        let (s, sh) = read(e)?;
+        let share = sh.blocked_in(ts::is_wait_call);
+        (share >= 0.5).then_some(())?;
+        let x = top(&s, |x| {
+            x.state == "blocked" && x.frames.iter().any(|f| is_queue_frame(f))
+        })?;
+        named(
+            format!("waiting for input: blocked{} ({})", under(x), call_of(x)),
+            share,
+        )
+    }
+
+    pub(super) fn io(e: &Evidence) -> Option<Detail> {
+        let (s, sh) = read(e)?;
+        let share = sh.blocked_in(ts::is_read_call);
+        (share >= 0.5).then_some(())?;
+        let x = top(&s, |x| x.state == "blocked" && ts::is_read_call(call_of(x)))?;
+        let call = x.call.as_deref().unwrap_or("read");
+        named(format!("I/O on the launch path: {call}{}", under(x)), share)
+    }
+
+    pub(super) fn sleep(e: &Evidence) -> Option<Detail> {
+        let (s, sh) = read(e)?;
+        let share = sh.blocked_in(ts::is_sleep_call);
+        (share >= 0.5).then_some(())?;
+        let x = top(&s, |x| {
+            x.state == "blocked" && ts::is_sleep_call(call_of(x))
+        })?;
+        named(
+            format!("a sleep on the launch path{} ({})", under(x), call_of(x)),
+            share,
+        )
+    }
+
+    pub(super) fn oversubscribed(e: &Evidence) -> Option<Detail> {
+        let (_, sh) = read(e)?;
+        (sh.runnable >= 0.25).then_some(())?;
+        named(
+            format!(
+                "an oversubscribed CPU: runnable but not running {:.0}% of the gap time",
+                100.0 * sh.runnable
+            ),
+            sh.runnable,
+        )
+    }
+
+    pub(super) fn blocked(e: &Evidence) -> Option<Detail> {
+        let (s, sh) = read(e)?;
+        let share: f64 = sh.blocked.iter().map(|b| b.1).sum();
+        (share >= 0.5).then_some(())?;
+        let x = top(&s, |x| x.state == "blocked")?;
+        named(
+            format!(
+                "blocked on the launch path: {}{}",
+                x.call.as_deref().unwrap_or("asleep in the kernel"),
+                under(x)
+            ),
+            share,
+        )
+    }
+}
+
+/// Whether a cause is one the launching thread's states name: the site's sentence then says
+/// what the thread was doing, not the verdict's words.
+pub fn is_state_cause(id: &str) -> bool {
+    PATTERNS
+        .iter()
+        .position(|p| p.id == id)
+        .is_some_and(|i| (1..=7).contains(&i))
+}
 
 /// What a site shows, for the patterns to read.
 pub struct Evidence<'a> {

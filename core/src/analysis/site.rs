@@ -4,6 +4,7 @@
 
 use super::gaps::{Gap, Reason};
 use super::oncpu::{SiteSamples, SpanTime};
+use super::threadstate::StateTime;
 use crate::model::chunked::Chunked;
 use crate::model::records::{NameId, Ns, StackId};
 
@@ -72,6 +73,10 @@ pub struct LeafAcc {
     pub cpu_steady: SiteSamples,
     /// The launching threads' spans at the gaps' middles (sources with CPU spans).
     pub cpu_spans: SpanTime,
+    /// The launching threads' states through the gaps (`analysis::threadstate`),
+    /// and through those inside the steady steps.
+    pub states: StateTime,
+    pub states_steady: StateTime,
 }
 
 /// A site's gap time in each steady step it has gaps in: the gap time and what a
@@ -206,6 +211,8 @@ impl Default for LeafAcc {
             cpu: Default::default(),
             cpu_steady: Default::default(),
             cpu_spans: Default::default(),
+            states: Default::default(),
+            states_steady: Default::default(),
         }
     }
 }
@@ -253,6 +260,17 @@ impl LeafAcc {
         self.cpu.merge(&o.cpu);
         self.cpu_steady.merge(&o.cpu_steady);
         self.cpu_spans.merge(&o.cpu_spans);
+        self.states.merge(&o.states);
+        self.states_steady.merge(&o.states_steady);
+    }
+
+    /// The threads' states that say what the site does every step, as [`LeafAcc::steady_cpu`].
+    pub fn steady_states(&self) -> &StateTime {
+        if self.states_steady.gap_ns > 0 {
+            &self.states_steady
+        } else {
+            &self.states
+        }
     }
 
     /// The CPU samples that say what the site does every step: its steady gaps' where there

@@ -191,6 +191,8 @@ fn charge(
         leaf.cpu.add(&samples, period);
         period
     };
+    let states = super::threadstate::gap_states(store, &g).unwrap_or_default();
+    leaf.states.add(&states);
     // Only where the CPU was on the critical path: the launch came after the gap began.
     if g.category == Category::HostWait {
         leaf.cpu_spans.add(store.stacks.folded(g.cpu_stack), d);
@@ -216,6 +218,7 @@ fn charge(
                 if !samples.is_empty() {
                     leaf.cpu_steady.add(&samples, period);
                 }
+                leaf.states_steady.add(&states);
             }
             None => {
                 leaf.outside.0 += 1;

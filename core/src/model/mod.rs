@@ -14,5 +14,6 @@ pub mod process;
 pub mod ranges;
 pub mod records;
 pub mod stacks;
+pub mod states;
 pub mod store;
 pub mod window;

@@ -9,6 +9,7 @@ use rustc_hash::FxHashMap as HashMap;
 use super::calls::Calls;
 use super::ranges::{nested, open_before, Range, RangeFrames};
 use super::records::{ApiCall, ApiKind, CpuSample, Ns, Span, StackId};
+use super::states::{OffCpu, MAX_THREAD_STATES};
 
 /// One process of the capture (a rank of a rank set, a node of a job).
 #[derive(Clone, Debug, Default)]
@@ -33,6 +34,10 @@ pub struct Process {
     pub sample_period_ns: Ns,
     /// The process is known from CPU samples only (no collector has said hello for it yet).
     pub from_samples: bool,
+    /// Its threads' time off a CPU, per thread by start (`model::states`), and
+    /// whether its context switches were recorded (then time none covers was on a CPU).
+    pub states: HashMap<u32, Vec<OffCpu>>,
+    pub switches: bool,
     /// NVTX ranges (and traces' user annotations) per thread, sorted by start
     /// (`model::ranges`: live sources add them with `Store::add_ranges`, traces with
     /// `Process::set_ranges`), and GPU-side ones per (device, stream).
@@ -43,6 +48,36 @@ pub struct Process {
 }
 
 impl Process {
+    /// Marks the process's context switches as recorded (time no stretch covers was on a CPU)
+    /// and adds thread `tid`'s stretches off its CPU (`model::states`), which arrive
+    /// in time order a batch at a time.
+    pub fn add_states(&mut self, tid: u32, states: &[OffCpu]) {
+        self.switches = true;
+        if states.is_empty() {
+            return;
+        }
+        let v = self.states.entry(tid).or_default();
+        for &x in states {
+            let i = v.partition_point(|s| s.start <= x.start);
+            v.insert(i, x);
+        }
+        if v.len() > MAX_THREAD_STATES {
+            v.drain(..v.len() - MAX_THREAD_STATES);
+        }
+    }
+
+    /// Thread `tid`'s stretches off its CPU that overlap [t0, t1), in time order.
+    pub fn states_in(&self, tid: u32, t0: Ns, t1: Ns) -> &[OffCpu] {
+        let Some(v) = self.states.get(&tid) else {
+            return &[];
+        };
+        // Stretches do not overlap one another: those that start before t1, from the first
+        // that ends after t0.
+        let hi = v.partition_point(|s| s.start < t1);
+        let lo = v[..hi].partition_point(|s| s.end <= t0);
+        &v[lo..hi]
+    }
+
     /// The samples of thread `tid` taken in [t0, t1].
     pub fn samples_in(&self, tid: u32, t0: Ns, t1: Ns) -> impl Iterator<Item = &CpuSample> {
         let v = self.samples.get(&tid);
@@ -216,5 +251,45 @@ impl Process {
     /// Whether the process has ranges of any thread or stream.
     pub fn has_ranges(&self) -> bool {
         !self.ranges.is_empty() || !self.gpu_ranges.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod states_tests {
+    use super::*;
+    use crate::model::states::OffKind;
+
+    fn off(start: Ns, end: Ns) -> OffCpu {
+        OffCpu {
+            start,
+            end,
+            kind: OffKind::Blocked,
+            call: 0,
+            stack: 0,
+            holder: 0,
+            holder_name: 0,
+            holder_stack: 0,
+        }
+    }
+
+    #[test]
+    fn stretches_off_the_cpu_are_found_by_the_time_they_overlap() {
+        let mut pr = Process::default();
+        assert!(!pr.switches);
+        pr.add_states(8, &[]);
+        assert!(pr.switches, "an empty batch says they are recorded");
+        pr.add_states(8, &[off(10, 20), off(30, 40)]);
+        pr.add_states(8, &[off(25, 28)]);
+        let starts = |t0, t1| {
+            pr.states_in(8, t0, t1)
+                .iter()
+                .map(|x| x.start)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(starts(0, 100), [10, 25, 30]);
+        assert_eq!(starts(20, 30), [25]);
+        assert_eq!(starts(15, 26), [10, 25]);
+        assert_eq!(starts(40, 50), Vec::<Ns>::new());
+        assert!(pr.states_in(9, 0, 100).is_empty());
     }
 }

@@ -86,6 +86,10 @@ impl Ingest {
                     Self::samples(c, store, from, pid, period, samples);
                     return;
                 }
+                Frame::States { pid, states } => {
+                    Self::states(c, store, from, pid, states);
+                    return;
+                }
                 _ => {
                     store.skip("collector frame on the sampler's stream");
                     return;
@@ -250,7 +254,7 @@ impl Ingest {
                 store.generation += 1;
             }
             Frame::Ranges(ranges) => Self::ranges(c, store, proc, ranges),
-            Frame::Sampler { .. } | Frame::Samples { .. } => {
+            Frame::Sampler { .. } | Frame::Samples { .. } | Frame::States { .. } => {
                 store.skip("sampler frame on a collector's stream");
             }
         }
@@ -311,6 +315,56 @@ impl Ingest {
         for (tid, v) in by_tid {
             store.add_samples(proc, tid, &v);
         }
+    }
+
+    /// Adds the sampler's stretches of threads off their CPU (`model::states`), their
+    /// names and stacks mapped to the store's; an empty batch marks the process's switches as
+    /// recorded.
+    fn states(
+        c: &mut Conn,
+        store: &mut Store,
+        from: u32,
+        pid: u32,
+        states: Vec<gaptop_wire::ThreadState>,
+    ) {
+        use crate::model::states::{OffCpu, OffKind};
+        let proc = store.process_for_samples(from, pid);
+        let mut by_tid: Vec<(u32, Vec<OffCpu>)> = Vec::new();
+        let mut times = frame_times(What::CpuSample, states.iter().map(|x| (x.start, x.end)));
+        c.track.frame(&mut times);
+        for x in states {
+            let (start, end) = (wire_ns(x.start), wire_ns(x.end));
+            if let Some(v) = c.track.judge(What::CpuSample, start, end) {
+                store.drop_implausible(What::CpuSample, v, 0);
+                continue;
+            }
+            let Some(kind) = OffKind::from_wire(x.kind) else {
+                store.skip("thread state of an unknown kind");
+                continue;
+            };
+            let name = |id: u32| c.names.get(&id).copied().unwrap_or(0);
+            let stack = |id: u32| c.stacks.get(&id).copied().unwrap_or(0);
+            let s = OffCpu {
+                start,
+                end,
+                kind,
+                call: name(x.call),
+                stack: stack(x.stack),
+                holder: x.holder,
+                holder_name: name(x.holder_name),
+                holder_stack: stack(x.holder_stack),
+            };
+            match by_tid.iter_mut().find(|(t, _)| *t == x.tid) {
+                Some((_, v)) => v.push(s),
+                None => by_tid.push((x.tid, vec![s])),
+            }
+        }
+        let p = &mut store.procs[proc as usize];
+        p.add_states(0, &[]);
+        for (tid, v) in by_tid {
+            p.add_states(tid, &v);
+        }
+        store.generation += 1;
     }
 
     /// Marks a connection's process as ended (its socket closed).

@@ -472,3 +472,115 @@ fn every_pattern_is_documented() {
         assert!(!p.fix.is_empty() && !p.reason.is_empty() && !p.verdicts.is_empty());
     }
 }
+
+/// A site whose launching thread spent most of each gap off its CPU in the way `off` says
+/// (the sampler's stretches, `model::states`): the advice on it.
+fn off_cpu(
+    kind: crate::model::states::OffKind,
+    call: &str,
+    frames: &[&str],
+    holder: Option<(&str, &[&str])>,
+) -> Advice {
+    use crate::model::states::OffCpu;
+    let mut f = Fixture::new();
+    let s = f.stack(&["loop.py(30): <module>", "loop.py(12): forward"]);
+    let stack = f.stack(frames);
+    let call = f.st.names.intern(call);
+    let (holder_name, holder_stack) = match holder {
+        Some((name, frames)) => (f.st.names.intern(name), f.stack(frames)),
+        None => (0, 0),
+    };
+    let mut v = Vec::new();
+    for _ in 0..20 {
+        let mid = f.launch(s, "small_kernel", 300 * US, 5 * US);
+        v.push(OffCpu {
+            start: mid - 140 * US,
+            end: mid + 140 * US,
+            kind,
+            call,
+            stack,
+            holder: if holder.is_some() { 77 } else { 0 },
+            holder_name,
+            holder_stack,
+        });
+    }
+    f.st.procs[0].add_states(1, &v);
+    let (_, advice) = f.advise();
+    site(&advice, "forward").clone()
+}
+
+#[test]
+fn the_launching_thread_s_states_name_the_cause() {
+    use crate::model::states::OffKind;
+    let queue = ["loop.py(30): <module>", "queue.py(171): Queue.get"];
+    let a = off_cpu(OffKind::Blocked, "futex", &queue, None);
+    assert_cause(&a, "waiting_for_input", "num_workers");
+    assert!(
+        a.cause_name
+            .as_deref()
+            .unwrap()
+            .contains("blocked in `Queue.get"),
+        "{a:?}"
+    );
+    assert!(
+        a.text
+            .starts_with("the launching thread was on no CPU for 9"),
+        "{}",
+        a.text
+    );
+    let states = a.thread_state.as_ref().unwrap();
+    assert_eq!(
+        (states[0].state, states[0].call.as_deref()),
+        ("blocked", Some("futex"))
+    );
+    assert!(states[0].share > 0.9, "{states:?}");
+
+    let spin = ["threading.py(1002): Thread._bootstrap", "busy.py(7): spin"];
+    let a = off_cpu(
+        OffKind::Gil,
+        "futex",
+        &["loop.py(30): <module>"],
+        Some(("busy_py", &spin)),
+    );
+    assert_cause(&a, "gil_contention", "into a process");
+    let name = a.cause_name.as_deref().unwrap();
+    assert!(
+        name.contains("thread `busy_py` (tid 77)") && name.contains("spin"),
+        "{name}"
+    );
+    let holder = a.thread_state.as_ref().unwrap()[0].holder.clone().unwrap();
+    assert_eq!((holder.tid, holder.name.as_str()), (77, "busy_py"));
+
+    let a = off_cpu(
+        OffKind::Blocked,
+        "clock_nanosleep",
+        &["loop.py(9): pace"],
+        None,
+    );
+    assert_cause(&a, "sleep_on_launch_path", "remove the sleep");
+    let a = off_cpu(
+        OffKind::Blocked,
+        "pread64 /d/x.bin",
+        &["loop.py(5): load"],
+        None,
+    );
+    assert_cause(&a, "io_on_launch_path", "read ahead");
+    assert!(a
+        .cause_name
+        .as_deref()
+        .unwrap()
+        .contains("pread64 /d/x.bin"));
+    let a = off_cpu(OffKind::Runnable, "", &[], None);
+    assert_cause(&a, "oversubscribed_cpu", "OMP_NUM_THREADS");
+    let a = off_cpu(OffKind::Blocked, "wait4", &["loop.py(3): run"], None);
+    assert_cause(&a, "blocked_on_launch_path", "earlier");
+}
+
+#[test]
+fn without_recorded_switches_a_site_has_no_states() {
+    let mut f = Fixture::new();
+    let s = f.stack(&["loop.py(30): <module>", "loop.py(12): forward"]);
+    f.launches(20, s, "small_kernel", 300 * US, 5 * US, 0);
+    let (_, advice) = f.advise();
+    assert!(site(&advice, "forward").thread_state.is_none());
+}

@@ -19,9 +19,16 @@
 //! Threads started after [`Sampler::watch`] are sampled from the next poll on; threads that end
 //! are drained and closed. Where perf events are refused, [`Sampler::refused`] says why in one
 //! line and [`Sampler::poll`] returns nothing.
+//!
+//! The same events carry the kernel's context-switch records of their threads
+//! (`PERF_RECORD_SWITCH`: when a thread left its CPU, blocked or preempted, and when it came
+//! back), which [`Sampler::take_switches`] hands over: what a thread did while it was on no
+//! CPU (`offcpu`). Where the kernel refuses them, [`Sampler::switches_refused`] says why once
+//! and the events sample as before.
 
 mod clock;
 mod maps;
+pub mod offcpu;
 mod perf;
 pub mod python;
 pub mod stream;
@@ -51,6 +58,18 @@ pub struct CpuSample {
     /// `libfoo.so+0x1a2b` where the module has no symbol there, or `?+0x7f..` for code in no
     /// module (the run-time address).
     pub frames: Vec<String>,
+}
+
+/// A context switch of a sampled thread: it left its CPU (`out`; `preempt`: still runnable),
+/// or came back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Switch {
+    pub pid: u32,
+    pub tid: u32,
+    /// CLOCK_REALTIME, in ns, as [`CpuSample::time_ns`].
+    pub time_ns: i64,
+    pub out: bool,
+    pub preempt: bool,
 }
 
 /// Why a process cannot be watched. One line each.
@@ -94,6 +113,12 @@ pub struct Sampler {
     lost: u64,
     /// Addresses of the sample being unwound.
     addrs: Vec<u64>,
+    /// Whether events ask for context-switch records (off with `GAPTOP_CTX_SWITCHES=0`, or
+    /// once the kernel refused them, [`Sampler::switches_refused`] saying why).
+    switches: bool,
+    switches_refused: Option<String>,
+    /// Context switches drained and not taken yet.
+    switched: Vec<Switch>,
 }
 
 impl Sampler {
@@ -108,7 +133,28 @@ impl Sampler {
             degraded: None,
             lost: 0,
             addrs: Vec::new(),
+            switches: std::env::var("GAPTOP_CTX_SWITCHES").as_deref() != Ok("0"),
+            switches_refused: None,
+            switched: Vec::new(),
         }
+    }
+
+    /// The context switches drained by the polls since the last call, by time.
+    pub fn take_switches(&mut self) -> Vec<Switch> {
+        let mut v = std::mem::take(&mut self.switched);
+        v.sort_by_key(|s| s.time_ns);
+        v
+    }
+
+    /// Whether the events carry context-switch records.
+    pub fn switches(&self) -> bool {
+        self.switches && self.time.is_some()
+    }
+
+    /// Why the kernel gave no context-switch records (the events sample without them): one
+    /// line to say once.
+    pub fn switches_refused(&self) -> Option<&str> {
+        self.switches_refused.as_deref()
     }
 
     /// Samples every thread of process `pid`, now and (from the next [`Sampler::poll`] on) the
@@ -209,9 +255,30 @@ impl Sampler {
         Ok(())
     }
 
+    /// Opens thread `tid`'s event, with context-switch records while the kernel gives them:
+    /// the first refusal of them is said once, and the events open without them from then on.
+    fn open(&mut self, tid: u32) -> Result<perf_event::Sampler, Failure> {
+        if !self.switches {
+            return self.open_with(tid, false);
+        }
+        match self.open_with(tid, true) {
+            Err(Failure::Refused(why)) => {
+                let without = self.open_with(tid, false)?;
+                self.switches = false;
+                self.switches_refused = Some(format!(
+                    "context-switch records refused ({}): thread states come from on-CPU \
+                     samples only",
+                    why.trim_start_matches("CPU sampling is off: ")
+                ));
+                Ok(without)
+            }
+            other => other,
+        }
+    }
+
     /// Opens thread `tid`'s event. The first one to open decides the clock: CLOCK_REALTIME, or
     /// CLOCK_MONOTONIC where the kernel refuses that.
-    fn open(&mut self, tid: u32) -> Result<perf_event::Sampler, Failure> {
+    fn open_with(&mut self, tid: u32, switches: bool) -> Result<perf_event::Sampler, Failure> {
         let clocks: &[TimeBase] = match self.time {
             Some(t) => &[t],
             None => &[TimeBase::Realtime, TimeBase::Monotonic { offset_ns: 0 }],
@@ -222,7 +289,7 @@ impl Sampler {
                 TimeBase::Realtime => Clock::REALTIME,
                 TimeBase::Monotonic { .. } => Clock::MONOTONIC,
             };
-            match perf::open(tid, &self.cfg, clock) {
+            match perf::open(tid, &self.cfg, clock, switches) {
                 Ok((ring, len)) => {
                     if self.time.is_none() {
                         self.time = Some(match t {
@@ -264,6 +331,7 @@ impl Sampler {
             symbols,
             lost,
             addrs,
+            switched,
             ..
         } = self;
         let time = time.unwrap_or(TimeBase::Realtime);
@@ -275,32 +343,46 @@ impl Sampler {
         } = p;
         let mut refreshed = false;
         for ring in threads.values_mut() {
-            *lost += perf::drain(ring, |s| {
-                let known = space.unwind(s.ip, s.sp, s.bp, s.stack, addrs);
-                if !known && !refreshed {
-                    refreshed = true;
-                    if space.refresh(elves).is_ok() {
-                        names.clear();
-                        space.unwind(s.ip, s.sp, s.bp, s.stack, addrs);
-                    }
-                }
-                let frames = addrs
-                    .iter()
-                    .map(|&a| {
-                        let (path, off) = space.locate(a);
-                        names
-                            .entry(a)
-                            .or_insert_with(|| symbols.name(path, off))
-                            .clone()
-                    })
-                    .collect();
-                out.push(CpuSample {
-                    pid: *pid,
+            let pid = *pid;
+            let switch = |s: perf::RawSwitch| {
+                switched.push(Switch {
+                    pid,
                     tid: s.tid,
                     time_ns: time.to_realtime(s.time),
-                    frames,
-                });
-            });
+                    out: s.out,
+                    preempt: s.preempt,
+                })
+            };
+            *lost += perf::drain(
+                ring,
+                |s| {
+                    let known = space.unwind(s.ip, s.sp, s.bp, s.stack, addrs);
+                    if !known && !refreshed {
+                        refreshed = true;
+                        if space.refresh(elves).is_ok() {
+                            names.clear();
+                            space.unwind(s.ip, s.sp, s.bp, s.stack, addrs);
+                        }
+                    }
+                    let frames = addrs
+                        .iter()
+                        .map(|&a| {
+                            let (path, off) = space.locate(a);
+                            names
+                                .entry(a)
+                                .or_insert_with(|| symbols.name(path, off))
+                                .clone()
+                        })
+                        .collect();
+                    out.push(CpuSample {
+                        pid,
+                        tid: s.tid,
+                        time_ns: time.to_realtime(s.time),
+                        frames,
+                    });
+                },
+                switch,
+            );
         }
     }
 }

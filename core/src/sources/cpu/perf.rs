@@ -55,13 +55,15 @@ pub(crate) fn ring_bytes(cfg: &SamplerConfig) -> usize {
     (stack_bytes(cfg) as usize * 64).next_power_of_two()
 }
 
-/// Opens and enables thread `tid`'s event with timestamps from `clock`. The ring buffer is made
-/// smaller, down to 8 stack copies, where the locked-memory limit refuses the full size; the
-/// second value is the size it got.
+/// Opens and enables thread `tid`'s event with timestamps from `clock`, with the kernel's
+/// context-switch records of the thread (`PERF_RECORD_SWITCH`) where `switches`. The ring
+/// buffer is made smaller, down to 8 stack copies, where the locked-memory limit refuses the
+/// full size; the second value is the size it got.
 pub(crate) fn open(
     tid: u32,
     cfg: &SamplerConfig,
     clock: Clock,
+    switches: bool,
 ) -> io::Result<(perf_event::Sampler, usize)> {
     let stack = stack_bytes(cfg);
     let mut b = Builder::new(Software::CPU_CLOCK);
@@ -74,6 +76,10 @@ pub(crate) fn open(
         .exclude_kernel(true)
         .exclude_hv(true)
         .clockid(clock);
+    if switches {
+        // A switch record carries the thread and the time as a sample does (`sample_id_all`).
+        b.context_switch(true).sample_id_all(true);
+    }
     let mut len = ring_bytes(cfg);
     let least = (stack as usize * 8).next_power_of_two();
     loop {
@@ -89,12 +95,55 @@ pub(crate) fn open(
     }
 }
 
-/// Reads every record in `ring`, handing each sample with user registers and stack to `each`;
-/// returns the number of samples the kernel reported lost (PERF_RECORD_LOST: the ring was
-/// full).
-pub(crate) fn drain(ring: &mut perf_event::Sampler, mut each: impl FnMut(RawSample<'_>)) -> u64 {
+/// `PERF_RECORD_SWITCH` and its `misc` flags (include/uapi/linux/perf_event.h): the thread
+/// left its CPU (else it came back), and it left it runnable (preempted, Linux 4.17 on).
+const RECORD_SWITCH: u32 = 14;
+const MISC_SWITCH_OUT: u16 = 1 << 13;
+const MISC_SWITCH_OUT_PREEMPT: u16 = 1 << 14;
+
+/// A context switch of the thread an event watches: when it left its CPU (`out`), whether
+/// still runnable (`preempt`), or when it came back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RawSwitch {
+    pub tid: u32,
+    pub time: u64,
+    pub out: bool,
+    pub preempt: bool,
+}
+
+/// A switch record's thread and time: its `sample_id` (the sample's TID then TIME, as the
+/// event samples them) is all its body holds.
+fn switch_of(misc: u16, body: &[u8]) -> Option<RawSwitch> {
+    let word = |i: usize| {
+        body.get(i..i + 4)
+            .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
+    };
+    let tid = word(4)?;
+    let time = u64::from(word(8)?) | u64::from(word(12)?) << 32;
+    Some(RawSwitch {
+        tid,
+        time,
+        out: misc & MISC_SWITCH_OUT != 0,
+        preempt: misc & MISC_SWITCH_OUT_PREEMPT != 0,
+    })
+}
+
+/// Reads every record in `ring`, handing each sample with user registers and stack to `each`
+/// and each context switch to `switch`; returns the number of samples the kernel reported
+/// lost (PERF_RECORD_LOST: the ring was full).
+pub(crate) fn drain(
+    ring: &mut perf_event::Sampler,
+    mut each: impl FnMut(RawSample<'_>),
+    mut switch: impl FnMut(RawSwitch),
+) -> u64 {
     let mut lost = 0;
     while let Some(rec) = ring.next_record() {
+        if rec.ty() == RECORD_SWITCH {
+            if let Some(s) = switch_of(rec.misc(), &rec.to_contiguous()) {
+                switch(s);
+            }
+            continue;
+        }
         match rec.parse_record() {
             Ok(Record::Sample(s)) => {
                 let regs = s.regs_user().and_then(|r| ip_sp_bp(&r.regs));
@@ -195,6 +244,22 @@ mod tests {
         assert_eq!(ip_sp_bp(&[0xb, 0x5, 0x1]), Some((0x1, 0x5, 0xb)));
         assert_eq!(ip_sp_bp(&[]), None);
         assert_eq!(ip_sp_bp(&[1, 2, 0]), None);
+    }
+
+    #[test]
+    fn a_switch_record_reads_its_thread_time_and_flags() {
+        let mut body = Vec::new();
+        for w in [7u32, 9, 0x89ab_cdef, 0x1] {
+            body.extend_from_slice(&w.to_le_bytes());
+        }
+        let s = switch_of(MISC_SWITCH_OUT | MISC_SWITCH_OUT_PREEMPT, &body).unwrap();
+        assert_eq!(
+            (s.tid, s.time, s.out, s.preempt),
+            (9, 0x1_89ab_cdef, true, true)
+        );
+        let s = switch_of(0, &body).unwrap();
+        assert!(!s.out && !s.preempt);
+        assert_eq!(switch_of(0, &body[..12]), None);
     }
 
     #[test]

@@ -77,6 +77,19 @@ impl Reader {
         self.threads.len()
     }
 
+    /// Where the GIL lies and how, where the layout says (`gaptop_pystack::gil`).
+    pub fn gil(&self) -> Option<(usize, pystack::gil::GilLayout)> {
+        Some((self.l.gil?, pystack::gil::layout(self.l.minor?)?))
+    }
+
+    /// The native id of the thread that holds the GIL now: None where it is free, not known,
+    /// or held by a thread state not listed (yet).
+    pub fn gil_holder(&self) -> Option<u32> {
+        let (at, l) = self.gil()?;
+        let ts = pystack::gil::holder(&self.mem, at, &l)?;
+        self.threads.iter().find(|t| t.1 == ts).map(|t| t.0)
+    }
+
     /// The Python stack now of every thread `want` accepts (by its native id), innermost
     /// frame first; threads running no Python are left out.
     pub fn stacks(&mut self, want: impl Fn(u32) -> bool) -> Vec<(u32, Vec<RawFrame>)> {

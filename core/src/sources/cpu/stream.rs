@@ -5,7 +5,12 @@
 //!
 //! ```text
 //! Sampler { period }  Name* Stack* Samples { pid, [(tid, time, stack)] }  ...
+//!                     States { pid, [(tid, kind, start, end, call, stack, holder...)] }  ...
 //! ```
+//!
+//! With the kernel's context-switch records, each process's first `States` frame is empty (its
+//! switches are recorded: time no stretch covers was on a CPU), and each later one holds what
+//! threads did off their CPU (`offcpu`), sent at the poll after they came back.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -18,6 +23,7 @@ use gaptop_pystack::ProcessLayout;
 use gaptop_wire::{Frame, Sample};
 
 use super::clock::now_ns;
+use super::offcpu::{self, GilAt, Pairs, Ticks};
 use super::python::{self, History, RawFrame, Reader};
 use super::{CpuSample, Sampler, SamplerConfig};
 use crate::sources::live::event::LiveEvent;
@@ -127,6 +133,31 @@ impl Pythons {
         let now = now_ns(nix::time::ClockId::CLOCK_REALTIME);
         self.history.trim(now - 1_000_000_000);
     }
+
+    /// Thread `tid`'s Python frames (innermost first) as read in [t0, t1]: the read nearest
+    /// to the middle, or to 20 ms before the end of a longer span (the reads kept are recent).
+    fn frames_near(&mut self, pid: u32, tid: u32, t0: i64, t1: i64) -> Vec<String> {
+        let Some(r) = self.readers.get_mut(&pid) else {
+            return Vec::new();
+        };
+        let half = ((t1 - t0) / 2).clamp(0, 20_000_000);
+        let near = self.history.nearest(
+            (pid, tid),
+            t1 - half,
+            (half + PY_WITHIN_NS, PY_BRACKET_NS),
+            |a, b| python::same_functions(a, b),
+        );
+        near.map(|raw| raw.iter().filter_map(|&f| r.name(f)).collect())
+            .unwrap_or_default()
+    }
+
+    /// Where each process's GIL lies, where its layout says.
+    fn gils(&self) -> HashMap<u32, GilAt> {
+        self.readers
+            .iter()
+            .filter_map(|(&pid, r)| Some((pid, r.gil()?)))
+            .collect()
+    }
 }
 
 /// The sampling rate the environment asks for (`GAPTOP_SAMPLE_HZ`, 0 turns sampling off), or
@@ -159,6 +190,20 @@ struct Ids {
 }
 
 impl Ids {
+    /// The name id of `text`, sending its definition if it is new.
+    fn name(&mut self, text: &str, out: &mut Vec<Frame>) -> u32 {
+        if let Some(&id) = self.names.get(text) {
+            return id;
+        }
+        let id = self.names.len() as u32 + 1;
+        self.names.insert(text.to_string(), id);
+        out.push(Frame::Name {
+            id,
+            text: text.to_string(),
+        });
+        id
+    }
+
     /// The stack id of frames given innermost first, sending definitions for what is new.
     fn stack(&mut self, frames: &[String], out: &mut Vec<Frame>) -> u32 {
         let mut parent = 0;
@@ -185,6 +230,18 @@ impl Ids {
     }
 }
 
+/// A tick's readings for the stretches off the CPU: every known process's threads' system
+/// calls, and which thread holds each Python process's GIL.
+fn tick(ticks: &mut Ticks, py: &Pythons, known: &HashSet<u32>) {
+    let now = now_ns(nix::time::ClockId::CLOCK_REALTIME);
+    ticks.read(known.iter().copied(), now);
+    for (&pid, r) in &py.readers {
+        if r.gil().is_some() {
+            ticks.note_gil(pid, now, r.gil_holder().unwrap_or(0));
+        }
+    }
+}
+
 /// Turns a poll's samples into frames: definitions first, then one Samples frame a process.
 fn frames_of(ids: &mut Ids, samples: Vec<CpuSample>) -> Vec<Frame> {
     let mut out = Vec::new();
@@ -203,6 +260,48 @@ fn frames_of(ids: &mut Ids, samples: Vec<CpuSample>) -> Vec<Frame> {
     }
     for (pid, samples) in by_pid {
         out.push(Frame::Samples { pid, samples });
+    }
+    out
+}
+
+/// Turns stretches off the CPU into frames: definitions first, then one States frame a
+/// process.
+fn state_frames(ids: &mut Ids, states: Vec<offcpu::State>) -> Vec<Frame> {
+    let mut out = Vec::new();
+    let mut by_pid: Vec<(u32, Vec<gaptop_wire::ThreadState>)> = Vec::new();
+    for s in states {
+        let call = s.call.as_deref().map_or(0, |c| ids.name(c, &mut out));
+        let stack = ids.stack(&s.frames, &mut out);
+        let (holder, holder_name, holder_stack) = match &s.holder {
+            Some((tid, name, frames)) => (
+                *tid,
+                if name.is_empty() {
+                    0
+                } else {
+                    ids.name(name, &mut out)
+                },
+                ids.stack(frames, &mut out),
+            ),
+            None => (0, 0, 0),
+        };
+        let x = gaptop_wire::ThreadState {
+            tid: s.tid,
+            kind: s.kind,
+            start: s.start.max(0) as u64,
+            end: s.end.max(0) as u64,
+            call,
+            stack,
+            holder,
+            holder_name,
+            holder_stack,
+        };
+        match by_pid.iter_mut().find(|(p, _)| *p == s.pid) {
+            Some((_, v)) => v.push(x),
+            None => by_pid.push((s.pid, vec![x])),
+        }
+    }
+    for (pid, states) in by_pid {
+        out.push(Frame::States { pid, states });
     }
     out
 }
@@ -243,15 +342,22 @@ pub fn run(
         return;
     }
     let period = (cfg.period_us * 1_000).min(u32::MAX as u64) as u32;
-    if tx
-        .send(LiveEvent::Frames(
-            SAMPLER_CONN,
-            vec![Frame::Sampler { period_ns: period }],
-        ))
-        .is_err()
-    {
+    let mut opening = vec![Frame::Sampler { period_ns: period }];
+    // The process's switches are recorded: time no stretch covers was on a CPU.
+    let switches = sampler.switches();
+    if switches {
+        opening.push(Frame::States {
+            pid: root,
+            states: Vec::new(),
+        });
+    }
+    if tx.send(LiveEvent::Frames(SAMPLER_CONN, opening)).is_err() {
         return;
     }
+    if let Some(why) = sampler.switches_refused() {
+        let _ = tx.send(LiveEvent::Notice(format!("CPU samples: {why}")));
+    }
+    let (mut pairs, mut ticks) = (Pairs::default(), Ticks::default());
     let mut known: HashSet<u32> = [root].into();
     let mut ids = Ids::default();
     let mut last_discover = Instant::now() - DISCOVER;
@@ -272,7 +378,13 @@ pub fn run(
             last_discover = Instant::now();
             for pid in children_of(&known) {
                 known.insert(pid);
-                let _ = sampler.watch(pid);
+                if sampler.watch(pid).is_ok() && switches {
+                    let opening = vec![Frame::States {
+                        pid,
+                        states: Vec::new(),
+                    }];
+                    let _ = tx.send(LiveEvent::Frames(SAMPLER_CONN, opening));
+                }
             }
             py.discover(&known, &tx);
         }
@@ -286,6 +398,9 @@ pub fn run(
                 py.discover(&known, &tx);
             }
             py.read();
+            if switches {
+                tick(&mut ticks, &py, &known);
+            }
             std::thread::sleep(if py.readers.is_empty() {
                 PY_LOOK.min(POLL.saturating_sub(last_poll.elapsed()))
             } else {
@@ -296,11 +411,23 @@ pub fn run(
         py.read();
         let mut samples = sampler.poll();
         py.merge(&mut samples);
-        if !samples.is_empty() {
-            let frames = frames_of(&mut ids, samples);
-            if tx.send(LiveEvent::Frames(SAMPLER_CONN, frames)).is_err() {
-                return;
-            }
+        let stretches = pairs.feed(&sampler.take_switches());
+        let mut frames = if samples.is_empty() {
+            Vec::new()
+        } else {
+            frames_of(&mut ids, samples)
+        };
+        if !stretches.is_empty() {
+            let gils = py.gils();
+            let states = ticks.describe(
+                &stretches,
+                |pid| gils.get(&pid).cloned(),
+                |pid, tid, t0, t1| py.frames_near(pid, tid, t0, t1),
+            );
+            frames.extend(state_frames(&mut ids, states));
+        }
+        if !frames.is_empty() && tx.send(LiveEvent::Frames(SAMPLER_CONN, frames)).is_err() {
+            return;
         }
         if !said_degraded {
             if let Some(d) = sampler.degraded() {
