@@ -1,5 +1,5 @@
 # A loop that reads its input from a file on the launch path, played against the fake libcupti
-# (no GPU): a 64 MiB file is written once into DIR; each iteration reads the next 4 MiB of it in
+# (no GPU): a 64 MiB file is written once into DIR; each iteration reads the next 16 MiB of it in
 # `load`, past the page cache (O_DIRECT; where the file system refuses that, the chunk is dropped
 # from the cache first with posix_fadvise DONTNEED, which needs no privilege), so that the read
 # waits for the disk, then `forward` launches six short kernels. Its truth: STEPS iterations,
@@ -10,7 +10,7 @@ from fakestart import fake
 
 steps = int(sys.argv[1]) if len(sys.argv) > 1 else 40
 path = os.path.join(sys.argv[2] if len(sys.argv) > 2 else ".", "input.bin")
-CHUNK = 4 << 20
+CHUNK = 16 << 20  # a read of several ms: the sampler reads each sleeping thread's call about every ms, and a loaded machine delays it
 SIZE = 64 << 20
 with open(path, "wb") as f:
     block = os.urandom(1 << 20)
