@@ -199,21 +199,8 @@ fn recordings_of_different_jobs_are_refused() {
 fn node_recordings_read_at_once_join_as_read_one_by_one() {
     let dir = tempdir("nodes-threads");
     let files = [node(&dir, 0, 0), node(&dir, 1, 5_000 * US)];
-    let report = |threads: usize| {
-        let out = std::process::Command::new(bin())
-            .arg("report")
-            .args(&files)
-            .args(["--format", "json", "--full"])
-            .env("GAPTOP_READ_THREADS", threads.to_string())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out.stdout
-    };
+    let paths: Vec<&Path> = files.iter().map(|f| f.as_path()).collect();
+    let report = |threads| support::report_with_threads(&paths, "json", threads);
     let one = report(1);
     assert!(String::from_utf8_lossy(&one).contains("rank1_step"));
     assert_eq!(one, report(3));

@@ -128,33 +128,16 @@ fn mixed_set(tag: &str) -> std::path::PathBuf {
     generate(&s, &tempdir(tag)).path
 }
 
-/// `gaptop report`'s output with `GAPTOP_READ_THREADS` set to `threads`.
-fn report_with_threads(path: &std::path::Path, format: &str, threads: usize) -> Vec<u8> {
-    let out = std::process::Command::new(support::bin())
-        .arg("report")
-        .arg(path)
-        .args(["--format", format, "--full"])
-        .env("GAPTOP_READ_THREADS", threads.to_string())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
-}
-
 /// Reading the rank files one after another and several at once gives the same report, byte
 /// for byte (text and JSON: processes, ranks, ids and order alike).
 #[test]
 fn serial_and_parallel_reading_report_the_same() {
     let dir = mixed_set("ranks-threads");
     for format in ["text", "json"] {
-        let one = report_with_threads(&dir, format, 1);
+        let one = support::report_with_threads(&[&dir], format, 1);
         assert!(one.len() > 1000, "{}", String::from_utf8_lossy(&one));
         for threads in [2, 4, 8] {
-            let many = report_with_threads(&dir, format, threads);
+            let many = support::report_with_threads(&[&dir], format, threads);
             assert!(
                 one == many,
                 "{format}, {threads} threads:\n{}\n---\n{}",
@@ -163,7 +146,8 @@ fn serial_and_parallel_reading_report_the_same() {
             );
         }
     }
-    let j: Value = serde_json::from_slice(&report_with_threads(&dir, "json", 4)).unwrap();
+    let j: Value =
+        serde_json::from_slice(&support::report_with_threads(&[&dir], "json", 4)).unwrap();
     let ranks = ranks_of(&j);
     assert_eq!(ranks, (0..8).collect::<Vec<i64>>());
     let _ = std::fs::remove_dir_all(dir);

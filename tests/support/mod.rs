@@ -175,3 +175,21 @@ pub fn go() -> Option<PathBuf> {
     eprintln!("skipped: go is not on PATH (apt-get install golang-go), so pprof cannot be run");
     None
 }
+
+/// `gaptop report PATHS --format FORMAT --full`'s output with `GAPTOP_READ_THREADS` set to
+/// `threads`.
+pub fn report_with_threads(paths: &[&Path], format: &str, threads: usize) -> Vec<u8> {
+    let out = std::process::Command::new(bin())
+        .arg("report")
+        .args(paths)
+        .args(["--format", format, "--full"])
+        .env("GAPTOP_READ_THREADS", threads.to_string())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}

@@ -145,36 +145,31 @@ impl PerStep {
     /// `removable` what a fix would remove of it. Half the room of both, for a caller that
     /// needs one at a time.
     pub fn add_one(&self, each: &mut [Ns], removable: bool) {
-        for &(i, kept, gap) in self.runs.iter() {
-            if let Some(e) = each.get_mut(i as usize) {
-                *e += if removable {
-                    gap as Ns - kept as Ns
-                } else {
-                    gap as Ns
-                };
+        self.for_entries(|i, gap, rem| {
+            if let Some(e) = each.get_mut(i) {
+                *e += if removable { rem } else { gap };
             }
-        }
-        for &(i, a, b) in &self.wide {
-            if let Some(e) = each.get_mut(i as usize) {
-                *e += if removable { b } else { a };
-            }
-        }
+        });
     }
 
     /// Adds its entries to each step's figures in `each` (steps past its end left out): the
     /// figures of several sites together, without a list of all their entries.
     pub fn add_each(&self, each: &mut [(Ns, Ns)]) {
-        for &(i, kept, gap) in self.runs.iter() {
-            if let Some(e) = each.get_mut(i as usize) {
-                e.0 += gap as Ns;
-                e.1 += gap as Ns - kept as Ns;
+        self.for_entries(|i, gap, rem| {
+            if let Some(e) = each.get_mut(i) {
+                e.0 += gap;
+                e.1 += rem;
             }
+        });
+    }
+
+    /// Each entry as (step, gap time, what a fix would remove of it).
+    fn for_entries(&self, mut f: impl FnMut(usize, Ns, Ns)) {
+        for &(i, kept, gap) in self.runs.iter() {
+            f(i as usize, gap as Ns, gap as Ns - kept as Ns);
         }
         for &(i, a, b) in &self.wide {
-            if let Some(e) = each.get_mut(i as usize) {
-                e.0 += a;
-                e.1 += b;
-            }
+            f(i as usize, a, b);
         }
     }
 }
