@@ -147,6 +147,9 @@ for n in names:
     # The replayed saving (saving_ns) beside the summed gaps it replaced (gap_sum_ns).
     summed = ms(t.get("gap_sum_ns"))
     print(f"{n:16s} {f(b)} {f(a_)} {f(saved)} {f(est)} {f(ratio, 9)}  {t.get('site', j.get('error', '(no advice)'))} [{verdict}] summed {f(summed, 0)}")
+    over = ms(t.get("saving_overlapped_ns"))
+    if over is not None:
+        print(f"{'':16s} overlapped estimate {f(over, 0)} ms, est/saved {f(over / saved if saved else None, 0)}")
     under = "-"
     try:
         for line in open(os.path.join(d, f"{n}.record.log")):
