@@ -124,6 +124,29 @@ fn a_thread_blocked_on_a_queue_waits_for_its_input() {
     );
 }
 
+/// A DataLoader with too few workers: two loader processes, each 20 ms of CPU an item, feed a
+/// loop whose step is a 5 ms kernel. The loop waits blocked in `Queue.get`, the input what-if
+/// counts the loading where it happens (the workers' samples: the launching thread only
+/// waits), and says how many workers would feed it: 20 / 5 = 4 (3 to 5 under the noise of
+/// sampling), and that 2 were seen loading.
+#[test]
+fn too_few_loader_workers_says_how_many_would_feed_the_loop() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some((j, log)) = record("tsworkers", "worker_loop.py", "100", &[]) else {
+        return;
+    };
+    assert!(log.contains("WORKER_LOOP steps=100 workers=2"), "{log}");
+    let Some(a) = forward(&j, &log) else {
+        return;
+    };
+    assert_eq!(a["cause"], "waiting_for_input", "{a}");
+    assert_eq!(a["workers_seen"], 2, "{a}");
+    let n = a["workers"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no workers: {a}"));
+    assert!((3..=5).contains(&n), "{n} workers: {a}");
+}
+
 #[test]
 fn a_thread_that_wants_the_gil_names_its_holder() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());

@@ -65,7 +65,14 @@ fn gain(j: &JsonReport, a: &Advice) -> String {
     if let (Some(r), Some(rj)) = (&a.replay, &j.replay) {
         if r.saving_ns > 0 {
             let with = match r.workers {
-                Some(n) => format!(" with {n} loader worker{}", if n == 1 { "" } else { "s" }),
+                Some(n) => format!(
+                    " with {n} loader worker{}{}",
+                    if n == 1 { "" } else { "s" },
+                    match r.workers_seen {
+                        0 => String::new(),
+                        k => format!(" ({k} seen loading now)"),
+                    }
+                ),
                 None => String::new(),
             };
             // Overlapped on its own thread, host work saves less where that thread's CPU

@@ -579,7 +579,7 @@ pub fn whatif_of(a: &Advice) -> Option<replay::WhatIf> {
     use replay::WhatIf as W;
     match (a.cause, a.verdict) {
         (Some("per_shape_planning"), _) => Some(W::Planning),
-        (Some("input_bound"), _) => Some(W::Input),
+        (Some("input_bound" | "waiting_for_input"), _) => Some(W::Input),
         (_, Verdict::LaunchBound) => Some(W::Fuse),
         (_, Verdict::HostWork) => Some(W::HostWork),
         (_, Verdict::SlowLaunch) => Some(W::SlowLaunch),

@@ -27,6 +27,7 @@
 mod anchors;
 mod build;
 mod graph;
+mod loading;
 mod model;
 mod run;
 #[cfg(test)]

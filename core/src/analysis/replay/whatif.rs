@@ -7,6 +7,7 @@ use serde::Serialize;
 use super::anchors::{block, block_lo, cpu_anchored, median, periods, spans, walls, Anchors};
 use super::build::build;
 use super::graph::graphs;
+use super::loading::loading;
 use super::model::{op_of_calls, Model, NONE};
 use super::run::{run, Times};
 use crate::analysis::steps::Steps;
@@ -63,6 +64,9 @@ pub struct SiteEstimate {
     /// Input-bound: the DataLoader workers that would remove the wait.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub workers: Option<u32>,
+    /// Input-bound: the helper processes (DataLoader workers) seen loading beside it.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub workers_seen: usize,
     /// A stack and API of the site's calls (to name a site no gap is charged to: a sync's).
     #[serde(skip)]
     pub call: (StackId, NameId),
@@ -495,17 +499,10 @@ pub fn estimate(
                 .sum();
             cut / n
         });
-        let workers = (*w == WhatIf::Input).then(|| {
-            let loading: Ns = model
-                .calls
-                .iter()
-                .filter(|c| c.site == s)
-                .map(|c| c.seg - c.seg.min(seg[c.thread as usize]))
-                .sum::<Ns>()
-                / n;
-            let step_after = after_total / n;
-            (loading as f64 / step_after.max(1) as f64).ceil().max(1.0) as u32
-        });
+        let step_after = after_total / n;
+        let load = (*w == WhatIf::Input).then(|| loading(&model, store, s, &seg, diffs.len()));
+        let workers = load.and_then(|l| l.workers_for(step_after));
+        let workers_seen = load.map_or(0, |l| l.helpers);
         out.insert(
             k.clone(),
             SiteEstimate {
@@ -515,6 +512,7 @@ pub fn estimate(
                 busy_after,
                 whatif: w.assumes(),
                 workers,
+                workers_seen,
                 call: model.site_calls[s as usize],
                 ranks,
                 of_ranks,
