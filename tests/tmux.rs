@@ -345,9 +345,11 @@ fn run_shows_a_live_programs_kernels_and_stacks() {
     let screen = s.wait_for("FAKE launched=1400");
     assert!(screen.contains(" 0 dropped"), "{screen}");
     assert!(screen.contains("rope"), "{screen}");
-    // The biggest gap: a step's synchronization and pause, charged to the next launch; the
-    // pause, not the short wait, is most of it.
-    s.keys(&["B"]);
+    // The biggest gap of the top recurring code (`b`): a step's synchronization and pause,
+    // charged to the next launch; the pause, not the short wait, is most of it. Not the
+    // biggest of all (`B`): on a loaded machine the program's start, a one-off (its first
+    // sync, 95 ms once under a CI beside a busy core), can outlast every pause.
+    s.keys(&["b"]);
     let screen = s.wait_for("launch stack:");
     let details = screen
         .lines()
