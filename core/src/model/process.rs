@@ -257,19 +257,9 @@ impl Process {
 #[cfg(test)]
 mod states_tests {
     use super::*;
-    use crate::model::states::OffKind;
 
     fn off(start: Ns, end: Ns) -> OffCpu {
-        OffCpu {
-            start,
-            end,
-            kind: OffKind::Blocked,
-            call: 0,
-            stack: 0,
-            holder: 0,
-            holder_name: 0,
-            holder_stack: 0,
-        }
+        OffCpu::blocked(start, end)
     }
 
     #[test]

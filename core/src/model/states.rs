@@ -44,5 +44,21 @@ pub struct OffCpu {
     pub holder_stack: StackId,
 }
 
+impl OffCpu {
+    /// Asleep from `start` to `end` in a call not known, with no stack or holder.
+    pub fn blocked(start: Ns, end: Ns) -> OffCpu {
+        OffCpu {
+            start,
+            end,
+            kind: OffKind::Blocked,
+            call: 0,
+            stack: 0,
+            holder: 0,
+            holder_name: 0,
+            holder_stack: 0,
+        }
+    }
+}
+
 /// Most stretches kept per thread; the oldest leave first.
 pub const MAX_THREAD_STATES: usize = 1 << 20;

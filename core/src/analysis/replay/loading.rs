@@ -58,7 +58,7 @@ pub fn loading(model: &Model, store: &Store, s: u32, seg: &[Ns], steps: usize) -
     }
     let launching: Vec<u32> = model.threads.iter().map(|t| t.proc).collect();
     let span = (model.hi - model.lo).max(1);
-    let (mut helpers_ns, mut helpers) = (0.0, 0);
+    let (mut helpers_ns, mut helpers) = (0.0, 0usize);
     for (i, p) in store.procs.iter().enumerate() {
         // A helper never said hello: no collector (a forked child's collects nothing).
         if launching.contains(&(i as u32)) || !p.from_samples {
@@ -87,10 +87,21 @@ pub fn loading(model: &Model, store: &Store, s: u32, seg: &[Ns], steps: usize) -
             helpers += 1;
         }
     }
+    // Each process that launches at the site loads for itself (a rank, its DataLoader
+    // workers): a step's loading and workers are one such process's share.
+    let mut at_site: Vec<u32> = model
+        .calls
+        .iter()
+        .filter(|c| c.site == s)
+        .map(|c| model.threads[c.thread as usize].proc)
+        .collect();
+    at_site.sort_unstable();
+    at_site.dedup();
+    let each = at_site.len().max(1);
     Loading {
-        on_thread_ns: on_thread / n,
-        helpers_ns: (helpers_ns / n as f64) as Ns,
-        helpers,
+        on_thread_ns: on_thread / n / each as Ns,
+        helpers_ns: (helpers_ns / each as f64 / n as f64) as Ns,
+        helpers: helpers.div_ceil(each),
     }
 }
 
@@ -103,4 +114,107 @@ fn overlap(v: &[crate::model::states::OffCpu], lo: Ns, hi: Ns) -> Ns {
         .map(|x| x.end.min(hi) - x.start.max(lo))
         .filter(|d| *d > 0)
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::replay::{Call, Thread, NONE};
+    use crate::model::records::{ApiKind, CpuSample};
+    use crate::model::states::OffCpu;
+
+    const MS: Ns = 1_000_000;
+
+    /// One launching thread (process 0, tid 10) with a call of site 0 every 10 ms, each after
+    /// `seg` of CPU time, the thread's typical time between calls being 1 ms.
+    fn model(steps: usize, seg: Ns) -> Model {
+        let calls = (0..steps)
+            .map(|k| {
+                let start = (k as Ns + 1) * 10 * MS;
+                Call {
+                    thread: 0,
+                    start,
+                    end: start + 5_000,
+                    seg,
+                    own: 5_000,
+                    wait: NONE,
+                    tail: 0,
+                    kind: ApiKind::Launch,
+                    site: 0,
+                    after: NONE,
+                    after_gap: 0,
+                    inv: 0,
+                }
+            })
+            .collect();
+        Model {
+            calls,
+            threads: vec![Thread {
+                proc: 0,
+                tid: 10,
+                first: 0,
+                last: steps as u32,
+                spans: false,
+            }],
+            lo: 0,
+            hi: (steps as Ns + 1) * 10 * MS,
+            ..Model::default()
+        }
+    }
+
+    fn store() -> Store {
+        let mut st = Store::default();
+        st.add_process(100, -1, "main");
+        st
+    }
+
+    /// Loading on the launching thread itself (`num_workers=0`): its CPU before each call
+    /// beyond the typical, and no helpers.
+    #[test]
+    fn a_thread_that_loads_itself() {
+        let l = loading(&model(10, 6 * MS), &store(), 0, &[MS], 10);
+        assert_eq!(
+            l,
+            Loading {
+                on_thread_ns: 5 * MS,
+                helpers_ns: 0,
+                helpers: 0
+            }
+        );
+        assert_eq!(l.workers_for(2 * MS), Some(3));
+    }
+
+    /// A thread asleep before its calls (on its loader's queue) loads nothing itself; two
+    /// worker processes sampled beside it, each on a CPU 60% of the block, do.
+    #[test]
+    fn a_thread_that_waits_for_two_workers() {
+        let m = model(10, 6 * MS);
+        let mut st = store();
+        let mut asleep = Vec::new();
+        for c in &m.calls {
+            asleep.push(OffCpu::blocked(c.start - c.seg, c.start - MS / 2));
+        }
+        st.procs[0].add_states(10, &asleep);
+        for pid in [201, 202] {
+            let w = st.process_for_samples(0, pid);
+            st.procs[w as usize].sample_period_ns = 2 * MS;
+            // 66 samples of 2 ms over the 110 ms block: 132 ms, 60% of it.
+            let s: Vec<CpuSample> = (0..66)
+                .map(|i| CpuSample {
+                    time: MS + i * 5 * MS / 3,
+                    stack: 0,
+                })
+                .collect();
+            st.add_samples(w, pid, &s);
+        }
+        let l = loading(&m, &st, 0, &[MS], 10);
+        assert_eq!(l.on_thread_ns, 0, "{l:?}");
+        assert_eq!(l.helpers, 2, "{l:?}");
+        // 2 x 132 ms over 10 steps, the first sample 1 ms into the block (its rate taken over
+        // the 108.3 ms it was sampled in).
+        assert!((26 * MS..=27 * MS).contains(&l.helpers_ns), "{l:?}");
+        assert_eq!(l.workers_for(5 * MS), Some(6));
+        // Nothing seen loading: no count.
+        assert_eq!(Loading::default().workers_for(5 * MS), None);
+    }
 }
