@@ -60,6 +60,7 @@ pub(crate) unsafe extern "C" fn calibrate(_: *mut c_void) -> c_int {
                             code_off,
                         } => format!("by instr@{frame_off} - code+{code_off}"),
                         Instr::Index { frame_off } => format!("by lasti@{frame_off}"),
+                        Instr::Offset { frame_off } => format!("by lasti@{frame_off} (bytes)"),
                         Instr::Unknown => "unknown (functions' first lines)".to_string(),
                     }
                 );

@@ -254,9 +254,14 @@ pub(crate) unsafe fn calibrate_inner() -> Result<Calibrated, &'static str> {
             // PyCode_Addr2Line; the CPython functions passed are those found above.
             match unsafe { code_bytes(getattr, err_clear, decref, code) } {
                 Some(b) => {
-                    let pointer = minor.is_none_or(|m| m >= 11);
+                    // 3.11 on: a pointer; 3.10: an index; 3.9: an offset in bytes.
+                    let kind = match minor {
+                        Some(m) if m <= 9 => Some(1),
+                        Some(10) => Some(2),
+                        _ => None,
+                    };
                     // SAFETY: as just above.
-                    unsafe { find_lines(pointer, a, &b, (here, back_frame), &taken) }
+                    unsafe { find_lines(kind, a, &b, (here, back_frame), &taken) }
                 }
                 None => Instr::Unknown,
             }
@@ -389,32 +394,36 @@ unsafe fn first_fitting(
 }
 
 /// Finds where a frame keeps its current instruction, for interpreters without
-/// `PyUnstable_InterpreterFrame_GetLasti`. 3.11 (`pointer`): an instruction pointer into the
-/// bytecode, which starts where `co_code`'s arguments are found inside the code object; 3.10:
-/// an int field holding the instruction index. Either way, the frame field that gives each
-/// calibration frame its known line. `taken` are frame offsets known to hold something else.
+/// `PyUnstable_InterpreterFrame_GetLasti`. 3.11 (`unit` None): an instruction pointer into the
+/// bytecode, which starts where `co_code`'s arguments are found inside the code object; 3.10
+/// and 3.9: an int field holding the instruction's index, in units of `unit` bytes (3.10's 2,
+/// 3.9's 1). Either way, the frame field that gives each calibration frame its known line.
+/// `taken` are frame offsets known to hold something else.
 ///
 /// # Safety
 /// As `first_fitting`.
 unsafe fn find_lines(
-    pointer: bool,
+    unit: Option<usize>,
     addr2line: FnAddr2Line,
     bytecode: &[u8],
     known: (Known, Option<Known>),
     taken: &[usize],
 ) -> Instr {
     let limit = bytecode.len();
-    if !pointer {
+    if let Some(unit) = unit {
         let index = |f: usize, _code: usize, fo: usize| {
             let word = checked_read((f + fo) & !7)?;
             let v = (word >> (8 * ((f + fo) & 7))) as u32 as i32;
-            (v >= 0).then(|| v as usize * 2)
+            (v >= 0).then(|| v as usize * unit)
         };
         // SAFETY: this function's contract, which is `first_fitting`'s.
         return unsafe {
             first_fitting(addr2line, (40..=160).step_by(4), taken, known, limit, index)
         }
-        .map_or(Instr::Unknown, |fo| Instr::Index { frame_off: fo });
+        .map_or(Instr::Unknown, |frame_off| match unit {
+            1 => Instr::Offset { frame_off },
+            _ => Instr::Index { frame_off },
+        });
     }
     let (_, code, _) = known.0;
     let probe = limit.min(128) & !1;

@@ -4,6 +4,8 @@
 //! name that way for at least 80% of the gap time of the site that launches (the JSON's
 //! `advice[].thread_state`), and its cause; the GIL's holder by its thread.
 
+#[path = "../../pystack/tests/support/pythons.rs"]
+mod pythons;
 mod support;
 
 use std::path::{Path, PathBuf};
@@ -20,6 +22,17 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// fake libcupti, with `env` set: the report's JSON and the run's output; None where perf
 /// events are refused here (said on stderr).
 fn record(tag: &str, script: &str, steps: &str, env: &[(&str, &str)]) -> Option<(Value, String)> {
+    record_on(Path::new("python3"), tag, script, steps, env)
+}
+
+/// [`record`], the script run by the interpreter `python`.
+fn record_on(
+    python: &Path,
+    tag: &str,
+    script: &str,
+    steps: &str,
+    env: &[(&str, &str)],
+) -> Option<(Value, String)> {
     let target = build();
     let dir = fake_cuda(&target, tag);
     let rec = dir.join(format!("{tag}.rec"));
@@ -29,7 +42,8 @@ fn record(tag: &str, script: &str, steps: &str, env: &[(&str, &str)]) -> Option<
     let mut c = Command::new(target.join("gaptop"));
     c.args(["record", "-o"])
         .arg(&rec)
-        .args(["--", "python3"])
+        .arg("--")
+        .arg(python)
         .arg(&script)
         .arg(steps)
         .arg(&dir)
@@ -147,28 +161,47 @@ fn too_few_loader_workers_says_how_many_would_feed_the_loop() {
     assert!((3..=5).contains(&n), "{n} workers: {a}");
 }
 
+/// On `python3` (40 steps), then on each other CPython here whose GIL and threads the
+/// viewer reads from outside (3.9 to 3.13: `gaptop_pystack::gil`, and the layout the
+/// collector publishes), in fewer steps.
 #[test]
 fn a_thread_that_wants_the_gil_names_its_holder() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let Some((j, log)) = record("tsgil", "gil_loop.py", "40", &[]) else {
-        return;
-    };
-    assert!(log.contains("GIL_LOOP steps=40"), "{log}");
-    let Some(a) = forward(&j, &log) else {
-        return;
-    };
-    let gil = share(&a, |s| s["state"] == "gil");
-    assert!(gil >= 0.8, "waiting for the GIL {gil}: {a}");
-    // The holder of most of that time: the busy thread, by its name and its function.
-    let held = share(&a, |s| {
-        s["state"] == "gil" && s["holder"]["name"] == "busy_py" && under(&s["holder"], "spin")
-    });
-    assert!(held >= 0.5, "held by busy_py in spin {held}: {a}");
-    assert_eq!(a["cause"], "gil_contention", "{a}");
-    assert!(
-        a["cause_name"].as_str().unwrap().contains("`busy_py`"),
-        "{a}"
-    );
+    let others = pythons::pythons()
+        .into_iter()
+        .filter(|(v, p)| ((3, 9)..=(3, 13)).contains(v) && p != Path::new("python3"));
+    let runs = std::iter::once((None, PathBuf::from("python3"), "40"))
+        .chain(others.map(|(v, p)| (Some(v), p, "20")));
+    for (version, python, steps) in runs {
+        let tag = match version {
+            Some((a, b)) => format!("tsgil{a}{b}"),
+            None => "tsgil".into(),
+        };
+        let Some((j, log)) = record_on(&python, &tag, "gil_loop.py", steps, &[]) else {
+            return;
+        };
+        let v = python.display();
+        assert!(
+            log.contains(&format!("GIL_LOOP steps={steps}")),
+            "{v}: {log}"
+        );
+        let Some(a) = forward(&j, &log) else {
+            return;
+        };
+        let gil = share(&a, |s| s["state"] == "gil");
+        assert!(gil >= 0.8, "{v}: waiting for the GIL {gil}: {a}");
+        // The holder of most of that time: the busy thread, by its name and its function.
+        let held = share(&a, |s| {
+            s["state"] == "gil" && s["holder"]["name"] == "busy_py" && under(&s["holder"], "spin")
+        });
+        assert!(held >= 0.5, "{v}: held by busy_py in spin {held}: {a}");
+        assert_eq!(a["cause"], "gil_contention", "{v}: {a}");
+        assert!(
+            a["cause_name"].as_str().unwrap().contains("`busy_py`"),
+            "{v}: {a}"
+        );
+        eprintln!("{v}: the GIL's holder named (waiting {gil:.2}, held by busy_py {held:.2})");
+    }
 }
 
 #[test]

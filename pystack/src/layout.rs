@@ -47,6 +47,8 @@ pub enum Instr {
     Pointer { frame_off: usize, code_off: usize },
     /// 3.10: an instruction index (an int, in 2-byte units) at `frame + frame_off`.
     Index { frame_off: usize },
+    /// 3.9: an instruction offset (an int, in bytes) at `frame + frame_off`.
+    Offset { frame_off: usize },
     /// Not found: frames show their function's first line.
     #[default]
     Unknown,
@@ -58,9 +60,30 @@ pub struct Threads {
     /// The interpreter (`PyInterpreterState_Head`), and where it keeps its first thread state.
     pub interp: usize,
     pub head: usize,
-    /// A thread state's next one, and its native thread id.
+    /// A thread state's next one.
     pub next: usize,
-    pub native_tid: usize,
+    /// Where a thread state's native thread id is found.
+    pub tid: TidAt,
+}
+
+/// Where a thread state's native thread id (the kernel's, `gettid()`) is found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TidAt {
+    /// In the thread state, at this offset (3.11 and later: `native_thread_id`).
+    State(usize),
+    /// In the C library's thread descriptor (3.9 and 3.10, which keep no native id): the
+    /// thread state's `thread_id` at `thread_id` is `pthread_self()`, glibc's (and musl's)
+    /// `struct pthread`, which keeps the thread's id, an int, at `pthread_tid`.
+    Pthread {
+        thread_id: usize,
+        pthread_tid: usize,
+    },
+}
+
+impl Default for TidAt {
+    fn default() -> Self {
+        TidAt::State(0)
+    }
 }
 
 /// Where a code object keeps its `co_linetable` and `co_firstlineno`, and a bytes object its
@@ -79,9 +102,11 @@ pub struct ProcessLayout {
     /// The interpreter's minor version (3.x), where it said.
     pub minor: Option<u32>,
     pub threads: Threads,
-    /// The frames' layout; its `instr` is a `Pointer` or `Unknown` (nothing else can be read
-    /// from outside).
+    /// The frames' layout; its `instr` is never `Api` (only a memory inside the process can
+    /// ask the interpreter).
     pub frames: Layout,
+    /// Where a code object's line table lies; the table is in the version's format
+    /// ([`crate::lines::Table::of`]).
     pub lines: Option<LineFields>,
     /// Where the interpreter's GIL lies (`crate::gil`), where calibration found it.
     pub gil: Option<usize>,
@@ -100,7 +125,16 @@ impl ProcessLayout {
         kv("interp", format!("{:#x}", t.interp));
         kv("threads_head", t.head.to_string());
         kv("ts_next", t.next.to_string());
-        kv("ts_native_tid", t.native_tid.to_string());
+        match t.tid {
+            TidAt::State(o) => kv("ts_native_tid", o.to_string()),
+            TidAt::Pthread {
+                thread_id,
+                pthread_tid,
+            } => {
+                kv("ts_thread_id", thread_id.to_string());
+                kv("pthread_tid", pthread_tid.to_string());
+            }
+        }
         kv("ts_frame", l.ts_frame.to_string());
         if let Some(o) = l.ts_frame_indirect {
             kv("ts_frame_indirect", o.to_string());
@@ -112,13 +146,17 @@ impl ProcessLayout {
         kv("code_filename", l.code_filename.to_string());
         kv("code_qualname", l.code_qualname.to_string());
         kv("str_ascii_data", l.str_ascii_data.to_string());
-        if let Instr::Pointer {
-            frame_off,
-            code_off,
-        } = l.instr
-        {
-            kv("frame_instr", frame_off.to_string());
-            kv("code_units", code_off.to_string());
+        match l.instr {
+            Instr::Pointer {
+                frame_off,
+                code_off,
+            } => {
+                kv("frame_instr", frame_off.to_string());
+                kv("code_units", code_off.to_string());
+            }
+            Instr::Index { frame_off } => kv("frame_lasti_index", frame_off.to_string()),
+            Instr::Offset { frame_off } => kv("frame_lasti_offset", frame_off.to_string()),
+            Instr::Api | Instr::Unknown => {}
         }
         if let Some(lf) = self.lines {
             kv("code_linetable", lf.linetable.to_string());
@@ -164,7 +202,11 @@ impl ProcessLayout {
                 frame_off,
                 code_off,
             },
-            _ => Instr::Unknown,
+            _ => match (opt("frame_lasti_index")?, opt("frame_lasti_offset")?) {
+                (Some(frame_off), _) => Instr::Index { frame_off },
+                (_, Some(frame_off)) => Instr::Offset { frame_off },
+                _ => Instr::Unknown,
+            },
         };
         let lines = match opt("code_linetable")? {
             Some(linetable) => Some(LineFields {
@@ -181,7 +223,16 @@ impl ProcessLayout {
                 interp: num("interp")?,
                 head: small("threads_head")?,
                 next: small("ts_next")?,
-                native_tid: small("ts_native_tid")?,
+                // A native id in the thread state (every layout before 3.9's and 3.10's), or
+                // through the thread's `struct pthread`.
+                tid: if kv.contains_key("ts_thread_id") && !kv.contains_key("ts_native_tid") {
+                    TidAt::Pthread {
+                        thread_id: small("ts_thread_id")?,
+                        pthread_tid: small("pthread_tid")?,
+                    }
+                } else {
+                    TidAt::State(small("ts_native_tid")?)
+                },
             },
             frames: Layout {
                 ts_frame: small("ts_frame")?,
@@ -259,6 +310,38 @@ mod tests {
             (None, Instr::Unknown, None, None, None)
         );
         assert_eq!(l.to_text(), bare);
+    }
+
+    #[test]
+    fn a_layout_of_3_9_or_3_10_names_the_thread_through_its_pthread() {
+        // 3.10's: the thread id through `struct pthread`, the instruction as an index.
+        let old = FULL
+            .replace("minor 11", "minor 10")
+            .replace("ts_native_tid 152\n", "ts_thread_id 176\npthread_tid 720\n")
+            .replace(
+                "frame_instr 56\ncode_units 192\n",
+                "frame_lasti_index 100\n",
+            );
+        let l = ProcessLayout::parse(&old).unwrap();
+        assert_eq!(
+            l.threads.tid,
+            TidAt::Pthread {
+                thread_id: 176,
+                pthread_tid: 720
+            }
+        );
+        assert_eq!(l.frames.instr, Instr::Index { frame_off: 100 });
+        assert_eq!(l.to_text(), old);
+        // 3.9's instruction, in bytes.
+        let old9 = old.replace("frame_lasti_index", "frame_lasti_offset");
+        let l = ProcessLayout::parse(&old9).unwrap();
+        assert_eq!(l.frames.instr, Instr::Offset { frame_off: 100 });
+        assert_eq!(l.to_text(), old9);
+        // Half of it, or neither way: refused.
+        let e = ProcessLayout::parse(&old.replace("pthread_tid 720\n", "")).unwrap_err();
+        assert!(e.contains("pthread_tid"), "{e}");
+        let e = ProcessLayout::parse(&old.replace("ts_thread_id 176\n", "")).unwrap_err();
+        assert!(e.contains("ts_native_tid"), "{e}");
     }
 
     #[test]

@@ -12,7 +12,8 @@
 //!   only `unsafe` code of this crate;
 //! - [`walk`]: the one frame walker, the thread list, the one string reader and a code object's
 //!   line table, each generic over [`Memory`];
-//! - [`lines`]: a line number from a location table (CPython 3.11's format and later's);
+//! - [`lines`]: a line number from a code object's line table ([`lines::Table`]: 3.9's
+//!   `co_lnotab`, 3.10's line table, 3.11's location table and later's);
 //! - [`gil`]: the GIL's layout by version, its holder, and its futexes (a thread that waits
 //!   for it).
 //!
@@ -28,7 +29,7 @@ pub mod lines;
 pub mod memory;
 pub mod walk;
 
-pub use layout::{Instr, Layout, LineFields, ProcessLayout, Threads};
+pub use layout::{Instr, Layout, LineFields, ProcessLayout, Threads, TidAt};
 pub use lines::line_of;
 pub use memory::{Local, Memory, Process};
 pub use walk::{code_lines, is_entry_shim, read_str, threads, top_frame, walk, RawFrame};

@@ -1,5 +1,71 @@
-//! A line number from a code object's location table, for a reader that cannot call
-//! `PyCode_Addr2Line` (one outside the process).
+//! A line number from a code object's line table, for a reader that cannot call
+//! `PyCode_Addr2Line` (one outside the process): 3.9's `co_lnotab`, 3.10's `co_linetable` and
+//! the location table of 3.11 and later ([`Table`]).
+
+/// A code object's line table, in its version's format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Table {
+    /// 3.9's `co_lnotab`: (bytecode delta, line delta) byte pairs, the line delta signed; a
+    /// line starts at the bytecode offset its pair's delta reached.
+    Lnotab,
+    /// 3.10's `co_linetable`: (length, line delta) byte pairs, each the next range of bytecode
+    /// and its line (a delta of -128: no line).
+    Ranges,
+    /// 3.11's and later's location table ([`line_of`]).
+    Locations,
+}
+
+impl Table {
+    /// The format of CPython 3.`minor`'s table; a layout that does not say its version was
+    /// published for 3.11 or 3.12.
+    pub fn of(minor: Option<u32>) -> Table {
+        match minor {
+            Some(m) if m <= 9 => Table::Lnotab,
+            Some(10) => Table::Ranges,
+            _ => Table::Locations,
+        }
+    }
+
+    /// The line of the instruction at byte offset `offset` (the offset `PyCode_Addr2Line`
+    /// takes) of a code object whose first line is `first`; None where the table says it has
+    /// none, or ends before it.
+    pub fn line(self, table: &[u8], first: i64, offset: usize) -> Option<i64> {
+        match self {
+            Table::Locations => line_of(table, first, offset / 2),
+            Table::Lnotab => {
+                // 3.9's PyCode_Addr2Line: the line of the last pair whose address is not past
+                // the offset.
+                let (mut addr, mut line) = (0usize, first);
+                for p in table.chunks_exact(2) {
+                    addr += p[0] as usize;
+                    if addr > offset {
+                        break;
+                    }
+                    line += p[1] as i8 as i64;
+                }
+                Some(line)
+            }
+            Table::Ranges => {
+                // 3.10's address ranges: each pair's line is the sum of the deltas so far,
+                // ranges of no length are passed over.
+                let (mut start, mut line) = (0usize, first);
+                for p in table.chunks_exact(2) {
+                    let end = start + p[0] as usize;
+                    let delta = p[1] as i8;
+                    let here = (delta != -128).then(|| {
+                        line += delta as i64;
+                        line
+                    });
+                    if (start..end).contains(&offset) {
+                        return here;
+                    }
+                    start = end;
+                }
+                None
+            }
+        }
+    }
+}
 
 /// The line of the instruction at code unit `index`, from a location table in CPython 3.11's
 /// format (`Objects/locations.md`): entries of `(length, line delta, columns)`, a start byte
@@ -90,5 +156,29 @@ mod tests {
             "not an entry's start byte"
         );
         assert_eq!(line_of(&[0xff; 4], 10, 0), None, "no line");
+        assert_eq!(Table::Locations.line(&table, 10, 2), Some(12), "in bytes");
+    }
+
+    #[test]
+    fn older_tables_read_by_their_version_s_rules() {
+        assert_eq!(Table::of(Some(9)), Table::Lnotab);
+        assert_eq!(Table::of(Some(10)), Table::Ranges);
+        assert_eq!(Table::of(Some(13)), Table::Locations);
+        assert_eq!(Table::of(None), Table::Locations);
+        // 3.9: line 10 from offset 0, 12 from 6, 11 from 8 (a negative delta).
+        let lnotab = [6, 2, 2, 0xff];
+        let at = |o| Table::Lnotab.line(&lnotab, 10, o);
+        assert_eq!(
+            (at(0), at(4), at(6), at(8), at(100)),
+            (Some(10), Some(10), Some(12), Some(11), Some(11))
+        );
+        // 3.10: [0, 4) line 11, [4, 4) passed over (its delta still counts), [4, 6) none,
+        // [6, 10) line 15.
+        let ranges = [4, 1, 0, 3, 2, 0x80, 4, 1];
+        let at = |o| Table::Ranges.line(&ranges, 10, o);
+        assert_eq!(
+            (at(0), at(3), at(4), at(6), at(9), at(10)),
+            (Some(11), Some(11), None, Some(15), Some(15), None)
+        );
     }
 }

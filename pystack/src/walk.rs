@@ -4,7 +4,7 @@
 //! ([`crate::Process`]). Every loop is bounded and every read may fail: a chain that loops
 //! back on itself or ends in unreadable memory ends the walk, never hangs or panics it.
 
-use crate::layout::{Instr, Layout, LineFields, Threads};
+use crate::layout::{Instr, Layout, LineFields, Threads, TidAt};
 use crate::memory::Memory;
 use crate::{MAX_DEPTH, MAX_STR, MAX_TABLE, MAX_THREADS};
 
@@ -38,7 +38,7 @@ pub fn walk<M: Memory>(
     let instr_off = match l.instr {
         Instr::Pointer { frame_off, .. } => frame_off,
         // The 8-byte word holding the int (frames are 8-aligned), so no read ends past it.
-        Instr::Index { frame_off } => frame_off & !7,
+        Instr::Index { frame_off } | Instr::Offset { frame_off } => frame_off & !7,
         Instr::Api | Instr::Unknown => l.frame_code,
     };
     let mut f = top_frame(mem, l, ts);
@@ -64,6 +64,14 @@ pub fn walk<M: Memory>(
                     -1
                 }
             }
+            Instr::Offset { frame_off } => {
+                let v = (iw >> (8 * (frame_off & 7))) as u32 as i32;
+                if (0..1 << 24).contains(&v) {
+                    v
+                } else {
+                    -1
+                }
+            }
             Instr::Unknown => -1,
         };
         each((code, lasti));
@@ -73,15 +81,34 @@ pub fn walk<M: Memory>(
 }
 
 /// The interpreter's threads, (native thread id, thread state), in its order; at most
-/// [`MAX_THREADS`] of them, ending at a read that fails.
+/// [`MAX_THREADS`] of them, ending at a thread state that cannot be read. A thread whose id
+/// is kept in its `struct pthread` ([`TidAt::Pthread`]) and cannot be read there (a thread
+/// state not bound to a thread yet, or whose thread just ended) is passed over.
 pub fn threads<M: Memory>(mem: &M, t: &Threads, mut each: impl FnMut(u32, usize)) {
     let mut ts = mem.word(t.interp + t.head).unwrap_or(0);
     let mut n = 0;
     while ts != 0 && n < MAX_THREADS {
-        let Some(tid) = mem.word(ts + t.native_tid) else {
-            break;
+        let tid = match t.tid {
+            TidAt::State(o) => match mem.word(ts + o) {
+                Some(tid) => Some(tid as u32),
+                None => break,
+            },
+            TidAt::Pthread {
+                thread_id,
+                pthread_tid,
+            } => {
+                let Some(p) = mem.word(ts + thread_id) else {
+                    break;
+                };
+                let mut b = [0u8; 4];
+                (p != 0 && mem.read(p + pthread_tid, &mut b))
+                    .then(|| u32::from_ne_bytes(b))
+                    .filter(|&tid| tid as i32 > 0)
+            }
         };
-        each(tid as u32, ts);
+        if let Some(tid) = tid {
+            each(tid, ts);
+        }
         n += 1;
         ts = mem.word(ts + t.next).unwrap_or(0);
     }
@@ -241,7 +268,7 @@ mod tests {
                 interp: 0x10_000,
                 head: 16,
                 next: 8,
-                native_tid: 152,
+                tid: TidAt::State(152),
             },
             frames: Layout {
                 ts_frame: 56,
@@ -333,6 +360,15 @@ mod tests {
         assert_eq!(frames_of(&m3, &index), vec![(CODES, 14)]);
         m3.put(FRAMES + 56, (-1i32 as u32 as usize) << 32);
         assert_eq!(frames_of(&m3, &index), vec![(CODES, -1)]);
+        // 3.9's offset: an int, in bytes.
+        let offset = Layout {
+            instr: Instr::Offset { frame_off: 60 },
+            ..l
+        };
+        m3.put(FRAMES + 56, 14 << 32);
+        assert_eq!(frames_of(&m3, &offset), vec![(CODES, 14)]);
+        m3.put(FRAMES + 56, (-1i32 as u32 as usize) << 32);
+        assert_eq!(frames_of(&m3, &offset), vec![(CODES, -1)]);
     }
 
     #[test]
@@ -396,20 +432,23 @@ mod tests {
         out
     }
 
+    /// The threads `threads` lists, (native id, thread state).
+    fn listed(m: &Fake, t: &Threads) -> Vec<(u32, usize)> {
+        let mut v = Vec::new();
+        threads(m, t, |tid, ts| v.push((tid, ts)));
+        v
+    }
+
     #[test]
     fn threads_are_listed_until_the_list_ends_or_loops() {
         let t = layout().threads;
         let mut m = Fake::default();
         m.put(t.interp + t.head, TS);
-        m.put(TS + t.native_tid, 41);
+        m.put(TS + 152, 41);
         m.put(TS + t.next, TS + 0x1000);
-        m.put(TS + 0x1000 + t.native_tid, 42);
+        m.put(TS + 0x1000 + 152, 42);
         m.put(TS + 0x1000 + t.next, 0);
-        let list = |m: &Fake| {
-            let mut v = Vec::new();
-            threads(m, &t, |tid, ts| v.push((tid, ts)));
-            v
-        };
+        let list = |m: &Fake| listed(m, &t);
         assert_eq!(list(&m), vec![(41, TS), (42, TS + 0x1000)]);
         m.put(TS + 0x1000 + t.next, TS);
         assert_eq!(list(&m).len(), MAX_THREADS);
@@ -419,6 +458,38 @@ mod tests {
             2,
             "a next that cannot be read ends the list"
         );
+    }
+
+    #[test]
+    fn a_thread_s_id_is_read_through_its_pthread_where_the_state_keeps_none() {
+        // 3.9's and 3.10's: `thread_id` (pthread_self()) at 176, the tid at 720 of it.
+        let t = Threads {
+            tid: TidAt::Pthread {
+                thread_id: 176,
+                pthread_tid: 720,
+            },
+            ..layout().threads
+        };
+        let (p1, p2) = (0x80_000, 0x90_000);
+        let mut m = Fake::default();
+        m.put(t.interp + t.head, TS);
+        m.put(TS + 176, p1);
+        m.put(p1 + 720, 7 << 32 | 41);
+        m.put(TS + t.next, TS + 0x1000);
+        m.put(TS + 0x1000 + 176, p2);
+        m.put(p2 + 720, 42);
+        m.put(TS + 0x1000 + t.next, TS + 0x2000);
+        m.put(TS + 0x2000 + 176, 0);
+        m.put(TS + 0x2000 + t.next, 0);
+        let list = |m: &Fake| listed(m, &t);
+        // The third, not bound to a thread (thread_id 0), is passed over.
+        assert_eq!(list(&m), vec![(41, TS), (42, TS + 0x1000)]);
+        // A pthread that cannot be read: that thread passed over, the list goes on.
+        m.put(TS + 176, 0x7777_0000);
+        assert_eq!(list(&m), vec![(42, TS + 0x1000)]);
+        // A next that cannot be read ends it.
+        m.put(TS + t.next, 0x7777_0000);
+        assert_eq!(list(&m), vec![]);
     }
 
     #[test]

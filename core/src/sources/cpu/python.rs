@@ -15,9 +15,11 @@
 //! here over [`gaptop_pystack::Process`].
 //!
 //! A frame reads as the collector's launch stacks do: `path/file.py(LINE): Class.method`, the
-//! line found from the code object's location table ([`gaptop_pystack::line_of`], CPython
-//! 3.11's format and later's) at the frame's current instruction, or the function's first line
-//! where that is not known.
+//! line found from the code object's line table, in its version's format
+//! ([`gaptop_pystack::lines::Table`]: 3.9's `co_lnotab` to the location table of 3.11 and
+//! later) at the frame's current instruction, or the function's first line where that is not
+//! known. A thread is known by its native id: kept in its thread state from 3.11, read through
+//! its `struct pthread` on 3.9 and 3.10 ([`gaptop_pystack::TidAt`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -121,8 +123,9 @@ impl Reader {
             }
         };
         let (file, qual) = c.name.as_ref()?;
+        let table = pystack::lines::Table::of(self.l.minor);
         let line = (lasti >= 0)
-            .then(|| pystack::line_of(&c.table, c.first, lasti as usize / 2))
+            .then(|| table.line(&c.table, c.first, lasti as usize))
             .flatten()
             .unwrap_or(c.first);
         Some(python_name(file, line, qual))
