@@ -346,9 +346,11 @@ fn run_shows_a_live_programs_kernels_and_stacks() {
     assert!(screen.contains(" 0 dropped"), "{screen}");
     assert!(screen.contains("rope"), "{screen}");
     // The biggest gap of the top recurring code (`b`): a step's synchronization and pause,
-    // charged to the next launch; the pause, not the short wait, is most of it. Not the
-    // biggest of all (`B`): on a loaded machine the program's start, a one-off (its first
-    // sync, 95 ms once under a CI beside a busy core), can outlast every pause.
+    // charged to the next launch, a host wait. Which of the two is most of it is the
+    // machine's: the pause on an idle one (`host_wait (launch)`), the sync where a loaded one
+    // wakes the thread late (`host_wait (sync)`, 106 ms once under a CI beside a busy core).
+    // Not the biggest of all (`B`): on a loaded machine the program's start, a one-off (its
+    // first sync, 95 ms once), can outlast every pause.
     s.keys(&["b"]);
     let screen = s.wait_for("launch stack:");
     let details = screen
@@ -360,7 +362,10 @@ fn run_shows_a_live_programs_kernels_and_stacks() {
         details.contains("rope  fakegpu.py:") && details.contains("step  fakegpu.py:"),
         "{screen}"
     );
-    assert!(screen.contains("cause host_wait (launch)"), "{screen}");
+    assert!(
+        screen.contains("cause host_wait (launch)") || screen.contains("cause host_wait (sync)"),
+        "{screen}"
+    );
     s.keys(&["q"]);
     s.wait_for("GAPTOP_EXIT=0");
 }
