@@ -13,7 +13,8 @@
 # usage: OUT=/tmp/out bash gpu/diagnosis.sh
 #   WORKLOADS="name:steps[:fix] ..." (the fix is --fix's argument; empty for its default),
 #   REPS=3, KINETO=shape_planning (none: no trace), RUN_TIMEOUT=120 (seconds a run),
-#   BUDGET=420 (no workload is started after this many seconds).
+#   BUDGET=420 (no workload is started after this many seconds), ARGS_<name> (arguments every
+#   run of that workload gets, e.g. ARGS_graph_sched="--sched-n 40").
 # Each workload's fallbacks (a backend or compiler missing) are in the table; its runs' output
 # in diag2/NAME.bare.log, the recording's in NAME.record.log.
 set -u
@@ -61,16 +62,18 @@ for w in $W; do
   [ $((SECONDS - START)) -lt "$BUDGET" ] || { echo "$name skipped: past BUDGET=$BUDGET s"; continue; }
   echo "== $name ($steps steps, fix: --fix $fix) at $((SECONDS - START)) s"
   echo "$name $steps --fix $fix" >> "$D/workloads.txt"
+  # ARGS_<name>: arguments every run of that workload gets (graph_sched's --sched-n).
+  extra_var="ARGS_$name"; extra=${!extra_var:-}
   for rep in $(seq "$REPS"); do
-    bare "$name" before "$rep" "$steps"
-    bare "$name" after "$rep" "$steps" --fix $fix
+    bare "$name" before "$rep" "$steps" $extra
+    bare "$name" after "$rep" "$steps" $extra --fix $fix
   done
-  timeout -k 10 "$T" "$G" record -o "$D/$name.rec" -- python3 "$name.py" "$steps" > "$D/$name.record.log" 2>&1
+  timeout -k 10 "$T" "$G" record -o "$D/$name.rec" -- python3 "$name.py" "$steps" $extra > "$D/$name.record.log" 2>&1
   grep -E "WORKLOAD|STEP_MS|FALLBACK|recorded|CPU samples|rror" "$D/$name.record.log" | cut -c1-200
   "$G" report "$D/$name.rec" > "$D/$name.txt" 2>&1
   "$G" report --format json "$D/$name.rec" > "$D/$name.json" 2> "$D/$name.json.err"
   if [ "$name" = "$KINETO" ]; then
-    timeout -k 10 "$T" python3 "$name.py" "$steps" --kineto "$D/$name.kineto.json" > "$D/$name.kineto.log" 2>&1
+    timeout -k 10 "$T" python3 "$name.py" "$steps" $extra --kineto "$D/$name.kineto.json" > "$D/$name.kineto.log" 2>&1
     grep -E "WORKLOAD|KINETO|FALLBACK|rror" "$D/$name.kineto.log" | cut -c1-200
     "$G" report "$D/$name.kineto.json" > "$D/$name.kineto.txt" 2>&1
     "$G" report --format json "$D/$name.kineto.json" > "$D/$name.kineto-report.json" 2> "$D/$name.kineto-report.err"

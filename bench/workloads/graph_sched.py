@@ -9,7 +9,7 @@
 # --fix pipeline: every scheduler call runs while the replay before it does (each micro-batch
 # is scheduled one ahead), so that no scheduler call is left between replays: the what-if
 # gaptop's `saving_overlapped_ns` describes (the site's CPU overlapped with the GPU's work).
-#   python3 graph_sched.py [STEPS] [--fix [overlap|pipeline]] [--sched-ms MS] [--kineto PATH]
+#   python3 graph_sched.py [STEPS] [--fix [overlap|pipeline]] [--sched-ms MS] [--sched-n N] [--kineto PATH]
 import random, statistics, time
 import torch
 import steploop
@@ -47,10 +47,13 @@ def build():
 class Scheduler:
     """Pure-Python bookkeeping over waiting requests, about `ms` of CPU a call."""
 
-    def __init__(self, ms):
+    def __init__(self, ms, n=None):
         self.rng = random.Random(0)
         self.queue = [(self.rng.random(), i) for i in range(512)]
         self.n = 1
+        if n:
+            self.n = n
+            return
         took = []
         for k in range(21):  # one sort's time: the median of 21, the first ones warming up
             t0 = time.perf_counter()
@@ -70,10 +73,12 @@ def main():
     ap = steploop.parser("graph_sched", 40, ["overlap", "pipeline"], warmup=5,
                          doc="a Python scheduler between CUDA graph replays")
     ap.add_argument("--sched-ms", type=float, default=1.5, help="the scheduler's CPU a call")
+    ap.add_argument("--sched-n", type=int, help="sorts a scheduler call (default: sized to --sched-ms "
+                    "in this process; give one count to time every run with the same scheduler)")
     a = ap.parse_args()
     steploop.check(a)
     g, out = build()
-    sched = Scheduler(a.sched_ms)
+    sched = Scheduler(a.sched_ms, a.sched_n)
 
     def step(k):
         if a.fix == "pipeline":
@@ -111,7 +116,7 @@ def main():
     torch.cuda.synchronize()
     replay = (time.perf_counter() - t0) / 5 * 1e3
     steploop.run("graph_sched", a, step,
-                 detail=f"sched_ms={a.sched_ms} measured_sched_ms={took:.2f} replay_ms={replay:.2f}")
+                 detail=f"sched_ms={a.sched_ms} sched_n={sched.n} measured_sched_ms={took:.2f} replay_ms={replay:.2f}")
 
 
 if __name__ == "__main__":
