@@ -206,10 +206,12 @@ pub fn build(
     bind_wakes(&mut m);
     bind_deps(&mut m, store);
     bind_syncs(&mut m);
+    bind_blocking_copies(&mut m, store);
     group_collectives(&mut m, store);
     // Sites of the calls.
     let mut sites = Vec::new();
     let mut site_calls = Vec::new();
+    let mut site_syncs: Vec<Option<(StackId, NameId)>> = Vec::new();
     for (c, &(proc, stack, api, corr)) in origin.iter().enumerate() {
         let op = launched_op.get(&(proc, corr)).copied().unwrap_or(0);
         let id = *site_ids.entry((stack, api, op)).or_insert_with(|| {
@@ -222,9 +224,19 @@ pub fn build(
             })
         });
         m.calls[c].site = id;
+        // A site's syncs are named by the first of them (a function's `.item()` line).
+        let waits = m.calls[c].kind == ApiKind::Sync || m.calls[c].wait != NONE;
+        if waits && site_syncs.len() <= id as usize {
+            site_syncs.resize(id as usize + 1, None);
+        }
+        if waits && site_syncs[id as usize].is_none() {
+            site_syncs[id as usize] = Some((stack, api));
+        }
     }
+    site_syncs.resize(sites.len(), None);
     m.sites = sites;
     m.site_calls = site_calls;
+    m.site_syncs = site_syncs;
     m
 }
 
@@ -531,6 +543,33 @@ fn bind_syncs(m: &mut Model) {
         let c = &mut m.calls[c as usize];
         c.wait = j;
         c.tail = tail.min(c.end - e);
+    }
+}
+
+/// A copy to the host that returned only after its op ended waited for it (a
+/// `cudaMemcpyAsync` into pageable memory, as `.item()` and `.cpu()` make, is synchronous):
+/// its call waits for its own op, which waits for the stream's work before it, and returns
+/// its measured time after the op's end. An asynchronous copy returns before its op ends.
+fn bind_blocking_copies(m: &mut Model, store: &Store) {
+    let mut to_host: HashMap<u32, bool> = HashMap::default();
+    for j in 0..m.ops.len() {
+        let o = m.ops[j];
+        if o.call == NONE {
+            continue;
+        }
+        let call = m.calls[o.call as usize];
+        if call.kind != ApiKind::Copy || call.wait != NONE || call.end < o.end {
+            continue;
+        }
+        let dtoh = *to_host
+            .entry(o.name)
+            .or_insert_with(|| store.names.get(o.name).contains("DtoH"));
+        if dtoh {
+            let c = &mut m.calls[o.call as usize];
+            c.wait = j as u32;
+            c.tail = call.end - o.end;
+            c.own = c.tail;
+        }
     }
 }
 

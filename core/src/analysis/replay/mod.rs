@@ -41,4 +41,5 @@ pub use run::{run, Times};
 pub use view::{short as whatif_short, step_picture, StepPicture};
 pub use whatif::{
     estimate, replay_site, slow_kernel, Estimate, ReplayJson, SiteEstimate, SiteReplay, WhatIf,
+    SYNCS_OF,
 };

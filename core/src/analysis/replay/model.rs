@@ -99,6 +99,9 @@ pub struct Model {
     pub sites: Vec<String>,
     /// A stack and API of each site's calls, to name it.
     pub site_calls: Vec<(StackId, NameId)>,
+    /// The stack and API of each site's first call that waited for the GPU (a sync, a
+    /// blocking copy), to name its syncs; None where none did.
+    pub site_syncs: Vec<Option<(StackId, NameId)>>,
     /// The block: its first and last time.
     pub lo: Ns,
     pub hi: Ns,

@@ -159,6 +159,58 @@ fn a_queued_op_follows_the_op_before_it() {
     assert_eq!(t.call_start, vec![0, 3 * US, 6 * US]);
 }
 
+/// `.item()`: a copy to pageable host memory (`cudaMemcpyAsync`, synchronous there) returns
+/// after its op, which waited for the kernel before it; what follows waits for the copy. An
+/// asynchronous copy (one that returned before its op ended) waits for nothing.
+#[test]
+fn a_blocking_copy_to_the_host_waits_for_its_op() {
+    let mut p = Prog::new(1);
+    let a = p.lane(0, 7);
+    p.launch(0, 1, a, 0, 4 * US, 100 * US);
+    // The copy's call at 10 µs; its op queued behind the kernel (104 to 106 µs); the call
+    // returns 3 µs after it.
+    let corr = p.call(0, 1, "cudaMemcpyAsync", ApiKind::Copy, 10 * US, 99 * US);
+    let name = p.st.names.intern("Memcpy DtoH (Device -> Pageable)");
+    p.st.add_op(
+        a,
+        GpuOp::new(104 * US, 106 * US, OpKind::Memcpy, name, corr),
+    );
+    p.launch(0, 1, a, 115 * US, 119 * US, 5 * US);
+    let mut m = p.model();
+    assert_same(&run(&m), &measured(&m));
+    let copy = m
+        .calls
+        .iter()
+        .position(|c| c.kind == ApiKind::Copy)
+        .unwrap();
+    assert_eq!(m.calls[copy].wait, 1, "the copy waited for its own op");
+    assert_eq!(m.calls[copy].tail, 3 * US);
+    // A longer kernel delays the copy, its return, and the launch after it.
+    m.ops[0].dur += 20 * US;
+    let t = run(&m);
+    assert_eq!(t.call_end[copy], 129 * US);
+    assert_eq!(t.call_start[copy + 1], 135 * US);
+    assert_eq!(t.op_start[2], 139 * US);
+
+    // The same copy returning before its op ended was asynchronous: no wait.
+    let mut p = Prog::new(1);
+    let a = p.lane(0, 7);
+    p.launch(0, 1, a, 0, 4 * US, 100 * US);
+    let corr = p.call(0, 1, "cudaMemcpyAsync", ApiKind::Copy, 10 * US, 3 * US);
+    p.st.add_op(
+        a,
+        GpuOp::new(104 * US, 106 * US, OpKind::Memcpy, name, corr),
+    );
+    let m = p.model();
+    assert_same(&run(&m), &measured(&m));
+    let copy = m
+        .calls
+        .iter()
+        .position(|c| c.kind == ApiKind::Copy)
+        .unwrap();
+    assert_eq!(m.calls[copy].wait, NONE);
+}
+
 #[test]
 fn a_sync_waits_for_its_op_and_what_follows_waits_for_the_sync() {
     // A 100 µs kernel, a sync that returns 2 µs after it ends, then a launch.

@@ -187,6 +187,9 @@ const PLAN_MIN_NS: Ns = 1_000_000;
 /// Sync sites replayed beside the sites asked for.
 const SYNC_SITES: usize = 4;
 
+/// The key of a site's syncs replayed apart from its own fix: the site's key and this.
+pub const SYNCS_OF: &str = "\u{1}syncs";
+
 /// What a change replaced, to put back.
 #[derive(Default)]
 struct Undo {
@@ -350,6 +353,12 @@ fn apply(m: &mut Model, s: u32, w: WhatIf, seg: &[Ns], own: &[Ns]) -> Undo {
                         let x = u.call(m, c);
                         x.wait = NONE;
                         x.own = 0;
+                    } else if call.kind == ApiKind::Copy && call.wait != NONE && call.site == s {
+                        // A blocking copy made asynchronous (the value read later): its
+                        // own time after the op, no wait.
+                        let x = u.call(m, c);
+                        x.wait = NONE;
+                        x.own = call.tail;
                     }
                 }
             }
@@ -452,7 +461,9 @@ pub fn estimate(
     }
     let mut syncs: Vec<(u32, Ns)> = waited.into_iter().collect();
     syncs.sort_unstable_by_key(|&(s, w)| (std::cmp::Reverse(w), s));
-    let asked: rustc_hash::FxHashSet<&str> = sites.iter().map(|(k, _)| k.as_str()).collect();
+    let asked: HashMap<&str, WhatIf> = sites.iter().map(|(k, w)| (k.as_str(), *w)).collect();
+    // A sync at a site asked with another fix (a function that launches and then reads a
+    // value back, `.item()`) is replayed as well, under its own key ([`SYNCS_OF`]).
     let sites: Vec<(String, WhatIf)> = sites
         .iter()
         .cloned()
@@ -460,13 +471,17 @@ pub fn estimate(
             syncs
                 .into_iter()
                 .map(|(s, _)| model.sites[s as usize].clone())
-                .filter(|k| !asked.contains(k.as_str()))
+                .filter_map(|k| match asked.get(k.as_str()) {
+                    None => Some(k),
+                    Some(WhatIf::Sync) => None,
+                    Some(_) => Some(format!("{k}{SYNCS_OF}")),
+                })
                 .take(SYNC_SITES)
                 .map(|k| (k, WhatIf::Sync)),
         )
         .collect();
     for (k, w) in &sites {
-        let Some(&s) = index.get(k) else {
+        let Some(&s) = index.get(k.strip_suffix(SYNCS_OF).unwrap_or(k)) else {
             continue;
         };
         let undo = apply(&mut model, s, *w, &seg, &own);
@@ -513,7 +528,11 @@ pub fn estimate(
                 whatif: w.assumes(),
                 workers,
                 workers_seen,
-                call: model.site_calls[s as usize],
+                call: match *w {
+                    WhatIf::Sync => model.site_syncs[s as usize],
+                    _ => None,
+                }
+                .unwrap_or(model.site_calls[s as usize]),
                 ranks,
                 of_ranks,
                 saving_overlapped_ns,

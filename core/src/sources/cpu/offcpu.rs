@@ -212,6 +212,9 @@ pub struct Ticks {
     /// first seen in a call: a stretch is described after the call, when the file may be
     /// closed.
     paths: HashMap<(u32, u64), String>,
+    /// The GIL holders' names as last read while they lived (a stretch is described after it
+    /// ended, when a short program's thread may be gone), and when.
+    names: HashMap<(u32, u32), (String, Instant)>,
 }
 
 impl Ticks {
@@ -280,6 +283,33 @@ impl Ticks {
     /// Notes which thread holds process `pid`'s GIL now (0: none).
     pub fn note_gil(&mut self, pid: u32, now: i64, holder: u32) {
         self.gil.entry(pid).or_default().push_back((now, holder));
+        // Its name, read again every NAME_MS while it holds the GIL (a thread may name itself
+        // after it started).
+        if holder != 0 {
+            let stale = self
+                .names
+                .get(&(pid, holder))
+                .is_none_or(|(_, at)| at.elapsed().as_millis() >= NAME_MS);
+            if stale {
+                let name = thread_name(pid, holder);
+                if !name.is_empty() {
+                    self.names.insert((pid, holder), (name, Instant::now()));
+                }
+            }
+        }
+    }
+
+    /// A thread's name: as the kernel has it now, else as it was last read while it held the
+    /// GIL.
+    fn name_of(&self, pid: u32, tid: u32) -> String {
+        let now = thread_name(pid, tid);
+        if !now.is_empty() {
+            return now;
+        }
+        self.names
+            .get(&(pid, tid))
+            .map(|(n, _)| n.clone())
+            .unwrap_or_default()
     }
 
     /// The call thread `tid` of `pid` slept in most of the ticks in [t0, t1]; for a stretch
@@ -350,7 +380,7 @@ impl Ticks {
                 let holder = waits_gil
                     .then(|| self.holder_during(s.pid, s.tid, s.start, s.end))
                     .flatten()
-                    .map(|h| (h, thread_name(s.pid, h), frames(s.pid, h, s.start, s.end)));
+                    .map(|h| (h, self.name_of(s.pid, h), frames(s.pid, h, s.start, s.end)));
                 State {
                     pid: s.pid,
                     tid: s.tid,
@@ -392,6 +422,9 @@ impl Ticks {
         }
     }
 }
+
+/// How often a GIL holder's name is read again while it holds the GIL.
+const NAME_MS: u128 = 200;
 
 /// A thread's name as the kernel has it (`comm`: what `pthread_setname_np` or `prctl` set).
 fn thread_name(pid: u32, tid: u32) -> String {
