@@ -96,6 +96,15 @@ fn assert_same(a: &Times, b: &Times) {
     assert_eq!(a.op_end, b.op_end, "op ends");
 }
 
+/// `p`'s model, checked to replay unchanged to what was measured, and its first call of
+/// `kind`.
+fn checked(p: &Prog, kind: ApiKind) -> (Model, usize) {
+    let m = p.model();
+    assert_same(&run(&m), &measured(&m));
+    let c = m.calls.iter().position(|c| c.kind == kind).unwrap();
+    (m, c)
+}
+
 /// Two launching threads, each with its stream: thread 1 launch-bound (a 5 µs kernel every
 /// 10 µs), thread 2 on another stream, 3 µs later each time.
 fn two_threads() -> Prog {
@@ -176,13 +185,7 @@ fn a_blocking_copy_to_the_host_waits_for_its_op() {
         GpuOp::new(104 * US, 106 * US, OpKind::Memcpy, name, corr),
     );
     p.launch(0, 1, a, 115 * US, 119 * US, 5 * US);
-    let mut m = p.model();
-    assert_same(&run(&m), &measured(&m));
-    let copy = m
-        .calls
-        .iter()
-        .position(|c| c.kind == ApiKind::Copy)
-        .unwrap();
+    let (mut m, copy) = checked(&p, ApiKind::Copy);
     assert_eq!(m.calls[copy].wait, 1, "the copy waited for its own op");
     assert_eq!(m.calls[copy].tail, 3 * US);
     // A longer kernel delays the copy, its return, and the launch after it.
@@ -201,13 +204,7 @@ fn a_blocking_copy_to_the_host_waits_for_its_op() {
         a,
         GpuOp::new(104 * US, 106 * US, OpKind::Memcpy, name, corr),
     );
-    let m = p.model();
-    assert_same(&run(&m), &measured(&m));
-    let copy = m
-        .calls
-        .iter()
-        .position(|c| c.kind == ApiKind::Copy)
-        .unwrap();
+    let (m, copy) = checked(&p, ApiKind::Copy);
     assert_eq!(m.calls[copy].wait, NONE);
 }
 
@@ -226,13 +223,7 @@ fn a_sync_waits_for_its_op_and_what_follows_waits_for_the_sync() {
         103 * US,
     );
     p.launch(0, 1, a, 108 * US, 112 * US, 5 * US);
-    let mut m = p.model();
-    assert_same(&run(&m), &measured(&m));
-    let sync = m
-        .calls
-        .iter()
-        .position(|c| c.kind == ApiKind::Sync)
-        .unwrap();
+    let (mut m, sync) = checked(&p, ApiKind::Sync);
     assert_eq!(m.calls[sync].wait, 0, "the sync waited for the first op");
     m.ops[0].dur += 20 * US;
     let t = run(&m);
