@@ -28,13 +28,18 @@ pub fn top_frame<M: Memory>(mem: &M, l: &Layout, ts: usize) -> usize {
 /// [`MAX_DEPTH`] of them. The walk ends at a null, at a frame whose code field is not a code
 /// object, and at a read that fails. `known(code)` says a code object was seen before, so its
 /// type is not read again (a reader from outside saves a system call a frame).
+///
+/// Returns whether the walk is whole: it ended at the thread's first frame (a null previous)
+/// or at the depth limit, not at a read that failed or a frame that held no code object. A
+/// reader from outside reads a running thread, which may return from a frame and call
+/// another in its place between two reads: such a walk is cut, and worth reading again.
 pub fn walk<M: Memory>(
     mem: &M,
     l: &Layout,
     ts: usize,
     known: impl Fn(usize) -> bool,
     mut each: impl FnMut(RawFrame),
-) {
+) -> bool {
     let instr_off = match l.instr {
         Instr::Pointer { frame_off, .. } => frame_off,
         // The 8-byte word holding the int (frames are 8-aligned), so no read ends past it.
@@ -45,10 +50,10 @@ pub fn walk<M: Memory>(
     let mut depth = 0;
     while f != 0 && depth < MAX_DEPTH {
         let Some([code, prev, iw]) = mem.words(f, [l.frame_code, l.frame_prev, instr_off]) else {
-            break;
+            return false;
         };
         if code == 0 || !(known(code) || mem.word(code + 8) == Some(l.code_type)) {
-            break;
+            return false;
         }
         let lasti = match l.instr {
             Instr::Api => mem.api_lasti(f).unwrap_or(-1),
@@ -78,6 +83,7 @@ pub fn walk<M: Memory>(
         depth += 1;
         f = prev;
     }
+    true
 }
 
 /// The interpreter's threads, (native thread id, thread state), in its order; at most
@@ -400,12 +406,21 @@ mod tests {
             "a code object known is not read again"
         );
         let mut m = chain(&l, 3, 0);
+        assert!(walk(&m, &l, TS, |_| false, |_| ()), "a whole chain");
         m.put(FRAMES + 0x100 + l.frame_code, 0);
         assert_eq!(frames_of(&m, &l).len(), 1);
+        assert!(
+            !walk(&m, &l, TS, |_| false, |_| ()),
+            "cut at a frame of no code"
+        );
         let mut m = chain(&l, 3, 0);
         m.words.remove(&(CODES + 0x2000 + 8));
         m.bytes.remove(&(CODES + 0x2000 + 8));
         assert_eq!(frames_of(&m, &l).len(), 2);
+        assert!(
+            !walk(&m, &l, TS, |_| false, |_| ()),
+            "cut at a code of no type"
+        );
         // No frame, no thread state, an unreadable one, a cframe that is null.
         assert!(frames_of(&Fake::default(), &l).is_empty());
         let mut out = Vec::new();

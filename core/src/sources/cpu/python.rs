@@ -103,7 +103,14 @@ impl Reader {
                 let mut s = Vec::new();
                 // A code object named before needs no check of its type.
                 let known = |code| self.codes.contains_key(&code);
-                pystack::walk(&self.mem, &self.l.frames, ts, known, |f| s.push(f));
+                // A walk cut short (the thread returned from a frame and called another
+                // in its place while it was read) is read again, up to twice.
+                for _ in 0..WALKS {
+                    s.clear();
+                    if pystack::walk(&self.mem, &self.l.frames, ts, known, |f| s.push(f)) {
+                        break;
+                    }
+                }
                 (!s.is_empty()).then_some((tid, s))
             })
             .collect()
@@ -146,6 +153,9 @@ impl Reader {
         }
     }
 }
+
+/// Walks of a thread's stack a read tries before it keeps one that was cut short.
+const WALKS: usize = 3;
 
 /// Threads' Python stacks as read, the latest last, for pairing with their native samples.
 pub struct History<T> {
