@@ -73,6 +73,7 @@ fn gain(j: &JsonReport, a: &Advice) -> String {
                         k => format!(" ({k} seen loading now)"),
                     }
                 ),
+                None if r.backward_calls > 0 => " with its backward".to_string(),
                 None => String::new(),
             };
             // Overlapped on its own thread, host work saves less where that thread's CPU

@@ -41,7 +41,7 @@
 use crate::analysis::site::{LeafAcc, Site};
 use crate::analysis::verdict::Verdict;
 use crate::frames::{backward_node, forward_op, is_profiler_frame, node_op, pretty_frame};
-use crate::model::records::{NameId, Ns, StackId};
+use crate::model::records::{NameId, Ns};
 use crate::model::store::Store;
 
 /// One pattern of the table.
@@ -617,7 +617,7 @@ fn backward(e: &Evidence) -> Option<Detail> {
 /// innermost Python frame that is not the profiler's, else its op.
 fn forward_site(e: &Evidence) -> Option<String> {
     let (site, _) = e.launches.iter().max_by_key(|l| l.1)?;
-    let fwd = ancestors(e.store, site.stack).find_map(|s| e.store.forward_of.get(&s).copied())?;
+    let fwd = e.store.forward_stack(site.stack)?;
     let frames = e.store.stacks.frames(fwd);
     let name = |f: &NameId| e.store.names.get(*f);
     let py = frames
@@ -633,14 +633,6 @@ fn forward_site(e: &Evidence) -> Option<String> {
         ),
         (None, Some(op)) => op.to_string(),
         _ => return None,
-    })
-}
-
-/// A stack and its parents, innermost first.
-fn ancestors(store: &Store, stack: StackId) -> impl Iterator<Item = StackId> + '_ {
-    std::iter::successors((stack != 0).then_some(stack), |&s| {
-        let p = store.stacks.node(s).parent;
-        (p != 0).then_some(p)
     })
 }
 

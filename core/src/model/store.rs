@@ -560,6 +560,16 @@ impl Store {
         v
     }
 
+    /// The stack of the forward op whose autograd node a backward stack runs: the link
+    /// ([`Store::forward_of`]) of the stack or its nearest linked parent; None without one.
+    pub fn forward_stack(&self, stack: StackId) -> Option<StackId> {
+        std::iter::successors((stack != 0).then_some(stack), |&s| {
+            let p = self.stacks.node(s).parent;
+            (p != 0).then_some(p)
+        })
+        .find_map(|s| self.forward_of.get(&s).copied())
+    }
+
     /// Frame strings of a stack, outermost first.
     pub fn frame_strings(&self, stack: StackId) -> Vec<String> {
         self.stacks

@@ -5,7 +5,7 @@ use super::*;
 use crate::analysis::advice::{self, Advice};
 use crate::analysis::verdict;
 use crate::analysis::{analyse, Options};
-use crate::model::records::{ApiCall, ApiKind, CpuSample, GpuOp, LaneKey, OpKind, Span};
+use crate::model::records::{ApiCall, ApiKind, CpuSample, GpuOp, LaneKey, OpKind, Span, StackId};
 use crate::model::window::Window;
 
 const US: Ns = 1_000;

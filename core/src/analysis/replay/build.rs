@@ -128,6 +128,7 @@ pub fn build(
                         Some((v, py)) => python_span_at(v, py, a.start),
                         None => a.stack,
                     },
+                    fwd: NONE,
                 });
                 prev_end = Some(a.end.max(a.start));
             }
@@ -234,6 +235,21 @@ pub fn build(
         }
     }
     site_syncs.resize(sites.len(), None);
+    // Backward calls: the site of their forward op, where the trace ties them and that site
+    // has calls of its own here.
+    if !store.forward_of.is_empty() {
+        let mut fwd_of: HashMap<StackId, u32> = HashMap::default();
+        for (c, &(_, stack, _, _)) in origin.iter().enumerate() {
+            let f = *fwd_of.entry(stack).or_insert_with(|| {
+                store
+                    .forward_stack(stack)
+                    .and_then(|f| key_ids.get(&key(f, 0, 0)).copied())
+                    .unwrap_or(NONE)
+            });
+            // Not a site's own forward ops (a node run on the forward's thread).
+            m.calls[c].fwd = if f == m.calls[c].site { NONE } else { f };
+        }
+    }
     m.sites = sites;
     m.site_calls = site_calls;
     m.site_syncs = site_syncs;

@@ -144,6 +144,7 @@ mod tests {
                     after: NONE,
                     after_gap: 0,
                     inv: 0,
+                    fwd: NONE,
                 }
             })
             .collect();

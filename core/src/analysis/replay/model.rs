@@ -33,6 +33,12 @@ pub struct Call {
     /// Which call of a Python function made it: on a thread with CPU spans (a trace), the
     /// innermost Python span around it; else its stack (a new call returns to its first line).
     pub inv: u32,
+    /// A backward call: the site of the forward op that made the autograd node it runs,
+    /// where the trace ties them (Kineto's sequence numbers, [`Store::forward_of`]) and that
+    /// site has calls in the block; [`NONE`] otherwise.
+    ///
+    /// [`Store::forward_of`]: crate::model::store::Store::forward_of
+    pub fwd: u32,
 }
 
 /// A GPU op.

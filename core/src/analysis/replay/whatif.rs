@@ -37,7 +37,7 @@ impl WhatIf {
     /// What the what-if assumes, in a line.
     pub fn assumes(self) -> &'static str {
         match self {
-            WhatIf::Fuse => "each call's launches fused into one kernel of the same GPU time, launched once",
+            WhatIf::Fuse => "each call's launches fused into one kernel of the same GPU time, launched once; where the trace ties backward ops to it, each run of its backward's launches too",
             WhatIf::HostWork => "its CPU time during its gaps removed (the CPU before each launch, by as much as the GPU sat idle before its op, down to the thread's typical time between two calls)",
             WhatIf::Planning => "each shape planned once, before the steady steps: its plans (CPU time before its launches of 10x its usual and over 1ms) removed",
             WhatIf::SlowLaunch => "its launch calls as fast as the thread's typical launch",
@@ -80,6 +80,10 @@ pub struct SiteEstimate {
     /// thread's CPU time in it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub saving_overlapped_ns: Option<Ns>,
+    /// Fused: the backward calls of its forward ops that the fix fused too (those the trace
+    /// ties to it, in the replayed steps).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub backward_calls: usize,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -239,17 +243,24 @@ fn apply(m: &mut Model, s: u32, w: WhatIf, seg: &[Ns], own: &[Ns]) -> Undo {
             for t in 0..m.threads.len() {
                 let (first, last, spans) =
                     (m.threads[t].first, m.threads[t].last, m.threads[t].spans);
-                // The current call of the site: its first launch (call, op), its `inv`.
-                let mut open: Option<(u32, u32, u32)> = None;
+                // The current call of the site: its first launch (call, op), its `inv`, and
+                // whether it is a run of the site's backward calls.
+                let mut open: Option<(u32, u32, u32, bool)> = None;
                 let mut prev_inv = NONE;
                 for c in first..last {
                     let call = m.calls[c as usize];
-                    let mine = call.site == s && call.kind != ApiKind::Sync;
+                    // The backward of the site's forward ops, where the trace ties them: a
+                    // compiler that fuses a function fuses its backward too.
+                    let bwd = call.site != s && call.fwd == s;
+                    let mine = (call.site == s || bwd) && call.kind != ApiKind::Sync;
                     let j = op_of[c as usize];
                     // A new call of the function: another Python span, or (stacks) back at
-                    // the first launch's line.
-                    let same_call = open.is_some_and(|(_, _, inv)| {
-                        if spans {
+                    // the first launch's line. A run of backward calls (nothing else of the
+                    // thread between them) is one.
+                    let same_call = open.is_some_and(|(_, _, inv, was_bwd)| {
+                        if bwd || was_bwd {
+                            bwd && was_bwd
+                        } else if spans {
                             call.inv == inv && inv != NONE
                         } else {
                             !(call.inv == inv && prev_inv != inv)
@@ -261,7 +272,7 @@ fn apply(m: &mut Model, s: u32, w: WhatIf, seg: &[Ns], own: &[Ns]) -> Undo {
                         continue;
                     }
                     match open {
-                        Some((c0, j0, _)) if same_call => {
+                        Some((c0, j0, _, _)) if same_call => {
                             let x = u.call(m, c);
                             x.seg = 0;
                             x.own = 0;
@@ -287,7 +298,7 @@ fn apply(m: &mut Model, s: u32, w: WhatIf, seg: &[Ns], own: &[Ns]) -> Undo {
                         }
                         _ => {
                             if j != NONE || open.is_none() {
-                                open = Some((c, j, call.inv));
+                                open = Some((c, j, call.inv, bwd));
                             }
                         }
                     }
@@ -518,6 +529,14 @@ pub fn estimate(
         let load = (*w == WhatIf::Input).then(|| loading(&model, store, s, &seg, diffs.len()));
         let workers = load.and_then(|l| l.workers_for(step_after));
         let workers_seen = load.map_or(0, |l| l.helpers);
+        let backward_calls = match *w {
+            WhatIf::Fuse => model
+                .calls
+                .iter()
+                .filter(|c| c.fwd == s && c.site != s)
+                .count(),
+            _ => 0,
+        };
         out.insert(
             k.clone(),
             SiteEstimate {
@@ -536,6 +555,7 @@ pub fn estimate(
                 ranks,
                 of_ranks,
                 saving_overlapped_ns,
+                backward_calls,
             },
         );
     }

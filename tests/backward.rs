@@ -1,0 +1,231 @@
+//! A forward function's fix replayed with its backward (issue 36): where a Kineto trace ties
+//! autograd's backward ops to the forward ops that made them (`Sequence number`, `Fwd thread
+//! id`), fusing the function (torch.compile compiles its backward too) fuses the backward's
+//! launches as well, and the saving says so. Checked on a trace simulated here, against the
+//! same program simulated with the fix, and on a real one (`backward_bound`, recorded on an H200).
+
+mod support;
+
+use support::{advice, report_json, tempdir};
+
+/// Per launch: CPU time before it (dispatch), the launch call, the kernel's latency and
+/// duration (µs). Unfused, the GPU never binds: a 1 µs kernel every 6 µs.
+const CPU: i64 = 1;
+const LAUNCH: i64 = 5;
+const LATENCY: i64 = 4;
+const KERNEL: i64 = 1;
+/// Autograd's thread starts this long after the forward's last launch returned, and the main
+/// thread's sync this long after the backward's last launch returned.
+const WAKE: i64 = 20;
+
+/// The program: steps, `Gate.forward` calls a step, launches a call.
+const STEPS: usize = 30;
+const LAYERS: usize = 6;
+const OPS: usize = 6;
+
+/// A training loop of [`STEPS`] steps (`ProfilerStep#k`), each [`LAYERS`] calls of
+/// `model.py(20): Gate.forward` of [`OPS`] launches on the main thread (tid 1), then the
+/// backward of every op on autograd's thread (tid 2, in reverse), then a device sync on the
+/// main thread, simulated on one stream. With `tied`, the forward ops carry their sequence
+/// numbers and the backward ops theirs with `Fwd thread id`, as torch.profiler writes them;
+/// without, neither. `fused`: the fix itself, each call's launches one kernel of their time,
+/// and the backward's one kernel of its time. Returns the trace and its steps' times.
+fn trace(tied: bool, fused: bool) -> (String, Vec<i64>) {
+    let mut w = Trace::default();
+    let seq_args = |seq: i64, bwd: bool| match (tied, bwd) {
+        (false, _) => String::new(),
+        (true, false) => format!(r#""Sequence number":{seq}"#),
+        (true, true) => format!(r#""Sequence number":{seq},"Fwd thread id":1"#),
+    };
+    let (launches, kernel) = match fused {
+        false => (OPS, KERNEL),
+        true => (1, OPS as i64 * KERNEL),
+    };
+    let (mut t, mut seq) = (1_000_000i64, 1i64);
+    let mut times = Vec::new();
+    for k in 0..STEPS {
+        let start = t;
+        let mut cur = t + 1;
+        let mut made = Vec::new();
+        for _ in 0..LAYERS {
+            let call = cur;
+            for _ in 0..launches {
+                w.x(
+                    "cpu_op",
+                    "aten::mul",
+                    1,
+                    cur,
+                    cur + CPU + LAUNCH,
+                    seq_args(seq, false),
+                );
+                w.launch(1, cur + CPU, kernel);
+                made.push(seq);
+                seq += 1;
+                cur += CPU + LAUNCH;
+            }
+            w.x(
+                "python_function",
+                "model.py(20): Gate.forward",
+                1,
+                call,
+                cur,
+                String::new(),
+            );
+            cur += 1;
+        }
+        // Autograd's thread runs each node, the last made first (fused: one kernel).
+        let mut b = cur - 1 + WAKE;
+        let backward = match fused {
+            false => made.iter().rev().map(|&s| (s, KERNEL)).collect(),
+            true => vec![(made[0], (LAYERS * OPS) as i64 * KERNEL)],
+        };
+        for (s, kernel) in backward {
+            let end = b + CPU + LAUNCH;
+            let outer = "autograd::engine::evaluate_function: MulBackward0";
+            w.x("cpu_op", outer, 2, b, end, seq_args(s, true));
+            w.x("cpu_op", "MulBackward0", 2, b, end, seq_args(s, true));
+            w.launch(2, b + CPU, kernel);
+            b = end;
+        }
+        // The sync returns once the GPU is done.
+        let sync = b + WAKE;
+        let end = (sync + 3).max(w.gpu_free);
+        w.corr += 1;
+        let args = format!(r#""correlation":{}"#, w.corr);
+        w.x("cuda_runtime", "cudaDeviceSynchronize", 1, sync, end, args);
+        w.x(
+            "python_function",
+            "train.py(30): train_step",
+            1,
+            start,
+            end,
+            String::new(),
+        );
+        let step = format!("ProfilerStep#{k}");
+        w.x("user_annotation", &step, 1, start, end + 10, String::new());
+        t = end + 10;
+        times.push(t - start);
+    }
+    let trace = format!(
+        r#"{{"schemaVersion":1,"deviceProperties":[{{"id":0,"name":"NVIDIA H200"}}],"traceEvents":[
+{}
+]}}"#,
+        w.ev.join(",\n")
+    );
+    (trace, times)
+}
+
+/// A trace's events as written, the last correlation id, and when the stream is free.
+#[derive(Default)]
+struct Trace {
+    ev: Vec<String>,
+    corr: u64,
+    gpu_free: i64,
+}
+
+impl Trace {
+    /// A complete event, times in µs.
+    fn x(&mut self, cat: &str, name: &str, tid: u32, a: i64, b: i64, args: String) {
+        let pid = if cat == "kernel" { 0 } else { 100 };
+        self.ev.push(format!(
+            r#"{{"ph":"X","cat":"{cat}","name":"{name}","pid":{pid},"tid":{tid},"ts":{a},"dur":{},"args":{{{args}}}}}"#,
+            b - a
+        ));
+    }
+
+    /// A launch call at `at` on thread `tid`, and its kernel of `dur` µs on stream 7, queued
+    /// behind the one before it.
+    fn launch(&mut self, tid: u32, at: i64, dur: i64) {
+        self.corr += 1;
+        let corr = self.corr;
+        let args = format!(r#""correlation":{corr}"#);
+        self.x(
+            "cuda_runtime",
+            "cudaLaunchKernel",
+            tid,
+            at,
+            at + LAUNCH,
+            args,
+        );
+        let a = (at + LATENCY).max(self.gpu_free + 1);
+        self.gpu_free = a + dur;
+        let args = format!(r#""device":0,"stream":7,"correlation":{corr}"#);
+        let name = "void at::native::vectorized_elementwise_kernel<4, mul>";
+        self.x("kernel", name, 7, a, a + dur, args);
+    }
+}
+
+/// The mean step, µs, leaving out the first and the last.
+fn steady(times: &[i64]) -> f64 {
+    let mid = &times[1..times.len() - 1];
+    mid.iter().sum::<i64>() as f64 / mid.len() as f64
+}
+
+/// Fusing each `Gate.forward` call's launches, and with the backward tied to it its
+/// backward's launches (one run on autograd's thread), saves what the fused program, simulated
+/// the same way, takes less a step, within 3% (the replay's mean includes the first and last
+/// steps). Without the ties, only the forward's part, which is well below it.
+#[test]
+fn fusing_a_function_fuses_its_backward_where_the_trace_ties_them() {
+    let (_, before) = trace(true, false);
+    let (_, after) = trace(true, true);
+    let truth = 1_000.0 * (steady(&before) - steady(&after));
+    assert!(truth > 0.0);
+    let mut savings = Vec::new();
+    for tied in [true, false] {
+        let dir = tempdir(if tied { "bwd-tied" } else { "bwd-untied" });
+        let path = dir.join("trace.json");
+        std::fs::write(&path, trace(tied, false).0).unwrap();
+        let j = report_json(&path, &[]);
+        let err = j["replay"]["baseline_error"].as_f64().unwrap();
+        assert!(err < 0.001, "baseline error {err}");
+        let a = advice(&j, "Gate.forward");
+        assert_eq!(a["verdict"], "launch_bound", "{a}");
+        let got = a["saving_ns"].as_f64().unwrap();
+        // The JSON counts the backward calls it fused, every one of the replayed steps'.
+        let bwd = a["backward_calls"].as_u64().unwrap_or(0);
+        assert_eq!(bwd % (LAYERS * OPS) as u64, 0, "{a}");
+        assert_eq!(bwd > 0, tied, "{a}");
+        // No saving larger than the step.
+        let step = j["replay"]["measured_mean_ns"].as_f64().unwrap();
+        assert!(got < step, "{got} of a {step} step");
+        savings.push(got);
+    }
+    let (tied, untied) = (savings[0], savings[1]);
+    eprintln!("saving with the backward {tied} ns, without {untied}, the fused program {truth}");
+    assert!(
+        (tied - truth).abs() <= 0.03 * truth,
+        "tied: saving {tied} ns, the fused program saves {truth}"
+    );
+    assert!(untied < 0.6 * truth, "untied: {untied} of {truth}");
+}
+
+/// The real backward_bound trace (50 gated layers, torch.profiler on an H200): its first site
+/// is the forward function, and with its backward tied the replayed saving is well above the
+/// forward's alone (the backward launches twice as many kernels), yet below the whole step as
+/// CUDA graphs; the headline says the backward is in it.
+#[test]
+fn backward_bound_trace_saves_its_forward_and_backward() {
+    let path = std::path::Path::new("tests/data/kineto/backward_bound.json.gz");
+    let j = report_json(path, &[]);
+    let a = &j["advice"][0];
+    assert!(
+        a["site"]
+            .as_str()
+            .unwrap()
+            .starts_with("forward  backward_bound.py:20"),
+        "{a}"
+    );
+    let saving = a["saving_ns"].as_f64().unwrap();
+    let summed = a["gap_sum_ns"].as_f64().unwrap();
+    let graph = j["replay"]["graph_saving_ns"].as_f64().unwrap();
+    assert!(
+        saving > 2.0 * summed,
+        "{saving} vs the forward's gaps {summed}"
+    );
+    assert!(saving < graph, "{saving} vs graphs {graph}");
+    assert!(a["backward_calls"].as_u64().unwrap() > 0, "{a}");
+    let text = String::from_utf8(support::report_out(path, "text", &[])).unwrap();
+    let head = text.lines().next().unwrap();
+    assert!(head.contains("replayed with its backward"), "{head}");
+}
