@@ -190,6 +190,10 @@ fn fusing_a_function_fuses_its_backward_where_the_trace_ties_them() {
         let step = j["replay"]["measured_mean_ns"].as_f64().unwrap();
         assert!(got < step, "{got} of a {step} step");
         savings.push(got);
+        // The backward's own row says its launches are in the forward's fix, where tied.
+        let b = advice(&j, "MulBackward0");
+        let with = b["fused_with"].as_str().unwrap_or("");
+        assert_eq!(with.starts_with("Gate.forward"), tied, "{b}");
     }
     let (tied, untied) = (savings[0], savings[1]);
     eprintln!("saving with the backward {tied} ns, without {untied}, the fused program {truth}");
@@ -225,6 +229,8 @@ fn backward_bound_trace_saves_its_forward_and_backward() {
     );
     assert!(saving < graph, "{saving} vs graphs {graph}");
     assert!(a["backward_calls"].as_u64().unwrap() > 0, "{a}");
+    let b = advice(&j, "MulBackward0");
+    assert_eq!(b["fused_with"], a["site"], "{b}");
     let text = String::from_utf8(support::report_out(path, "text", &[])).unwrap();
     let head = text.lines().next().unwrap();
     assert!(head.contains("replayed with its backward"), "{head}");

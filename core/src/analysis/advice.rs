@@ -94,8 +94,10 @@ pub fn frame_key(frame: &str) -> Option<String> {
 pub fn steps_line(a: &Advice, steady_steps: u32) -> Option<String> {
     let (present, per) = (a.steps_present?, a.per_step_ns?);
     Some(if a.recurring {
-        let save = match a.saving_ns {
-            Some(s) if s > 0 => format!(", a fix saves ~{} a step", fmt_short(s)),
+        let fused_with = a.replay.as_ref().and_then(|r| r.fused_with.as_deref());
+        let save = match (a.saving_ns, fused_with) {
+            (Some(s), _) if s > 0 => format!(", a fix saves ~{} a step", fmt_short(s)),
+            (_, Some(f)) => format!(", in the saving of its forward's fix ({f})"),
             _ => String::new(),
         };
         format!(
@@ -603,10 +605,17 @@ pub fn replay_advice(
         .collect();
     let mut key = |stack, api, op| site_key_of(store, stack, api, op);
     let mut est = replay::estimate(store, steps, &sites, &mut key)?;
+    // A backward site fused with its forward: named by the forward's row.
+    let names: HashMap<String, String> = advice
+        .iter()
+        .map(|a| (a.key.clone(), a.site.clone()))
+        .collect();
     for a in advice.iter_mut() {
         if let Some(e) = est.sites.get(&a.key) {
             a.saving_ns = Some(e.saving_ns);
-            a.replay = Some(e.clone());
+            let mut e = e.clone();
+            e.fused_with = e.forward_key.as_ref().and_then(|k| names.get(k)).cloned();
+            a.replay = Some(e);
         }
     }
     // Syncs whose removal saves time, where no gap names them.

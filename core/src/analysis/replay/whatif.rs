@@ -84,6 +84,13 @@ pub struct SiteEstimate {
     /// ties to it, in the replayed steps).
     #[serde(skip_serializing_if = "is_zero")]
     pub backward_calls: usize,
+    /// A backward site whose calls the trace ties to a forward site that is replayed fused
+    /// too: that site's key (its fix fuses these launches with its own).
+    #[serde(skip)]
+    pub forward_key: Option<String>,
+    /// That forward site, as advice names it (set by advice).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fused_with: Option<String>,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -537,6 +544,12 @@ pub fn estimate(
                 .count(),
             _ => 0,
         };
+        let forward_key = match *w {
+            WhatIf::Fuse => forward_of_site(&model, s)
+                .map(|f| model.sites[f as usize].clone())
+                .filter(|f| asked.get(f.as_str()) == Some(&WhatIf::Fuse)),
+            _ => None,
+        };
         out.insert(
             k.clone(),
             SiteEstimate {
@@ -556,6 +569,8 @@ pub fn estimate(
                 of_ranks,
                 saving_overlapped_ns,
                 backward_calls,
+                forward_key,
+                fused_with: None,
             },
         );
     }
@@ -586,6 +601,22 @@ pub fn estimate(
         model,
         baseline,
     })
+}
+
+/// The forward site most of site `s`'s calls are the backward of, where at least half are.
+fn forward_of_site(m: &Model, s: u32) -> Option<u32> {
+    let mut by: HashMap<u32, usize> = HashMap::default();
+    let mut all = 0;
+    for c in m.calls.iter().filter(|c| c.site == s) {
+        all += 1;
+        if c.fwd != NONE {
+            *by.entry(c.fwd).or_default() += 1;
+        }
+    }
+    let (f, n) = by
+        .into_iter()
+        .max_by_key(|&(f, n)| (n, std::cmp::Reverse(f)))?;
+    (2 * n >= all).then_some(f)
 }
 
 /// A site's fix replayed over the block, for drawing.
