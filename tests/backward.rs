@@ -29,8 +29,10 @@ const OPS: usize = 6;
 /// main thread, simulated on one stream. With `tied`, the forward ops carry their sequence
 /// numbers and the backward ops theirs with `Fwd thread id`, as torch.profiler writes them;
 /// without, neither. `fused`: the fix itself, each call's launches one kernel of their time,
-/// and the backward's one kernel of its time. Returns the trace and its steps' times.
-fn trace(tied: bool, fused: bool) -> (String, Vec<i64>) {
+/// and the backward's one kernel of its time. `split`: every other layer is another
+/// function's, `model.py(40): Mix.forward`, with the same ops. Returns the trace and its
+/// steps' times.
+fn trace(tied: bool, fused: bool, split: bool) -> (String, Vec<i64>) {
     let mut w = Trace::default();
     let seq_args = |seq: i64, bwd: bool| match (tied, bwd) {
         (false, _) => String::new(),
@@ -47,7 +49,7 @@ fn trace(tied: bool, fused: bool) -> (String, Vec<i64>) {
         let start = t;
         let mut cur = t + 1;
         let mut made = Vec::new();
-        for _ in 0..LAYERS {
+        for l in 0..LAYERS {
             let call = cur;
             for _ in 0..launches {
                 w.x(
@@ -63,14 +65,11 @@ fn trace(tied: bool, fused: bool) -> (String, Vec<i64>) {
                 seq += 1;
                 cur += CPU + LAUNCH;
             }
-            w.x(
-                "python_function",
-                "model.py(20): Gate.forward",
-                1,
-                call,
-                cur,
-                String::new(),
-            );
+            let function = match split && l % 2 == 1 {
+                false => "model.py(20): Gate.forward",
+                true => "model.py(40): Mix.forward",
+            };
+            w.x("python_function", function, 1, call, cur, String::new());
             cur += 1;
         }
         // Autograd's thread runs each node, the last made first (fused: one kernel).
@@ -167,15 +166,15 @@ fn steady(times: &[i64]) -> f64 {
 /// steps). Without the ties, only the forward's part, which is well below it.
 #[test]
 fn fusing_a_function_fuses_its_backward_where_the_trace_ties_them() {
-    let (_, before) = trace(true, false);
-    let (_, after) = trace(true, true);
+    let (_, before) = trace(true, false, false);
+    let (_, after) = trace(true, true, false);
     let truth = 1_000.0 * (steady(&before) - steady(&after));
     assert!(truth > 0.0);
     let mut savings = Vec::new();
     for tied in [true, false] {
         let dir = tempdir(if tied { "bwd-tied" } else { "bwd-untied" });
         let path = dir.join("trace.json");
-        std::fs::write(&path, trace(tied, false).0).unwrap();
+        std::fs::write(&path, trace(tied, false, false).0).unwrap();
         let j = report_json(&path, &[]);
         let err = j["replay"]["baseline_error"].as_f64().unwrap();
         assert!(err < 0.001, "baseline error {err}");
@@ -202,6 +201,25 @@ fn fusing_a_function_fuses_its_backward_where_the_trace_ties_them() {
         "tied: saving {tied} ns, the fused program saves {truth}"
     );
     assert!(untied < 0.6 * truth, "untied: {untied} of {truth}");
+}
+
+/// Two functions whose ops are the same (`aten::mul`), so that one backward stack on
+/// autograd's thread runs nodes of both: the trace ties each node to its op, but a backward
+/// call is known only by its stack, which is neither's alone. Neither function's fix takes
+/// the backward then, nor does the backward's row name one.
+#[test]
+fn a_backward_stack_of_two_functions_is_tied_to_neither() {
+    let dir = tempdir("bwd-split");
+    let path = dir.join("trace.json");
+    std::fs::write(&path, trace(true, false, true).0).unwrap();
+    let j = report_json(&path, &[]);
+    for f in ["Gate.forward", "Mix.forward"] {
+        let a = advice(&j, f);
+        assert_eq!(a["verdict"], "launch_bound", "{a}");
+        assert!(a["backward_calls"].is_null(), "{a}");
+    }
+    let b = advice(&j, "MulBackward0");
+    assert!(b["fused_with"].is_null(), "{b}");
 }
 
 /// The real backward_bound trace (50 gated layers, torch.profiler on an H200): its first site

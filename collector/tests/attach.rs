@@ -258,12 +258,18 @@ fn bare_result(dir: &Path, out: &str) -> String {
 }
 
 /// Every kernel of a capture has its launch call and its Python stack, and the stacks name the
-/// script's functions: what a viewer attached mid-run gets is complete.
+/// script's functions: what a viewer attached mid-run gets is complete. But for a launch that
+/// straddles the attach or the detach (the call entered before its callbacks were on, or
+/// returned after they went off, while its kernel's record was collected): at most one at
+/// each end, which the report counts as a kernel without its launch (seen once in a soak run
+/// beside a busy core: 211 of 212).
 fn assert_complete(j: &serde_json::Value, err: &str) {
     let k = j["kernels"].as_u64().unwrap();
     assert!(k >= 9, "{k} kernels\n{err}");
-    assert_eq!(j["kernels_with_launch"], k, "{err}");
-    assert_eq!(j["kernels_with_stack"], k, "{err}");
+    for with in ["kernels_with_launch", "kernels_with_stack"] {
+        let n = j[with].as_u64().unwrap();
+        assert!(n <= k && n + 2 >= k, "{with} {n} of {k}\n{err}");
+    }
     let frames: Vec<String> = j["top_stacks"]
         .as_array()
         .unwrap()

@@ -152,7 +152,7 @@ fn every_fake_launch_arrives_with_its_call_and_python_stack() {
     // launch-bound. A sync explains its gap only when it blocked for half of it or more: on a
     // loaded machine the Python between a sync and the next step's launches can be preempted
     // for longer than the sync's ~400 µs wait, and that gap is then the launch's (seen: 18 of
-    // 20 beside a busy core). Most of the 19 after a step's sync are the sync's.
+    // 19 beside a busy core). Most of the 19 after a step's sync are the sync's.
     let syncs = j["reasons"]["sync"]["count"].as_u64().unwrap();
     assert!((15..=20).contains(&syncs), "{}", j["reasons"]);
     let rope = j["advice"]

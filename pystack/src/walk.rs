@@ -29,8 +29,9 @@ pub fn top_frame<M: Memory>(mem: &M, l: &Layout, ts: usize) -> usize {
 /// object, and at a read that fails. `known(code)` says a code object was seen before, so its
 /// type is not read again (a reader from outside saves a system call a frame).
 ///
-/// Returns whether the walk is whole: it ended at the thread's first frame (a null previous)
-/// or at the depth limit, not at a read that failed or a frame that held no code object. A
+/// Returns whether the walk is whole: it ended at the thread's first frame (a null previous,
+/// whether or not that frame runs a code object) or at the depth limit, not at a read that
+/// failed or at a frame in the middle that held no code object. A
 /// reader from outside reads a running thread, which may return from a frame and call
 /// another in its place between two reads: such a walk is cut, and worth reading again.
 pub fn walk<M: Memory>(
@@ -53,7 +54,9 @@ pub fn walk<M: Memory>(
             return false;
         };
         if code == 0 || !(known(code) || mem.word(code + 8) == Some(l.code_type)) {
-            return false;
+            // The thread's first frame may be the interpreter's entry frame, which runs no
+            // code object (3.13's holds None): the walk is whole there.
+            return code != 0 && prev == 0;
         }
         let lasti = match l.instr {
             Instr::Api => mem.api_lasti(f).unwrap_or(-1),
@@ -418,8 +421,16 @@ mod tests {
         m.bytes.remove(&(CODES + 0x2000 + 8));
         assert_eq!(frames_of(&m, &l).len(), 2);
         assert!(
+            walk(&m, &l, TS, |_| false, |_| ()),
+            "the first frame runs no code object (3.13's entry frame): whole"
+        );
+        let mut m = chain(&l, 3, 0);
+        m.words.remove(&(CODES + 0x1000 + 8));
+        m.bytes.remove(&(CODES + 0x1000 + 8));
+        assert_eq!(frames_of(&m, &l).len(), 1);
+        assert!(
             !walk(&m, &l, TS, |_| false, |_| ()),
-            "cut at a code of no type"
+            "cut at a middle frame of no code"
         );
         // No frame, no thread state, an unreadable one, a cframe that is null.
         assert!(frames_of(&Fake::default(), &l).is_empty());

@@ -96,7 +96,11 @@ pub fn steps_line(a: &Advice, steady_steps: u32) -> Option<String> {
     Some(if a.recurring {
         let fused_with = a.replay.as_ref().and_then(|r| r.fused_with.as_deref());
         let save = match (a.saving_ns, fused_with) {
-            (Some(s), _) if s > 0 => format!(", a fix saves ~{} a step", fmt_short(s)),
+            (Some(s), Some(f)) if s > 0 => format!(
+                ", a fix saves ~{} a step, which its forward's fix ({f}) saves too",
+                fmt_short(s)
+            ),
+            (Some(s), None) if s > 0 => format!(", a fix saves ~{} a step", fmt_short(s)),
             (_, Some(f)) => format!(", in the saving of its forward's fix ({f})"),
             _ => String::new(),
         };

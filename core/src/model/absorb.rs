@@ -152,6 +152,10 @@ impl Store {
         for (b, f) in other.forward_of {
             self.forward_of.insert(map.stack(b), map.stack(f));
         }
+        for (b, v) in other.forward_split {
+            let v = v.into_iter().map(|(f, n)| (map.stack(f), n)).collect();
+            self.forward_split.insert(map.stack(b), v);
+        }
         self.generation += 1;
         into.unwrap_or(first)..self.procs.len() as u32
     }

@@ -76,6 +76,10 @@ pub struct Store {
     /// A backward op's span stack to the stack of the forward op that made its autograd node
     /// (Kineto's sequence numbers; `sources::fwdbwd`).
     pub forward_of: HashMap<StackId, StackId>,
+    /// A backward stack whose nodes were made by forward ops of several stacks (autograd's
+    /// thread has no Python frames: one `AddmmBackward0` stack runs every layer's node): each
+    /// forward stack and how many of its nodes it made. `forward_of` holds the most common.
+    pub forward_split: HashMap<StackId, Vec<(StackId, u32)>>,
 }
 
 impl Default for Store {
@@ -116,6 +120,7 @@ impl Store {
             notes: Vec::new(),
             unverified: Vec::new(),
             forward_of: HashMap::default(),
+            forward_split: HashMap::default(),
         }
     }
 
@@ -465,6 +470,7 @@ impl Store {
         c.unaligned = self.unaligned.clone();
         c.dropped_times = self.dropped_times.clone();
         c.forward_of = self.forward_of.clone();
+        c.forward_split = self.forward_split.clone();
         c.window = self.span();
         c.origin = Some(self.origin());
         for p in &self.procs {
@@ -563,11 +569,28 @@ impl Store {
     /// The stack of the forward op whose autograd node a backward stack runs: the link
     /// ([`Store::forward_of`]) of the stack or its nearest linked parent; None without one.
     pub fn forward_stack(&self, stack: StackId) -> Option<StackId> {
+        self.linked(stack).map(|b| self.forward_of[&b])
+    }
+
+    /// Every forward stack whose nodes a backward stack (or its nearest linked parent) runs,
+    /// with how many: one where all its nodes came from one forward stack.
+    pub fn forward_stacks(&self, stack: StackId) -> Vec<(StackId, u32)> {
+        match self.linked(stack) {
+            Some(b) => match self.forward_split.get(&b) {
+                Some(v) => v.clone(),
+                None => vec![(self.forward_of[&b], 1)],
+            },
+            None => Vec::new(),
+        }
+    }
+
+    /// The stack itself or its nearest parent that [`Store::forward_of`] links.
+    fn linked(&self, stack: StackId) -> Option<StackId> {
         std::iter::successors((stack != 0).then_some(stack), |&s| {
             let p = self.stacks.node(s).parent;
             (p != 0).then_some(p)
         })
-        .find_map(|s| self.forward_of.get(&s).copied())
+        .find(|s| self.forward_of.contains_key(s))
     }
 
     /// Frame strings of a stack, outermost first.

@@ -69,7 +69,7 @@ impl Links {
     /// `AddmmBackward0`), as its outermost op; none when no op of its number has that name (its
     /// forward is outside the trace). For other nodes (`AccumulateGrad`), the latest outermost
     /// op of its number. Where one stack runs several nodes, the forward stack most of them
-    /// have.
+    /// have ([`Store::forward_split`] keeps them all).
     pub fn resolve(self, store: &mut Store) {
         let mut votes: HashMap<StackId, HashMap<StackId, u32>> = HashMap::new();
         for (proc, nr, stack) in self.backward {
@@ -97,6 +97,11 @@ impl Links {
         for (bwd, v) in votes {
             if let Some((&f, _)) = v.iter().max_by_key(|(&f, &n)| (n, std::cmp::Reverse(f))) {
                 store.forward_of.insert(bwd, f);
+            }
+            if v.len() > 1 {
+                let mut all: Vec<(StackId, u32)> = v.into_iter().collect();
+                all.sort_unstable();
+                store.forward_split.insert(bwd, all);
             }
         }
     }

@@ -236,15 +236,24 @@ pub fn build(
     }
     site_syncs.resize(sites.len(), None);
     // Backward calls: the site of their forward op, where the trace ties them and that site
-    // has calls of its own here.
+    // has calls of its own here. A backward stack whose nodes came from several functions'
+    // ops (one stack runs every layer's `AddmmBackward0`) is tied only where one function
+    // made nine in ten of them.
     if !store.forward_of.is_empty() {
         let mut fwd_of: HashMap<StackId, u32> = HashMap::default();
         for (c, &(_, stack, _, _)) in origin.iter().enumerate() {
             let f = *fwd_of.entry(stack).or_insert_with(|| {
-                store
-                    .forward_stack(stack)
-                    .and_then(|f| key_ids.get(&key(f, 0, 0)).copied())
-                    .unwrap_or(NONE)
+                let mut by: HashMap<u32, u32> = HashMap::default();
+                let mut all = 0;
+                for (f, n) in store.forward_stacks(stack) {
+                    all += n;
+                    if let Some(&id) = key_ids.get(&key(f, 0, 0)) {
+                        *by.entry(id).or_default() += n;
+                    }
+                }
+                by.into_iter()
+                    .find(|&(_, n)| 10 * n >= 9 * all)
+                    .map_or(NONE, |(id, _)| id)
             });
             // Not a site's own forward ops (a node run on the forward's thread).
             m.calls[c].fwd = if f == m.calls[c].site { NONE } else { f };

@@ -80,8 +80,8 @@ pub struct SiteEstimate {
     /// thread's CPU time in it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub saving_overlapped_ns: Option<Ns>,
-    /// Fused: the backward calls of its forward ops that the fix fused too (those the trace
-    /// ties to it, in the replayed steps).
+    /// Fused: the backward calls of its forward ops, which its fix fuses too (the calls
+    /// other than syncs that the trace ties to it, in the replayed steps).
     #[serde(skip_serializing_if = "is_zero")]
     pub backward_calls: usize,
     /// A backward site whose calls the trace ties to a forward site that is replayed fused
@@ -263,10 +263,10 @@ fn apply(m: &mut Model, s: u32, w: WhatIf, seg: &[Ns], own: &[Ns]) -> Undo {
                     let j = op_of[c as usize];
                     // A new call of the function: another Python span, or (stacks) back at
                     // the first launch's line. A run of backward calls (nothing else of the
-                    // thread between them) is one.
+                    // thread between them, and no wake: the next step's backward) is one.
                     let same_call = open.is_some_and(|(_, _, inv, was_bwd)| {
                         if bwd || was_bwd {
-                            bwd && was_bwd
+                            bwd && was_bwd && call.after == NONE
                         } else if spans {
                             call.inv == inv && inv != NONE
                         } else {
@@ -304,7 +304,9 @@ fn apply(m: &mut Model, s: u32, w: WhatIf, seg: &[Ns], own: &[Ns]) -> Undo {
                             }
                         }
                         _ => {
-                            if j != NONE || open.is_none() {
+                            // A call that launched nothing starts one only where none is
+                            // open, or the open one is the other kind (forward, backward).
+                            if j != NONE || open.is_none_or(|o| o.3 != bwd) {
                                 open = Some((c, j, call.inv, bwd));
                             }
                         }
@@ -540,7 +542,7 @@ pub fn estimate(
             WhatIf::Fuse => model
                 .calls
                 .iter()
-                .filter(|c| c.fwd == s && c.site != s)
+                .filter(|c| c.fwd == s && c.site != s && c.kind != ApiKind::Sync)
                 .count(),
             _ => 0,
         };
