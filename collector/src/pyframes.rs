@@ -102,6 +102,10 @@ pub(crate) unsafe fn calibrate_inner() -> Result<Calibrated, &'static str> {
     if code_type == 0 || unicode_type == 0 {
         return Err("no PyCode_Type");
     }
+    // SAFETY: as above. `Py_None` is this object in every version read; 0 where the symbol is
+    // not exported, and the walk then ends at a 3.13 entry frame as before.
+    let none_object =
+        unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"_Py_NoneStruct".as_ptr()) as usize };
     // SAFETY: as above.
     let (lasti, addr2line) = unsafe {
         (
@@ -277,6 +281,7 @@ pub(crate) unsafe fn calibrate_inner() -> Result<Calibrated, &'static str> {
             instr,
             code_type,
             unicode_type,
+            none_object,
             code_filename: filename_off,
             code_qualname: qualname_off,
             str_ascii_data: ascii_data_off,

@@ -28,6 +28,10 @@ pub struct Layout {
     /// the walk; a name field that is not a str reads `?`.
     pub code_type: usize,
     pub unicode_type: usize,
+    /// `Py_None` (`_Py_NoneStruct`), 0 where not known: 3.13's entry frames (pushed where C
+    /// calls back into Python, e.g. `map` calling a Python function) run None in place of a
+    /// code object, and the walk steps over them to their caller.
+    pub none_object: usize,
     /// A code object's `co_filename` and `co_qualname` (`co_name` before 3.11).
     pub code_filename: usize,
     pub code_qualname: usize,
@@ -143,6 +147,9 @@ impl ProcessLayout {
         kv("frame_prev", l.frame_prev.to_string());
         kv("code_type", format!("{:#x}", l.code_type));
         kv("unicode_type", format!("{:#x}", l.unicode_type));
+        if l.none_object != 0 {
+            kv("none_object", format!("{:#x}", l.none_object));
+        }
         kv("code_filename", l.code_filename.to_string());
         kv("code_qualname", l.code_qualname.to_string());
         kv("str_ascii_data", l.str_ascii_data.to_string());
@@ -242,6 +249,7 @@ impl ProcessLayout {
                 instr,
                 code_type: num("code_type")?,
                 unicode_type: num("unicode_type")?,
+                none_object: opt("none_object")?.unwrap_or(0),
                 code_filename: small("code_filename")?,
                 code_qualname: small("code_qualname")?,
                 str_ascii_data: small("str_ascii_data")?,
@@ -259,8 +267,8 @@ mod tests {
     /// A layout as a 3.11 collector wrote it, every optional key present.
     const FULL: &str = "gaptop_python_layout 1\nminor 11\ninterp 0x7f00001000\nthreads_head 16\n\
         ts_next 8\nts_native_tid 152\nts_frame 56\nts_frame_indirect 8\nframe_code 32\n\
-        frame_prev 48\ncode_type 0x55000010\nunicode_type 0x55000020\ncode_filename 112\n\
-        code_qualname 128\nstr_ascii_data 48\nframe_instr 56\ncode_units 192\n\
+        frame_prev 48\ncode_type 0x55000010\nunicode_type 0x55000020\nnone_object 0x55000030\n\
+        code_filename 112\ncode_qualname 128\nstr_ascii_data 48\nframe_instr 56\ncode_units 192\n\
         code_linetable 136\ncode_firstlineno 72\nbytes_size 16\nbytes_data 32\n\
         gil 0x7f00002040\n";
 
@@ -270,6 +278,7 @@ mod tests {
         assert_eq!(l.minor, Some(11));
         assert_eq!(l.threads.interp, 0x7f00001000);
         assert_eq!(l.gil, Some(0x7f00002040));
+        assert_eq!(l.frames.none_object, 0x55000030);
         assert_eq!(
             l.frames.instr,
             Instr::Pointer {
@@ -293,6 +302,7 @@ mod tests {
                     "bytes_size",
                     "bytes_data",
                     "gil",
+                    "none_object",
                 ]
                 .contains(&key)
             })
@@ -305,9 +315,10 @@ mod tests {
                 l.frames.instr,
                 l.lines,
                 l.frames.ts_frame_indirect,
-                l.gil
+                l.gil,
+                l.frames.none_object
             ),
-            (None, Instr::Unknown, None, None, None)
+            (None, Instr::Unknown, None, None, None, 0)
         );
         assert_eq!(l.to_text(), bare);
     }

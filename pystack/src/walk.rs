@@ -26,8 +26,9 @@ pub fn top_frame<M: Memory>(mem: &M, l: &Layout, ts: usize) -> usize {
 
 /// Walks the frames of thread state `ts`, innermost first, handing each to `each`; at most
 /// [`MAX_DEPTH`] of them. The walk ends at a null, at a frame whose code field is not a code
-/// object, and at a read that fails. `known(code)` says a code object was seen before, so its
-/// type is not read again (a reader from outside saves a system call a frame).
+/// object (3.13's entry frames, which hold None, are stepped over), and at a read that fails.
+/// `known(code)` says a code object was seen before, so its type is not read again (a reader
+/// from outside saves a system call a frame).
 ///
 /// Returns whether the walk is whole: it ended at the thread's first frame (a null previous,
 /// whether or not that frame runs a code object) or at the depth limit, not at a read that
@@ -53,6 +54,16 @@ pub fn walk<M: Memory>(
         let Some([code, prev, iw]) = mem.words(f, [l.frame_code, l.frame_prev, instr_off]) else {
             return false;
         };
+        if code != 0 && code == l.none_object {
+            // 3.13's entry frame, where C called back into Python: its caller (a frame that
+            // called the C function) goes on below it; the thread's first one ends the walk.
+            if prev == 0 {
+                return true;
+            }
+            depth += 1;
+            f = prev;
+            continue;
+        }
         if code == 0 || !(known(code) || mem.word(code + 8) == Some(l.code_type)) {
             // The thread's first frame may be the interpreter's entry frame, which runs no
             // code object (3.13's holds None): the walk is whole there.
@@ -290,6 +301,7 @@ mod tests {
                 },
                 code_type: 0xc0de,
                 unicode_type: 0x57a,
+                none_object: 0xa0e,
                 code_filename: 112,
                 code_qualname: 128,
                 str_ascii_data: 48,
@@ -431,6 +443,27 @@ mod tests {
         assert!(
             !walk(&m, &l, TS, |_| false, |_| ()),
             "cut at a middle frame of no code"
+        );
+        // 3.13's entry frame (None in place of code) where C called back into Python: stepped
+        // over in the middle, the end at the bottom; unknown where None is not known.
+        let mut m = chain(&l, 4, 0);
+        m.put(FRAMES + 0x100 + l.frame_code, l.none_object);
+        let mut out = Vec::new();
+        assert!(walk(&m, &l, TS, |_| false, |f| out.push(f)), "whole");
+        assert_eq!(
+            out,
+            vec![(CODES, 0), (CODES + 0x2000, 4), (CODES + 0x3000, 6)]
+        );
+        m.put(FRAMES + 0x300 + l.frame_code, l.none_object);
+        assert!(walk(&m, &l, TS, |_| false, |_| ()));
+        assert_eq!(frames_of(&m, &l).len(), 2);
+        let blind = Layout {
+            none_object: 0,
+            ..l
+        };
+        assert!(
+            !walk(&m, &blind, TS, |_| false, |_| ()),
+            "cut where None is unknown"
         );
         // No frame, no thread state, an unreadable one, a cframe that is null.
         assert!(frames_of(&Fake::default(), &l).is_empty());
