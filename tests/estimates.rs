@@ -428,3 +428,81 @@ fn every_capture_replays_exactly() {
         assert_baseline(&j);
     }
 }
+
+/// The sync-bound loop of bench/workloads/item_sync.py: 2 ms of host work at each step's start,
+/// then a GPU-heavy step (8 layers of 6 kernels of 100 µs), then `.item()`. The sync keeps the
+/// next step's host work from running under this step's kernels, so removing it saves about
+/// the host work: the report leads with `Model.item` as a sync, with that saving; the launch
+/// site whose gaps follow it says the sync is in `Model.item` and ranks after it.
+#[test]
+fn a_sync_before_host_work_is_named_first() {
+    let mut spec = Spec::new(20, 8, 6);
+    spec.kernel_ns = 100_000;
+    spec.step_cpu_ns = 2_000_000;
+    spec.sync = true;
+    let (t, j) = run("est-item", &spec);
+    let truth = t.cost("sync");
+    assert!(truth > 1_500_000.0, "{truth}");
+    let first = &j["advice"][0];
+    assert!(
+        first["site"].as_str().unwrap().starts_with("Model.item"),
+        "{first}"
+    );
+    assert_eq!(first["verdict"], "sync", "{first}");
+    assert!(within(saving(first), truth, 0.05), "{first} vs {truth}");
+    let launch = advice(&j, "Layer.forward");
+    assert_eq!(launch["verdict"], "sync", "{launch}");
+    assert_eq!(launch["sync_in"], first["site"], "{launch}");
+    let text = launch["text"].as_str().unwrap();
+    assert!(text.contains("The sync: Model.item"), "{text}");
+    let out = String::from_utf8(support::report_out(&t.path, "text", &[])).unwrap();
+    let head = out.lines().next().unwrap_or("");
+    assert!(head.starts_with("Fix first: Model.item"), "{out}");
+}
+
+/// The same loop as item_sync.py writes it: the `.item()` in the step function, which also
+/// launches (the loss's reduction), after the model's kernels; the host work in a sampler
+/// before them. The syncs of a function that launches have a row of their own, which leads,
+/// and the model's row names it as the sync to remove.
+#[test]
+fn a_sync_in_a_function_that_launches_is_named_first() {
+    let program = |sync: bool| {
+        let steps = (0..20)
+            .map(|_| {
+                let layers = (0..48).map(|_| launch("gemm", 100_000)).collect();
+                let mut body = vec![
+                    call("sampler.py(5): Sampler.pick", vec![Node::Cpu(2_000_000)]),
+                    call("model.py(30): Model.forward", layers),
+                    Node::Cpu(3_000),
+                    launch("mean", 5_000),
+                ];
+                if sync {
+                    body.push(Node::Sync(7));
+                }
+                call("train.py(20): train_step", body)
+            })
+            .collect();
+        vec![call("train.py(10): <module>", steps)]
+    };
+    let mean = |sync: bool| {
+        let tl = &simulate(&[program(sync)], &Timing::default())[0];
+        let v = support::gen::step_times(tl, "train.py(20): train_step");
+        v[10..].iter().sum::<i64>() as f64 / (v.len() - 10) as f64
+    };
+    let truth = mean(true) - mean(false);
+    assert!(truth > 1_500_000.0, "{truth}");
+    let dir = tempdir("est-item-launching");
+    let tl = &simulate(&[program(true)], &Timing::default())[0];
+    std::fs::write(dir.join("trace.json"), support::gen::kineto(tl, 0, 1)).unwrap();
+    let j = report_json(&dir.join("trace.json"), &[]);
+    let first = &j["advice"][0];
+    assert!(
+        first["site"].as_str().unwrap().starts_with("train_step"),
+        "{}",
+        j["advice"]
+    );
+    assert_eq!(first["verdict"], "sync", "{first}");
+    assert!(within(saving(first), truth, 0.1), "{first} vs {truth}");
+    let model = advice(&j, "Model.forward");
+    assert_eq!(model["sync_in"], first["site"], "{model}");
+}

@@ -95,7 +95,13 @@ pub fn steps_line(a: &Advice, steady_steps: u32) -> Option<String> {
     let (present, per) = (a.steps_present?, a.per_step_ns?);
     Some(if a.recurring {
         let fused_with = a.replay.as_ref().and_then(|r| r.fused_with.as_deref());
+        let sync_in = a.replay.as_ref().and_then(|r| r.sync_in.as_deref());
         let save = match (a.saving_ns, fused_with) {
+            (Some(s), _) if s > 0 && sync_in.is_some() => format!(
+                ", removing the sync before them ({}) saves ~{} a step",
+                sync_in.unwrap_or_default(),
+                fmt_short(s)
+            ),
             (Some(s), Some(f)) if s > 0 => format!(
                 ", a fix saves ~{} a step, which its forward's fix ({f}) saves too",
                 fmt_short(s)
@@ -614,7 +620,13 @@ pub fn replay_advice(
         .iter()
         .map(|a| (a.key.clone(), a.site.clone()))
         .collect();
+    // A row replayed with its own fix; a row not asked (a site whose gaps need no fix) whose
+    // function also syncs gets a sync row of its own below.
+    let asked = |a: &Advice| sites.iter().any(|(k, _)| k == &a.key);
     for a in advice.iter_mut() {
+        if !asked(a) {
+            continue;
+        }
         if let Some(e) = est.sites.get(&a.key) {
             a.saving_ns = Some(e.saving_ns);
             let mut e = e.clone();
@@ -626,14 +638,54 @@ pub fn replay_advice(
     let mut extra: Vec<Advice> = est
         .sites
         .iter()
-        .filter(|(k, e)| e.saving_ns > 0 && !advice.iter().any(|a| &a.key == *k))
-        .map(|(k, e)| sync_advice(store, k, e))
+        .filter(|(k, e)| e.saving_ns > 0 && !advice.iter().any(|a| &a.key == *k && asked(a)))
+        .map(|(k, e)| {
+            let mine = advice.iter().any(|a| &a.key == k);
+            let key = if mine {
+                format!("{k}{}", replay::SYNCS_OF)
+            } else {
+                k.clone()
+            };
+            sync_advice(store, &key, e)
+        })
         .collect();
     extra.sort_by(|x, y| x.key.cmp(&y.key));
     advice.extend(extra);
+    // A launch site whose gaps follow another function's sync: that function is the line
+    // to change, and ranks before it where their savings are the same.
+    let names: HashMap<String, String> = advice
+        .iter()
+        .map(|a| (a.key.clone(), a.site.clone()))
+        .collect();
+    for a in advice.iter_mut() {
+        let Some(r) = a.replay.as_mut() else {
+            continue;
+        };
+        // The row of that site's syncs where the site also launches (`.item()` in a function
+        // that launches: its syncs have a row of their own), else the site's.
+        r.sync_in = r.sync_key.as_ref().and_then(|k| {
+            names
+                .get(&format!("{k}{}", replay::SYNCS_OF))
+                .or_else(|| names.get(k))
+                .cloned()
+        });
+        if let Some(s) = &r.sync_in {
+            let said = format!(" The sync: {s}, which its fix removes.");
+            match a.text.find(" Fix: ") {
+                Some(i) => a.text.insert_str(i, &said),
+                None => a.text.push_str(&said),
+            }
+        }
+    }
     advice.extend(slow_gpus(store, steps, &mut est, advice));
     advice.sort_by(|x, y| {
-        let rank = |a: &Advice| (a.recurring, a.saving_ns.unwrap_or(0));
+        let rank = |a: &Advice| {
+            let primary = a
+                .replay
+                .as_ref()
+                .is_none_or(|r| r.sync_in.is_none() && r.fused_with.is_none());
+            (a.recurring, a.saving_ns.unwrap_or(0), primary)
+        };
         rank(y).cmp(&rank(x))
     });
     Some(est)

@@ -308,7 +308,8 @@ pub fn text(
             plural(a.gaps, "s")
         ),
         Verdict::Sync => format!(
-            "the CPU waited for the GPU before launching ({:.0}% of this time).",
+            "gaps after a sync ({:.0}% of this time): the CPU waited for the GPU, and so came \
+             late to these launches.",
             100.0 * a.by_reason[Reason::Sync as usize] as f64 / a.gap_ns.max(1) as f64
         ),
     };

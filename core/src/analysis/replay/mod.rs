@@ -29,6 +29,7 @@ mod build;
 mod graph;
 mod loading;
 mod model;
+mod results;
 mod run;
 #[cfg(test)]
 mod tests;
