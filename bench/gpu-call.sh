@@ -1,47 +1,28 @@
 #!/usr/bin/env bash
-# One device call for all (as run on 2026-12-05, third session; docs/perf.md): the collector's
-# sanity on a GPU, issue 36's replayed savings against the fixes, issue 41's loader and .item()
-# rows, as time allows. From the carried folder gpu/ (docs/perf.md says how it is built):
-#   OUT=$OUT bash gpu/gpu-call.sh        (WL= replaces the diagnosis' workloads)
-# Everything but diagnosis.sh's own archives is packed into $OUT/call.tgz at the end: the
-# device tool brings back only a few files a call.
+# One device call for the estimates' and the thread states' GPU rows (docs/gpu-todo.md; as run
+# on 2026-12-06): each workload's host work sized once here and given to every run of it (so
+# bare, fixed and recorded runs do the same CPU work), then diagnosis.sh: bare runs interleaved
+# before and after the fix, the unfixed run recorded and reported, backward_bound's Kineto
+# trace reported too. From the carried folder gpu/ (docs/perf.md says how it is built):
+#   OUT=$OUT bash gpu/gpu-call.sh        (WL= replaces the workloads, REPS= the pairs)
+# diagnosis.sh packs its work into $OUT/diag2.tgz and diag2-traces.tgz (the device tool brings
+# back only a few files a call).
 set -u
-O=$OUT; OUT=/tmp/gpu-call; rm -rf $OUT; mkdir -p $OUT
-cd "$(dirname "$0")"; export PYTHONUNBUFFERED=1; G=$PWD/gaptop; S0=$SECONDS
+O=$OUT; cd "$(dirname "$0")"; export PYTHONUNBUFFERED=1; S0=$SECONDS
 echo "start $(date +%T)"; nvidia-smi -L
-# 1. The collector as on main: a launch-bound loop recorded (every kernel with its launch and
-#    Python stack, nothing dropped), and a dormant GPT-2 captured from outside.
-GAPTOP_VERBOSE=1 timeout 60 $G record -o $OUT/lb.rec -- python3 launchbound.py 2000 > $OUT/lb.log 2>&1
-grep -iE "python|recorded|inside gaptop|dropped" $OUT/lb.log | cut -c1-220 | head -5
-$G report --format json $OUT/lb.rec > $OUT/lb.json 2>&1
-python3 -c "
-import json; j=json.load(open('$OUT/lb.json'))
-print('lb', {k:j.get(k) for k in ('kernels','kernels_with_launch','kernels_with_stack','kernels_with_python','dropped')})"
-export GAPTOP_CONTROL_DIR=/tmp/ctl-gpt2
-$G run --dormant --job gpt2loop -- python3 gpt2.py 20000 > $OUT/gpt2-dormant.log 2>&1 &
-L=$!
-for i in $(seq 60); do $G attach 2>/dev/null | grep -q gpt2loop && break; sleep 1; done
-sleep 3
-timeout 40 $G capture gpt2loop --duration 4s -o $OUT/gpt2cap.rec > $OUT/gpt2cap.log 2>&1; echo "capture exit $?: $(tail -1 $OUT/gpt2cap.log | cut -c1-200)"
-$G attach 2>&1 | grep gpt2loop | cut -c1-160
-kill $L; wait $L 2>/dev/null; unset GAPTOP_CONTROL_DIR
-$G report --format json $OUT/gpt2cap.rec > $OUT/gpt2cap.json 2>&1
-python3 -c "
-import json; j=json.load(open('$OUT/gpt2cap.json'))
-print('gpt2 capture', {k:j.get(k) for k in ('kernels','kernels_with_launch','kernels_with_stack','kernels_with_python','dropped')})" 2>&1 | tail -1
-echo "== 36 at $((SECONDS - S0)) s"
-# 2. Issue 36.
-GAPTOP_VERBOSE=1 OUT=$O REPS=3 WORKLOADS="${WL:-llama_steps:24:warm graph_sched:40:pipeline backward_bound:60}" \
-  KINETO=none BUDGET=$((330 - (SECONDS - S0))) RUN_TIMEOUT=80 timeout $((470 - (SECONDS - S0))) bash diagnosis.sh > $O/diag-run.txt 2>&1
-tail -45 $O/diag-run.txt | cut -c1-260
-echo "== 41 at $((SECONDS - S0)) s"
-# 3. Issue 41, as time allows.
-for w in "loader2:loader_train.py 30 --fix --workers 2" "item:item_sync.py 200" "item_fix:item_sync.py 200 --fix"; do
-  [ $((SECONDS - S0)) -lt 540 ] || { echo "skipped ${w%%:*}"; continue; }
-  n=${w%%:*}; cmd=${w#*:}
-  timeout 45 $G record -o $OUT/$n.rec -- python3 $cmd > $OUT/$n.log 2>&1; echo "$n exit $? $(grep STEP_MS $OUT/$n.log)"
-  $G report $OUT/$n.rec > $OUT/$n.txt 2>&1; $G report --format json $OUT/$n.rec > $OUT/$n.json 2>&1
-  head -3 $OUT/$n.txt | cut -c1-400
-done
+# The collector as built: a launch-bound loop recorded, every kernel with its launch and its
+# Python stack, nothing dropped.
+GAPTOP_VERBOSE=1 timeout 60 ./gaptop record -o /tmp/lb.rec -- python3 launchbound.py 2000 > $O/lb.log 2>&1
+grep -iE "python frames|recorded|dropped" $O/lb.log | cut -c1-220 | head -4
+./gaptop report --format json /tmp/lb.rec | python3 -c "
+import json, sys; j = json.load(sys.stdin)
+print('lb', {k: j.get(k) for k in ('kernels', 'kernels_with_launch', 'kernels_with_stack', 'kernels_with_python', 'dropped')})"
+gs=$(timeout 90 python3 graph_sched.py 5 2>&1 | sed -n 's/.*sched_n=\([0-9]*\).*/\1/p')
+is=$(timeout 90 python3 item_sync.py 20 2>&1 | tee $O/item-probe.txt | sed -n 's/.*host_n=\([0-9]*\).*/\1/p')
+echo "sizes: graph_sched sched_n=${gs:-?} item_sync host_n=${is:-?} at $((SECONDS - S0)) s"; tail -2 $O/item-probe.txt
+export ARGS_graph_sched="--sched-n ${gs:-40}" ARGS_item_sync="--host-n ${is:-20}"
+GAPTOP_VERBOSE=1 OUT=$O REPS=${REPS:-4} KINETO=backward_bound RUN_TIMEOUT=90 \
+  WORKLOADS="${WL:-item_sync:200 backward_bound:60 optim_loop:40:fused graph_sched:40:pipeline}" \
+  BUDGET=$((${TOTAL:-560} * 3 / 4 - (SECONDS - S0))) timeout $((${TOTAL:-560} - (SECONDS - S0))) bash diagnosis.sh > $O/diag-run.txt 2>&1
+tail -70 $O/diag-run.txt | cut -c1-260
 echo "end $(date +%T) at $((SECONDS - S0)) s"
-tar czf $O/call.tgz -C /tmp gpu-call
