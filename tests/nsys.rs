@@ -940,6 +940,21 @@ fn real_cloverleaf_export_agrees_with_the_runs_own_gpu_trace() {
             "no COMPOSITE_EVENTS: gaps do not say what the CPU did (capture with --sample=process-tree)"
         ])
     );
+    // Its first advice is a sync with no stack, named by its call alone; the launch sites
+    // whose gaps follow it name it as the sync to remove.
+    let first = &j["advice"][0];
+    assert_eq!(
+        first["site"], "(no Python stack) cudaDeviceSynchronize_v3020",
+        "{first}"
+    );
+    assert_eq!(first["verdict"], "sync", "{first}");
+    let following = j["advice"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["sync_in"] == first["site"])
+        .count();
+    assert!(following >= 3, "{}", j["advice"]);
 }
 
 #[test]

@@ -479,7 +479,8 @@ fn sync_advice(store: &Store, key: &str, e: &replay::SiteEstimate) -> Advice {
     let (file, qual, line) = site_function(store, Site::of_key(stack, api, 0));
     let site = match line {
         Some(l) => function_at(&qual, &file, &l.to_string()),
-        None => qual.clone(),
+        // A stack of no function names the call and the op, and a sync has no op.
+        None => qual.trim_end().trim_end_matches('→').trim_end().to_string(),
     };
     let text = format!(
         "A sync ({}) makes the CPU wait for the GPU, which then waits for the next launch. Fix: {SYNC_FIX}.",
