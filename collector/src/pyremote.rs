@@ -115,6 +115,16 @@ pub(crate) unsafe fn remote_layout(c: &Calibrated) -> Result<String, &'static st
         };
         (code, back_code)
     };
+    // The API's frame is the innermost complete one: the thread's own may be a shim or entry
+    // frame above it (3.12's, 3.13's, where C called back into Python), a few steps up.
+    for _ in 0..4 {
+        if checked_read(f + l.frame_code) == Some(code) {
+            break;
+        }
+        f = checked_read(f + l.frame_prev)
+            .filter(|&x| x != 0)
+            .ok_or("the running frame is not where calibration found it")?;
+    }
     if checked_read(f + l.frame_code) != Some(code) {
         return Err("the running frame is not where calibration found it");
     }

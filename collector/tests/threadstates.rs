@@ -50,6 +50,7 @@ fn record_on(
         .env("CUDA_HOME", dir.join("cuda"))
         .env("GAPTOP_COLLECTOR", target.join("libgaptop_collector.so"))
         .env("GAPTOP_FAKE_CUPTI", "1")
+        .env("GAPTOP_VERBOSE", "1")
         .env_remove("LD_LIBRARY_PATH");
     for (k, v) in env {
         c.env(k, v);
@@ -189,7 +190,9 @@ fn a_thread_that_wants_the_gil_names_its_holder() {
             return;
         };
         let gil = share(&a, |s| s["state"] == "gil");
-        assert!(gil >= 0.8, "{v}: waiting for the GIL {gil}: {a}");
+        // The log says whether the collector published its layout (a failure is said where
+        // GAPTOP_VERBOSE is set): without it no thread's GIL or stack is read from outside.
+        assert!(gil >= 0.8, "{v}: waiting for the GIL {gil}: {a}\n{log}");
         // The holder of most of that time: the busy thread, by its name and its function.
         let held = share(&a, |s| {
             s["state"] == "gil" && s["holder"]["name"] == "busy_py" && under(&s["holder"], "spin")
