@@ -458,6 +458,13 @@ fn a_sync_before_host_work_is_named_first() {
     let out = String::from_utf8(support::report_out(&t.path, "text", &[])).unwrap();
     let head = out.lines().next().unwrap_or("");
     assert!(head.starts_with("Fix first: Model.item"), "{out}");
+    // The launch site's saving is that fix's, said so rather than as a second fix.
+    let then = out.lines().nth(2).unwrap_or("");
+    assert!(
+        then.contains("Layer.forward")
+            && then.contains("(its gaps follow that sync: the same fix)"),
+        "{out}"
+    );
 }
 
 /// The same loop as item_sync.py writes it: the `.item()` in the step function, which also

@@ -282,11 +282,16 @@ pub fn lines(j: &JsonReport) -> [String; 3] {
                 Some(s) if s > 0 => format!("~{} a step", t(s)),
                 _ => format!("{:.0}%", share_pct(j, b.gap_ns)),
             };
-            format!(
-                "{} {fig} ({})",
-                short(function(&b.site), 40),
+            // A row whose saving is the first one's fix: said so, not as a second fix.
+            let r = b.replay.as_ref();
+            let why = if r.and_then(|r| r.sync_in.as_deref()) == Some(a.site.as_str()) {
+                "its gaps follow that sync: the same fix"
+            } else if r.and_then(|r| r.fused_with.as_deref()) == Some(a.site.as_str()) {
+                "its backward: in that fix"
+            } else {
                 b.verdict.words()
-            )
+            };
+            format!("{} {fig} ({why})", short(function(&b.site), 40))
         })
         .collect();
     let after = match capture_after(j, a) {
