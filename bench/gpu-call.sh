@@ -12,9 +12,9 @@ O=$OUT; cd "$(dirname "$0")"; export PYTHONUNBUFFERED=1; S0=$SECONDS
 echo "start $(date +%T)"; nvidia-smi -L
 # The collector as built: a launch-bound loop recorded, every kernel with its launch and its
 # Python stack, nothing dropped.
-GAPTOP_VERBOSE=1 timeout 60 ./gaptop record -o /tmp/lb.rec -- python3 launchbound.py 2000 > $O/lb.log 2>&1
+[ -n "${SKIP_LB:-}" ] || GAPTOP_VERBOSE=1 timeout 60 ./gaptop record -o /tmp/lb.rec -- python3 launchbound.py 2000 > $O/lb.log 2>&1
 grep -iE "python frames|recorded|dropped" $O/lb.log | cut -c1-220 | head -4
-./gaptop report --format json /tmp/lb.rec | python3 -c "
+[ -n "${SKIP_LB:-}" ] || ./gaptop report --format json /tmp/lb.rec | python3 -c "
 import json, sys; j = json.load(sys.stdin)
 print('lb', {k: j.get(k) for k in ('kernels', 'kernels_with_launch', 'kernels_with_stack', 'kernels_with_python', 'dropped')})"
 gs=$(timeout 90 python3 graph_sched.py 5 2>&1 | sed -n 's/.*sched_n=\([0-9]*\).*/\1/p')
