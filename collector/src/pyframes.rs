@@ -294,7 +294,12 @@ pub(crate) unsafe fn calibrate_inner() -> Result<Calibrated, &'static str> {
 
 /// The interpreter frame of the caller of frame `f`, which runs `back_code`: the first frame
 /// with that code within a few `previous` steps (past the interpreter's shim frames).
-fn caller_frame(f: usize, code_off: usize, prev_off: usize, back_code: usize) -> Option<usize> {
+pub(crate) fn caller_frame(
+    f: usize,
+    code_off: usize,
+    prev_off: usize,
+    back_code: usize,
+) -> Option<usize> {
     let mut g = f;
     for _ in 0..4 {
         g = match checked_read(g + prev_off) {

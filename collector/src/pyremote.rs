@@ -32,7 +32,7 @@ use std::ffi::c_void;
 use gaptop_pystack::{Instr, LineFields, Memory, ProcessLayout, Threads, TidAt};
 
 use crate::pyframes::{
-    checked_read, python_minor, sym, Calibrated, FnAttr, FnDec, FnPtr, FnPtrPtr,
+    caller_frame, checked_read, python_minor, sym, Calibrated, FnAttr, FnDec, FnPtr, FnPtrPtr,
 };
 
 /// The remote layout, as its published text (`gaptop_pystack::ProcessLayout::to_text`).
@@ -117,22 +117,11 @@ pub(crate) unsafe fn remote_layout(c: &Calibrated) -> Result<String, &'static st
     };
     // The API's frame is the innermost complete one: the thread's own may be a shim or entry
     // frame above it (3.12's, 3.13's, where C called back into Python), a few steps up.
-    for _ in 0..4 {
-        if checked_read(f + l.frame_code) == Some(code) {
-            break;
-        }
-        f = checked_read(f + l.frame_prev)
-            .filter(|&x| x != 0)
+    if checked_read(f + l.frame_code) != Some(code) {
+        f = caller_frame(f, l.frame_code, l.frame_prev, code)
             .ok_or("the running frame is not where calibration found it")?;
     }
-    if checked_read(f + l.frame_code) != Some(code) {
-        return Err("the running frame is not where calibration found it");
-    }
-    let mut g = f;
-    let back_frame = (0..4).find_map(|_| {
-        g = checked_read(g + l.frame_prev).filter(|&x| x != 0)?;
-        (checked_read(g + l.frame_code) == Some(back_code)).then_some(g)
-    });
+    let back_frame = caller_frame(f, l.frame_code, l.frame_prev, back_code);
     let instr = match (l.instr, c.lasti) {
         (Instr::Pointer { .. } | Instr::Index { .. } | Instr::Offset { .. }, _) => Some(l.instr),
         (Instr::Api, Some(lasti)) => back_frame.and_then(|b| {

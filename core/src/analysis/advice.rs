@@ -96,18 +96,17 @@ pub fn steps_line(a: &Advice, steady_steps: u32) -> Option<String> {
     Some(if a.recurring {
         let fused_with = a.replay.as_ref().and_then(|r| r.fused_with.as_deref());
         let sync_in = a.replay.as_ref().and_then(|r| r.sync_in.as_deref());
-        let save = match (a.saving_ns, fused_with) {
-            (Some(s), _) if s > 0 && sync_in.is_some() => format!(
-                ", removing the sync before them ({}) saves ~{} a step",
-                sync_in.unwrap_or_default(),
+        let save = match (a.saving_ns, fused_with, sync_in) {
+            (Some(s), _, Some(x)) if s > 0 => format!(
+                ", removing the sync before them ({x}) saves ~{} a step",
                 fmt_short(s)
             ),
-            (Some(s), Some(f)) if s > 0 => format!(
+            (Some(s), Some(f), _) if s > 0 => format!(
                 ", a fix saves ~{} a step, which its forward's fix ({f}) saves too",
                 fmt_short(s)
             ),
-            (Some(s), None) if s > 0 => format!(", a fix saves ~{} a step", fmt_short(s)),
-            (_, Some(f)) => format!(", in the saving of its forward's fix ({f})"),
+            (Some(s), None, _) if s > 0 => format!(", a fix saves ~{} a step", fmt_short(s)),
+            (_, Some(f), _) => format!(", in the saving of its forward's fix ({f})"),
             _ => String::new(),
         };
         format!(
@@ -180,6 +179,8 @@ fn site_function(store: &Store, site: Site) -> (String, String, Option<u32>) {
             let op = crate::frames::short_kernel(store.names.get(site.op));
             let what = match site.api {
                 0 => format!("(launch call not seen) {op}"),
+                // A sync's site has no op: the call alone.
+                api if op.is_empty() => format!("(no Python stack) {}", store.names.get(api)),
                 api => format!("(no Python stack) {} → {op}", store.names.get(api)),
             };
             (String::new(), what, None)
@@ -479,8 +480,7 @@ fn sync_advice(store: &Store, key: &str, e: &replay::SiteEstimate) -> Advice {
     let (file, qual, line) = site_function(store, Site::of_key(stack, api, 0));
     let site = match line {
         Some(l) => function_at(&qual, &file, &l.to_string()),
-        // A stack of no function names the call and the op, and a sync has no op.
-        None => qual.trim_end().trim_end_matches('→').trim_end().to_string(),
+        None => qual.clone(),
     };
     let text = format!(
         "A sync ({}) makes the CPU wait for the GPU, which then waits for the next launch. Fix: {SYNC_FIX}.",
@@ -616,44 +616,34 @@ pub fn replay_advice(
         .collect();
     let mut key = |stack, api, op| site_key_of(store, stack, api, op);
     let mut est = replay::estimate(store, steps, &sites, &mut key)?;
-    // A backward site fused with its forward: named by the forward's row.
-    let names: HashMap<String, String> = advice
-        .iter()
-        .map(|a| (a.key.clone(), a.site.clone()))
-        .collect();
     // A row replayed with its own fix; a row not asked (a site whose gaps need no fix) whose
     // function also syncs gets a sync row of its own below.
     let asked = |a: &Advice| sites.iter().any(|(k, _)| k == &a.key);
     for a in advice.iter_mut() {
-        if !asked(a) {
-            continue;
-        }
-        if let Some(e) = est.sites.get(&a.key) {
+        if let Some(e) = est.sites.get(&a.key).filter(|_| asked(a)) {
             a.saving_ns = Some(e.saving_ns);
-            let mut e = e.clone();
-            e.fused_with = e.forward_key.as_ref().and_then(|k| names.get(k)).cloned();
-            a.replay = Some(e);
+            a.replay = Some(e.clone());
         }
     }
-    // Syncs whose removal saves time, where no gap names them.
+    // Syncs whose removal saves time, where no gap names them (or only a row not asked).
     let mut extra: Vec<Advice> = est
         .sites
         .iter()
-        .filter(|(k, e)| e.saving_ns > 0 && !advice.iter().any(|a| &a.key == *k && asked(a)))
-        .map(|(k, e)| {
-            let mine = advice.iter().any(|a| &a.key == k);
-            let key = if mine {
-                format!("{k}{}", replay::SYNCS_OF)
-            } else {
-                k.clone()
+        .filter(|(_, e)| e.saving_ns > 0)
+        .filter_map(|(k, e)| {
+            let key = match advice.iter().find(|a| &a.key == k) {
+                Some(a) if asked(a) => return None,
+                Some(_) => format!("{k}{}", replay::SYNCS_OF),
+                None => k.clone(),
             };
-            sync_advice(store, &key, e)
+            Some(sync_advice(store, &key, e))
         })
         .collect();
     extra.sort_by(|x, y| x.key.cmp(&y.key));
     advice.extend(extra);
-    // A launch site whose gaps follow another function's sync: that function is the line
-    // to change, and ranks before it where their savings are the same.
+    // Rows whose saving is another row's fix, named by that row: a backward site fused with
+    // its forward; a launch site whose gaps follow another function's sync (that function is
+    // the line to change, and ranks before it where their savings are the same).
     let names: HashMap<String, String> = advice
         .iter()
         .map(|a| (a.key.clone(), a.site.clone()))
@@ -662,6 +652,7 @@ pub fn replay_advice(
         let Some(r) = a.replay.as_mut() else {
             continue;
         };
+        r.fused_with = r.forward_key.as_ref().and_then(|k| names.get(k)).cloned();
         // The row of that site's syncs where the site also launches (`.item()` in a function
         // that launches: its syncs have a row of their own), else the site's.
         r.sync_in = r.sync_key.as_ref().and_then(|k| {
