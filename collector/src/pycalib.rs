@@ -66,8 +66,14 @@ pub(crate) unsafe extern "C" fn calibrate(_: *mut c_void) -> c_int {
                 );
             }
         }
-        Ok(Err(e)) => say!("python stacks unavailable: {e}"),
-        Err(_) => say!("python stacks unavailable: calibration failed"),
+        Ok(Err(e)) => {
+            say!("python stacks unavailable: {e}");
+            crate::pyremote::publish_unavailable(&format!("calibration: {e}"));
+        }
+        Err(_) => {
+            say!("python stacks unavailable: calibration failed");
+            crate::pyremote::publish_unavailable("calibration failed");
+        }
     }
     0
 }

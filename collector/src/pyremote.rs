@@ -394,27 +394,40 @@ pub(crate) fn find_gil(minor: u32, interp: usize, ts: usize) -> Option<usize> {
     None
 }
 
-/// The remote layout, once calibration found it, for each viewer that attaches later.
+/// The remote layout's text, once calibration found it, or why it found none
+/// (`gaptop_pystack::unavailable_text`), for each viewer that attaches later.
 static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 /// Finds the remote layout (once, at calibration) and writes it beside the viewer's socket
-/// (`GAPTOP_SOCKET`'s folder, or `GAPTOP_PYTHON_LAYOUT_DIR`) when there is one already.
-/// Says why on stderr with GAPTOP_VERBOSE when it cannot be found.
+/// (`GAPTOP_SOCKET`'s folder, or `GAPTOP_PYTHON_LAYOUT_DIR`) when there is one already. Where it
+/// cannot be found, writes why instead, which the viewer says (and the collector too, with
+/// GAPTOP_VERBOSE).
 ///
 /// # Safety
 /// As [`remote_layout`].
 pub(crate) unsafe fn publish(c: &Calibrated) {
     // SAFETY: this function's contract, which is `remote_layout`'s.
     match unsafe { remote_layout(c) } {
-        Ok(t) => {
-            let _ = TEXT.set(t);
-        }
+        Ok(t) => publish_text(t),
         Err(e) => {
             if std::env::var_os("GAPTOP_VERBOSE").is_some() {
                 say!("python frames for CPU samples unavailable: {e}");
             }
-            return;
+            publish_unavailable(e);
         }
+    }
+}
+
+/// Publishes why this process has no remote layout (calibration failed, or found no layout
+/// that a reader outside can use): the viewer says it instead of showing samples without
+/// their Python frames silently.
+pub(crate) fn publish_unavailable(reason: &str) {
+    publish_text(gaptop_pystack::unavailable_text(reason));
+}
+
+fn publish_text(text: String) {
+    if TEXT.set(text).is_err() {
+        return;
     }
     match std::env::var_os("GAPTOP_PYTHON_LAYOUT_DIR") {
         Some(d) => write_into(std::path::Path::new(&d)),
@@ -426,7 +439,7 @@ pub(crate) unsafe fn publish(c: &Calibrated) {
     }
 }
 
-/// Writes the layout, if calibration found one, beside the viewer's socket `socket` (an
+/// Writes the layout (or why there is none), once calibration ran, beside the viewer's socket `socket` (an
 /// attaching viewer's private folder): no CPython call, only a small file.
 pub(crate) fn publish_beside(socket: &str) {
     if let Some(dir) = std::path::Path::new(socket).parent() {

@@ -199,8 +199,11 @@ fn each_thread_s_python_stack_is_read_from_outside() {
     }
 }
 
-/// A stream of the sampler's frames, folded back into (tid, frames innermost first).
-fn sampled(p: &Program, for_how_long: Duration) -> Option<Vec<(u32, Vec<String>)>> {
+/// Samples as (tid, frames innermost first).
+type Samples = Vec<(u32, Vec<String>)>;
+
+/// A stream of the sampler's frames, folded back into samples, and the notices it sent.
+fn sampled(p: &Program, for_how_long: Duration) -> Option<(Samples, Vec<String>)> {
     let (tx, rx) = std::sync::mpsc::channel();
     let stop = Arc::new(AtomicBool::new(false));
     let (pid, dir, st) = (p.child.id(), Some(p.dir.clone()), stop.clone());
@@ -213,7 +216,7 @@ fn sampled(p: &Program, for_how_long: Duration) -> Option<Vec<(u32, Vec<String>)
     stop.store(true, Ordering::Relaxed);
     h.join().unwrap();
     let (mut names, mut stacks) = (HashMap::new(), HashMap::new());
-    let mut out = Vec::new();
+    let (mut out, mut notices) = (Vec::new(), Vec::new());
     let t0 = Instant::now();
     while let Ok(ev) = rx.recv_timeout(Duration::from_millis(100)) {
         assert!(t0.elapsed() < Duration::from_secs(30));
@@ -222,6 +225,7 @@ fn sampled(p: &Program, for_how_long: Duration) -> Option<Vec<(u32, Vec<String>)
                 eprintln!("skipped: {n}");
                 return None;
             }
+            LiveEvent::Notice(n) => notices.push(n),
             LiveEvent::Frames(_, frames) => {
                 for f in frames {
                     match f {
@@ -249,7 +253,7 @@ fn sampled(p: &Program, for_how_long: Duration) -> Option<Vec<(u32, Vec<String>)
             _ => {}
         }
     }
-    Some(out)
+    Some((out, notices))
 }
 
 fn script_frame(p: &Path, frames: &[String], qual: &str) -> bool {
@@ -264,7 +268,7 @@ fn samples_name_the_python_functions_in_place_of_the_interpreter() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let p = start("stream", 4.0, Path::new("python3"));
     let pid = p.child.id();
-    let Some(samples) = sampled(&p, Duration::from_millis(2500)) else {
+    let Some((samples, _)) = sampled(&p, Duration::from_millis(2500)) else {
         return;
     };
     let main: Vec<&Vec<String>> = samples
@@ -336,5 +340,41 @@ fn samples_name_the_python_functions_in_place_of_the_interpreter() {
         2 * below >= merged.len(),
         "math_factorial under blur in {below} of {}",
         merged.len()
+    );
+}
+
+#[test]
+fn a_program_without_a_layout_is_said_with_its_reason() {
+    // What a collector publishes where it found no layout (an interpreter it does not know):
+    // the sampler says so once, with the reason, and its samples keep their native frames.
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let p = start("without", 3.0, Path::new("python3"));
+    let pid = p.child.id();
+    let file = p.dir.join(format!("python-{pid}"));
+    std::fs::write(
+        &file,
+        gaptop_pystack::unavailable_text("interpreter layout not recognized"),
+    )
+    .unwrap();
+    let Some((samples, notices)) = sampled(&p, Duration::from_millis(1500)) else {
+        return;
+    };
+    let said: Vec<&String> = notices
+        .iter()
+        .filter(|n| n.contains("no Python frames"))
+        .collect();
+    assert_eq!(
+        said,
+        [&format!(
+            "CPU samples of pid {pid}: no Python frames (interpreter layout not recognized)"
+        )],
+        "{notices:?}"
+    );
+    assert!(
+        samples
+            .iter()
+            .filter(|(t, _)| *t == pid)
+            .all(|(_, f)| !script_frame(&p.script, f, "blur")),
+        "Python frames without a layout"
     );
 }

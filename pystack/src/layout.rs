@@ -7,7 +7,9 @@
 //! The collector writes a `ProcessLayout` as `key value` lines (`gaptop_python_layout 1`,
 //! numbers in decimal, addresses in hex) into `python-<pid>` beside the viewer's socket; the
 //! viewer's sampler parses it. Both ends use [`ProcessLayout::to_text`] and
-//! [`ProcessLayout::parse`], so the text is defined once.
+//! [`ProcessLayout::parse`], so the text is defined once. Where calibration could not find the
+//! layout, the file says why instead (one line, [`unavailable_text`]), so that the viewer can
+//! say why a Python program's samples have no Python frames ([`Published::parse`]).
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -260,9 +262,67 @@ impl ProcessLayout {
     }
 }
 
+/// The first word of a published text that says why there is no layout.
+const UNAVAILABLE: &str = "gaptop_python_unavailable";
+
+/// The published text of a process whose layout was not found: `reason` on one line.
+pub fn unavailable_text(reason: &str) -> String {
+    let one_line: String = reason.split_whitespace().collect::<Vec<_>>().join(" ");
+    format!("{UNAVAILABLE} {one_line}\n")
+}
+
+/// What a process published: its layout, or why it has none.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Published {
+    Layout(ProcessLayout),
+    Unavailable(String),
+}
+
+impl Published {
+    /// Reads either text; an error says what is wrong with a layout that does not parse.
+    pub fn parse(text: &str) -> Result<Published, String> {
+        match text.strip_prefix(UNAVAILABLE) {
+            Some(rest) if rest.is_empty() || rest.starts_with([' ', '\n']) => {
+                let why = rest.lines().next().unwrap_or("").trim();
+                Ok(Published::Unavailable(if why.is_empty() {
+                    "no reason given".into()
+                } else {
+                    why.into()
+                }))
+            }
+            _ => ProcessLayout::parse(text).map(Published::Layout),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_process_without_a_layout_says_why_in_one_line() {
+        let t = unavailable_text("interpreter layout\nnot recognized");
+        assert_eq!(
+            t,
+            "gaptop_python_unavailable interpreter layout not recognized\n"
+        );
+        assert_eq!(
+            Published::parse(&t),
+            Ok(Published::Unavailable(
+                "interpreter layout not recognized".into()
+            ))
+        );
+        assert_eq!(
+            Published::parse("gaptop_python_unavailable\n"),
+            Ok(Published::Unavailable("no reason given".into()))
+        );
+        // A layout still reads as one; a text that is neither says what is wrong.
+        assert_eq!(
+            Published::parse(FULL),
+            Ok(Published::Layout(ProcessLayout::parse(FULL).unwrap()))
+        );
+        assert!(Published::parse("gaptop_python_unavailablex y\n").is_err());
+    }
 
     /// A layout as a 3.11 collector wrote it, every optional key present.
     const FULL: &str = "gaptop_python_layout 1\nminor 11\ninterp 0x7f00001000\nthreads_head 16\n\

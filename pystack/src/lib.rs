@@ -29,7 +29,9 @@ pub mod lines;
 pub mod memory;
 pub mod walk;
 
-pub use layout::{Instr, Layout, LineFields, ProcessLayout, Threads, TidAt};
+pub use layout::{
+    unavailable_text, Instr, Layout, LineFields, ProcessLayout, Published, Threads, TidAt,
+};
 pub use lines::line_of;
 pub use memory::{Local, Memory, Process};
 pub use walk::{code_lines, is_entry_shim, read_str, threads, top_frame, walk, RawFrame};

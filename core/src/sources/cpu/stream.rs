@@ -19,7 +19,7 @@ use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gaptop_pystack::ProcessLayout;
+use gaptop_pystack::Published;
 use gaptop_wire::{Frame, Sample};
 
 use super::clock::now_ns;
@@ -49,6 +49,8 @@ const PY_BRACKET_NS: i64 = 50_000_000;
 struct Pythons {
     dir: Option<PathBuf>,
     readers: HashMap<u32, Reader>,
+    /// Processes whose collector published why it has no layout (said once each).
+    without: HashSet<u32>,
     history: History<Vec<RawFrame>>,
     said: bool,
     /// Threads the last drain had samples of (those on a CPU lately): in a process of more
@@ -70,18 +72,26 @@ impl Pythons {
         let Some(dir) = &self.dir else {
             return;
         };
-        self.readers
-            .retain(|pid, _| std::path::Path::new(&format!("/proc/{pid}")).exists());
+        let alive = |pid: &u32| std::path::Path::new(&format!("/proc/{pid}")).exists();
+        self.readers.retain(|pid, _| alive(pid));
+        self.without.retain(alive);
         for &pid in pids {
-            if self.readers.contains_key(&pid) {
+            if self.readers.contains_key(&pid) || self.without.contains(&pid) {
                 continue;
             }
             let Ok(text) = std::fs::read_to_string(dir.join(format!("python-{pid}"))) else {
                 continue;
             };
-            match ProcessLayout::parse(&text) {
-                Ok(l) => {
+            match Published::parse(&text) {
+                Ok(Published::Layout(l)) => {
                     self.readers.insert(pid, Reader::new(pid, l));
+                }
+                Ok(Published::Unavailable(why)) => {
+                    if self.without.insert(pid) {
+                        let _ = tx.send(LiveEvent::Notice(format!(
+                            "CPU samples of pid {pid}: no Python frames ({why})"
+                        )));
+                    }
                 }
                 Err(e) if !self.said => {
                     self.said = true;
@@ -366,6 +376,7 @@ pub fn run(
         // GAPTOP_PY_SAMPLES=0: native frames only (to measure what the Python reads cost).
         dir: py_dir.filter(|_| std::env::var("GAPTOP_PY_SAMPLES").as_deref() != Ok("0")),
         readers: HashMap::new(),
+        without: HashSet::new(),
         history: History::default(),
         said: false,
         active: HashSet::new(),
