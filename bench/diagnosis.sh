@@ -161,6 +161,13 @@ for n in names:
     except OSError:
         pass
     print(f"{'':16s} runs before {times.get((n, 'before'))} after {times.get((n, 'after'))}; under gaptop {under}")
+    # As shares of the step (the estimate of the recorded step, the saving of the bare one):
+    # what a slower recorded run (gaptop's own cost, the machine's noise) leaves comparable.
+    rec_step = ms((j.get("steps") or {}).get("median_ns"))
+    if est is not None and rec_step and saved is not None and b:
+        es, ss = est / rec_step, saved / b
+        print(f"{'':16s} as shares of the step: estimate {es * 100:.0f}% of {rec_step:.2f} ms recorded, "
+              f"saved {ss * 100:.0f}% of {b:.2f} ms bare, ratio {f(es / ss if ss else None, 0)}")
     if t:
         rec = ""
         if t.get("recurring") is not None:

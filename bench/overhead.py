@@ -7,7 +7,7 @@ ratios to bare, measured side by side in one run. Each repetition runs every wor
 every mode (in a shuffled order); with --budget a run stops before a repetition that would pass
 it, so a run cut short still compares every workload.
 
-usage: overhead.py --gaptop PATH --kineto PATH/kineto.py [--reps 5] [--budget S] WORKLOAD.py:ITERS ...
+usage: overhead.py --gaptop PATH --kineto PATH/kineto.py [--reps 5] [--budget S] WORKLOAD.py:ITERS[:ARG,ARG] ...
 """
 import argparse, os, random, re, signal, statistics, subprocess, sys, tempfile, time
 
@@ -58,24 +58,26 @@ def main():
     tmp = tempfile.mkdtemp()
     plans = []  # (script, iters, {mode: (cmd, env)}, {mode: [µs/iter]}, [{mode: µs/iter} per rep])
     for wl in a.workloads:
-        script, iters = wl.split(":")
-        grec = [a.gaptop, "record", "-o", os.path.join(tmp, "r.rec"), "--", sys.executable, script, iters]
-        modes = {"bare": ([sys.executable, script, iters], {}), "gaptop": (grec, {})}
+        # SCRIPT:ITERS[:ARG,ARG...]: the workload's own arguments after its iterations.
+        script, iters, *rest = wl.split(":", 2)
+        iters = [iters] + (rest[0].split(",") if rest else [])
+        grec = [a.gaptop, "record", "-o", os.path.join(tmp, "r.rec"), "--", sys.executable, script, *iters]
+        modes = {"bare": ([sys.executable, script, *iters], {}), "gaptop": (grec, {})}
         for v in a.variant:
             name, _, kv = v.partition(":")
             modes[name] = (grec, dict(x.split("=", 1) for x in kv.split(",") if x))
         if a.attach_modes:
             wrap = os.path.join(os.path.dirname(os.path.abspath(__file__)), "attached.py")
             dorm = [a.gaptop, "run", "--dormant", "--", sys.executable]
-            modes["dormant"] = (dorm + [script, iters], {})
-            modes["detached"] = (dorm + [wrap, "--gaptop", a.gaptop, script, iters], {})
-            modes["detached_keep"] = (dorm + [wrap, "--gaptop", a.gaptop, script, iters],
+            modes["dormant"] = (dorm + [script, *iters], {})
+            modes["detached"] = (dorm + [wrap, "--gaptop", a.gaptop, script, *iters], {})
+            modes["detached_keep"] = (dorm + [wrap, "--gaptop", a.gaptop, script, *iters],
                                       {"GAPTOP_DETACH": "keep"})
             modes["serve"] = ([a.gaptop, "serve", "--listen", "127.0.0.1:0", "--",
-                               sys.executable, script, iters], {})
+                               sys.executable, script, *iters], {})
         if not a.no_profiler:
-            modes["torch.profiler"] = ([sys.executable, a.kineto, "-", "stack", "--", script, iters], {})
-        plans.append((script, iters, modes, {m: [] for m in modes}, []))
+            modes["torch.profiler"] = ([sys.executable, a.kineto, "-", "stack", "--", script, *iters], {})
+        plans.append((script, ":".join(iters), modes, {m: [] for m in modes}, []))
     t_start = time.time()
     # Repetitions outside, workloads inside: a run cut short still has samples of every workload.
     for rep in range(a.reps):
@@ -104,9 +106,12 @@ def main():
                     continue
                 times[m].append(v)
                 by_rep[-1][m] = v
-                extra = ""
+                # The workload's own phase times (WORKLOAD ... NAME_ms=MS), where it prints them.
+                w = next((l for l in out.splitlines() if l.startswith("WORKLOAD ")), "")
+                extra = "".join(f" {k}={v}" for k, v in re.findall(r"(\w+_ms)=([\d.]+)", w)
+                                if k != "per_iter_ms")
                 if "record" in cmd or "ATTACHED" in err:
-                    extra = " | " + " ".join(l for l in err.splitlines() if "recorded" in l)
+                    extra += " | " + " ".join(l for l in err.splitlines() if "recorded" in l)
                 print(f"  {os.path.basename(script)}:{iters} rep{rep} {m:15s} {v:10.1f} us/iter ({time.time()-t0:.1f}s){extra}", flush=True)
     table([(os.path.basename(script), iters,
             {m: statistics.median(v) if v else float("nan") for m, v in times.items()}, times, by_rep)

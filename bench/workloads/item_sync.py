@@ -9,7 +9,9 @@
 #   python3 item_sync.py [STEPS] [--fix] [--host-ms MS] [--host-n N] [--log-every N]
 # Steps are timed in groups of LOG_EVERY between two torch.cuda.synchronize() calls (in both
 # modes), and the run ends with the usual lines
-#   WORKLOAD item_sync iters=STEPS ... host_n=N
+#   WORKLOAD item_sync iters=STEPS ... host_n=N sampler_ms=MS launch_ms=MS [item_ms=MS]
+#     (the host's median time a step in the sampler, in the step's Python up to opt.step(), and
+#     in `.item()`, which is the sync's wait)
 #   STEP_MS median=MS mean=MS steps=N    (the median over groups of a group's time a step)
 import argparse, random, statistics, time
 import torch
@@ -59,12 +61,20 @@ sampler = Sampler(a.host_ms, a.host_n)
 pending = []
 
 
+phases = {"sampler": [], "launch": [], "item": []}  # ms a step of each part, on the host
+
+
 def train(k, losses):
+    t0 = time.perf_counter()
     start = sampler.pick(k)
+    t1 = time.perf_counter()
     loss = net(data.narrow(0, start, ROWS)).float().square().mean()
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()
+    t2 = time.perf_counter()
+    phases["sampler"].append((t1 - t0) * 1e3)
+    phases["launch"].append((t2 - t1) * 1e3)
     if a.fix:
         pending.append(loss.detach())
         if len(pending) == a.log_every:
@@ -72,12 +82,15 @@ def train(k, losses):
             pending.clear()
     else:
         losses.append(loss.item())  # the sync: waits for this step's kernels
+        phases["item"].append((time.perf_counter() - t2) * 1e3)
 
 
 losses = []
 for k in range(a.log_every):
     train(k, losses)
 torch.cuda.synchronize()
+for v in phases.values():
+    v.clear()
 per_step, t_all = [], time.perf_counter()
 for g in range(a.steps // a.log_every):
     t0 = time.perf_counter()
@@ -88,5 +101,6 @@ for g in range(a.steps // a.log_every):
 wall = time.perf_counter() - t_all
 n = len(per_step) * a.log_every
 print(f"WORKLOAD item_sync iters={n} wall_s={wall:.3f} per_iter_ms={1e3 * wall / n:.3f} "
-      f"fix={'deferred' if a.fix else 'none'} host_n={sampler.n} loss={losses[-1]:.6f}", flush=True)
+      f"fix={'deferred' if a.fix else 'none'} host_n={sampler.n} loss={losses[-1]:.6f} "
+      + " ".join(f"{p}_ms={statistics.median(v):.3f}" for p, v in phases.items() if v), flush=True)
 print(f"STEP_MS median={statistics.median(per_step):.3f} mean={statistics.fmean(per_step):.3f} steps={n}", flush=True)
