@@ -13,7 +13,7 @@ mod support;
 
 use gaptop_core::sources::kineto;
 use serde_json::Value;
-use support::gen::{call, generate, launch, simulate, Node, Plant, Shape, Spec, Timing, T0};
+use support::gen::{call, generate, launch, simulate, Node, Plant, Shape, Spec, Timing, MAIN, T0};
 use support::{advice, report_json, tempdir};
 
 /// Simulates `spec` into a fresh folder and reports it.
@@ -469,13 +469,15 @@ fn a_sync_before_host_work_is_named_first() {
 
 /// The same loop as item_sync.py writes it: the `.item()` in the step function, which also
 /// launches (the loss's reduction), after the model's kernels; the host work in a sampler
-/// before them. The syncs of a function that launches have a row of their own, which leads,
-/// and the model's row names it as the sync to remove.
+/// before them; a `torch.cuda.synchronize()` after every fifth step (the loop's timing). The
+/// syncs of a function that launches have a row of their own, which leads, and the model's
+/// row names it as the sync to remove. The timing's sync, right after an `.item()`, waits for
+/// nothing: its own what-if removes its syncs alone, not the `.item()` before it.
 #[test]
 fn a_sync_in_a_function_that_launches_is_named_first() {
     let program = |sync: bool| {
         let steps = (0..20)
-            .map(|_| {
+            .flat_map(|k| {
                 let layers = (0..48).map(|_| launch("gemm", 100_000)).collect();
                 let mut body = vec![
                     call("sampler.py(5): Sampler.pick", vec![Node::Cpu(2_000_000)]),
@@ -484,9 +486,13 @@ fn a_sync_in_a_function_that_launches_is_named_first() {
                     launch("mean", 5_000),
                 ];
                 if sync {
-                    body.push(Node::Sync(7));
+                    body.push(Node::Sync(MAIN));
                 }
-                call("train.py(20): train_step", body)
+                let mut step = vec![call("train.py(20): train_step", body)];
+                if k % 5 == 4 {
+                    step.push(call("timing.py(8): synchronize", vec![Node::Sync(MAIN)]));
+                }
+                step
             })
             .collect();
         vec![call("train.py(10): <module>", steps)]
@@ -512,4 +518,7 @@ fn a_sync_in_a_function_that_launches_is_named_first() {
     assert!(within(saving(first), truth, 0.1), "{first} vs {truth}");
     let model = advice(&j, "Model.forward");
     assert_eq!(model["sync_in"], first["site"], "{model}");
+    let timing = advice(&j, "synchronize");
+    assert!(timing["sync_in"].is_null(), "{timing}");
+    assert!(saving(timing) < 0.02 * truth, "{timing} vs {truth}");
 }

@@ -262,7 +262,13 @@ fn apply(m: &mut Model, s: u32, w: WhatIf, seg: &[Ns], own: &[Ns]) -> Undo {
                 let (first, last) = (m.threads[t].first, m.threads[t].last);
                 for c in first..last {
                     let call = m.calls[c as usize];
-                    let before_mine = c + 1 < last && m.calls[c as usize + 1].site == s;
+                    // A sync right before one of the site's launches or copies is in its
+                    // way; one right before another sync of the site is not (that sync,
+                    // `torch.cuda.synchronize()` after an `.item()`, waits for nothing).
+                    let before_mine = c + 1 < last && {
+                        let next = &m.calls[c as usize + 1];
+                        next.site == s && next.kind != ApiKind::Sync
+                    };
                     if call.kind == ApiKind::Sync && (call.site == s || before_mine) {
                         let x = u.call(m, c);
                         x.wait = NONE;
