@@ -258,6 +258,8 @@ pub fn build(
             // Not a site's own forward ops (a node run on the forward's thread).
             m.calls[c].fwd = if f == m.calls[c].site { NONE } else { f };
         }
+    } else {
+        super::mirror::mirror_backward(&mut m, store, &origin);
     }
     m.sites = sites;
     m.site_calls = site_calls;

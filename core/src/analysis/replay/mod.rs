@@ -28,6 +28,7 @@ mod anchors;
 mod build;
 mod graph;
 mod loading;
+mod mirror;
 mod model;
 mod results;
 mod run;
