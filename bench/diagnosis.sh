@@ -14,7 +14,8 @@
 #   WORKLOADS="name:steps[:fix] ..." (the fix is --fix's argument; empty for its default),
 #   REPS=3, KINETO=shape_planning (none: no trace), RUN_TIMEOUT=120 (seconds a run),
 #   BUDGET=420 (no workload is started after this many seconds), ARGS_<name> (arguments every
-#   run of that workload gets, e.g. ARGS_graph_sched="--sched-n 40").
+#   run of that workload gets, e.g. ARGS_graph_sched="--sched-n 40"), REC_REPS=1 (recorded
+#   runs; the one of median estimate is reported, every one's top saving in NAME.estimates).
 # Each workload's fallbacks (a backend or compiler missing) are in the table; its runs' output
 # in diag2/NAME.bare.log, the recording's in NAME.record.log.
 set -u
@@ -49,6 +50,42 @@ bare() {
   rm -f "$tmp"
 }
 
+# One recorded run, k, of a workload, with its reports (NAME.k.rec, .txt, .json, .record.log).
+record_one() {
+  local name=$1 k=$2; shift 2
+  timeout -k 10 "$T" "$G" record -o "$D/$name.$k.rec" -- python3 "$name.py" "$@" > "$D/$name.$k.record.log" 2>&1
+  grep -E "WORKLOAD|STEP_MS|FALLBACK|recorded|CPU samples|rror" "$D/$name.$k.record.log" | cut -c1-200 | sed "s/^/  [recorded $k] /"
+  "$G" report "$D/$name.$k.rec" > "$D/$name.$k.txt" 2>&1
+  "$G" report --format json "$D/$name.$k.rec" > "$D/$name.$k.json" 2> "$D/$name.$k.json.err"
+}
+
+# The recorded run whose top advice's saving is the median of the n runs' becomes NAME.rec
+# (.txt, .json, .record.log); every run's top saving goes to NAME.estimates.
+pick_median() {
+  local name=$1 n=$2 k
+  k=$(python3 - "$D" "$name" "$n" <<'PY'
+import json, sys
+d, name, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+got = []
+for k in range(1, n + 1):
+    try:
+        a = (json.load(open(f"{d}/{name}.{k}.json")).get("advice") or [{}])[0]
+        got.append((a.get("saving_ns") or 0, k, a.get("site", "-")))
+    except (OSError, ValueError):
+        pass
+with open(f"{d}/{name}.estimates", "w") as f:
+    for s, k, site in got:
+        f.write(f"{k}\t{s}\t{site}\n")
+print(sorted(got)[(len(got) - 1) // 2][1] if got else 1)
+PY
+)
+  for x in rec txt json record.log; do
+    [ -e "$D/$name.$k.$x" ] && mv "$D/$name.$k.$x" "$D/$name.$x"
+  done
+  [ -e "$D/$name.$k.json.err" ] && mv "$D/$name.$k.json.err" "$D/$name.json.err"
+  return 0
+}
+
 pack() {
   tar czf "$OUT/diag2.tgz" -C "$(dirname "$D")" --exclude='*.rec' --exclude='*.kineto.json' "$(basename "$D")"
   (cd "$(dirname "$D")" && ls "$(basename "$D")"/*.rec "$(basename "$D")"/*.kineto.json 2>/dev/null) \
@@ -64,14 +101,19 @@ for w in $W; do
   echo "$name $steps --fix $fix" >> "$D/workloads.txt"
   # ARGS_<name>: arguments every run of that workload gets (graph_sched's --sched-n).
   extra_var="ARGS_$name"; extra=${!extra_var:-}
+  # REC_REPS recorded runs, each after a pair of bare ones (the last ones after the pairs):
+  # the one whose top estimate is the median of theirs is reported as NAME.rec, so that one
+  # slow recorded run on a noisy machine does not decide the estimate alone.
+  nrec=${REC_REPS:-1}
   for rep in $(seq "$REPS"); do
     bare "$name" before "$rep" "$steps" $extra
     bare "$name" after "$rep" "$steps" $extra --fix $fix
+    [ "$rep" -le "$nrec" ] && [ "$rep" -lt "$REPS" ] && record_one "$name" "$rep" "$steps" $extra
   done
-  timeout -k 10 "$T" "$G" record -o "$D/$name.rec" -- python3 "$name.py" "$steps" $extra > "$D/$name.record.log" 2>&1
-  grep -E "WORKLOAD|STEP_MS|FALLBACK|recorded|CPU samples|rror" "$D/$name.record.log" | cut -c1-200
-  "$G" report "$D/$name.rec" > "$D/$name.txt" 2>&1
-  "$G" report --format json "$D/$name.rec" > "$D/$name.json" 2> "$D/$name.json.err"
+  for k in $(seq "$nrec"); do
+    [ -e "$D/$name.$k.rec" ] || record_one "$name" "$k" "$steps" $extra
+  done
+  pick_median "$name" "$nrec"
   if [ "$name" = "$KINETO" ]; then
     timeout -k 10 "$T" python3 "$name.py" "$steps" $extra --kineto "$D/$name.kineto.json" > "$D/$name.kineto.log" 2>&1
     grep -E "WORKLOAD|KINETO|FALLBACK|rror" "$D/$name.kineto.log" | cut -c1-200
@@ -161,6 +203,13 @@ for n in names:
     except OSError:
         pass
     print(f"{'':16s} runs before {times.get((n, 'before'))} after {times.get((n, 'after'))}; under gaptop {under}")
+    try:
+        ests = [l.rstrip("\n").split("\t") for l in open(os.path.join(d, f"{n}.estimates")) if l.strip()]
+    except OSError:
+        ests = []
+    if len(ests) > 1:
+        print(f"{'':16s} top estimates of {len(ests)} recorded runs (ms): "
+              + ", ".join(f"{f(ms(int(e[1])), 0)} ({e[2][:30]})" for e in ests) + "; the median one reported")
     # As shares of the step (the estimate of the recorded step, the saving of the bare one):
     # what a slower recorded run (gaptop's own cost, the machine's noise) leaves comparable.
     rec_step = ms((j.get("steps") or {}).get("median_ns"))
