@@ -39,7 +39,9 @@ pub(crate) unsafe extern "C" fn calibrate(_: *mut c_void) -> c_int {
         Ok(Ok(l)) => {
             let _ = LAYOUT.set(l);
             // SAFETY: still inside the pending call: the GIL is held, Python code running.
-            let _ = std::panic::catch_unwind(|| unsafe { publish(&l) });
+            if std::panic::catch_unwind(|| unsafe { publish(&l) }).is_err() {
+                crate::pyremote::publish_unavailable("publishing the layout failed");
+            }
             if std::env::var_os("GAPTOP_VERBOSE").is_some() {
                 let f = &l.frames;
                 say!(

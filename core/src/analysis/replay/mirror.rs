@@ -1,22 +1,30 @@
 //! Backward calls tied to their forward function, where the capture has no ties (see
 //! [`mirror_backward`]).
 
-use rustc_hash::FxHashMap as HashMap;
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use super::model::{Call, Model, NONE};
 use crate::model::records::{ApiKind, NameId, StackId};
 use crate::model::store::Store;
 
+/// Fewest forward launches a backward run is laid against: a thread woken after a handful of
+/// launches (a worker handed one copy) is not running a backward pass.
+const MIN_FORWARD: usize = 8;
+
 /// Backward calls where nothing ties them to their forward ops (a recording: autograd's thread
-/// has no sequence numbers to read). A run of launches of a thread without Python frames,
-/// woken by another thread of its process (`build::bind_wakes`: `backward()` waking autograd's
-/// thread), runs the backward of the waking thread's launches before the wake (its launches
-/// with Python frames, back to its last sync or the wake before; for the block's first run,
-/// before the last call another thread ended). Where one site made nine in ten of those
-/// launches, the run's launches are that site's backward (a model of one function repeated,
-/// as backward_bound's gates); where several made them, no run is tied: which backward launch
-/// is whose is not known without the ops' sequence numbers, as the trace's own rule leaves a
-/// backward stack of several functions' ops untied.
+/// has no sequence numbers to read). A run of launches without Python frames on a thread woken
+/// by another thread of its process (`build::bind_wakes`: `backward()` waking autograd's
+/// thread, after an idle of its own) runs the backward of the waking thread's launches before
+/// the wake: its launches with Python frames, back to its last sync, at most as many as the
+/// run has (a backward launches about as many kernels as its forward, or more; further back
+/// lie the step before's optimizer and loading). Where one site made nine in ten of those
+/// launches, the run's launches are that site's backward (a model of one function repeated, as
+/// backward_bound's gates); where several made them, no run is tied: which backward launch is
+/// whose is not known without the ops' sequence numbers, as the trace's own rule leaves a
+/// backward stack of several functions' ops untied. Not tied either: a run beside fewer than
+/// [`MIN_FORWARD`] forward launches or more than four times its own, a collective's launches
+/// (DDP's hooks launch them from autograd's thread), the block's first run (its wake lies
+/// before the block).
 pub(super) fn mirror_backward(
     m: &mut Model,
     store: &Store,
@@ -32,46 +40,35 @@ pub(super) fn mirror_backward(
                 .any(|&f| store.names.get(f).contains(".py("))
         })
     };
-    let launch = |c: &Call| c.kind == ApiKind::Launch && c.site != NONE;
     let py: Vec<bool> = origin.iter().map(|o| python(o.1)).collect();
+    let collective: HashSet<u32> = m
+        .ops
+        .iter()
+        .filter(|o| o.group != NONE && o.call != NONE)
+        .map(|o| o.call)
+        .collect();
+    let launch = |c: &Call| c.kind == ApiKind::Launch && c.site != NONE;
     for t in 0..m.threads.len() {
         let (first, last) = (m.threads[t].first, m.threads[t].last);
-        if (first..last).any(|c| py[c as usize]) {
-            continue;
-        }
-        // The block's first run began before the block's first call of the thread could be
-        // seen to be woken: it follows the last call another thread of its process ended.
-        let proc = m.threads[t].proc;
-        let t0 = m.calls.get(first as usize).map(|c| c.start);
-        let first_wake = (0..m.calls.len() as u32)
-            .filter(|&k| {
-                let call = &m.calls[k as usize];
-                call.thread != t as u32
-                    && m.threads[call.thread as usize].proc == proc
-                    && t0.is_some_and(|t0| call.end <= t0)
-            })
-            .max_by_key(|&k| m.calls[k as usize].end)
-            .unwrap_or(NONE);
-        let mut prev_wake = NONE;
         let mut c = first;
         while c < last {
-            let w = match m.calls[c as usize].after {
-                NONE if c == first => first_wake,
-                w => w,
-            };
-            if w == NONE {
-                c += 1;
-                continue;
-            }
+            let w = m.calls[c as usize].after;
             let mut end = c + 1;
             while end < last && m.calls[end as usize].after == NONE {
                 end += 1;
             }
-            let bwd: Vec<u32> = (c..end).filter(|&k| launch(&m.calls[k as usize])).collect();
+            let run = c..end;
+            c = end;
+            if w == NONE || run.clone().any(|k| py[k as usize]) {
+                continue;
+            }
+            let bwd: Vec<u32> = run
+                .filter(|&k| launch(&m.calls[k as usize]) && !collective.contains(&k))
+                .collect();
             let main = m.thread_of(w).clone();
             let mut fwd: Vec<u32> = Vec::new();
             let mut k = w;
-            while k >= main.first && k != prev_wake {
+            while fwd.len() < bwd.len() {
                 let call = &m.calls[k as usize];
                 if call.kind == ApiKind::Sync && k != w {
                     break;
@@ -83,6 +80,9 @@ pub(super) fn mirror_backward(
                     break;
                 }
                 k -= 1;
+            }
+            if fwd.len() < MIN_FORWARD || bwd.len() > 4 * fwd.len() {
+                continue;
             }
             let mut by: HashMap<u32, usize> = HashMap::default();
             for &k in &fwd {
@@ -99,8 +99,6 @@ pub(super) fn mirror_backward(
                     }
                 }
             }
-            prev_wake = w;
-            c = end;
         }
     }
 }

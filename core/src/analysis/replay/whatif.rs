@@ -263,11 +263,14 @@ fn apply(m: &mut Model, s: u32, w: WhatIf, seg: &[Ns], own: &[Ns]) -> Undo {
                 for c in first..last {
                     let call = m.calls[c as usize];
                     // A sync right before one of the site's launches or copies is in its
-                    // way; one right before another sync of the site is not (that sync,
-                    // `torch.cuda.synchronize()` after an `.item()`, waits for nothing).
+                    // way; one right before a sync of the site (or a copy that waited) is
+                    // not: that sync, `torch.cuda.synchronize()` after an `.item()`, waits
+                    // for nothing, and the one before it is another site's to remove.
                     let before_mine = c + 1 < last && {
                         let next = &m.calls[c as usize + 1];
-                        next.site == s && next.kind != ApiKind::Sync
+                        let waits = next.kind == ApiKind::Sync
+                            || (next.kind == ApiKind::Copy && next.wait != NONE);
+                        next.site == s && !waits
                     };
                     if call.kind == ApiKind::Sync && (call.site == s || before_mine) {
                         let x = u.call(m, c);
