@@ -264,6 +264,17 @@ fn sampled(p: &Program, for_how_long: Duration) -> Option<(Samples, Vec<String>)
     Some((out, notices))
 }
 
+/// The frames of thread `tid`'s samples, of which there must be at least `least`.
+fn of_thread(samples: &Samples, tid: u32, least: usize) -> Vec<&Vec<String>> {
+    let v: Vec<&Vec<String>> = samples
+        .iter()
+        .filter(|(t, _)| *t == tid)
+        .map(|(_, f)| f)
+        .collect();
+    assert!(v.len() >= least, "{} samples of thread {tid}", v.len());
+    v
+}
+
 fn script_frame(p: &Path, frames: &[String], qual: &str) -> bool {
     let file = p.to_string_lossy();
     frames
@@ -279,16 +290,7 @@ fn samples_name_the_python_functions_in_place_of_the_interpreter() {
     let Some((samples, _)) = sampled(&p, Duration::from_millis(2500)) else {
         return;
     };
-    let main: Vec<&Vec<String>> = samples
-        .iter()
-        .filter(|(t, _)| *t == pid)
-        .map(|(_, f)| f)
-        .collect();
-    assert!(
-        main.len() >= 100,
-        "{} samples of the main thread",
-        main.len()
-    );
+    let main = of_thread(&samples, pid, 100);
     let blur = main
         .iter()
         .filter(|f| script_frame(&p.script, f, "blur"))
@@ -378,16 +380,7 @@ fn a_program_without_a_layout_is_said_with_its_reason() {
         )],
         "{notices:?}"
     );
-    let main: Vec<&Vec<String>> = samples
-        .iter()
-        .filter(|(t, _)| *t == pid)
-        .map(|(_, f)| f)
-        .collect();
-    assert!(
-        main.len() >= 20,
-        "{} samples of the main thread",
-        main.len()
-    );
+    let main = of_thread(&samples, pid, 20);
     assert!(
         main.iter().all(|f| !script_frame(&p.script, f, "blur")),
         "Python frames without a layout"
