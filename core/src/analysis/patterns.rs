@@ -297,8 +297,15 @@ mod states {
         let x = top(&s, |x| {
             x.state == "blocked" && x.frames.iter().any(|f| is_queue_frame(f))
         })?;
+        // A DataLoader's own queue (`_MultiProcessingDataLoaderIter._get_data`): its workers
+        // are what the thread waits for.
+        let what = if x.frames.iter().any(|f| f.contains("DataLoaderIter")) {
+            "waiting for DataLoader workers"
+        } else {
+            "waiting for input"
+        };
         named(
-            format!("waiting for input: blocked{} ({})", under(x), call_of(x)),
+            format!("{what}: blocked{} ({})", under(x), call_of(x)),
             share,
         )
     }

@@ -510,6 +510,34 @@ fn off_cpu(
 }
 
 #[test]
+fn a_dataloader_s_queue_is_named_as_its_workers() {
+    use crate::model::states::OffKind;
+    let dataloader = [
+        "loop.py(30): <module>",
+        "torch/utils/data/dataloader.py(1473): _MultiProcessingDataLoaderIter._get_data",
+        "torch/utils/data/dataloader.py(1310): _MultiProcessingDataLoaderIter._try_get_data",
+        "queue.py(180): Queue.get",
+    ];
+    let a = off_cpu(OffKind::Blocked, "futex", &dataloader, None);
+    assert_cause(&a, "waiting_for_input", "num_workers");
+    let name = a.cause_name.as_deref().unwrap();
+    assert!(
+        name.starts_with("waiting for DataLoader workers: blocked in `Queue.get"),
+        "{name}"
+    );
+    // A queue of the program's own is input, not DataLoader workers.
+    let queue = ["loop.py(30): <module>", "queue.py(171): Queue.get"];
+    let b = off_cpu(OffKind::Blocked, "futex", &queue, None);
+    assert!(
+        b.cause_name
+            .as_deref()
+            .unwrap()
+            .starts_with("waiting for input: "),
+        "{b:?}"
+    );
+}
+
+#[test]
 fn the_launching_thread_s_states_name_the_cause() {
     use crate::model::states::OffKind;
     let queue = ["loop.py(30): <module>", "queue.py(171): Queue.get"];
