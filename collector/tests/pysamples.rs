@@ -386,3 +386,62 @@ fn a_program_without_a_layout_is_said_with_its_reason() {
         "Python frames without a layout"
     );
 }
+
+/// A CPython older than the collector reads (3.8 and before: no `PyFrame_GetCode`), where one
+/// is installed (pyenv's, `/usr/bin/python3.N`): its calibration fails, and the collector
+/// publishes why where the layout would be, for the viewer to say.
+#[test]
+fn an_interpreter_it_cannot_calibrate_publishes_why() {
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    let mut old: Vec<PathBuf> = ["python3.8", "python3.7", "python3.6"]
+        .iter()
+        .map(|n| PathBuf::from("/usr/bin").join(n))
+        .collect();
+    if let Ok(rd) = std::fs::read_dir(home.join(".pyenv/versions")) {
+        for e in rd.flatten() {
+            let v = e.file_name().to_string_lossy().to_string();
+            if let Some(minor) = v.strip_prefix("3.").and_then(|r| r.split('.').next()) {
+                if minor.parse::<u32>().is_ok_and(|m| (6..=8).contains(&m)) {
+                    old.push(e.path().join(format!("bin/python3.{minor}")));
+                }
+            }
+        }
+    }
+    let Some(python) = old.into_iter().find(|p| p.exists()) else {
+        eprintln!("skipped: no CPython older than 3.9 here");
+        return;
+    };
+    let lib = support::build().join("libgaptop_collector.so");
+    let dir = std::env::temp_dir().join(format!("gaptop-pyold-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = "import ctypes, os, sys\n\
+                  lib = ctypes.PyDLL(sys.argv[1])\n\
+                  print(lib.gaptop_selftest_calibrate(), os.getpid())\n";
+    let out = Command::new(&python)
+        .args(["-c", script])
+        .arg(&lib)
+        .env("GAPTOP_PYTHON_LAYOUT_DIR", &dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let mut words = text.split_whitespace();
+    assert_eq!(
+        words.next(),
+        Some("0"),
+        "{} calibrated: {text}",
+        python.display()
+    );
+    let pid = words.next().unwrap();
+    let published = std::fs::read_to_string(dir.join(format!("python-{pid}"))).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    match Published::parse(&published) {
+        Ok(Published::Unavailable(why)) => {
+            assert!(why.starts_with("calibration: "), "{why}");
+            eprintln!("{}: {why}", python.display());
+        }
+        other => panic!("{other:?} from {published:?}"),
+    }
+}
