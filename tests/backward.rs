@@ -174,6 +174,13 @@ impl Trace {
     }
 }
 
+/// `gaptop report --format json` of a trace written into a fresh folder named by `tag`.
+fn report_of(tag: &str, trace: &str) -> serde_json::Value {
+    let path = tempdir(tag).join("trace.json");
+    std::fs::write(&path, trace).unwrap();
+    report_json(&path, &[])
+}
+
 /// The mean step, µs, leaving out the first and the last.
 fn steady(times: &[i64]) -> f64 {
     let mid = &times[1..times.len() - 1];
@@ -195,10 +202,8 @@ fn fusing_a_function_fuses_its_backward_where_the_trace_ties_them() {
     assert!(truth > 0.0);
     let mut savings = Vec::new();
     for tied in [true, false] {
-        let dir = tempdir(if tied { "bwd-tied" } else { "bwd-untied" });
-        let path = dir.join("trace.json");
-        std::fs::write(&path, trace(tied, false, false).0).unwrap();
-        let j = report_json(&path, &[]);
+        let tag = if tied { "bwd-tied" } else { "bwd-untied" };
+        let j = report_of(tag, &trace(tied, false, false).0);
         let err = j["replay"]["baseline_error"].as_f64().unwrap();
         assert!(err < 0.001, "baseline error {err}");
         let a = advice(&j, "Gate.forward");
@@ -237,10 +242,7 @@ fn an_untied_backward_is_not_guessed() {
         ("bwd-untied-split", true, false),
         ("bwd-worker", false, true),
     ] {
-        let dir = tempdir(tag);
-        let path = dir.join("trace.json");
-        std::fs::write(&path, trace_with(false, false, split, worker).0).unwrap();
-        let j = report_json(&path, &[]);
+        let j = report_of(tag, &trace_with(false, false, split, worker).0);
         let fns: &[&str] = if split {
             &["Gate.forward", "Mix.forward"]
         } else {
@@ -272,10 +274,7 @@ fn an_untied_backward_is_not_guessed() {
 /// the backward then, nor does the backward's row name one.
 #[test]
 fn a_backward_stack_of_two_functions_is_tied_to_neither() {
-    let dir = tempdir("bwd-split");
-    let path = dir.join("trace.json");
-    std::fs::write(&path, trace(true, false, true).0).unwrap();
-    let j = report_json(&path, &[]);
+    let j = report_of("bwd-split", &trace(true, false, true).0);
     for f in ["Gate.forward", "Mix.forward"] {
         let a = advice(&j, f);
         assert_eq!(a["verdict"], "launch_bound", "{a}");

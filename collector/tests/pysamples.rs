@@ -392,24 +392,7 @@ fn a_program_without_a_layout_is_said_with_its_reason() {
 /// publishes why where the layout would be, for the viewer to say.
 #[test]
 fn an_interpreter_it_cannot_calibrate_publishes_why() {
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_default();
-    let mut old: Vec<PathBuf> = ["python3.8", "python3.7", "python3.6"]
-        .iter()
-        .map(|n| PathBuf::from("/usr/bin").join(n))
-        .collect();
-    if let Ok(rd) = std::fs::read_dir(home.join(".pyenv/versions")) {
-        for e in rd.flatten() {
-            let v = e.file_name().to_string_lossy().to_string();
-            if let Some(minor) = v.strip_prefix("3.").and_then(|r| r.split('.').next()) {
-                if minor.parse::<u32>().is_ok_and(|m| (6..=8).contains(&m)) {
-                    old.push(e.path().join(format!("bin/python3.{minor}")));
-                }
-            }
-        }
-    }
-    let Some(python) = old.into_iter().find(|p| p.exists()) else {
+    let Some((_, python)) = pythons::older_pythons().pop() else {
         eprintln!("skipped: no CPython older than 3.9 here");
         return;
     };

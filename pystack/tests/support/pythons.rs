@@ -13,6 +13,38 @@ pub const OLDEST: (u32, u32) = (3, 9);
 /// PATH, `/usr/bin/python3.N`, pyenv's (`$PYENV_ROOT` or `~/.pyenv`), and the paths in
 /// `GAPTOP_TEST_PYTHONS` (colon-separated). `python3` must be there; the others may not.
 pub fn pythons() -> Vec<((u32, u32), PathBuf)> {
+    let found: Vec<((u32, u32), PathBuf)> = every_python()
+        .into_iter()
+        .filter(|(v, _)| *v >= OLDEST)
+        .collect();
+    assert!(
+        !found.is_empty(),
+        "python3 ({}.{} or later) is needed for this test",
+        OLDEST.0,
+        OLDEST.1
+    );
+    eprintln!(
+        "CPython versions tested: {}",
+        found
+            .iter()
+            .map(|((a, b), p)| format!("{a}.{b} ({})", p.display()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    found
+}
+
+/// Interpreters older than [`OLDEST`] found in the same places (Python 3 only), oldest first:
+/// those whose calibration must fail.
+pub fn older_pythons() -> Vec<((u32, u32), PathBuf)> {
+    every_python()
+        .into_iter()
+        .filter(|(v, _)| v.0 == 3 && *v < OLDEST)
+        .collect()
+}
+
+/// One interpreter of each version found in those places, of any version, oldest first.
+fn every_python() -> Vec<((u32, u32), PathBuf)> {
     let mut candidates: Vec<PathBuf> = vec!["python3".into()];
     if let Ok(extra) = std::env::var("GAPTOP_TEST_PYTHONS") {
         candidates.extend(
@@ -61,24 +93,10 @@ pub fn pythons() -> Vec<((u32, u32), PathBuf)> {
             continue;
         };
         let version = (major, minor);
-        if version >= OLDEST && !found.iter().any(|(have, _)| *have == version) {
+        if !found.iter().any(|(have, _)| *have == version) {
             found.push((version, c));
         }
     }
-    assert!(
-        !found.is_empty(),
-        "python3 ({}.{} or later) is needed for this test",
-        OLDEST.0,
-        OLDEST.1
-    );
     found.sort();
-    eprintln!(
-        "CPython versions tested: {}",
-        found
-            .iter()
-            .map(|((a, b), p)| format!("{a}.{b} ({})", p.display()))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
     found
 }

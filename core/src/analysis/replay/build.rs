@@ -277,7 +277,7 @@ fn python_spans(store: &Store, spans: &[Span]) -> Vec<bool> {
                 let frames = store.stacks.frames(s.stack);
                 frames
                     .last()
-                    .is_some_and(|&f| store.names.get(f).contains(".py("))
+                    .is_some_and(|&f| store.names.frame(f).py_source().is_some())
             })
         })
         .collect()

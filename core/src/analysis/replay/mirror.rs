@@ -37,7 +37,7 @@ pub(super) fn mirror_backward(
                 .stacks
                 .frames(stack)
                 .iter()
-                .any(|&f| store.names.get(f).contains(".py("))
+                .any(|&f| store.names.frame(f).py_source().is_some())
         })
     };
     let py: Vec<bool> = origin.iter().map(|o| python(o.1)).collect();
@@ -65,7 +65,7 @@ pub(super) fn mirror_backward(
             let bwd: Vec<u32> = run
                 .filter(|&k| launch(&m.calls[k as usize]) && !collective.contains(&k))
                 .collect();
-            let main = m.thread_of(w).clone();
+            let main_first = m.thread_of(w).first;
             let mut fwd: Vec<u32> = Vec::new();
             let mut k = w;
             while fwd.len() < bwd.len() {
@@ -76,7 +76,7 @@ pub(super) fn mirror_backward(
                 if launch(call) && py[k as usize] {
                     fwd.push(k);
                 }
-                if k == main.first {
+                if k == main_first {
                     break;
                 }
                 k -= 1;
