@@ -390,7 +390,7 @@ fn a_file_cut_inside_its_magic_says_what_it_looks_like() {
         ),
         (
             "e.rec",
-            b"GAPTOPR7xxxxxxx",
+            b"GAPTOPR8xxxxxxx",
             "a gaptop recording of a version this gaptop does not read",
         ),
     ] {

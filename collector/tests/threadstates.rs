@@ -285,7 +285,7 @@ fn a_recording_keeps_the_states() {
     let log = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{log}");
     let bytes = std::fs::read(&rec).unwrap();
-    assert_eq!(&bytes[..8], b"GAPTOPR6");
+    assert_eq!(&bytes[..8], gaptop_wire::RECORDING_MAGIC);
     let j = support::report(&target, &rec).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     if log.contains("CPU samples off") || log.contains("context-switch records refused") {

@@ -9,7 +9,7 @@
 //! frame   := len:u32  tag:u8  payload[len-1]
 //! stream  := Hello frame, then any frames          -- a collector's
 //!          | Sampler frame, then Name, Stack, Samples and States frames  -- the viewer's CPU sampler
-//! record  := "GAPTOPR6" (conn:u32 len:u32 hsum:u32 tag:u8 payload[len-1] sum:u32)* end
+//! record  := "GAPTOPR7" (conn:u32 len:u32 hsum:u32 tag:u8 payload[len-1] sum:u32)* end
 //!                                               -- a recording file
 //! end     := the same layout with tag End, payload frames:u64  -- written at a clean close
 //! ```
@@ -23,13 +23,16 @@
 //! `GAPTOPR5` ends with an end record ([`TAG_END`]) written at a clean close: a recording cut
 //! between records (its writer killed) is told from a complete one. `GAPTOPR6` adds the
 //! sampler's `States` frames (what each thread did while on no CPU), which a reader of R5 would
-//! count as damage.
+//! count as damage. `GAPTOPR7` adds the recorder's `Cost` frame (what gaptop adds to a CUDA
+//! call on the machine that recorded), which a reader of R6 would count as damage.
 #![forbid(unsafe_code)]
 
 pub mod control;
+mod cost;
 mod sampler;
 pub mod stackframe;
 
+pub use cost::{encode_cost, Cost, COST_CONN};
 pub use sampler::{
     encode_sampler, encode_samples, encode_states, Sample, ThreadState, STATE_BLOCKED, STATE_GIL,
     STATE_RUNNABLE, STATE_SIZE,
@@ -42,15 +45,16 @@ pub const VERSION: u32 = 1;
 /// Magic that opens the Hello payload.
 pub const MAGIC: &[u8; 8] = b"GAPTOPW1";
 /// Magic that opens a recording file written now.
-pub const RECORDING_MAGIC: &[u8; 8] = b"GAPTOPR6";
+pub const RECORDING_MAGIC: &[u8; 8] = b"GAPTOPR7";
 /// Every recording magic this version reads, oldest first.
-pub const RECORDING_MAGICS: [&[u8; 8]; 6] = [
+pub const RECORDING_MAGICS: [&[u8; 8]; 7] = [
     b"GAPTOPR1",
     b"GAPTOPR2",
     b"GAPTOPR3",
     b"GAPTOPR4",
     b"GAPTOPR5",
     b"GAPTOPR6",
+    b"GAPTOPR7",
 ];
 /// Largest frame accepted; anything longer is a protocol error, not an allocation.
 pub const MAX_FRAME: usize = 8 << 20;
@@ -66,6 +70,7 @@ pub const TAG_SAMPLER: u8 = 8;
 pub const TAG_SAMPLES: u8 = 9;
 pub const TAG_RANGES: u8 = 10;
 pub const TAG_STATES: u8 = 11;
+pub const TAG_COST: u8 = 12;
 /// A GAPTOPR5 recording's last record (payload: the records before it, u64); not a [`Frame`].
 pub const TAG_END: u8 = 0xFF;
 /// Bytes of one CPU sample on the wire.
@@ -286,6 +291,8 @@ pub enum Frame {
         pid: u32,
         states: Vec<ThreadState>,
     },
+    /// What gaptop adds to a CUDA call on the machine that recorded (recordings only).
+    Cost(Cost),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -448,6 +455,7 @@ pub fn encode(out: &mut Vec<u8>, f: &Frame) {
         Frame::Samples { pid, samples } => encode_samples(out, *pid, samples),
         Frame::Ranges(r) => encode_ranges(out, r),
         Frame::States { pid, states } => encode_states(out, *pid, states),
+        Frame::Cost(c) => encode_cost(out, c),
     }
 }
 
@@ -512,6 +520,7 @@ pub fn decode_payload(tag: u8, payload: &[u8]) -> Result<Frame, WireError> {
         TAG_SAMPLES => "samples",
         TAG_RANGES => "ranges",
         TAG_STATES => "states",
+        TAG_COST => "cost",
         t => return Err(WireError::UnknownTag(t)),
     };
     let mut c = Cur { b: payload, what };
@@ -612,6 +621,7 @@ pub fn decode_payload(tag: u8, payload: &[u8]) -> Result<Frame, WireError> {
             Frame::Ranges(v)
         }
         TAG_STATES => sampler::decode_states(&mut c)?,
+        TAG_COST => cost::decode_cost(&mut c)?,
         _ => unreachable!("tag checked above"),
     };
     c.done()?;
@@ -800,6 +810,14 @@ mod tests {
                 pid: 1,
                 states: Vec::new(),
             },
+            Frame::Cost(Cost {
+                launch_bare_ns: 4100,
+                launch_ns: 5700,
+                sync_bare_ns: 900,
+                sync_ns: u32::MAX,
+                note: "probe: 15 rounds of 2000".into(),
+            }),
+            Frame::Cost(Cost::default()),
             Frame::Bye { reason: 0 },
         ]
     }

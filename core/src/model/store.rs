@@ -70,6 +70,10 @@ pub struct Store {
     /// What the source said about itself that a report should show: its format's version,
     /// and what it lacked and what that costs (an Nsight Systems export without call chains).
     pub notes: Vec<String>,
+    /// What gaptop added to a CUDA call on the machine that recorded (a recording's probe, see
+    /// `gaptop_wire::Cost`); None for a trace or an older recording. With several recordings,
+    /// the first's.
+    pub launch_cost: Option<gaptop_wire::Cost>,
     /// Recordings older than GAPTOPR5, which cannot be verified complete: file and why
     /// (`report` says so once, on stderr).
     pub unverified: Vec<String>,
@@ -119,6 +123,7 @@ impl Store {
             unaligned: Vec::new(),
             notes: Vec::new(),
             unverified: Vec::new(),
+            launch_cost: None,
             forward_of: HashMap::default(),
             forward_split: HashMap::default(),
         }

@@ -70,6 +70,10 @@ impl Ingest {
     /// counted under `store.skipped`.
     pub fn apply(&mut self, store: &mut Store, conn: u32, f: Frame) {
         let from = self.procs_from;
+        if let Frame::Cost(cost) = f {
+            store.launch_cost.get_or_insert(cost);
+            return;
+        }
         let c = self.conns.entry(conn).or_default();
         if let Frame::Sampler { period_ns } = f {
             if c.proc.is_none() && c.sampler.is_none() {
@@ -115,7 +119,7 @@ impl Ingest {
             }
         };
         match f {
-            Frame::Hello(_) => {}
+            Frame::Hello(_) | Frame::Cost(_) => {}
             Frame::Name { id, text } => {
                 let d = if is_native_address(&text) {
                     self.symbols.resolve(&text)
