@@ -145,7 +145,12 @@ fn record_to(
     opts: &live::Options,
 ) -> anyhow::Result<i32> {
     refuse_input(out, &command_inputs(cmd))?;
+    // What gaptop adds to a CUDA call here, before the program starts (the replay takes it
+    // out of the estimates).
+    let cost = live::probe::measure(opts);
     let (file, mut w, signalled) = open_trapped(out)?;
+    w.frame(gaptop_wire::COST_CONN, &Frame::Cost(cost))
+        .context("writing the recording")?;
     // Only now the program starts: a signal from here on finalises the recording.
     let mut l = live::launch(cmd, None, opts)?;
     let started = Instant::now();
@@ -293,6 +298,13 @@ fn capture_to(
     use gaptop_core::sources::attach;
     let d = attach::find(target)?;
     let (file, mut w, signalled) = open_trapped(out)?;
+    // The probe would run kernels beside the program's, on its GPU: not while attached.
+    let cost = gaptop_wire::Cost {
+        note: "not measured: attached to a running program, whose GPU the probe would share".into(),
+        ..Default::default()
+    };
+    w.frame(gaptop_wire::COST_CONN, &Frame::Cost(cost))
+        .context("writing the recording")?;
     let mut a = attach::attach(&d, &attach::who("capture"), samples)?;
     gaptop_core::say!(
         "gaptop: attached to pid {} ({}); recording for {}",

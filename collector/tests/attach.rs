@@ -313,6 +313,10 @@ fn attach_mid_run_detach_and_attach_again() {
     // reads can fall behind (and the script sleeps most of the time), so some are asked for,
     // not all of them.
     let st = gaptop_core::sources::load_path(&p.dir.join("a.rec"), usize::MAX).unwrap();
+    // No probe beside a running program's GPU work: the recording says why.
+    let cost = st.launch_cost.as_ref().expect("a capture's Cost frame");
+    assert!(cost.note.starts_with("not measured: attached"), "{cost:?}");
+    assert_eq!(cost.launch_ns, 0);
     let (mut all, mut named) = (0usize, 0usize);
     for pr in &st.procs {
         for (&tid, samples) in &pr.samples {

@@ -167,9 +167,11 @@ pub(super) fn run(
     let log = log.unwrap_or_else(|| PathBuf::from(format!("gaptop-{}.log", std::process::id())));
     let stop = term::stop_flag()?;
     let tap = metrics.tap()?;
+    let cost = gaptop_core::sources::live::probe::measure(&collect.options());
     let l = gaptop_core::sources::live::launch(&cmd, Some(&log), &collect.options())?;
     let mut store = gaptop_core::model::store::Store::new(memory);
     store.source = cmd.join(" ");
+    store.launch_cost = Some(cost);
     let mut app = ui_app(store, SourceState::Live, &ui)?;
     app.message = format!("program output: {}", log.display());
     term::run_with(

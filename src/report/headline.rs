@@ -87,7 +87,8 @@ fn gain(j: &JsonReport, a: &Advice) -> String {
                 _ => String::new(),
             };
             let then = format!(
-                "replayed{with}; the GPU then busy {:.0}%{overlapped}",
+                "replayed{with}{}; the GPU then busy {:.0}%{overlapped}",
+                without_gaptop(rj),
                 100.0 * r.busy_after
             );
             return if r.steps_changed * 10 < rj.steps * 9 && r.steps_changed > 0 {
@@ -100,7 +101,7 @@ fn gain(j: &JsonReport, a: &Advice) -> String {
                 )
             } else {
                 // The mean step of the replayed steps: the saving is a mean over them.
-                let step = rj.measured_mean_ns;
+                let step = bare_step(rj);
                 format!(
                     "saves ~{} of a {} step ({:.0}%; {then})",
                     t(r.saving_ns),
@@ -132,6 +133,20 @@ fn gain(j: &JsonReport, a: &Advice) -> String {
     }
 }
 
+/// The mean measured step less what gaptop added to it (the replay's, where a recording's
+/// probe measured that): the step a saving is a share of.
+fn bare_step(rj: &gaptop_core::analysis::replay::ReplayJson) -> i64 {
+    rj.measured_mean_ns - rj.profiler.as_ref().map_or(0, |p| p.step_ns)
+}
+
+/// `, without gaptop's ~2.1µs a launch` where the replay took gaptop's own cost out.
+fn without_gaptop(rj: &gaptop_core::analysis::replay::ReplayJson) -> String {
+    match &rj.profiler {
+        Some(p) if p.launch_ns > 0 => format!(" without gaptop's ~{} a launch", t(p.launch_ns)),
+        _ => String::new(),
+    }
+}
+
 /// `rank 3's ` when the site's fix changes one rank of several (a straggler's cause).
 fn rank_of(a: &Advice) -> String {
     match a.replay.as_ref().map(|r| (r.ranks.as_slice(), r.of_ranks)) {
@@ -158,11 +173,17 @@ fn capture_after(j: &JsonReport, a: &Advice) -> Option<String> {
     let r = a.replay.as_ref().filter(|r| r.saving_ns > 0)?;
     let steady = j.steps.as_ref()?.steady as i64;
     let span = j.window.to_ns - j.window.from_ns;
-    let after = (span - r.saving_ns * steady).max(0);
+    let gaptop = j.replay.as_ref().and_then(|rj| rj.profiler.as_ref());
+    let after = (span - (r.saving_ns + gaptop.map_or(0, |p| p.step_ns)) * steady).max(0);
     Some(format!(
-        "After it the capture's {} would take ~{}",
+        "After it the capture's {} would take ~{}{}",
         t(span),
-        t(after)
+        t(after),
+        if gaptop.is_some() {
+            " without gaptop"
+        } else {
+            ""
+        }
     ))
 }
 
@@ -177,7 +198,7 @@ fn graph_line(j: &JsonReport, a: &Advice) -> Option<String> {
     Some(format!(
         " A CUDA graph of each step's launches (between its syncs) would save ~{} of the {} step (replayed; the GPU then busy {:.0}%).",
         t(r.graph_saving_ns),
-        t(r.measured_mean_ns),
+        t(bare_step(r)),
         100.0 * r.graph_busy_after
     ))
 }

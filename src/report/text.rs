@@ -341,6 +341,20 @@ fn steps(j: &JsonReport) -> Section {
                 }
             ));
         }
+        match j.replay.as_ref().map(|r| (&r.profiler, &r.profiler_unmeasured)) {
+            Some((Some(p), _)) => s.line(format!(
+                "  replayed without gaptop's own cost: ~{} a launch (CUPTI's record {}, {} a callback; measured on this machine before the program ran), {} of the {} step as recorded",
+                t(p.launch_ns),
+                t(p.record_ns),
+                t(p.callback_ns),
+                t(p.step_ns),
+                t(j.replay.as_ref().map_or(0, |r| r.measured_mean_ns))
+            )),
+            Some((None, Some(why))) => s.line(format!(
+                "  gaptop's own cost is in the estimates: the probe measured none ({why})"
+            )),
+            _ => {}
+        }
     }
     s
 }

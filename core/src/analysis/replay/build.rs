@@ -75,6 +75,7 @@ pub fn build(
     let mut site_ids: HashMap<(StackId, NameId, NameId), u32> = HashMap::default();
     let mut key_ids: HashMap<String, u32> = HashMap::default();
     let mut launched_op: HashMap<(u32, u32), NameId> = HashMap::default();
+    let mut runtime: HashMap<NameId, bool> = HashMap::default();
     // Each call's process, stack, API and id, for its site.
     let mut origin: Vec<(u32, StackId, NameId, u32)> = Vec::new();
     // The ops of the block: those that start in it. A call that launched an op outside it
@@ -121,6 +122,9 @@ pub fn build(
                     wait: NONE,
                     tail: 0,
                     kind: a.kind,
+                    runtime: *runtime
+                        .entry(a.name)
+                        .or_insert_with(|| store.names.get(a.name).starts_with("cuda")),
                     site: NONE,
                     after: NONE,
                     after_gap: 0,

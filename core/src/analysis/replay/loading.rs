@@ -140,6 +140,7 @@ mod tests {
                     wait: NONE,
                     tail: 0,
                     kind: ApiKind::Launch,
+                    runtime: true,
                     site: 0,
                     after: NONE,
                     after_gap: 0,

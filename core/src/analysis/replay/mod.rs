@@ -26,6 +26,7 @@
 
 mod anchors;
 mod build;
+mod cost;
 mod graph;
 mod loading;
 mod mirror;
@@ -38,6 +39,7 @@ mod view;
 mod whatif;
 
 pub use build::{build, REPLAY_MAX_OPS};
+pub use cost::PerCall;
 pub use model::{Call, LaneSeq, Model, Op, Thread, NONE};
 pub use run::{run, Times};
 pub use view::{short as whatif_short, step_picture, StepPicture};

@@ -23,6 +23,8 @@ pub struct Call {
     pub wait: u32,
     pub tail: Ns,
     pub kind: ApiKind,
+    /// A CUDA runtime call (`cuda…`), which makes a driver call in turn; else a driver call.
+    pub runtime: bool,
     /// Its site, an index into [`Model::sites`] ([`NONE`]: none).
     pub site: u32,
     /// A call of another thread of its process that it followed: after a long idle, the

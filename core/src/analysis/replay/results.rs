@@ -118,6 +118,28 @@ pub struct ReplayJson {
     pub graph_saving_ns: Ns,
     pub graph_busy_after: f64,
     pub graph_whatif: &'static str,
+    /// gaptop's own cost, taken out of the model before every what-if (a recording's probe
+    /// measured it): the savings and the step they are a share of are the program's without
+    /// gaptop. None for a trace, an older recording, or where the probe measured nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profiler: Option<ProfilerCost>,
+    /// Why the probe measured nothing, where it did not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profiler_unmeasured: Option<String>,
+}
+
+/// What gaptop added to the recorded run, as the replay takes it out.
+#[derive(Clone, Debug, Serialize)]
+pub struct ProfilerCost {
+    /// One callback, and CUPTI's record of an op (see `cost::PerCall`).
+    pub callback_ns: Ns,
+    pub record_ns: Ns,
+    /// A runtime launch's (`cudaLaunchKernel`): four callbacks and a record.
+    pub launch_ns: Ns,
+    /// The mean replayed step less the same without gaptop's cost, and the median replayed
+    /// step without it.
+    pub step_ns: Ns,
+    pub replayed_median_ns: Ns,
 }
 
 /// What the whole-step CUDA graph what-if assumes, in a line.

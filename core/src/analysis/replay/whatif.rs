@@ -5,11 +5,12 @@ use rustc_hash::FxHashMap as HashMap;
 
 use super::anchors::{block, block_lo, cpu_anchored, median, periods, spans, walls, Anchors};
 use super::build::build;
+use super::cost::{without_profiler, PerCall};
 use super::graph::graphs;
 use super::loading::loading;
 use super::model::{op_of_calls, Model, NONE};
 use super::results::GRAPH_ASSUMES;
-pub use super::results::{Estimate, ReplayJson, SiteEstimate, WhatIf};
+pub use super::results::{Estimate, ProfilerCost, ReplayJson, SiteEstimate, WhatIf};
 use super::run::{run, Times};
 use crate::analysis::steps::Steps;
 use crate::model::records::{ApiKind, NameId, Ns, StackId};
@@ -354,6 +355,28 @@ pub fn estimate(
         .get((sorted.len().max(1) - 1) / 2)
         .copied()
         .unwrap_or(0.0);
+    let replayed = before.clone();
+    // gaptop's own cost out of the model (a recording's probe): every what-if below, and
+    // the step it is a share of, are of the program as it runs without gaptop.
+    let (before, profiler) = match store.launch_cost.as_ref().and_then(PerCall::of) {
+        Some(pc) => {
+            without_profiler(&mut model, pc);
+            let bare = walls(&model, &run(&model), &anchors, steps, range.clone());
+            let cost = ProfilerCost {
+                callback_ns: pc.callback_ns,
+                record_ns: pc.record_ns,
+                launch_ns: pc.of_call(true, true),
+                step_ns: mean_diff(&before, &bare).max(0),
+                replayed_median_ns: median(bare.clone()),
+            };
+            (bare, Some(cost))
+        }
+        None => (before, None),
+    };
+    let unmeasured = match (&profiler, &store.launch_cost) {
+        (None, Some(c)) => Some(c.note.clone()),
+        _ => None,
+    };
     let busy: Vec<Ns> = range
         .clone()
         .map(|k| steps.steps[k].busy_ns / steps.devices.max(1) as Ns)
@@ -505,7 +528,9 @@ pub fn estimate(
             forced: baseline.forced,
             measured_mean_ns: measured.iter().sum::<Ns>() / measured.len().max(1) as Ns,
             measured_median_ns: median(measured),
-            replayed_median_ns: median(before),
+            replayed_median_ns: median(replayed),
+            profiler,
+            profiler_unmeasured: unmeasured,
         },
         sites: out,
         steps: range,

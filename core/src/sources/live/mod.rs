@@ -21,6 +21,7 @@ pub use event::LiveEvent;
 
 mod cupti;
 pub mod event;
+pub mod probe;
 pub use cupti::{cupti_candidates, find_cupti};
 use cupti::{entries_named, site_packages_near};
 
