@@ -10,21 +10,9 @@ import ctypes, sys
 steps = int(sys.argv[1]) if len(sys.argv) > 1 else 20
 cudart = ctypes.CDLL(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[2] == "cudart" else None
 LAUNCHES = 20
-cuda = ctypes.CDLL("libcuda.so.1")
-c_void_p, byref = ctypes.c_void_p, ctypes.byref
+from cudadrv import byref, c_void_p, ck, cuda, init
 
-
-def ck(r, what):
-    if r != 0:
-        raise SystemExit(f"{what} failed: CUresult {r}")
-
-
-ck(cuda.cuInit(0), "cuInit")
-dev = ctypes.c_int()
-ck(cuda.cuDeviceGet(byref(dev), 0), "cuDeviceGet")
-ctx = c_void_p()
-ck(cuda.cuDevicePrimaryCtxRetain(byref(ctx), dev), "cuDevicePrimaryCtxRetain")
-ck(cuda.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+init()
 PTX = b""".version 7.0
 .target sm_50
 .address_size 64
