@@ -145,10 +145,19 @@ fn record_to(
     opts: &live::Options,
 ) -> anyhow::Result<i32> {
     refuse_input(out, &command_inputs(cmd))?;
-    // What gaptop adds to a CUDA call here, before the program starts (the replay takes it
-    // out of the estimates).
-    let cost = live::probe::measure(opts);
+    live::probe::startable(cmd)?;
     let (file, mut w, signalled) = open_trapped(out)?;
+    // What gaptop adds to a CUDA call here, before the program starts (the replay takes it
+    // out of the estimates). A signal meanwhile ends the recording before the program starts.
+    let cost = live::probe::measure(opts, &|| signalled.load(Ordering::Relaxed) != 0);
+    let sig = signalled.load(Ordering::Relaxed);
+    if sig != 0 {
+        gaptop_core::say!(
+            "gaptop: stopped by signal {sig} before the program started; nothing recorded, {}",
+            left_as_it_was(out)
+        );
+        return Ok(128 + sig as i32);
+    }
     w.frame(gaptop_wire::COST_CONN, &Frame::Cost(cost))
         .context("writing the recording")?;
     // Only now the program starts: a signal from here on finalises the recording.

@@ -48,10 +48,27 @@ fn saving(j: &Value) -> f64 {
 /// gaptop's cost gives back (within 3%).
 #[test]
 fn the_estimate_is_of_the_program_without_gaptop() {
+    estimate_without_gaptop(false);
+}
+
+/// The same program with a sync (`Model.item`) ending each step: recorded, the sync returns
+/// 500 ns later after the op it waited for (its exit callbacks, half of its four: its entry
+/// ones ran while the GPU worked); with the probe's figures, the bare program's saving and
+/// step again.
+#[test]
+fn a_syncs_exit_callbacks_are_taken_out_too() {
+    estimate_without_gaptop(true);
+}
+
+fn estimate_without_gaptop(sync: bool) {
     let mut bare = Spec::new(30, 8, 8);
     bare.kernel_ns = 2_000;
+    bare.sync = sync;
     let mut recorded = bare.clone();
     recorded.timing.launch_ns += 2_500;
+    if sync {
+        recorded.timing.sync_tail_ns += 500;
+    }
     let tb = generate(&bare, &tempdir("cost-bare"));
     let tr = generate(&recorded, &tempdir("cost-rec"));
     assert!(

@@ -100,3 +100,52 @@ fn a_probe_that_cannot_measure_is_said_and_changes_nothing() {
         assert!(log.contains("FAKE launched=230"), "{log}");
     }
 }
+
+/// A signal while the probe runs ends `gaptop record` before the program starts: the probe's
+/// run is killed, nothing is recorded, the file is left as it was, and the status is the
+/// signal's.
+#[test]
+fn a_signal_during_the_probe_starts_nothing() {
+    let target = build();
+    let dir = fake_cuda(&target, "probesig");
+    let slow = dir.join("slow.sh");
+    std::fs::write(
+        &slow,
+        "#!/bin/sh\nsleep 20\necho \"PROBE launch_ns=4000 sync_ns=1000\"\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&slow, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let rec = dir.join("kept.rec");
+    std::fs::write(&rec, b"kept").unwrap();
+    let pidfile = dir.join("pid");
+    let t = std::time::Instant::now();
+    let g = Command::new(target.join("gaptop"))
+        .args(["record", "-o"])
+        .arg(&rec)
+        .args(["--", "python3"])
+        .arg(script())
+        .arg("20")
+        .env("CUDA_HOME", dir.join("cuda"))
+        .env("GAPTOP_COLLECTOR", target.join("libgaptop_collector.so"))
+        .env("GAPTOP_FAKE_CUPTI", "1")
+        .env("GAPTOP_PROBE", &slow)
+        .env("FAKE_PIDFILE", &pidfile)
+        .env_remove("LD_LIBRARY_PATH")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    Command::new("kill")
+        .args(["-TERM", &g.id().to_string()])
+        .status()
+        .unwrap();
+    let out = g.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(143), "{err}");
+    assert!(t.elapsed().as_secs() < 10, "waited for the probe: {err}");
+    assert!(err.contains("before the program started"), "{err}");
+    assert!(err.contains("left as it was"), "{err}");
+    assert_eq!(std::fs::read(&rec).unwrap(), b"kept");
+    assert!(!pidfile.exists(), "the program started");
+}

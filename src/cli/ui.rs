@@ -167,7 +167,14 @@ pub(super) fn run(
     let log = log.unwrap_or_else(|| PathBuf::from(format!("gaptop-{}.log", std::process::id())));
     let stop = term::stop_flag()?;
     let tap = metrics.tap()?;
-    let cost = gaptop_core::sources::live::probe::measure(&collect.options());
+    gaptop_core::sources::live::probe::startable(&cmd)?;
+    let cost = gaptop_core::sources::live::probe::measure(&collect.options(), &|| {
+        stop.load(std::sync::atomic::Ordering::Relaxed)
+    });
+    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+        // A signal while the probe ran: the program is not started.
+        return Ok(ExitCode::from(term::exit_status()));
+    }
     let l = gaptop_core::sources::live::launch(&cmd, Some(&log), &collect.options())?;
     let mut store = gaptop_core::model::store::Store::new(memory);
     store.source = cmd.join(" ");

@@ -180,7 +180,7 @@ fn capture_after(j: &JsonReport, a: &Advice) -> Option<String> {
         t(span),
         t(after),
         if gaptop.is_some() {
-            " without gaptop"
+            " (its steps without gaptop's cost)"
         } else {
             ""
         }

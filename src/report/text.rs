@@ -343,7 +343,7 @@ fn steps(j: &JsonReport) -> Section {
         }
         match j.replay.as_ref().map(|r| (&r.profiler, &r.profiler_unmeasured)) {
             Some((Some(p), _)) => s.line(format!(
-                "  replayed without gaptop's own cost: ~{} a launch (CUPTI's record {}, {} a callback; measured on this machine before the program ran), {} of the {} step as recorded",
+                "  replayed without gaptop's own cost: ~{} a launch (CUPTI's record {}, {} a callback; measured where it was recorded, before the program ran), {} of the {} step as recorded",
                 t(p.launch_ns),
                 t(p.record_ns),
                 t(p.callback_ns),

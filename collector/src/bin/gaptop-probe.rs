@@ -1,7 +1,7 @@
 //! `gaptop-probe`: what one kernel launch and one stream sync cost the CPU on this machine,
-//! for `gaptop record` and `gaptop run`, which run it before the program, once bare and once
-//! with the collector injected; the difference is what gaptop adds to each of the program's
-//! calls, which the replay takes out of its estimates (`core`'s `replay`).
+//! for `gaptop record` and `gaptop run`, which run it before the program, bare and with the
+//! collector injected (three times each); the difference is what gaptop adds to each of the
+//! program's calls, which the replay takes out of its estimates (`core`'s `replay`).
 //!
 //! It launches an empty kernel (PTX, compiled by the driver) on the null stream in rounds of
 //! `N` launches, each round timed without its sync, and times `N` syncs of the idle stream

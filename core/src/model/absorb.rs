@@ -94,6 +94,11 @@ impl Store {
     pub fn absorb(&mut self, other: Store, map: &IdMap, into: Option<u32>) -> Range<u32> {
         let into = into.filter(|&t| t as usize + 1 == self.procs.len());
         let first = self.procs.len() as u32;
+        // What gaptop cost the first recording that says (several nodes' recordings: each
+        // machine's probe; the first's stands for all).
+        if self.launch_cost.is_none() {
+            self.launch_cost = other.launch_cost.clone();
+        }
         let mut proc_of: Vec<u32> = Vec::with_capacity(other.procs.len());
         for (j, mut p) in other.procs.into_iter().enumerate() {
             map.process(&mut p);

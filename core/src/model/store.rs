@@ -476,6 +476,7 @@ impl Store {
         c.dropped_times = self.dropped_times.clone();
         c.forward_of = self.forward_of.clone();
         c.forward_split = self.forward_split.clone();
+        c.launch_cost = self.launch_cost.clone();
         c.window = self.span();
         c.origin = Some(self.origin());
         for p in &self.procs {

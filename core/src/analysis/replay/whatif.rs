@@ -341,7 +341,7 @@ pub fn estimate(
         return None;
     }
     let anchors = Anchors::new(&model, store, cpu);
-    let baseline = run(&model);
+    let mut baseline = run(&model);
     let before = walls(&model, &baseline, &anchors, steps, range.clone());
     let measured = periods(steps, range.clone());
     let errors: Vec<f64> = before
@@ -361,7 +361,9 @@ pub fn estimate(
     let (before, profiler) = match store.launch_cost.as_ref().and_then(PerCall::of) {
         Some(pc) => {
             without_profiler(&mut model, pc);
-            let bare = walls(&model, &run(&model), &anchors, steps, range.clone());
+            // What the fixes are compared with, here and in the UI's picture of a fix.
+            baseline = run(&model);
+            let bare = walls(&model, &baseline, &anchors, steps, range.clone());
             let cost = ProfilerCost {
                 callback_ns: pc.callback_ns,
                 record_ns: pc.record_ns,

@@ -1,7 +1,7 @@
 //! What gaptop adds to a CUDA call on this machine, measured before the program starts:
 //! `gaptop-probe` (the collector's crate builds it beside the collector) run bare and with the
-//! collector injected as the program will have it, twice each, interleaved. The figures go
-//! into the recording ([`gaptop_wire::Cost`]), where the replay takes them out of its
+//! collector injected as the program will have it, three times each, interleaved. The figures
+//! go into the recording ([`gaptop_wire::Cost`]), where the replay takes them out of its
 //! estimates (`analysis::replay`'s `cost`).
 
 use std::path::{Path, PathBuf};
@@ -42,6 +42,26 @@ fn find_probe() -> Result<PathBuf, String> {
         .ok_or_else(|| "gaptop-probe not found beside the collector".into())
 }
 
+/// Whether `cmd` can start, said as `launch` would say it: a program with a `/` must be a
+/// file, one without must be on PATH. Checked before the probe, so that a command that cannot
+/// start is said at once, not after the probe's seconds.
+pub fn startable(cmd: &[String]) -> anyhow::Result<()> {
+    let Some(prog) = cmd.first() else {
+        anyhow::bail!("no command given: use gaptop run -- CMD ARGS...");
+    };
+    let found = if prog.contains('/') {
+        Path::new(prog).is_file()
+    } else {
+        std::env::var_os("PATH")
+            .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()))
+    };
+    if found {
+        return Ok(());
+    }
+    let enoent = std::io::Error::from_raw_os_error(nix::errno::Errno::ENOENT as i32);
+    Err(anyhow::anyhow!(enoent).context(format!("cannot start {prog}")))
+}
+
 /// A run's time a launch and a sync, ns.
 type Calls = (u32, u32);
 
@@ -57,25 +77,33 @@ fn parse(out: &str) -> Option<Calls> {
     Some((field("launch_ns=")?, field("sync_ns=")?))
 }
 
-/// Waits for `child` up to [`RUN_LIMIT`]; kills it past that.
-fn wait(child: &mut std::process::Child) -> Result<std::process::ExitStatus, String> {
+/// Waits for `child` up to [`RUN_LIMIT`], or until `stopped` says so; kills it then.
+fn wait(
+    child: &mut std::process::Child,
+    stopped: &dyn Fn() -> bool,
+) -> Result<std::process::ExitStatus, String> {
     let start = Instant::now();
     loop {
-        match child.try_wait() {
+        let why = match child.try_wait() {
             Ok(Some(s)) => return Ok(s),
-            Ok(None) if start.elapsed() < RUN_LIMIT => std::thread::sleep(Duration::from_millis(5)),
+            Ok(None) if stopped() => "stopped by a signal".to_string(),
+            Ok(None) if start.elapsed() >= RUN_LIMIT => {
+                format!("gaptop-probe took over {} s", RUN_LIMIT.as_secs())
+            }
             Ok(None) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!("gaptop-probe took over {} s", RUN_LIMIT.as_secs()));
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
             }
             Err(e) => return Err(format!("gaptop-probe: {e}")),
-        }
+        };
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(why);
     }
 }
 
 /// One bare run: its figures, or why none.
-fn bare(probe: &Path) -> Result<Calls, String> {
+fn bare(probe: &Path, stopped: &dyn Fn() -> bool) -> Result<Calls, String> {
     let mut child = Command::new(probe)
         .env_remove("CUDA_INJECTION64_PATH")
         .env_remove("NVTX_INJECTION64_PATH")
@@ -84,7 +112,7 @@ fn bare(probe: &Path) -> Result<Calls, String> {
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", probe.display()))?;
-    wait(&mut child)?;
+    wait(&mut child, stopped)?;
     let out = child
         .wait_with_output()
         .map_err(|e| format!("gaptop-probe: {e}"))?;
@@ -99,22 +127,48 @@ fn bare(probe: &Path) -> Result<Calls, String> {
 }
 
 /// One run with the collector injected, as `launch` starts the program.
-fn injected(probe: &Path, opts: &Options) -> Result<Calls, String> {
-    let log = std::env::temp_dir().join(format!("gaptop-probe-{}.log", std::process::id()));
-    let _ = std::fs::remove_file(&log);
+fn injected(probe: &Path, opts: &Options, stopped: &dyn Fn() -> bool) -> Result<Calls, String> {
+    let dir = Private::new().map_err(|e| format!("cannot create the probe's folder: {e}"))?;
+    let log = dir.0.join("probe.log");
     let cmd = [probe.to_string_lossy().into_owned()];
     let mut l = launch(&cmd, Some(&log), opts).map_err(|e| format!("{e:#}"))?;
-    let ended = wait(&mut l.child);
+    let ended = wait(&mut l.child, stopped);
     l.stop.store(true, Ordering::Relaxed);
     let text = std::fs::read_to_string(&log).unwrap_or_default();
-    let _ = std::fs::remove_file(&log);
     ended?;
     parse(&text).ok_or_else(|| "no figures with the collector injected".into())
 }
 
+/// A folder only this user can enter, `gaptop-PID-probe-N` in the temporary folder (the next
+/// viewer sweeps one a killed viewer left, as `SocketDir`'s), removed on drop.
+struct Private(PathBuf);
+
+impl Private {
+    fn new() -> std::io::Result<Private> {
+        use std::os::unix::fs::DirBuilderExt;
+        let base = std::env::temp_dir();
+        let mut last = None;
+        for i in 0..100 {
+            let d = base.join(format!("gaptop-{}-probe-{i}", std::process::id()));
+            match std::fs::DirBuilder::new().mode(0o700).create(&d) {
+                Ok(()) => return Ok(Private(d)),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.expect("tried"))
+    }
+}
+
+impl Drop for Private {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// What gaptop adds to a CUDA call here; all zero, with the reason, where it cannot tell.
-pub fn measure(opts: &Options) -> Cost {
-    match measure_runs(opts) {
+/// Once `stopped` says so, the run going on is killed and no other starts.
+pub fn measure(opts: &Options, stopped: &dyn Fn() -> bool) -> Cost {
+    match measure_runs(opts, stopped) {
         Ok(c) => c,
         Err(note) => Cost {
             note,
@@ -123,11 +177,12 @@ pub fn measure(opts: &Options) -> Cost {
     }
 }
 
-fn measure_runs(opts: &Options) -> Result<Cost, String> {
+fn measure_runs(opts: &Options, stopped: &dyn Fn() -> bool) -> Result<Cost, String> {
     let probe = find_probe()?;
     let mut runs = Vec::new();
     for _ in 0..PAIRS {
-        runs.push((bare(&probe)?, injected(&probe, opts)?));
+        let b = bare(&probe, stopped)?;
+        runs.push((b, injected(&probe, opts, stopped)?));
     }
     let (b, g) = pairs_figures(&runs);
     crate::say!(
