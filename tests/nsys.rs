@@ -1419,6 +1419,21 @@ fn real_python_backtraces_name_the_python_code_of_each_launch() {
     );
     let top3 = |j: &Value| j["top_stacks"][0]["frames"].as_array().unwrap()[..3].to_vec();
     assert_eq!(top3(&j), top3(&own));
+    // The steps are the program's 20 calls of `step` (20 launches from one line of `launch`,
+    // then a context sync at another line of `step`, which tells one call from the next), in
+    // both captures: not one step a launch.
+    for j in [&j, &own] {
+        let s = &j["steps"];
+        assert_eq!(
+            (&s["count"], &s["source"], &s["name"]),
+            (
+                &Value::from(20),
+                &Value::from("structure"),
+                &Value::from("step")
+            ),
+            "{s}"
+        );
+    }
 }
 
 #[test]

@@ -9,7 +9,7 @@ use rustc_hash::FxHashMap as HashMap;
 use crate::frames::short_kernel;
 use crate::model::process::Process;
 use crate::model::ranges::{family, is_step_name, Range as NvtxRange};
-use crate::model::records::{NameId, Ns, StackId};
+use crate::model::records::{ApiCall, ApiKind, NameId, Ns, StackId};
 use crate::model::store::Store;
 
 use super::seq::DeviceSeq;
@@ -250,6 +250,12 @@ fn ops_by_corr(store: &Store, lo: Ns, hi: Ns) -> Vec<HashMap<u32, (Ns, Ns)>> {
     m
 }
 
+/// Whether a call that launched nothing in the window marks a turn of its thread's stack:
+/// one the collector timed (a sync, a wait, a copy) in the window.
+pub(super) fn marks(a: &ApiCall, lo: Ns, hi: Ns) -> bool {
+    a.kind != ApiKind::Other && a.start >= lo && a.start < hi
+}
+
 /// A thread's run of launches inside the function: the caller's stack, the function's frame
 /// at the first launch of the current call, and at the latest launch.
 #[derive(Clone, Copy)]
@@ -337,9 +343,14 @@ pub(super) fn function_ranges(store: &Store, lo: Ns, hi: Ns, name: &str) -> Opti
         for (pi, p) in store.procs.iter().enumerate() {
             let mut per_tid: HashMap<u32, (Option<Run>, Vec<Call>)> = HashMap::default();
             for a in p.apis() {
-                let Some(&(f, l)) = ops[pi].get(&a.corr).filter(|_| a.corr != 0) else {
+                let op = ops[pi].get(&a.corr).filter(|_| a.corr != 0);
+                // A call that launched nothing (a sync, a copy) with a stack marks where the
+                // thread was: outside the function it ends the call; at another line of it,
+                // it is the call's latest line, so that a launch back at the first line
+                // starts the next call. It opens no call itself.
+                if op.is_none() && !(a.stack != 0 && marks(&a, lo, hi)) {
                     continue;
-                };
+                }
                 let (run, calls) = per_tid.entry(a.tid).or_default();
                 let node = anc.get(a.stack as usize).copied().unwrap_or(0);
                 if node == 0 {
@@ -347,6 +358,14 @@ pub(super) fn function_ranges(store: &Store, lo: Ns, hi: Ns, name: &str) -> Opti
                     continue;
                 }
                 let caller = store.stacks.node(node).parent;
+                let Some(&(f, l)) = op else {
+                    match run {
+                        Some(r) if r.caller == caller && node != r.entry => r.last = node,
+                        Some(r) if r.caller == caller => {}
+                        _ => *run = None,
+                    }
+                    continue;
+                };
                 match run {
                     Some(r) if r.caller == caller && !(node == r.entry && r.last != r.entry) => {
                         r.last = node;

@@ -22,8 +22,13 @@
 //! 3. The outermost candidate (no other candidate above its calls on the stacks), then, going
 //!    inward one candidate at a time, the inner one when it is called repeatedly in each call
 //!    (at least twice as many calls: an epoch's iterations) or when it is the same calls under
-//!    another name (as many calls holding nearly as many launches: a wrapper's callee, whose
-//!    name says what it does).
+//!    another name (as many calls holding nearly as many launches and syncs: a wrapper's
+//!    callee, whose name says what it does).
+//!
+//! Calls that launch nothing but are timed (syncs, copies, waits) take part in the pass as
+//! turns of the stack without counting as launches: a sync at another line of a function
+//! whose launches all come from one line (`for l in layers: l.forward()` then `.item()`)
+//! tells where one of its calls ends and the next begins.
 //!
 //! Costs a pass over the launches with work per frame that changes between consecutive stacks
 //! (memoized by pair of stacks), plus a pass over the distinct stacks.
@@ -33,7 +38,7 @@ use rustc_hash::FxHashMap as HashMap;
 use crate::model::records::{Ns, StackId};
 use crate::model::store::Store;
 
-use super::named::function_ranges;
+use super::named::{function_ranges, marks};
 use super::period::MIN_STEPS;
 
 /// Least share of the thread's launches that a candidate's calls hold.
@@ -59,8 +64,9 @@ struct Func {
 #[derive(Clone, Copy, Default)]
 struct Acc {
     calls: u32,
-    /// Launches made during its calls.
+    /// Launches made during its calls, and calls that only marked a turn (syncs, copies).
     launches: u64,
+    marks: u64,
     /// Open frames of it right now (recursion when more than one).
     open: u32,
     reentrant: bool,
@@ -75,8 +81,9 @@ struct Open {
     entry: StackId,
     /// Outermost frame of its function: a call.
     counted: bool,
-    /// Launch index at its first launch.
+    /// Launch index at its first launch, and the marks' count then.
     first: u64,
+    first_mark: u64,
 }
 
 /// One thread's pass.
@@ -85,6 +92,7 @@ struct Thread {
     open: Vec<Open>,
     prev: StackId,
     launches: u64,
+    marks: u64,
     acc: Vec<Acc>,
 }
 
@@ -144,14 +152,21 @@ pub(super) fn structure_steps(store: &Store, lo: Ns, hi: Ns) -> Option<(String, 
         }
         let mut threads: HashMap<u32, Thread> = HashMap::default();
         for a in p.apis() {
-            if a.corr == 0 || a.stack == 0 || !in_window.has(a.corr) {
+            if a.stack == 0 {
+                continue;
+            }
+            // A launch of an op in the window counts; another call with a stack in it (a
+            // sync, a copy) only marks where the thread's stack turned, which tells a new
+            // call of a function whose launches all come from one line.
+            let launch = a.corr != 0 && in_window.has(a.corr);
+            if !launch && !marks(&a, lo, hi) {
                 continue;
             }
             let t = threads.entry(a.tid).or_insert_with(|| Thread {
                 acc: vec![Acc::default(); funcs.len()],
                 ..Default::default()
             });
-            step(store, &node_func, &mut memo, t, a.stack);
+            step(store, &node_func, &mut memo, t, a.stack, launch);
         }
         let mut tids: Vec<_> = threads.into_iter().collect();
         tids.sort_unstable_by_key(|(tid, _)| *tid);
@@ -300,17 +315,19 @@ fn close(t: &mut Thread, depth: usize) {
         if o.counted {
             a.calls += 1;
             a.launches += t.launches - o.first;
+            a.marks += t.marks - o.first_mark;
         }
     }
 }
 
-/// One launch from `stack` on thread `t`.
+/// One call from `stack` on thread `t`: a launch (counted), or a call that only marks a turn.
 fn step(
     store: &Store,
     node_func: &[u32],
     memo: &mut HashMap<(StackId, StackId), u32>,
     t: &mut Thread,
     stack: StackId,
+    launch: bool,
 ) {
     let st = &store.stacks;
     if stack != t.prev {
@@ -355,11 +372,13 @@ fn step(
                 entry: y,
                 counted,
                 first: t.launches,
+                first_mark: t.marks,
             });
         }
         t.prev = stack;
     }
-    t.launches += 1;
+    t.launches += launch as u64;
+    t.marks += !launch as u64;
 }
 
 /// The function whose calls are the steps, by the module's rule, as a name
@@ -442,7 +461,12 @@ fn choose(
         // An epoch's iterations: a candidate of few calls holding repeated calls (one of many
         // calls is a step already, and what it repeats inside is its layers).
         let repeated = b.calls >= 2 * a.calls && (a.calls as usize) < FEW_CALLS;
-        let same = b.calls == a.calls && b.launches as f64 >= SAME * a.launches as f64;
+        // The same calls: as many, with nearly all the outer one's launches and the calls
+        // that marked turns (a sync in the outer function, outside the inner one, says the
+        // inner one's calls are parts of the outer one's, merged where their stacks repeat).
+        let same = b.calls == a.calls
+            && b.launches as f64 >= SAME * a.launches as f64
+            && b.marks as f64 >= SAME * a.marks as f64;
         if !(repeated || same) {
             break;
         }

@@ -130,6 +130,26 @@ impl Prog {
         starts
     }
 
+    /// A sync from `frames` (under `base`) that launches nothing, right after the last op.
+    fn sync(&mut self, frames: &[&str]) {
+        let stack = self.stack(frames);
+        self.corr += 1;
+        let api = self.st.names.intern("cudaDeviceSynchronize");
+        self.st.push_api_unsorted(
+            0,
+            ApiCall {
+                start: self.t - 500,
+                end: self.t + 1_000,
+                corr: self.corr,
+                tid: 1,
+                name: api,
+                stack,
+                kind: ApiKind::Sync,
+            },
+        );
+        self.t += 1_000;
+    }
+
     fn finish(mut self) -> Store {
         self.st.finish_bulk();
         self.st
@@ -305,5 +325,58 @@ fn slivers_are_merged() {
         r,
         vec![0..100, 160..260],
         "a sliver touching nothing is dropped"
+    );
+}
+
+/// A loop whose launches all come from one line (`for l in layers: l.forward()`, each layer's
+/// launches from one line too), then a sync at another line of the loop's function: the
+/// stacks of every launch are the same, and only the sync's turn tells one call of `train`
+/// from the next. The steps are `train`'s calls, named `train` (not `Layer.forward`, whose
+/// back-to-back calls merge into one a step).
+#[test]
+fn a_sync_tells_calls_whose_launches_come_from_one_line() {
+    let mut p = Prog::new();
+    p.base = vec!["run.py(30): <module>".into()];
+    let mut want = Vec::new();
+    for _ in 0..12 {
+        for layer in 0..6 {
+            for k in 0..3 {
+                let gap = if layer == 0 && k == 0 { 200_000 } else { GAP };
+                let s = p.launch(
+                    "gemm",
+                    gap,
+                    &["run.py(24): train", "run.py(20): Layer.forward"],
+                );
+                if layer == 0 && k == 0 {
+                    want.push(s);
+                }
+            }
+        }
+        p.sync(&["run.py(26): train"]);
+    }
+    let st = p.finish();
+    let s = auto(&st);
+    assert_eq!(s.source, StepSource::Structure("train".into()));
+    assert_eq!(starts(&s), want);
+    assert!(s.steps.iter().all(|x| x.launches == 18));
+
+    // Without the sync, nothing tells the calls apart: not steps from the structure.
+    let mut p = Prog::new();
+    p.base = vec!["run.py(30): <module>".into()];
+    for _ in 0..12 {
+        for k in 0..18 {
+            let gap = if k == 0 { 200_000 } else { GAP };
+            p.launch(
+                "gemm",
+                gap,
+                &["run.py(24): train", "run.py(20): Layer.forward"],
+            );
+        }
+    }
+    let s = auto(&p.finish());
+    assert!(
+        !matches!(s.source, StepSource::Structure(_)),
+        "{:?}",
+        s.source
     );
 }
