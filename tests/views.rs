@@ -2018,6 +2018,51 @@ fn r_on_a_fix_row_draws_the_step_replayed_with_the_fix_under_the_measured_one() 
     );
 }
 
+/// A recording whose probe measured gaptop's own cost: the replayed step says the fix is
+/// replayed without it (the measured row is the run as recorded).
+#[test]
+fn the_replayed_step_says_when_gaptops_cost_is_taken_out() {
+    let p = support::root().join("tests/data/rec/backward_bound.rec.gz");
+    let mut st = load_path(&p, usize::MAX).unwrap();
+    st.launch_cost = Some(gaptop_wire::Cost {
+        launch_bare_ns: 4_000,
+        launch_ns: 6_000,
+        sync_bare_ns: 1_000,
+        sync_ns: 1_500,
+        note: String::new(),
+    });
+    let mut a = App::new(st, SourceState::File);
+    a.refresh(true);
+    // 47,729 ops: analysed on a thread of its own.
+    let t = std::time::Instant::now();
+    while a.diagnosis.is_none() {
+        assert!(t.elapsed().as_secs() < 60, "not analysed");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        a.refresh(false);
+    }
+    while a.focus != Focus::Fix {
+        a.update(Action::FocusNext);
+    }
+    a.update(Action::Replay);
+    let r = a
+        .replay_step
+        .clone()
+        .unwrap_or_else(|| panic!("{}", a.message));
+    let s = render(&mut a, 160, 48);
+    let title = pane(&s, a.view.screen.timeline)
+        .lines()
+        .next()
+        .unwrap()
+        .to_string();
+    assert!(
+        title.contains(
+            "(replayed without gaptop's ~2.50µs a launch: Gate.forward, its launches fused)"
+        ),
+        "{title}"
+    );
+    assert!(r.picture.fixed_ns * 2 < r.picture.measured_ns, "{title}");
+}
+
 /// `b` leads to what recurs: on the Llama decode it selects the biggest gap of What to fix's
 /// first row (SDPA's planning) that is not a one-off, and the message says whose it is; `B`
 /// selects the biggest gap of all, whatever it is.

@@ -63,10 +63,18 @@ impl App {
             .and_then(|c| c.step_of(start))
             .unwrap_or(picture.step)
             + 1;
+        let without = match &est.json.profiler {
+            Some(p) => format!(
+                " without gaptop's ~{} a launch",
+                gaptop_core::units::fmt_short(p.launch_ns)
+            ),
+            None => String::new(),
+        };
         Ok(ReplayStep {
             number,
             site,
             fix: whatif_short(w),
+            without,
             picture,
         })
     }

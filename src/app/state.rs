@@ -105,6 +105,9 @@ pub struct ReplayStep {
     /// The code whose fix was replayed, and the fix in a few words.
     pub site: String,
     pub fix: &'static str,
+    /// ` without gaptop's ~2.1µs a launch` where the replay took gaptop's own cost out (the
+    /// row "with the fix" is then the program's without gaptop), else empty.
+    pub without: String,
     pub picture: StepPicture,
 }
 

@@ -66,10 +66,11 @@ pub(super) fn replay_vm(inner: Rect, r: &ReplayStep) -> TimelineVm {
     let p = &r.picture;
     let mut vm = TimelineVm {
         title: format!(
-            " step {} measured {} · with the fix {} (replayed: {}, {}) ",
+            " step {} measured {} · with the fix {} (replayed{}: {}, {}) ",
             r.number,
             fmt_short(p.measured_ns),
             fmt_short(p.fixed_ns),
+            r.without,
             r.site,
             r.fix
         ),
