@@ -334,7 +334,12 @@ fn steps(j: &JsonReport) -> Section {
         ));
         if st.guessed {
             s.line(format!(
-                "  guessed from the repeating ops (no step marker, no Python stacks){}",
+                "  guessed from the repeating ops (no step marker, {}){}",
+                if j.kernels_with_python > 0 {
+                    "and the Python stacks tell no call of one function from the next"
+                } else {
+                    "no Python stacks"
+                },
                 match &st.suggest {
                     Some(x) => format!("; to set them: {x}"),
                     None => String::new(),

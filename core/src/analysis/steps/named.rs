@@ -342,30 +342,35 @@ pub(super) fn function_ranges(store: &Store, lo: Ns, hi: Ns, name: &str) -> Opti
         // Launch stacks: runs per thread.
         for (pi, p) in store.procs.iter().enumerate() {
             let mut per_tid: HashMap<u32, (Option<Run>, Vec<Call>)> = HashMap::default();
+            // A call that launched nothing (a sync, a copy) with a stack marks where the
+            // thread was: outside the function it ends the call; at another line of it, it is
+            // the call's latest line, so that a launch back at the first line starts the next
+            // call. It opens no call itself.
+            let mark = |run: &mut Option<Run>, stack: StackId| {
+                let node = anc.get(stack as usize).copied().unwrap_or(0);
+                let caller = store.stacks.node(node).parent;
+                match run {
+                    Some(r) if node != 0 && r.caller == caller && node != r.entry => r.last = node,
+                    Some(r) if node != 0 && r.caller == caller => {}
+                    _ => *run = None,
+                }
+            };
             for a in p.apis() {
                 let op = ops[pi].get(&a.corr).filter(|_| a.corr != 0);
-                // A call that launched nothing (a sync, a copy) with a stack marks where the
-                // thread was: outside the function it ends the call; at another line of it,
-                // it is the call's latest line, so that a launch back at the first line
-                // starts the next call. It opens no call itself.
                 if op.is_none() && !(a.stack != 0 && marks(&a, lo, hi)) {
                     continue;
                 }
                 let (run, calls) = per_tid.entry(a.tid).or_default();
+                let Some(&(f, l)) = op else {
+                    mark(run, a.stack);
+                    continue;
+                };
                 let node = anc.get(a.stack as usize).copied().unwrap_or(0);
                 if node == 0 {
                     *run = None;
                     continue;
                 }
                 let caller = store.stacks.node(node).parent;
-                let Some(&(f, l)) = op else {
-                    match run {
-                        Some(r) if r.caller == caller && node != r.entry => r.last = node,
-                        Some(r) if r.caller == caller => {}
-                        _ => *run = None,
-                    }
-                    continue;
-                };
                 match run {
                     Some(r) if r.caller == caller && !(node == r.entry && r.last != r.entry) => {
                         r.last = node;

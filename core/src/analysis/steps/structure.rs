@@ -464,9 +464,13 @@ fn choose(
         // The same calls: as many, with nearly all the outer one's launches and the calls
         // that marked turns (a sync in the outer function, outside the inner one, says the
         // inner one's calls are parts of the outer one's, merged where their stacks repeat).
+        // A script's top level is no function called an iteration: its "calls" are its loop's
+        // turns, so the function it calls each turn is the step, whatever else the loop does
+        // (syncs at its own line).
+        let top = funcs[cands[cur] as usize].qual == "<module>";
         let same = b.calls == a.calls
             && b.launches as f64 >= SAME * a.launches as f64
-            && b.marks as f64 >= SAME * a.marks as f64;
+            && (top || b.marks as f64 >= SAME * a.marks as f64);
         if !(repeated || same) {
             break;
         }

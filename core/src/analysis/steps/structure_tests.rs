@@ -380,3 +380,27 @@ fn a_sync_tells_calls_whose_launches_come_from_one_line() {
         s.source
     );
 }
+
+/// A script's loop that calls `forward` (its launches all from one line), then syncs at its
+/// own line: the sync's turns tell one call of `forward` from the next, and the steps are
+/// `forward`'s calls, not the script's top level (whose loop turns they are, and which is no
+/// function called an iteration).
+#[test]
+fn a_scripts_top_level_is_not_the_step() {
+    let mut p = Prog::new();
+    let mut want = Vec::new();
+    for _ in 0..12 {
+        for k in 0..6 {
+            let gap = if k == 0 { 160_000 } else { GAP };
+            let frames = ["loop.py(28): <module>", "loop.py(22): forward"];
+            let s = p.launch("small", gap, &frames);
+            if k == 0 {
+                want.push(s);
+            }
+        }
+        p.sync(&["loop.py(29): <module>"]);
+    }
+    let s = auto(&p.finish());
+    assert_eq!(s.source, StepSource::Structure("forward".into()));
+    assert_eq!(starts(&s), want);
+}
