@@ -274,7 +274,9 @@ pub(super) enum Cmd {
     /// Run a command with the collector injected and write a recording (.rec), without the UI
     ///
     /// `gaptop record -o run.rec -- python train.py`; then `gaptop open run.rec` or
-    /// `gaptop report run.rec`.
+    /// `gaptop report run.rec`. Before the command starts, gaptop-probe measures what the
+    /// collector adds to a CUDA call here (a few seconds; GAPTOP_PROBE=0 skips it), which the
+    /// estimates then leave out.
     #[command(display_order = 3)]
     Record {
         /// The recording to write (.rec)
