@@ -106,7 +106,19 @@ pub fn find(store: &Store, w: Window, by: Option<&str>) -> Option<Steps> {
                 };
                 return from_ranges(store, src, ranges, lo, hi);
             }
-            if let Some(r) = function_ranges(store, lo, hi, name) {
+            // Its launches alone first; where they tell too few calls apart, with its syncs
+            // and copies as turns too, if that tells more.
+            let plain = function_ranges(store, lo, hi, name, false);
+            let r = match plain {
+                Some(r) if r.len() >= period::MIN_STEPS => Some(r),
+                plain => {
+                    let n = plain.as_ref().map_or(0, Vec::len);
+                    function_ranges(store, lo, hi, name, true)
+                        .filter(|m| m.len() > n)
+                        .or(plain)
+                }
+            };
+            if let Some(r) = r {
                 return from_ranges(store, StepSource::Function(name.to_string()), r, lo, hi);
             }
             let r = op_ranges(store, lo, hi, name)?;

@@ -253,7 +253,11 @@ fn ops_by_corr(store: &Store, lo: Ns, hi: Ns) -> Vec<HashMap<u32, (Ns, Ns)>> {
 /// Whether a call that launched nothing in the window marks a turn of its thread's stack:
 /// one the collector timed (a sync, a wait, a copy) in the window.
 pub(super) fn marks(a: &ApiCall, lo: Ns, hi: Ns) -> bool {
-    a.kind != ApiKind::Other && a.start >= lo && a.start < hi
+    !matches!(
+        a.kind,
+        ApiKind::Other | ApiKind::Launch | ApiKind::GraphLaunch
+    ) && a.start >= lo
+        && a.start < hi
 }
 
 /// A thread's run of launches inside the function: the caller's stack, the function's frame
@@ -286,7 +290,13 @@ struct Call {
 /// of its iterations, and a function that launches from one line only cannot be split (its
 /// back-to-back calls are one). The thread with the most calls is used. `None` when the
 /// function launched nothing in the window.
-pub(super) fn function_ranges(store: &Store, lo: Ns, hi: Ns, name: &str) -> Option<Vec<(Ns, Ns)>> {
+pub(super) fn function_ranges(
+    store: &Store,
+    lo: Ns,
+    hi: Ns,
+    name: &str,
+    with_marks: bool,
+) -> Option<Vec<(Ns, Ns)>> {
     let mut names = NameTest::new(store, |f| frame_matches(f, name));
     // Outermost matching node on each stack's path (0: none). Parents precede children.
     let mut anc: Vec<StackId> = vec![0; store.stacks.len()];
@@ -357,7 +367,7 @@ pub(super) fn function_ranges(store: &Store, lo: Ns, hi: Ns, name: &str) -> Opti
             };
             for a in p.apis() {
                 let op = ops[pi].get(&a.corr).filter(|_| a.corr != 0);
-                if op.is_none() && !(a.stack != 0 && marks(&a, lo, hi)) {
+                if op.is_none() && !(with_marks && a.stack != 0 && marks(&a, lo, hi)) {
                     continue;
                 }
                 let (run, calls) = per_tid.entry(a.tid).or_default();

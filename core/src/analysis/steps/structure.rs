@@ -130,57 +130,65 @@ pub(super) fn structure_steps(store: &Store, lo: Ns, hi: Ns) -> Option<(String, 
     if funcs.is_empty() {
         return None;
     }
-    // The pass, per launching thread of each process; the thread with the most stacked
-    // launches is kept.
-    let mut best: Option<(u64, Thread)> = None;
-    let mut memo: HashMap<(StackId, StackId), u32> = HashMap::default();
-    for (pi, p) in store.procs.iter().enumerate() {
-        let in_window = Corrs::of(store, pi as u32, lo, hi);
-        if !p.spans.is_empty() {
-            // A trace's Python spans are its calls, exactly.
-            for (total, acc) in span_threads(store, &node_func, funcs.len(), pi, &in_window) {
-                if best.as_ref().is_none_or(|(n, _)| total > *n) {
-                    let t = Thread {
-                        acc,
-                        launches: total,
-                        ..Default::default()
-                    };
-                    best = Some((total, t));
+    // Launches alone first; where they tell no function's calls apart, with the calls that
+    // launch nothing as turns too (a sync that ends each call of a function whose launches all
+    // come from one line). Not both at once: a sync inside a loop of a function's body would
+    // split its calls where its launches alone do not.
+    let attempt = |with_marks: bool| -> Option<(String, Vec<(Ns, Ns)>)> {
+        // The pass, per launching thread of each process; the thread with the most stacked
+        // launches is kept.
+        let mut best: Option<(u64, Thread)> = None;
+        let mut memo: HashMap<(StackId, StackId), u32> = HashMap::default();
+        for (pi, p) in store.procs.iter().enumerate() {
+            let in_window = Corrs::of(store, pi as u32, lo, hi);
+            if !p.spans.is_empty() {
+                // A trace's Python spans are its calls, exactly.
+                for (total, acc) in span_threads(store, &node_func, funcs.len(), pi, &in_window) {
+                    if best.as_ref().is_none_or(|(n, _)| total > *n) {
+                        let t = Thread {
+                            acc,
+                            launches: total,
+                            ..Default::default()
+                        };
+                        best = Some((total, t));
+                    }
+                }
+                continue;
+            }
+            let mut threads: HashMap<u32, Thread> = HashMap::default();
+            for a in p.apis() {
+                if a.stack == 0 {
+                    continue;
+                }
+                // A launch of an op in the window counts; another call with a stack in it (a
+                // sync, a copy) only marks where the thread's stack turned, which tells a new
+                // call of a function whose launches all come from one line.
+                let launch = a.corr != 0 && in_window.has(a.corr);
+                let turn = with_marks && marks(&a, lo, hi);
+                if !(launch || turn) {
+                    continue;
+                }
+                let t = threads.entry(a.tid).or_insert_with(|| Thread {
+                    acc: vec![Acc::default(); funcs.len()],
+                    ..Default::default()
+                });
+                step(store, &node_func, &mut memo, t, a.stack, launch);
+            }
+            let mut tids: Vec<_> = threads.into_iter().collect();
+            tids.sort_unstable_by_key(|(tid, _)| *tid);
+            for (_, mut t) in tids {
+                close(&mut t, 0);
+                if best.as_ref().is_none_or(|(n, _)| t.launches > *n) {
+                    best = Some((t.launches, t));
                 }
             }
-            continue;
         }
-        let mut threads: HashMap<u32, Thread> = HashMap::default();
-        for a in p.apis() {
-            if a.stack == 0 {
-                continue;
-            }
-            // A launch of an op in the window counts; another call with a stack in it (a
-            // sync, a copy) only marks where the thread's stack turned, which tells a new
-            // call of a function whose launches all come from one line.
-            let launch = a.corr != 0 && in_window.has(a.corr);
-            if !launch && !marks(&a, lo, hi) {
-                continue;
-            }
-            let t = threads.entry(a.tid).or_insert_with(|| Thread {
-                acc: vec![Acc::default(); funcs.len()],
-                ..Default::default()
-            });
-            step(store, &node_func, &mut memo, t, a.stack, launch);
-        }
-        let mut tids: Vec<_> = threads.into_iter().collect();
-        tids.sort_unstable_by_key(|(tid, _)| *tid);
-        for (_, mut t) in tids {
-            close(&mut t, 0);
-            if best.as_ref().is_none_or(|(n, _)| t.launches > *n) {
-                best = Some((t.launches, t));
-            }
-        }
-    }
-    let (total, t) = best?;
-    let name = choose(store, &node_func, &funcs, &t.acc, total)?;
-    let r = function_ranges(store, lo, hi, &name)?;
-    (r.len() >= MIN_STEPS).then_some((name, r))
+        let (total, t) = best?;
+        let name = choose(store, &node_func, &funcs, &t.acc, total)?;
+        let r = function_ranges(store, lo, hi, &name, with_marks)?;
+        (r.len() >= MIN_STEPS).then_some((name, r))
+    };
+    attempt(false).or_else(|| attempt(true))
 }
 
 /// Per thread of a process with CPU spans (a trace's `python_function` events): each
@@ -330,6 +338,10 @@ fn step(
     launch: bool,
 ) {
     let st = &store.stacks;
+    if !launch {
+        mark(store, node_func, memo, t, stack);
+        return;
+    }
     if stack != t.prev {
         let depth = st.node(stack).depth as usize;
         let shared = if t.prev == 0 {
@@ -377,8 +389,49 @@ fn step(
         }
         t.prev = stack;
     }
-    t.launches += launch as u64;
-    t.marks += !launch as u64;
+    t.launches += 1;
+}
+
+/// A call that launched nothing, from `stack` on thread `t`: where the thread is, for its
+/// next launch to read, as `function_ranges` reads it. The frames below the ones it shares
+/// with the thread's stack close, but the first, when it is the same function: that call
+/// goes on at the marker's line (at its first launch's line, it goes on as it was). It opens
+/// no call.
+fn mark(
+    store: &Store,
+    node_func: &[u32],
+    memo: &mut HashMap<(StackId, StackId), u32>,
+    t: &mut Thread,
+    stack: StackId,
+) {
+    if stack != t.prev {
+        let shared = if t.prev == 0 {
+            0
+        } else {
+            *memo
+                .entry((t.prev, stack))
+                .or_insert_with(|| shared_depth(store, t.prev, stack)) as usize
+        };
+        let st = &store.stacks;
+        let mut y = stack;
+        let depth = st.node(stack).depth as usize;
+        for _ in shared + 1..depth {
+            y = st.node(y).parent;
+        }
+        let mut keep = shared;
+        if let Some(o) = t.open.get_mut(shared).filter(|_| depth > shared) {
+            let f = node_func[y as usize];
+            if f != u32::MAX && f == o.func {
+                if y != o.entry {
+                    o.node = y;
+                }
+                keep = shared + 1;
+            }
+        }
+        close(t, keep);
+        t.prev = t.open.last().map_or(0, |o| o.node);
+    }
+    t.marks += 1;
 }
 
 /// The function whose calls are the steps, by the module's rule, as a name

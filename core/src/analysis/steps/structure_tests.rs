@@ -404,3 +404,41 @@ fn a_scripts_top_level_is_not_the_step() {
     assert_eq!(s.source, StepSource::Structure("forward".into()));
     assert_eq!(starts(&s), want);
 }
+
+/// Gradient accumulation: each `train_step` runs 4 micro-batches (`fwd_bwd` from line 20, a
+/// sync at line 21 after each), then the optimizer (line 23). Its launches alone tell its
+/// calls apart (back at line 20 after line 23), so its syncs are not read as turns: 12 steps,
+/// not one a micro-batch.
+#[test]
+fn syncs_inside_a_calls_loop_do_not_split_it() {
+    let mut p = Prog::new();
+    p.base = vec!["train.py(40): <module>".into()];
+    let mut want = Vec::new();
+    for _ in 0..12 {
+        for mb in 0..4 {
+            for k in 0..3 {
+                let gap = if mb == 0 && k == 0 { 200_000 } else { GAP };
+                let s = p.launch(
+                    "gemm",
+                    gap,
+                    &["train.py(20): train_step", "train.py(5): fwd_bwd"],
+                );
+                if mb == 0 && k == 0 {
+                    want.push(s);
+                }
+            }
+            p.sync(&["train.py(21): train_step"]);
+        }
+        for _ in 0..4 {
+            p.launch("adam", GAP, &["train.py(23): train_step"]);
+        }
+    }
+    let st = p.finish();
+    let s = auto(&st);
+    assert_eq!(s.source, StepSource::Structure("train_step".into()));
+    assert_eq!(starts(&s), want);
+    assert!(s.steps.iter().all(|x| x.launches == 16));
+    // Asked for by name, the same.
+    let by = find(&st, Window::all(), Some("train_step")).unwrap();
+    assert_eq!(by.steps, s.steps);
+}
