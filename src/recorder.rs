@@ -393,12 +393,7 @@ fn capture_to(
 fn command_inputs(cmd: &[String]) -> Vec<std::path::PathBuf> {
     let mut v = Vec::new();
     if let Some(prog) = cmd.first().filter(|p| !p.contains('/')) {
-        let path = std::env::var_os("PATH").unwrap_or_default();
-        v.extend(
-            std::env::split_paths(&path)
-                .map(|d| d.join(prog))
-                .find(|p| p.is_file()),
-        );
+        v.extend(live::program_path(prog));
     }
     for a in cmd {
         let value = a.starts_with('-').then(|| a.split_once('=')).flatten();

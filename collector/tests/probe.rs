@@ -9,12 +9,11 @@ use std::process::Command;
 mod support;
 use support::{build, fake_cuda, report, script};
 
-/// `gaptop record` of the fake CUDA program with `env`; its output and JSON report.
-fn record(target: &Path, dir: &Path, env: &[(&str, &str)]) -> (String, serde_json::Value) {
-    let rec = dir.join("probe.rec");
+/// `gaptop record -o REC` of the fake CUDA program (20 steps) with `env`.
+fn record_cmd(target: &Path, dir: &Path, rec: &Path, env: &[(&str, &str)]) -> Command {
     let mut c = Command::new(target.join("gaptop"));
     c.args(["record", "-o"])
-        .arg(&rec)
+        .arg(rec)
         .args(["--", "python3"])
         .arg(script())
         .arg("20")
@@ -25,7 +24,13 @@ fn record(target: &Path, dir: &Path, env: &[(&str, &str)]) -> (String, serde_jso
     for (k, v) in env {
         c.env(k, v);
     }
-    let out = c.output().unwrap();
+    c
+}
+
+/// `gaptop record` of the fake CUDA program with `env`; its output and JSON report.
+fn record(target: &Path, dir: &Path, env: &[(&str, &str)]) -> (String, serde_json::Value) {
+    let rec = dir.join("probe.rec");
+    let out = record_cmd(target, dir, &rec, env).output().unwrap();
     let log = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -120,18 +125,9 @@ fn a_signal_during_the_probe_starts_nothing() {
     std::fs::write(&rec, b"kept").unwrap();
     let pidfile = dir.join("pid");
     let t = std::time::Instant::now();
-    let g = Command::new(target.join("gaptop"))
-        .args(["record", "-o"])
-        .arg(&rec)
-        .args(["--", "python3"])
-        .arg(script())
-        .arg("20")
-        .env("CUDA_HOME", dir.join("cuda"))
-        .env("GAPTOP_COLLECTOR", target.join("libgaptop_collector.so"))
-        .env("GAPTOP_FAKE_CUPTI", "1")
-        .env("GAPTOP_PROBE", &slow)
-        .env("FAKE_PIDFILE", &pidfile)
-        .env_remove("LD_LIBRARY_PATH")
+    let (slow_s, pid_s) = (slow.to_str().unwrap(), pidfile.to_str().unwrap());
+    let env = [("GAPTOP_PROBE", slow_s), ("FAKE_PIDFILE", pid_s)];
+    let g = record_cmd(&target, &dir, &rec, &env)
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();

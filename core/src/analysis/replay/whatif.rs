@@ -355,7 +355,7 @@ pub fn estimate(
         .get((sorted.len().max(1) - 1) / 2)
         .copied()
         .unwrap_or(0.0);
-    let replayed = before.clone();
+    let replayed_median_ns = median(before.clone());
     // gaptop's own cost out of the model (a recording's probe): every what-if below, and
     // the step it is a share of, are of the program as it runs without gaptop.
     let (before, profiler) = match store.launch_cost.as_ref().and_then(PerCall::of) {
@@ -530,7 +530,7 @@ pub fn estimate(
             forced: baseline.forced,
             measured_mean_ns: measured.iter().sum::<Ns>() / measured.len().max(1) as Ns,
             measured_median_ns: median(measured),
-            replayed_median_ns: median(replayed),
+            replayed_median_ns,
             profiler,
             profiler_unmeasured: unmeasured,
         },

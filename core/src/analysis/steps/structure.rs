@@ -25,10 +25,12 @@
 //!    another name (as many calls holding nearly as many launches and syncs: a wrapper's
 //!    callee, whose name says what it does).
 //!
-//! Calls that launch nothing but are timed (syncs, copies, waits) take part in the pass as
-//! turns of the stack without counting as launches: a sync at another line of a function
-//! whose launches all come from one line (`for l in layers: l.forward()` then `.item()`)
-//! tells where one of its calls ends and the next begins.
+//! Where the launches alone tell no function's calls apart, the pass runs again with the calls
+//! that launch nothing but are timed (syncs, copies, waits) as turns of the stack, without
+//! counting as launches and opening no call: a sync at another line of a function whose
+//! launches all come from one line (`for l in layers: l.forward()` then `.item()`) tells
+//! where one of its calls ends and the next begins. Only then: a sync inside a loop of a
+//! function's body (gradient accumulation) would split its calls.
 //!
 //! Costs a pass over the launches with work per frame that changes between consecutive stacks
 //! (memoized by pair of stacks), plus a pass over the distinct stacks.
@@ -188,7 +190,9 @@ pub(super) fn structure_steps(store: &Store, lo: Ns, hi: Ns) -> Option<(String, 
         let r = function_ranges(store, lo, hi, &name, with_marks)?;
         (r.len() >= MIN_STEPS).then_some((name, r))
     };
-    attempt(false).or_else(|| attempt(true))
+    // Turns matter only on launch stacks: a trace's spans are its calls whatever they are.
+    let stacks_only = store.procs.iter().any(|p| p.spans.is_empty());
+    attempt(false).or_else(|| stacks_only.then(|| attempt(true)).flatten())
 }
 
 /// Per thread of a process with CPU spans (a trace's `python_function` events): each
@@ -311,6 +315,21 @@ fn shared_depth(store: &Store, a: StackId, b: StackId) -> u32 {
     st.node(x).depth
 }
 
+/// Depth of the deepest frame `stack` shares with the thread's last stack (memoized by pair).
+fn shared_with_prev(
+    store: &Store,
+    memo: &mut HashMap<(StackId, StackId), u32>,
+    t: &Thread,
+    stack: StackId,
+) -> usize {
+    if t.prev == 0 {
+        return 0;
+    }
+    *memo
+        .entry((t.prev, stack))
+        .or_insert_with(|| shared_depth(store, t.prev, stack)) as usize
+}
+
 /// Closes the thread's open frames deeper than `depth`.
 fn close(t: &mut Thread, depth: usize) {
     while t.open.len() > depth {
@@ -344,13 +363,7 @@ fn step(
     }
     if stack != t.prev {
         let depth = st.node(stack).depth as usize;
-        let shared = if t.prev == 0 {
-            0
-        } else {
-            *memo
-                .entry((t.prev, stack))
-                .or_insert_with(|| shared_depth(store, t.prev, stack)) as usize
-        };
+        let shared = shared_with_prev(store, memo, t, stack);
         // The new stack's frames below the shared ones, outermost first.
         let mut new: Vec<StackId> = Vec::with_capacity(depth - shared);
         let mut n = stack;
@@ -405,13 +418,7 @@ fn mark(
     stack: StackId,
 ) {
     if stack != t.prev {
-        let shared = if t.prev == 0 {
-            0
-        } else {
-            *memo
-                .entry((t.prev, stack))
-                .or_insert_with(|| shared_depth(store, t.prev, stack)) as usize
-        };
+        let shared = shared_with_prev(store, memo, t, stack);
         let st = &store.stacks;
         let mut y = stack;
         let depth = st.node(stack).depth as usize;

@@ -40,30 +40,48 @@ impl SocketDir {
     }
 
     fn create_in(base: &Path) -> anyhow::Result<(SocketDir, UnixListener)> {
-        crate::files::sweep_dead(base, "gaptop-");
-        for i in 0..100u32 {
-            let nonce = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.subsec_nanos())
-                .unwrap_or(0);
-            let dir = base.join(format!("gaptop-{}-{nonce:x}-{i}", std::process::id()));
-            match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
-                Ok(()) => {
-                    let socket = dir.join("collector.sock");
-                    let l = UnixListener::bind(&socket)
-                        .with_context(|| format!("cannot listen on {}", socket.display()))?;
-                    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))?;
-                    return Ok((SocketDir { dir, socket }, l));
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(e).context("cannot create the socket directory"),
-            }
-        }
-        bail!(
-            "cannot create a private socket directory in {}",
-            base.display()
-        )
+        let dir = private_dir(base, "socket")?;
+        let socket = dir.join("collector.sock");
+        let l = UnixListener::bind(&socket)
+            .with_context(|| format!("cannot listen on {}", socket.display()))?;
+        std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))?;
+        Ok((SocketDir { dir, socket }, l))
     }
+}
+
+/// A new folder only this user can enter, `gaptop-PID-*` in `base`, for the viewer's `what`
+/// (its socket, the probe's log); those that a killed viewer left there, whose process is
+/// gone, are removed first.
+pub(crate) fn private_dir(base: &Path, what: &str) -> anyhow::Result<PathBuf> {
+    crate::files::sweep_dead(base, "gaptop-");
+    for i in 0..100u32 {
+        let nonce = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let dir = base.join(format!("gaptop-{}-{nonce:x}-{i}", std::process::id()));
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e).context(format!("cannot create the {what} directory")),
+        }
+    }
+    bail!(
+        "cannot create a private {what} directory in {}",
+        base.display()
+    )
+}
+
+/// Where program `prog` of a command is: a path with a `/` where it is a file, else the first
+/// file of that name on PATH (as the command would be started).
+pub fn program_path(prog: &str) -> Option<PathBuf> {
+    if prog.contains('/') {
+        return Some(PathBuf::from(prog)).filter(|p| p.is_file());
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(prog))
+        .find(|p| p.is_file())
 }
 
 impl Drop for SocketDir {

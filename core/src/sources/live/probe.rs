@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use gaptop_wire::Cost;
 
-use super::{find_collector, launch, Options};
+use super::{find_collector, launch, private_dir, program_path, Options};
 
 /// Pairs of runs (bare, with the collector), interleaved: what gaptop adds is the median of
 /// the pairs' differences, each run's figure its median round's.
@@ -49,13 +49,7 @@ pub fn startable(cmd: &[String]) -> anyhow::Result<()> {
     let Some(prog) = cmd.first() else {
         anyhow::bail!("no command given: use gaptop run -- CMD ARGS...");
     };
-    let found = if prog.contains('/') {
-        Path::new(prog).is_file()
-    } else {
-        std::env::var_os("PATH")
-            .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()))
-    };
-    if found {
+    if program_path(prog).is_some() {
         return Ok(());
     }
     let enoent = std::io::Error::from_raw_os_error(nix::errno::Errno::ENOENT as i32);
@@ -128,7 +122,9 @@ fn bare(probe: &Path, stopped: &dyn Fn() -> bool) -> Result<Calls, String> {
 
 /// One run with the collector injected, as `launch` starts the program.
 fn injected(probe: &Path, opts: &Options, stopped: &dyn Fn() -> bool) -> Result<Calls, String> {
-    let dir = Private::new().map_err(|e| format!("cannot create the probe's folder: {e}"))?;
+    let dir = private_dir(&std::env::temp_dir(), "probe")
+        .map(Private)
+        .map_err(|e| format!("{e:#}"))?;
     let log = dir.0.join("probe.log");
     let cmd = [probe.to_string_lossy().into_owned()];
     let mut l = launch(&cmd, Some(&log), opts).map_err(|e| format!("{e:#}"))?;
@@ -139,25 +135,9 @@ fn injected(probe: &Path, opts: &Options, stopped: &dyn Fn() -> bool) -> Result<
     parse(&text).ok_or_else(|| "no figures with the collector injected".into())
 }
 
-/// A folder only this user can enter, `gaptop-PID-probe-N` in the temporary folder (the next
-/// viewer sweeps one a killed viewer left, as `SocketDir`'s), removed on drop.
+/// A folder only this user can enter ([`private_dir`]: the next viewer sweeps one a killed
+/// viewer left), removed with what is in it on drop.
 struct Private(PathBuf);
-
-impl Private {
-    fn new() -> std::io::Result<Private> {
-        use std::os::unix::fs::DirBuilderExt;
-        let base = std::env::temp_dir();
-        let mut last = None;
-        for i in 0..100 {
-            let d = base.join(format!("gaptop-{}-probe-{i}", std::process::id()));
-            match std::fs::DirBuilder::new().mode(0o700).create(&d) {
-                Ok(()) => return Ok(Private(d)),
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(last.expect("tried"))
-    }
-}
 
 impl Drop for Private {
     fn drop(&mut self) {
