@@ -46,7 +46,11 @@ pub fn row(a: &Advice, steady: u32) -> FixRow {
     FixRow {
         head,
         share: format!("{:>3.0}%", 100.0 * a.share),
-        site: a.site.clone(),
+        // The program's own code whose CPU work delays the launches leads, where known.
+        site: match &a.code {
+            Some(c) => format!("{c}, before {}", a.site),
+            None => a.site.clone(),
+        },
         verdict,
         fix: a.fix.to_string(),
         selected: false,

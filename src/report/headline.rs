@@ -249,11 +249,19 @@ pub fn lines(j: &JsonReport) -> [String; 3] {
         Some(c) => format!("{}: {c}", a.verdict.words()),
         None => a.verdict.words().to_string(),
     };
+    // Where the launches wait on the program's own CPU work, that code leads, and the site
+    // says whose launches it delays.
+    let (lead, why) = match &a.code {
+        Some(c) => (
+            site_words(c),
+            format!("CPU work before the launches of {}", site_words(&a.site)),
+        ),
+        None => (site_words(&a.site), why),
+    };
     let first = if has_fix(a) {
         format!(
-            "Fix first: {}{} — {why}, {}{}{}: {}",
+            "Fix first: {}{lead} — {why}, {}{}{}: {}",
             rank_of(a),
-            site_words(&a.site),
             waits(a),
             gain(j, a),
             if rank_of(a).is_empty() {

@@ -393,6 +393,11 @@ fn what_to_fix(j: &JsonReport) -> Section {
             a.verdict.as_str(),
             a.cause.map(|c| format!(", {c}")).unwrap_or_default()
         ));
+        if let Some(c) = &a.code {
+            s.line(format!(
+                "      The code to fix: `{c}`, the CPU work before these launches"
+            ));
+        }
         let one_off = (a.one_offs > 0).then(|| {
             let why = if one_offs_said {
                 String::new()

@@ -368,7 +368,28 @@ pub fn advise(store: &Store, s: &Summary, n: usize) -> Vec<Advice> {
                 };
                 (false, None, None, None, one_offs)
             };
+            // A recurring site's CPU is what it does in the steady steps, not the warm-up's
+            // imports and loading that its one-off gaps may hold.
+            let cpu = {
+                let steady_ns: Ns = a.steady_hist_ns.iter().sum();
+                let (c, over) = if recurring && a.cpu_steady.samples > 0 {
+                    (&a.cpu_steady, steady_ns)
+                } else {
+                    (&a.cpu, a.gap_ns)
+                };
+                (c.samples > 0).then(|| JsonCpu {
+                    samples: c.samples,
+                    on_cpu: (c.cpu_ns as f64 / over.max(1) as f64).min(1.0),
+                    frames: c.innermost(store, 8),
+                })
+            };
             Advice {
+                code: crate::analysis::advice_row::code_to_fix(
+                    &site,
+                    verdict,
+                    found.is_some(),
+                    cpu.as_ref(),
+                ),
                 site,
                 key,
                 one_offs: one_offs.0,
@@ -389,21 +410,7 @@ pub fn advise(store: &Store, s: &Summary, n: usize) -> Vec<Advice> {
                 saving_ns,
                 gap_sum_ns: saving_ns,
                 replay: None,
-                cpu: {
-                    // A recurring site's CPU is what it does in the steady steps, not the
-                    // warm-up's imports and loading that its one-off gaps may hold.
-                    let steady_ns: Ns = a.steady_hist_ns.iter().sum();
-                    let (c, over) = if recurring && a.cpu_steady.samples > 0 {
-                        (&a.cpu_steady, steady_ns)
-                    } else {
-                        (&a.cpu, a.gap_ns)
-                    };
-                    (c.samples > 0).then(|| JsonCpu {
-                        samples: c.samples,
-                        on_cpu: (c.cpu_ns as f64 / over.max(1) as f64).min(1.0),
-                        frames: c.innermost(store, 8),
-                    })
-                },
+                cpu,
                 thread_state: states,
                 cause: found.as_ref().map(|c| c.id),
                 reason: found.as_ref().map(|c| c.reason.clone()),

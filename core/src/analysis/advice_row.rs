@@ -59,6 +59,12 @@ pub struct Advice {
     /// switches were recorded (`analysis::threadstate`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub thread_state: Option<Vec<JsonState>>,
+    /// Where the verdict is CPU work before the launches with no pattern's cause: the
+    /// program's own code the launching thread ran during the gaps (`oncpu::user_code`), as
+    /// displayed (`fn  file.py:12`), when it is not the site's function. The code to change;
+    /// the site is the launch its work delays.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
     /// The cause a pattern of its evidence names (`analysis::patterns`: its id, its name in
     /// words and why its fix), when one matches.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -115,6 +121,7 @@ impl Advice {
             one_off_ns: 0,
             cpu: None,
             thread_state: None,
+            code: None,
             cause: cause.as_ref().map(|c| c.0),
             cause_name: cause.map(|c| c.1),
             reason: None,
@@ -122,4 +129,31 @@ impl Advice {
             fix,
         }
     }
+}
+
+/// The code to change for a site whose launches wait on CPU work that no pattern names: the
+/// program's own function the launching thread ran during the gaps (`oncpu::user_code`),
+/// unless it is the site's own function or the CPU was inside the site's call.
+pub fn code_to_fix(
+    site: &str,
+    verdict: Verdict,
+    caused: bool,
+    cpu: Option<&JsonCpu>,
+) -> Option<String> {
+    if verdict != Verdict::HostWork || caused {
+        return None;
+    }
+    let cpu = cpu?;
+    let frame = crate::analysis::oncpu::user_code(cpu)?;
+    let function = |s: &str| s.split_once("  ").map_or(s, |x| x.0).to_string();
+    let own = function(site);
+    // The CPU inside the site's own call (its launch path, under the program's code that
+    // called it) is the site's work, not another function's.
+    let inside = cpu
+        .frames
+        .iter()
+        .take_while(|f| f.frame != frame)
+        .any(|f| crate::frames::python_parts(&f.frame).is_some_and(|p| p.2 == own));
+    let code = crate::frames::pretty_frame(frame);
+    (!inside && function(&code) != own).then_some(code)
 }

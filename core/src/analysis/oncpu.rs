@@ -101,10 +101,11 @@ pub fn shared_frames(store: &Store, stacks: &[StackId]) -> Vec<(NameId, f64)> {
             *e.1.entry(f).or_default() += times;
         }
     }
-    let mut out: Vec<(NameId, f64, usize)> = seen
-        .into_values()
-        .filter(|(d, _)| 2 * d.len() >= n && n > 0)
-        .map(|(mut d, lines)| {
+    // (function, frame named, share, median distance) of those at least half hold.
+    let mut out: Vec<(usize, NameId, f64, usize)> = seen
+        .into_iter()
+        .filter(|(_, (d, _))| 2 * d.len() >= n && n > 0)
+        .map(|(k, (mut d, lines))| {
             let mid = (d.len() - 1) / 2;
             let at = *d.select_nth_unstable(mid).1;
             let f = lines
@@ -112,11 +113,69 @@ pub fn shared_frames(store: &Store, stacks: &[StackId]) -> Vec<(NameId, f64)> {
                 .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
                 .map(|x| x.0)
                 .unwrap_or_default();
-            (f, d.len() as f64 / n as f64, at)
+            (k, f, d.len() as f64 / n as f64, at)
         })
         .collect();
-    out.sort_by(|a, b| a.2.cmp(&b.2).then(b.1.total_cmp(&a.1)).then(a.0.cmp(&b.0)));
-    out.into_iter().map(|(f, share, _)| (f, share)).collect()
+    // Where the samples hold frames below them to different depths (a native leaf deep in
+    // some, the caller itself running in others), a caller's median distance can be less
+    // than its callee's. So the order is the one the stacks holding both agree on: a frame
+    // goes before each frame it is inside of in most of them ([`inner_first`]); the median
+    // distance orders only what the stacks leave untold.
+    let wins = inner_first(
+        store,
+        &by_stack,
+        &out.iter().map(|x| x.0).collect::<Vec<_>>(),
+        &mut key_of,
+    );
+    out.sort_by(|a, b| {
+        wins[&b.0]
+            .cmp(&wins[&a.0])
+            .then(a.3.cmp(&b.3))
+            .then(b.2.total_cmp(&a.2))
+            .then(a.1.cmp(&b.1))
+    });
+    out.into_iter().map(|(_, f, share, _)| (f, share)).collect()
+}
+
+/// For each of `kept` (functions, as `key_of` numbers them), how many of the others it lies
+/// inside of (nearer the innermost frame) in most of the samples that hold both: for frames
+/// that the stacks order the same way everywhere, the innermost gets the most. A count, not a
+/// comparison, so that stacks that disagree cannot make the sort's order inconsistent.
+fn inner_first(
+    store: &Store,
+    by_stack: &HashMap<StackId, usize>,
+    kept: &[usize],
+    key_of: &mut impl FnMut(NameId) -> usize,
+) -> HashMap<usize, usize> {
+    let index: HashMap<usize, usize> = kept.iter().enumerate().map(|(i, &k)| (k, i)).collect();
+    let m = kept.len();
+    // inner[a * m + b]: samples in which a lies inside b.
+    let mut inner = vec![0usize; m * m];
+    let mut at: Vec<usize> = Vec::with_capacity(m);
+    for (&s, &times) in by_stack {
+        at.clear();
+        for &f in store.stacks.frames(s).iter().rev() {
+            if let Some(&i) = index.get(&key_of(f)) {
+                if !at.contains(&i) {
+                    at.push(i);
+                }
+            }
+        }
+        for (x, &a) in at.iter().enumerate() {
+            for &b in &at[x + 1..] {
+                inner[a * m + b] += times;
+            }
+        }
+    }
+    kept.iter()
+        .enumerate()
+        .map(|(a, &k)| {
+            let w = (0..m)
+                .filter(|&b| inner[a * m + b] > inner[b * m + a])
+                .count();
+            (k, w)
+        })
+        .collect()
 }
 
 /// The CPU samples of a site's gaps (the first [`SITE_SAMPLES`] of them kept whole).
@@ -300,6 +359,32 @@ pub struct JsonFrameShare {
     pub share: f64,
 }
 
+/// The program's own code among a site's CPU frames, the code to change where the CPU's work
+/// delays the launches: the innermost Python frame of one of the program's files, where the
+/// launching thread was on a CPU for at least half of the gaps. A file is the program's where
+/// its path is whole: the ingest shortens packages' and the standard library's to their
+/// package (`torch/nn/modules/linear.py`). A generator expression, comprehension or lambda
+/// is passed over for the function that holds it. None where the CPU ran in libraries only,
+/// or was mostly off it.
+pub fn user_code(cpu: &JsonCpu) -> Option<&str> {
+    if cpu.on_cpu < 0.5 {
+        return None;
+    }
+    cpu.frames.iter().map(|f| f.frame.as_str()).find(|&f| {
+        crate::frames::python_parts(f).is_some_and(|(file, _, function)| {
+            file.starts_with('/')
+                && !["/site-packages/", "/dist-packages/", "/lib/python3"]
+                    .iter()
+                    .any(|m| file.contains(m))
+                // A comprehension's or lambda's code is its function's.
+                && !["<genexpr>", "<listcomp>", "<dictcomp>", "<setcomp>", "<lambda>"]
+                    .iter()
+                    .any(|c| function.ends_with(c))
+        }) && !crate::frames::hide::is_plumbing(f)
+            && !crate::frames::is_profiler_frame(f)
+    })
+}
+
 /// What the CPU did during a site's gaps, for the JSON report.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct JsonCpu {
@@ -353,5 +438,75 @@ mod tests {
         stacks[4] = s_a;
         assert_eq!(shared_frames(&st, &stacks)[0].0, a);
         assert!(shared_frames(&st, &[]).is_empty());
+    }
+
+    /// Half of the samples are deep in native code under `pick` (under `step`), the other half
+    /// in `step` itself: `step`'s median distance from the innermost frame is 0, less than
+    /// `pick`'s, yet every stack holding both has `pick` inside `step`, and so the order says.
+    #[test]
+    fn a_caller_some_samples_hold_alone_stays_outside_its_callee() {
+        let mut st = Store::default();
+        let mut chain = |names: &[&str]| {
+            let mut s = 0;
+            for n in names {
+                let f = st.names.intern(n);
+                s = st.stacks.intern(s, f);
+            }
+            s
+        };
+        let deep = chain(&[
+            "main",
+            "/w/a.py(30): <module>",
+            "/w/a.py(25): step",
+            "/w/a.py(15): Scheduler.pick",
+            "builtin_sorted [python3.12]",
+            "list_sort [python3.12]",
+            "cmp [python3.12]",
+            "lt [python3.12]",
+        ]);
+        let alone = chain(&["main", "/w/a.py(30): <module>", "/w/a.py(26): step"]);
+        let mut stacks = vec![deep; 5];
+        stacks.extend([alone; 5]);
+        let shared = shared_frames(&st, &stacks);
+        let names: Vec<&str> = shared.iter().map(|x| st.names.get(x.0)).collect();
+        let at = |q: &str| names.iter().position(|n| n.ends_with(q)).unwrap();
+        assert!(at("Scheduler.pick") < at("step"), "{names:?}");
+        assert!(
+            at("step") < at("<module>") && at("<module>") < at("main"),
+            "{names:?}"
+        );
+        assert_eq!(names[0], "lt [python3.12]", "{names:?}");
+    }
+
+    #[test]
+    fn the_code_to_fix_is_the_program_s_innermost_function() {
+        let cpu = |on_cpu: f64, frames: &[&str]| JsonCpu {
+            samples: 10,
+            on_cpu,
+            frames: frames
+                .iter()
+                .map(|f| JsonFrameShare {
+                    frame: f.to_string(),
+                    share: 0.9,
+                })
+                .collect(),
+        };
+        let frames = [
+            "pocketfft::r2c [_pocketfft_umath.so]",
+            "numpy/fft/_pocketfft.py(101): _raw_fft",
+            "/w/load.py(14): blur.<locals>.<genexpr>",
+            "/w/load.py(14): blur",
+            "torch/utils/data/dataset.py(3): Dataset.fetch",
+            "/w/load.py(40): main",
+        ];
+        assert_eq!(user_code(&cpu(0.9, &frames)), Some("/w/load.py(14): blur"));
+        assert_eq!(user_code(&cpu(0.3, &frames)), None, "mostly off the CPU");
+        assert_eq!(user_code(&cpu(0.9, &frames[..2])), None, "libraries only");
+        // A package installed whole-path (not shortened) is still a library.
+        let lib = [
+            "/opt/venv/lib/python3.12/site-packages/x/y.py(3): f",
+            "/w/a.py(9): g",
+        ];
+        assert_eq!(user_code(&cpu(0.9, &lib)), Some("/w/a.py(9): g"));
     }
 }

@@ -391,7 +391,20 @@ pub fn words(s: &JsonState) -> String {
     };
     match s.state {
         "on_cpu" if s.frames.is_empty() => format!("{pct} on a CPU"),
-        "on_cpu" => format!("{pct} running `{}`", chain(&s.frames)),
+        // Python frames first, as the CPU samples' line reads: the program's code, then the
+        // native code it was in.
+        "on_cpu" => match s
+            .frames
+            .iter()
+            .position(|f| crate::frames::python_parts(f).is_some())
+        {
+            Some(p) if p > 0 => format!(
+                "{pct} running `{}` (in `{}`)",
+                chain(&s.frames[p..]),
+                pretty_frame(&s.frames[0])
+            ),
+            _ => format!("{pct} running `{}`", chain(&s.frames)),
+        },
         "cuda_wait" => format!(
             "{pct} {} (waiting for the GPU)",
             under(&format!(
