@@ -122,24 +122,6 @@ pub(crate) unsafe fn remote_layout(c: &Calibrated) -> Result<String, &'static st
             .ok_or("the running frame is not where calibration found it")?;
     }
     let back_frame = caller_frame(f, l.frame_code, l.frame_prev, back_code);
-    let instr = match (l.instr, c.lasti) {
-        (Instr::Pointer { .. } | Instr::Index { .. } | Instr::Offset { .. }, _) => Some(l.instr),
-        (Instr::Api, Some(lasti)) => back_frame.and_then(|b| {
-            // SAFETY: `lasti` is PyUnstable_InterpreterFrame_GetLasti; both frames are live.
-            let (la, lb) = unsafe { (lasti(f as *mut c_void), lasti(b as *mut c_void)) };
-            (0..=96).step_by(8).find_map(|fo| {
-                let pa = checked_read(f + fo)?;
-                let pb = checked_read(b + fo)?;
-                let cs = pa.checked_sub(code + la as usize)?;
-                ((48..=512).contains(&cs) && pb.checked_sub(back_code + lb as usize) == Some(cs))
-                    .then_some(Instr::Pointer {
-                        frame_off: fo,
-                        code_off: cs,
-                    })
-            })
-        }),
-        _ => None,
-    };
     // A code object's attribute, as a new reference given back at once (the code keeps it).
     let attr = |c: usize, name: &std::ffi::CStr| -> usize {
         // SAFETY: the GIL is held; `c` is a live code object, `name` NUL-terminated.
@@ -152,6 +134,56 @@ pub(crate) unsafe fn remote_layout(c: &Calibrated) -> Result<String, &'static st
             }
             v
         }
+    };
+    // Where a frame's instruction is, for 3.12 (whose calibration leaves it to this): the word
+    // of the frame that points into its code's bytecode at `PyUnstable_InterpreterFrame_GetLasti`.
+    // With a caller, the offset that reads so on both frames, the bytecode's place in a code
+    // object the same for both; without one (calibration ran at a script's top level), on the
+    // running frame alone, the bytecode's place taken from the code type's `__basicsize__`
+    // (`offsetof(PyCodeObject, co_code_adaptive)` from 3.11) and matched exactly.
+    let instr = match (l.instr, c.lasti) {
+        (Instr::Pointer { .. } | Instr::Index { .. } | Instr::Offset { .. }, _) => Some(l.instr),
+        (Instr::Api, Some(lasti)) => match back_frame {
+            Some(b) => {
+                // SAFETY: `lasti` is PyUnstable_InterpreterFrame_GetLasti; both frames are live.
+                let (la, lb) = unsafe { (lasti(f as *mut c_void), lasti(b as *mut c_void)) };
+                (0..=96).step_by(8).find_map(|fo| {
+                    let pa = checked_read(f + fo)?;
+                    let pb = checked_read(b + fo)?;
+                    let cs = pa.checked_sub(code + la as usize)?;
+                    ((48..=512).contains(&cs)
+                        && pb.checked_sub(back_code + lb as usize) == Some(cs))
+                    .then_some(Instr::Pointer {
+                        frame_off: fo,
+                        code_off: cs,
+                    })
+                })
+            }
+            None => {
+                // SAFETY: as above; the running frame is live.
+                let la = unsafe { lasti(f as *mut c_void) };
+                let ty = attr(code, c"__class__");
+                let size = if ty != 0 {
+                    attr(ty, c"__basicsize__")
+                } else {
+                    0
+                };
+                // SAFETY: a live int object (a small one, which the interpreter keeps).
+                let cs = (size != 0).then(|| unsafe { as_long(size as *mut c_void) });
+                cs.filter(|cs| (48..=512).contains(cs) && la >= 0)
+                    .and_then(|cs| {
+                        let at = code + cs as usize + la as usize;
+                        (0..=96)
+                            .step_by(8)
+                            .find(|&fo| checked_read(f + fo) == Some(at))
+                            .map(|fo| Instr::Pointer {
+                                frame_off: fo,
+                                code_off: cs as usize,
+                            })
+                    })
+            }
+        },
+        _ => None,
     };
     let minor = python_minor();
     let table = attr(

@@ -113,12 +113,18 @@ fn each_thread_s_python_stack_is_read_from_outside() {
             l.frames.instr,
             Instr::Pointer { .. } | Instr::Index { .. } | Instr::Offset { .. }
         );
-        // Where the version is one published, a code object's line table is known (its
-        // frames' instruction may not be: 3.12's is found on a caller, which this program's
-        // calibration, at module level, has none of).
+        // Where the version is one published, a code object's line table is known, and where
+        // a frame's instruction is: 3.12's too, although this program's calibration runs at
+        // module level, with no caller to confirm it on (without it every frame would read
+        // as its function's first line).
         assert!(
             l.lines.is_some() || !PUBLISHED.contains(&version),
             "{version:?}: no line table"
+        );
+        assert!(
+            modern || !PUBLISHED.contains(&version),
+            "{version:?}: no frame instruction: {:?}",
+            l.frames.instr
         );
         // Qualified names from 3.11 (`co_qualname`), plain ones before.
         let getitem = if version >= (3, 11) {
