@@ -46,12 +46,15 @@ fn record(target: &Path, dir: &Path, env: &[(&str, &str)]) -> (String, serde_jso
 /// A stand-in for gaptop-probe: bare, a launch 4 µs and a sync 1 µs; started as the program
 /// is (the collector injected and the viewer's socket given), 6 µs and 1.5 µs.
 fn fake_probe(dir: &Path) -> std::path::PathBuf {
-    let p = dir.join("probe.sh");
-    std::fs::write(
-        &p,
+    executable(
+        dir.join("probe.sh"),
         "#!/bin/sh\nif [ -n \"$CUDA_INJECTION64_PATH\" ] && [ -S \"$GAPTOP_SOCKET\" ]; then\n  echo \"PROBE launch_ns=6000 sync_ns=1500 rounds=15\"\nelse\n  echo \"PROBE launch_ns=4000 sync_ns=1000 rounds=15\"\nfi\n",
     )
-    .unwrap();
+}
+
+/// `text` written to `p` as a script anyone may run.
+fn executable(p: std::path::PathBuf, text: &str) -> std::path::PathBuf {
+    std::fs::write(&p, text).unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
     p
@@ -113,14 +116,10 @@ fn a_probe_that_cannot_measure_is_said_and_changes_nothing() {
 fn a_signal_during_the_probe_starts_nothing() {
     let target = build();
     let dir = fake_cuda(&target, "probesig");
-    let slow = dir.join("slow.sh");
-    std::fs::write(
-        &slow,
+    let slow = executable(
+        dir.join("slow.sh"),
         "#!/bin/sh\nsleep 20\necho \"PROBE launch_ns=4000 sync_ns=1000\"\n",
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&slow, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     let rec = dir.join("kept.rec");
     std::fs::write(&rec, b"kept").unwrap();
     let pidfile = dir.join("pid");

@@ -145,15 +145,16 @@ pub fn code_to_fix(
     }
     let cpu = cpu?;
     let frame = crate::analysis::oncpu::user_code(cpu)?;
-    let function = |s: &str| s.split_once("  ").map_or(s, |x| x.0).to_string();
-    let own = function(site);
+    fn function(f: &str) -> Option<&str> {
+        crate::frames::python_parts(f).map(|p| p.2)
+    }
+    let own = site.split_once("  ").map_or(site, |x| x.0);
     // The CPU inside the site's own call (its launch path, under the program's code that
     // called it) is the site's work, not another function's.
     let inside = cpu
         .frames
         .iter()
         .take_while(|f| f.frame != frame)
-        .any(|f| crate::frames::python_parts(&f.frame).is_some_and(|p| p.2 == own));
-    let code = crate::frames::pretty_frame(frame);
-    (!inside && function(&code) != own).then_some(code)
+        .any(|f| function(&f.frame) == Some(own));
+    (!inside && function(frame) != Some(own)).then(|| crate::frames::pretty_frame(frame))
 }

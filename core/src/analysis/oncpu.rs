@@ -372,10 +372,9 @@ pub fn user_code(cpu: &JsonCpu) -> Option<&str> {
     }
     cpu.frames.iter().map(|f| f.frame.as_str()).find(|&f| {
         crate::frames::python_parts(f).is_some_and(|(file, _, function)| {
+            // A whole path that `short_path` leaves whole: not a package's or the library's.
             file.starts_with('/')
-                && !["/site-packages/", "/dist-packages/", "/lib/python3"]
-                    .iter()
-                    .any(|m| file.contains(m))
+                && crate::frames::display::short_path(file) == file
                 // A comprehension's or lambda's code is its function's.
                 && !["<genexpr>", "<listcomp>", "<dictcomp>", "<setcomp>", "<lambda>"]
                     .iter()
